@@ -1,0 +1,80 @@
+// Typed view of a Hugging Face `config.json` and `generation_config.json`.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/common/dtype.h"
+
+namespace specula {
+
+enum class Architecture { kLlama, kMistral, kQwen2, kQwen3 };
+
+// "LlamaForCausalLM", ... ; the name as it appears in config.json's `architectures`.
+std::string ArchitectureName(Architecture a);
+absl::StatusOr<Architecture> ParseArchitecture(const std::string& name);
+
+struct RopeScaling {
+  enum class Type { kNone, kLinear, kLlama3 };
+  Type type = Type::kNone;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;                 // llama3
+  double high_freq_factor = 4.0;                // llama3
+  int64_t original_max_position_embeddings = 8192;  // llama3
+};
+
+struct ModelConfig {
+  Architecture architecture = Architecture::kLlama;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;  // defaults to num_attention_heads when absent
+  int64_t head_dim = 0;             // defaults to hidden_size / num_attention_heads when absent
+  int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v biases: always for Qwen2, `attention_bias` key otherwise
+  bool qk_norm = false;         // per-head RMSNorm of q and k: Qwen3
+  DType torch_dtype = DType::kF32;
+  std::optional<int64_t> bos_token_id;
+  std::vector<int64_t> eos_token_ids;  // `eos_token_id`: int or list
+
+  int64_t q_dim() const { return num_attention_heads * head_dim; }
+  int64_t kv_dim() const { return num_key_value_heads * head_dim; }
+};
+
+// Parses and validates config.json text. `source` names the file in error messages. Rejects
+// unknown architectures, unsupported `hidden_act` (only "silu"), rope_scaling types other than
+// none/linear/llama3, sliding windows that are enabled, non-positive sizes, heads not dividing
+// evenly into KV heads: INVALID_ARGUMENT naming the file and the key.
+absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
+                                             const std::string& source);
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
+
+struct GenerationConfig {
+  std::vector<int64_t> eos_token_ids;  // int or list in the file
+  std::optional<int64_t> bos_token_id;
+  std::optional<int64_t> pad_token_id;
+  // Sampling defaults the model ships with; absent keys stay unset.
+  std::optional<bool> do_sample;
+  std::optional<double> temperature;
+  std::optional<double> top_p;
+  std::optional<int64_t> top_k;
+  std::optional<double> min_p;
+  std::optional<double> repetition_penalty;
+  std::optional<int64_t> max_new_tokens;
+};
+
+absl::StatusOr<GenerationConfig> ParseGenerationConfig(const std::string& json_text,
+                                                       const std::string& source);
+// A missing generation_config.json is not an error: the result is empty.
+absl::StatusOr<GenerationConfig> LoadGenerationConfig(const std::string& model_dir);
+
+}  // namespace specula

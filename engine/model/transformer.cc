@@ -1,0 +1,1 @@
+// placeholder while the engine core is written

