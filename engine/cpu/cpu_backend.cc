@@ -1,1 +1,234 @@
-// placeholder while the engine core is written
+#include "engine/cpu/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "engine/common/check.h"
+#include "absl/strings/str_format.h"
+
+namespace specula {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+// Rows per parallel task so that each task has enough work to amortize the hand-off.
+int64_t RowsPerTask(int64_t cols) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols)); }
+
+}  // namespace
+
+CpuBackend::CpuBackend(int num_threads) : pool_(num_threads) {}
+
+absl::StatusOr<DeviceBuffer> CpuBackend::Allocate(size_t bytes) {
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("cpu backend: cannot allocate %d bytes", bytes));
+  }
+  return DeviceBuffer(p, bytes, [](void* q) { std::free(q); });
+}
+
+void CpuBackend::CopyToDevice(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+
+void CpuBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+
+absl::StatusOr<Weight> CpuBackend::UploadWeight(const float* data, int64_t out, int64_t in) {
+  const size_t bytes = static_cast<size_t>(out) * in * sizeof(float);
+  auto buffer = Allocate(bytes);
+  if (!buffer.ok()) return buffer.status();
+  std::memcpy(buffer->data(), data, bytes);
+  Weight w;
+  w.buffer = std::move(*buffer);
+  w.dtype = DType::kF32;
+  w.out = out;
+  w.in = in;
+  return w;
+}
+
+void CpuBackend::Gemm(const Mat& x, const Weight& w, const Weight& bias, Mat* y) {
+  CHECK_EQ(x.cols, w.in);
+  CHECK_EQ(y->cols, w.out);
+  CHECK_EQ(x.rows, y->rows);
+  if (x.rows == 0) return;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(x.rows),
+              static_cast<int>(w.out), static_cast<int>(w.in), 1.0f, x.data,
+              static_cast<int>(x.stride), w.buffer.as<float>(), static_cast<int>(w.in), 0.0f,
+              y->data, static_cast<int>(y->stride));
+  if (!bias.empty()) {
+    const float* b = bias.buffer.as<float>();
+    for (int64_t r = 0; r < y->rows; ++r) {
+      float* row = y->row(r);
+      for (int64_t c = 0; c < y->cols; ++c) row[c] += b[c];
+    }
+  }
+}
+
+void CpuBackend::RmsNorm(const Mat& x, const Weight& weight, float eps, Mat* y) {
+  CHECK_EQ(x.cols, weight.in);
+  const float* w = weight.buffer.as<float>();
+  pool_.ParallelFor(x.rows, RowsPerTask(x.cols), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* in = x.row(r);
+      float* o = y->row(r);
+      double sum = 0.0;
+      for (int64_t c = 0; c < x.cols; ++c) sum += static_cast<double>(in[c]) * in[c];
+      const float inv = static_cast<float>(1.0 / std::sqrt(sum / x.cols + eps));
+      for (int64_t c = 0; c < x.cols; ++c) o[c] = in[c] * inv * w[c];
+    }
+  });
+}
+
+void CpuBackend::Rope(Mat* x, int32_t num_heads, int32_t head_dim,
+                      absl::Span<const int32_t> positions, absl::Span<const float> inv_freq) {
+  const int32_t half = head_dim / 2;
+  CHECK_EQ(static_cast<int64_t>(positions.size()), x->rows);
+  CHECK_EQ(static_cast<int32_t>(inv_freq.size()), half);
+  pool_.ParallelFor(x->rows, 4, [&](int64_t begin, int64_t end) {
+    std::vector<float> cos_t(half), sin_t(half);
+    for (int64_t t = begin; t < end; ++t) {
+      // The angle in double: fp32 products lose precision at long positions.
+      for (int32_t i = 0; i < half; ++i) {
+        const double angle = static_cast<double>(positions[t]) * inv_freq[i];
+        cos_t[i] = static_cast<float>(std::cos(angle));
+        sin_t[i] = static_cast<float>(std::sin(angle));
+      }
+      float* row = x->row(t);
+      for (int32_t h = 0; h < num_heads; ++h) {
+        float* v = row + static_cast<int64_t>(h) * head_dim;
+        for (int32_t i = 0; i < half; ++i) {
+          const float a = v[i], b = v[i + half];
+          v[i] = a * cos_t[i] - b * sin_t[i];
+          v[i + half] = b * cos_t[i] + a * sin_t[i];
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::SwiGlu(const Mat& gate_up, Mat* out) {
+  const int64_t n = out->cols;
+  CHECK_EQ(gate_up.cols, 2 * n);
+  pool_.ParallelFor(out->rows, RowsPerTask(n), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* g = gate_up.row(r);
+      const float* u = g + n;
+      float* o = out->row(r);
+      for (int64_t c = 0; c < n; ++c) o[c] = g[c] / (1.0f + std::exp(-g[c])) * u[c];
+    }
+  });
+}
+
+void CpuBackend::Embed(absl::Span<const int32_t> ids, const Weight& table, Mat* out) {
+  CHECK_EQ(out->cols, table.in);
+  const float* t = table.buffer.as<float>();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    CHECK(ids[i] >= 0 && ids[i] < table.out) << "token id " << ids[i];
+    std::memcpy(out->row(static_cast<int64_t>(i)), t + static_cast<int64_t>(ids[i]) * table.in,
+                table.in * sizeof(float));
+  }
+}
+
+void CpuBackend::Add(Mat* x, const Mat& y) {
+  for (int64_t r = 0; r < x->rows; ++r) {
+    float* a = x->row(r);
+    const float* b = y.row(r);
+    for (int64_t c = 0; c < x->cols; ++c) a[c] += b[c];
+  }
+}
+
+void CpuBackend::GatherRows(const Mat& src, absl::Span<const int32_t> rows, Mat* out) {
+  CHECK_EQ(src.cols, out->cols);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    CHECK(rows[i] >= 0 && rows[i] < src.rows);
+    std::memcpy(out->row(static_cast<int64_t>(i)), src.row(rows[i]), src.cols * sizeof(float));
+  }
+}
+
+void CpuBackend::WriteKv(const Mat& k, const Mat& v, const KvWrite& where,
+                         const KvLayerView& layer) {
+  CHECK(layer.dtype == DType::kF32);
+  const int32_t hd = layer.head_dim;
+  auto* base = static_cast<float*>(layer.base);
+  for (int64_t t = 0; t < k.rows; ++t) {
+    for (int32_t h = 0; h < layer.num_kv_heads; ++h) {
+      float* page = base + (static_cast<size_t>(where.blocks[t]) * layer.num_kv_heads + h) *
+                               layer.page_elems();
+      const int64_t slot = where.offsets[t];
+      std::memcpy(page + slot * hd, k.row(t) + static_cast<int64_t>(h) * hd, hd * sizeof(float));
+      std::memcpy(page + (static_cast<int64_t>(layer.page_size) + slot) * hd,
+                  v.row(t) + static_cast<int64_t>(h) * hd, hd * sizeof(float));
+    }
+  }
+}
+
+void CpuBackend::PagedAttention(const Mat& q, const AttentionBatch& batch,
+                                const KvLayerView& layer, Mat* out) {
+  CHECK(layer.dtype == DType::kF32);
+  const int32_t hd = layer.head_dim;
+  const int32_t heads = batch.num_heads;
+  const int32_t group = heads / layer.num_kv_heads;
+  const auto* base = static_cast<const float*>(layer.base);
+  const int32_t ps = layer.page_size;
+
+  // One task per (query row, head): rows of all sequences laid end to end.
+  struct Task {
+    int32_t seq;
+    int32_t row;  // within the sequence
+  };
+  std::vector<Task> tasks;
+  for (int32_t s = 0; s < static_cast<int32_t>(batch.seqs.size()); ++s) {
+    for (int32_t i = 0; i < batch.seqs[s].q_len; ++i) tasks.push_back({s, i});
+  }
+  const int64_t n_tasks = static_cast<int64_t>(tasks.size()) * heads;
+  pool_.ParallelFor(n_tasks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    std::vector<float> acc(hd);
+    for (int64_t task = begin; task < end; ++task) {
+      const Task& tk = tasks[task / heads];
+      const int32_t h = static_cast<int32_t>(task % heads);
+      const int32_t kv_h = h / group;
+      const AttentionSeq& seq = batch.seqs[tk.seq];
+      const int32_t n_keys = seq.kv_len - seq.q_len + tk.row + 1;
+      const float* qv = q.row(seq.q_begin + tk.row) + static_cast<int64_t>(h) * hd;
+      const int32_t* blocks = batch.blocks.data() + seq.block_begin;
+      scores.resize(n_keys);
+      float max_score = -INFINITY;
+      for (int32_t j = 0; j < n_keys; ++j) {
+        const float* page =
+            base + (static_cast<size_t>(blocks[j / ps]) * layer.num_kv_heads + kv_h) *
+                       layer.page_elems();
+        const float* key = page + static_cast<int64_t>(j % ps) * hd;
+        float dot = 0.0f;
+        for (int32_t c = 0; c < hd; ++c) dot += qv[c] * key[c];
+        scores[j] = dot * batch.scale;
+        max_score = std::max(max_score, scores[j]);
+      }
+      double denom = 0.0;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int32_t j = 0; j < n_keys; ++j) {
+        const float p = std::exp(scores[j] - max_score);
+        denom += p;
+        const float* page =
+            base + (static_cast<size_t>(blocks[j / ps]) * layer.num_kv_heads + kv_h) *
+                       layer.page_elems();
+        const float* value = page + (static_cast<int64_t>(ps) + j % ps) * hd;
+        for (int32_t c = 0; c < hd; ++c) acc[c] += p * value[c];
+      }
+      float* o = out->row(seq.q_begin + tk.row) + static_cast<int64_t>(h) * hd;
+      const float inv = static_cast<float>(1.0 / denom);
+      for (int32_t c = 0; c < hd; ++c) o[c] = acc[c] * inv;
+    }
+  });
+}
+
+}  // namespace specula

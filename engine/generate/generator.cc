@@ -1,1 +1,208 @@
-// placeholder while the engine core is written
+#include "engine/generate/generator.h"
+
+#include <algorithm>
+#include <deque>
+
+#include "engine/common/check.h"
+#include "absl/strings/str_format.h"
+#include "engine/common/status_macros.h"
+#include "engine/cpu/cpu_backend.h"
+
+namespace specula {
+
+absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& model_dir,
+                                                             const GeneratorOptions& options) {
+  if (options.page_size <= 0 || options.kv_cache_tokens < options.page_size ||
+      options.prefill_chunk_tokens <= 0 || options.max_running <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "generator options: page_size (%d), prefill_chunk_tokens (%d) and max_running (%d) must "
+        "be positive and kv_cache_tokens (%d) at least one page",
+        options.page_size, options.prefill_chunk_tokens, options.max_running,
+        options.kv_cache_tokens));
+  }
+  std::unique_ptr<Generator> g(new Generator());
+  g->options_ = options;
+  g->backend_ = std::make_unique<CpuBackend>(options.threads);
+  ASSIGN_OR_RETURN(g->model_, Transformer::Load(model_dir, *g->backend_));
+  ASSIGN_OR_RETURN(g->tokenizer_, Tokenizer::FromDirectory(model_dir));
+  ASSIGN_OR_RETURN(GenerationConfig gen, LoadGenerationConfig(model_dir));
+  const ModelConfig& c = g->model_->config();
+  if (g->tokenizer_->vocab_size() > c.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: tokenizer has %d ids but config.json vocab_size is %d", model_dir,
+        g->tokenizer_->vocab_size(), c.vocab_size));
+  }
+  for (int64_t id : gen.eos_token_ids) g->eos_ids_.insert(static_cast<int32_t>(id));
+  for (int64_t id : c.eos_token_ids) g->eos_ids_.insert(static_cast<int32_t>(id));
+  if (auto eos = g->tokenizer_->eos_token_id()) g->eos_ids_.insert(*eos);
+
+  KvPoolOptions kv;
+  kv.num_layers = static_cast<int32_t>(c.num_hidden_layers);
+  kv.num_kv_heads = static_cast<int32_t>(c.num_key_value_heads);
+  kv.head_dim = static_cast<int32_t>(c.head_dim);
+  kv.page_size = options.page_size;
+  kv.num_blocks = static_cast<int32_t>(options.kv_cache_tokens / options.page_size);
+  ASSIGN_OR_RETURN(g->kv_, KvPool::Create(*g->backend_, kv));
+  return g;
+}
+
+absl::Status Generator::Validate(const GenerationRequest& r) const {
+  const ModelConfig& c = model_->config();
+  if (r.prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
+  for (size_t i = 0; i < r.prompt.size(); ++i) {
+    if (r.prompt[i] < 0 || r.prompt[i] >= c.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("prompt_token_ids[%d] = %d is outside the vocabulary [0, %d)", i,
+                          r.prompt[i], c.vocab_size));
+    }
+  }
+  RETURN_IF_ERROR(ValidateSamplingParams(r.sampling));
+  RETURN_IF_ERROR(ValidateStoppingCriteria(r.stopping, c.vocab_size));
+  const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.stopping.max_tokens;
+  if (total > c.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "prompt (%d tokens) + stopping.max_tokens (%d) exceeds the model's context of %d tokens",
+        r.prompt.size(), r.stopping.max_tokens, c.max_position_embeddings));
+  }
+  if (kv_.BlocksFor(total) > kv_.num_blocks()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "prompt (%d tokens) + stopping.max_tokens (%d) exceeds the KV cache capacity of %d "
+        "tokens",
+        r.prompt.size(), r.stopping.max_tokens,
+        static_cast<int64_t>(kv_.num_blocks()) * kv_.page_size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Generator::Add(GenerationRequest request) {
+  RETURN_IF_ERROR(Validate(request));
+  if (static_cast<int32_t>(running_.size()) >= options_.max_running) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("%d sequences are running already (max_running)", running_.size()));
+  }
+  const uint64_t id = next_id_++;
+  auto seq = std::make_unique<Sequence>(id, std::move(request), *tokenizer_, eos_ids_,
+                                        model_->config().max_position_embeddings);
+  // Reserving the whole lifetime's KV up front means a running sequence never fails for lack
+  // of cache.
+  ASSIGN_OR_RETURN(seq->blocks(), kv_.Allocate(kv_.BlocksFor(seq->max_total_tokens())));
+  running_.emplace(id, std::move(seq));
+  return id;
+}
+
+void Generator::Retire(uint64_t id) {
+  auto it = running_.find(id);
+  CHECK(it != running_.end());
+  kv_.Free(it->second->blocks());
+  running_.erase(it);
+}
+
+absl::Status Generator::Cancel(uint64_t id, SequenceOutput* out) {
+  auto it = running_.find(id);
+  if (it == running_.end()) {
+    return absl::NotFoundError(absl::StrFormat("no running sequence %d", id));
+  }
+  out->id = id;
+  it->second->Finish(FinishReason::kCancelled, out);
+  Retire(id);
+  return absl::OkStatus();
+}
+
+absl::Status Generator::Step(std::vector<SequenceOutput>* outputs) {
+  if (running_.empty()) return absl::OkStatus();
+  const int32_t ps = kv_.page_size();
+  batch_.Clear();
+  struct Planned {
+    Sequence* seq;
+    int64_t n;      // tokens this step
+    bool prefill;
+    bool sample;    // has a logit row
+  };
+  std::vector<Planned> plan;
+  int64_t prefill_budget = options_.prefill_chunk_tokens;
+
+  auto add_rows = [&](Sequence* s, int64_t n, bool prefill) {
+    const int64_t start = s->kv_len();
+    AttentionSeq a;
+    a.q_begin = static_cast<int32_t>(batch_.tokens.size());
+    a.q_len = static_cast<int32_t>(n);
+    a.kv_len = static_cast<int32_t>(start + n);
+    a.block_begin = static_cast<int32_t>(batch_.blocks.size());
+    const int32_t used_blocks = (a.kv_len + ps - 1) / ps;
+    batch_.blocks.insert(batch_.blocks.end(), s->blocks().begin(),
+                         s->blocks().begin() + used_blocks);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t pos = start + i;
+      batch_.tokens.push_back(s->TokenAt(pos));
+      batch_.positions.push_back(static_cast<int32_t>(pos));
+      batch_.write_blocks.push_back(s->blocks()[pos / ps]);
+      batch_.write_offsets.push_back(static_cast<int32_t>(pos % ps));
+    }
+    batch_.seqs.push_back(a);
+    const bool sample = !prefill || n == s->prefill_remaining();
+    if (sample) batch_.logit_rows.push_back(a.q_begin + a.q_len - 1);
+    plan.push_back({s, n, prefill, sample});
+  };
+
+  // Decode first: every running sequence gets its token each step, so TBT stays bounded while
+  // long prompts are prefilled a chunk at a time.
+  for (auto& [id, s] : running_) {
+    if (!s->in_prefill()) add_rows(s.get(), 1, false);
+  }
+  for (auto& [id, s] : running_) {
+    if (prefill_budget == 0) break;
+    if (!s->in_prefill()) continue;
+    const int64_t n = std::min(prefill_budget, s->prefill_remaining());
+    add_rows(s.get(), n, true);
+    prefill_budget -= n;
+  }
+
+  RETURN_IF_ERROR(model_->Forward(batch_, kv_, &logits_));
+
+  const int64_t vocab = model_->config().vocab_size;
+  size_t row = 0;
+  std::vector<uint64_t> done;
+  for (const Planned& p : plan) {
+    p.seq->AdvanceKv(p.n, p.prefill);
+    if (!p.sample) continue;
+    SequenceOutput out;
+    out.id = p.seq->id();
+    p.seq->Accept(absl::Span<float>(logits_.data() + row * vocab, vocab), &out);
+    ++row;
+    if (out.finish != FinishReason::kNone) done.push_back(out.id);
+    outputs->push_back(std::move(out));
+  }
+  for (uint64_t id : done) Retire(id);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<GenerationResult>> Generator::GenerateAll(
+    std::vector<GenerationRequest> reqs) {
+  for (const auto& r : reqs) RETURN_IF_ERROR(Validate(r));
+  std::vector<GenerationResult> results(reqs.size());
+  std::map<uint64_t, size_t> index;  // sequence id -> request index
+  std::deque<size_t> waiting;
+  for (size_t i = 0; i < reqs.size(); ++i) waiting.push_back(i);
+  std::vector<SequenceOutput> outputs;
+  while (!waiting.empty() || HasWork()) {
+    while (!waiting.empty()) {
+      auto id = Add(reqs[waiting.front()]);
+      if (absl::IsResourceExhausted(id.status()) && HasWork()) break;  // wait for room
+      if (!id.ok()) return id.status();
+      index[*id] = waiting.front();
+      waiting.pop_front();
+    }
+    outputs.clear();
+    RETURN_IF_ERROR(Step(&outputs));
+    for (SequenceOutput& o : outputs) {
+      GenerationResult& r = results[index.at(o.id)];
+      r.tokens.insert(r.tokens.end(), o.tokens.begin(), o.tokens.end());
+      r.text += o.text;
+      r.logprobs.insert(r.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
+      r.finish = o.finish;
+    }
+  }
+  return results;
+}
+
+}  // namespace specula

@@ -1,1 +1,80 @@
-// placeholder while the engine core is written
+#include "engine/generate/sequence.h"
+
+#include <algorithm>
+
+#include "engine/common/check.h"
+
+namespace specula {
+
+const char* FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kStopSequence: return "stop_sequence";
+    case FinishReason::kCancelled: return "cancelled";
+  }
+  return "?";
+}
+
+Sequence::Sequence(uint64_t id, GenerationRequest request, const Tokenizer& tokenizer,
+                   absl::flat_hash_set<int32_t> eos_ids, int64_t max_context)
+    : id_(id),
+      request_(std::move(request)),
+      max_context_(max_context),
+      sampler_(request_.sampling, request_.prompt),
+      detok_(tokenizer, /*skip_special_tokens=*/true),
+      stops_(request_.stopping.stop) {
+  if (!request_.stopping.ignore_eos) stop_ids_ = std::move(eos_ids);
+  stop_ids_.insert(request_.stopping.stop_token_ids.begin(),
+                   request_.stopping.stop_token_ids.end());
+}
+
+int32_t Sequence::TokenAt(int64_t i) const {
+  const int64_t n_prompt = static_cast<int64_t>(request_.prompt.size());
+  return i < n_prompt ? request_.prompt[i] : generated_[i - n_prompt];
+}
+
+void Sequence::AdvanceKv(int64_t n, bool prefill) {
+  kv_len_ += n;
+  if (prefill) prefilled_ += n;
+  CHECK_LE(kv_len_, num_tokens());
+}
+
+int64_t Sequence::max_total_tokens() const {
+  return std::min<int64_t>(max_context_,
+                           static_cast<int64_t>(request_.prompt.size()) +
+                               request_.stopping.max_tokens);
+}
+
+void Sequence::Accept(absl::Span<float> logits, SequenceOutput* out) {
+  CHECK(!finished());
+  SampledToken s = sampler_.Sample(logits);
+  generated_.push_back(s.token);
+  out->tokens.push_back(s.token);
+  if (request_.sampling.logprobs >= 0) out->logprobs.push_back(s);
+
+  if (stop_ids_.contains(s.token)) {
+    finish_ = FinishReason::kStop;
+  } else {
+    StopMatcher::Result r = stops_.Push(detok_.Push(s.token));
+    out->text += r.text;
+    if (r.stopped) finish_ = FinishReason::kStopSequence;
+  }
+  if (!finished() && (static_cast<int64_t>(generated_.size()) >= request_.stopping.max_tokens ||
+                      num_tokens() >= max_context_)) {
+    finish_ = FinishReason::kLength;
+  }
+  if (finish_ == FinishReason::kStop || finish_ == FinishReason::kLength) {
+    out->text += stops_.Push(detok_.Finish()).text;
+    out->text += stops_.Flush();
+  }
+  out->finish = finish_;
+}
+
+void Sequence::Finish(FinishReason reason, SequenceOutput* out) {
+  finish_ = reason;
+  out->finish = reason;
+}
+
+}  // namespace specula

@@ -1,1 +1,66 @@
-// placeholder while the engine core is written
+#include "engine/kv/kv_pool.h"
+
+#include "engine/common/check.h"
+#include "absl/strings/str_format.h"
+
+namespace specula {
+
+absl::StatusOr<KvPool> KvPool::Create(Backend& backend, const KvPoolOptions& options) {
+  if (options.num_layers <= 0 || options.num_kv_heads <= 0 || options.head_dim <= 0 ||
+      options.page_size <= 0 || options.num_blocks <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "kv pool: layers, kv heads, head_dim, page_size and blocks must be positive "
+        "(got %d, %d, %d, %d, %d)",
+        options.num_layers, options.num_kv_heads, options.head_dim, options.page_size,
+        options.num_blocks));
+  }
+  KvPool pool;
+  pool.options_ = options;
+  auto memory = backend.Allocate(pool.bytes_per_block() * options.num_blocks);
+  if (!memory.ok()) return memory.status();
+  pool.memory_ = std::move(*memory);
+  pool.free_.reserve(options.num_blocks);
+  // Hand out low ids first: nicer to read in logs and tests.
+  for (int32_t b = options.num_blocks - 1; b >= 0; --b) pool.free_.push_back(b);
+  pool.allocated_.assign(options.num_blocks, false);
+  return pool;
+}
+
+size_t KvPool::bytes_per_block() const {
+  return static_cast<size_t>(options_.num_layers) * options_.num_kv_heads * 2 *
+         options_.page_size * options_.head_dim * sizeof(float);
+}
+
+absl::StatusOr<std::vector<int32_t>> KvPool::Allocate(int32_t n) {
+  if (n > free_blocks()) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "KV cache full: %d blocks of %d tokens requested, %d of %d free", n, options_.page_size,
+        free_blocks(), num_blocks()));
+  }
+  std::vector<int32_t> out(free_.end() - n, free_.end());
+  free_.resize(free_.size() - n);
+  for (int32_t b : out) allocated_[b] = true;
+  return out;
+}
+
+void KvPool::Free(absl::Span<const int32_t> blocks) {
+  for (int32_t b : blocks) {
+    CHECK(b >= 0 && b < num_blocks() && allocated_[b]) << "kv pool: bad free of block " << b;
+    allocated_[b] = false;
+    free_.push_back(b);
+  }
+}
+
+KvLayerView KvPool::Layer(int32_t layer) const {
+  KvLayerView v;
+  v.dtype = DType::kF32;
+  v.num_kv_heads = options_.num_kv_heads;
+  v.page_size = options_.page_size;
+  v.head_dim = options_.head_dim;
+  // Layers are contiguous regions of num_blocks blocks each.
+  const size_t layer_bytes = bytes_per_block() / options_.num_layers * options_.num_blocks;
+  v.base = static_cast<char*>(memory_.data()) + layer_bytes * layer;
+  return v;
+}
+
+}  // namespace specula

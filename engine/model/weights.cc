@@ -1,1 +1,110 @@
-// placeholder while the engine core is written
+#include "engine/model/weights.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/common/status_macros.h"
+
+namespace specula {
+namespace {
+
+// Appends the tensor `name` of shape `shape`, converted to fp32, to `out`.
+absl::Status AppendTensor(const WeightFiles& files, const std::string& name,
+                          std::vector<int64_t> shape, std::vector<float>* out) {
+  ASSIGN_OR_RETURN(const TensorView* t, files.Require(name, shape));
+  const size_t n = static_cast<size_t>(t->numel());
+  const size_t old = out->size();
+  out->resize(old + n);
+  ConvertToF32(t->dtype, t->data, out->data() + old, n);
+  return absl::OkStatus();
+}
+
+// Loads and concatenates tensors along the output dimension into one backend weight.
+absl::StatusOr<Weight> LoadConcat(const WeightFiles& files, Backend& backend,
+                                  const std::vector<std::pair<std::string, int64_t>>& parts,
+                                  int64_t in) {
+  std::vector<float> data;
+  int64_t out = 0;
+  for (const auto& [name, rows] : parts) {
+    std::vector<int64_t> shape = in > 0 ? std::vector<int64_t>{rows, in} : std::vector<int64_t>{rows};
+    RETURN_IF_ERROR(AppendTensor(files, name, shape, &data));
+    out += rows;
+  }
+  // Vectors (norms, biases) are stored as [1, n].
+  return in > 0 ? backend.UploadWeight(data.data(), out, in)
+                : backend.UploadWeight(data.data(), 1, out);
+}
+
+absl::StatusOr<Weight> LoadMatrix(const WeightFiles& files, Backend& backend,
+                                  const std::string& name, int64_t out, int64_t in) {
+  return LoadConcat(files, backend, {{name, out}}, in);
+}
+
+absl::StatusOr<Weight> LoadVector(const WeightFiles& files, Backend& backend,
+                                  const std::string& name, int64_t n) {
+  return LoadConcat(files, backend, {{name, n}}, 0);
+}
+
+}  // namespace
+
+size_t ModelWeights::bytes() const {
+  size_t total = embed.buffer.bytes() + final_norm.buffer.bytes() + lm_head.buffer.bytes();
+  for (const LayerWeights& l : layers) {
+    for (const Weight* w : {&l.input_norm, &l.qkv, &l.qkv_bias, &l.q_norm, &l.k_norm, &l.o,
+                            &l.post_attn_norm, &l.gate_up, &l.down}) {
+      total += w->buffer.bytes();
+    }
+  }
+  return total;
+}
+
+absl::StatusOr<ModelWeights> LoadModelWeights(const WeightFiles& files, const ModelConfig& c,
+                                              Backend& backend) {
+  ModelWeights w;
+  const int64_t hidden = c.hidden_size;
+  ASSIGN_OR_RETURN(w.embed,
+                   LoadMatrix(files, backend, "model.embed_tokens.weight", c.vocab_size, hidden));
+  ASSIGN_OR_RETURN(w.final_norm, LoadVector(files, backend, "model.norm.weight", hidden));
+  // Some tied checkpoints still carry an lm_head copy; the config decides.
+  if (!c.tie_word_embeddings) {
+    ASSIGN_OR_RETURN(w.lm_head, LoadMatrix(files, backend, "lm_head.weight", c.vocab_size, hidden));
+  }
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    LayerWeights l;
+    ASSIGN_OR_RETURN(l.input_norm,
+                     LoadVector(files, backend, p + "input_layernorm.weight", hidden));
+    ASSIGN_OR_RETURN(l.qkv, LoadConcat(files, backend,
+                                       {{p + "self_attn.q_proj.weight", c.q_dim()},
+                                        {p + "self_attn.k_proj.weight", c.kv_dim()},
+                                        {p + "self_attn.v_proj.weight", c.kv_dim()}},
+                                       hidden));
+    if (c.attention_bias) {
+      ASSIGN_OR_RETURN(l.qkv_bias, LoadConcat(files, backend,
+                                              {{p + "self_attn.q_proj.bias", c.q_dim()},
+                                               {p + "self_attn.k_proj.bias", c.kv_dim()},
+                                               {p + "self_attn.v_proj.bias", c.kv_dim()}},
+                                              0));
+    }
+    if (c.qk_norm) {
+      ASSIGN_OR_RETURN(l.q_norm,
+                       LoadVector(files, backend, p + "self_attn.q_norm.weight", c.head_dim));
+      ASSIGN_OR_RETURN(l.k_norm,
+                       LoadVector(files, backend, p + "self_attn.k_norm.weight", c.head_dim));
+    }
+    ASSIGN_OR_RETURN(l.o,
+                     LoadMatrix(files, backend, p + "self_attn.o_proj.weight", hidden, c.q_dim()));
+    ASSIGN_OR_RETURN(l.post_attn_norm,
+                     LoadVector(files, backend, p + "post_attention_layernorm.weight", hidden));
+    ASSIGN_OR_RETURN(l.gate_up, LoadConcat(files, backend,
+                                           {{p + "mlp.gate_proj.weight", c.intermediate_size},
+                                            {p + "mlp.up_proj.weight", c.intermediate_size}},
+                                           hidden));
+    ASSIGN_OR_RETURN(l.down, LoadMatrix(files, backend, p + "mlp.down_proj.weight", hidden,
+                                        c.intermediate_size));
+    w.layers.push_back(std::move(l));
+  }
+  return w;
+}
+
+}  // namespace specula

@@ -1,0 +1,46 @@
+// A fixed pool of worker threads for data-parallel loops on the CPU backend.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace specula {
+
+class ThreadPool {
+ public:
+  // `num_threads` workers in total, counting the caller of ParallelFor (which works too);
+  // 0 means std::thread::hardware_concurrency().
+  explicit ThreadPool(int num_threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls fn(begin, end) on disjoint ranges covering [0, n), in parallel, and returns when all
+  // are done. Ranges hold at least `min_chunk` items so tiny loops stay on one thread.
+  // Not reentrant: one ParallelFor at a time per pool (the engine thread owns it).
+  void ParallelFor(int64_t n, int64_t min_chunk,
+                   const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  void WorkerLoop(int index);
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable start_cv_;
+  std::condition_variable done_cv_;
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  int64_t job_n_ = 0;
+  int64_t job_chunks_ = 0;
+  int64_t next_chunk_ = 0;
+  int64_t chunks_done_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace specula

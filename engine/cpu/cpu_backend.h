@@ -1,0 +1,41 @@
+// The reference backend: fp32 everywhere, GEMMs through CBLAS (OpenBLAS), the rest as plain loops
+// spread over a thread pool. Every CUDA kernel is tested against these semantics.
+#pragma once
+
+#include <memory>
+
+#include "engine/backend.h"
+#include "engine/common/thread_pool.h"
+
+namespace specula {
+
+class CpuBackend : public Backend {
+ public:
+  // `num_threads` 0 = all cores.
+  explicit CpuBackend(int num_threads = 0);
+
+  std::string name() const override { return "cpu"; }
+  absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
+  void CopyToDevice(void* dst, const void* src, size_t bytes) override;
+  void CopyToHost(void* dst, const void* src, size_t bytes) override;
+  void Synchronize() override {}
+  absl::StatusOr<Weight> UploadWeight(const float* data, int64_t out, int64_t in) override;
+
+  void Gemm(const Mat& x, const Weight& w, const Weight& bias, Mat* y) override;
+  void RmsNorm(const Mat& x, const Weight& weight, float eps, Mat* y) override;
+  void Rope(Mat* x, int32_t num_heads, int32_t head_dim, absl::Span<const int32_t> positions,
+            absl::Span<const float> inv_freq) override;
+  void SwiGlu(const Mat& gate_up, Mat* out) override;
+  void Embed(absl::Span<const int32_t> ids, const Weight& table, Mat* out) override;
+  void Add(Mat* x, const Mat& y) override;
+  void GatherRows(const Mat& src, absl::Span<const int32_t> rows, Mat* out) override;
+  void WriteKv(const Mat& k, const Mat& v, const KvWrite& where,
+               const KvLayerView& layer) override;
+  void PagedAttention(const Mat& q, const AttentionBatch& batch, const KvLayerView& layer,
+                      Mat* out) override;
+
+ private:
+  ThreadPool pool_;
+};
+
+}  // namespace specula

@@ -1,0 +1,87 @@
+// The engine core: a model, its tokenizer, a KV pool and the running sequences, advanced one
+// batched step at a time (chunked prefill and decode mixed in one forward pass).
+//
+// Single-threaded: every method is called from the engine thread (the server's scheduler, the
+// offline CLI or a test). Cross-thread queues live one level up.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "engine/backend.h"
+#include "engine/generate/sequence.h"
+#include "engine/kv/kv_pool.h"
+#include "engine/model/model_config.h"
+#include "engine/model/transformer.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace specula {
+
+struct GeneratorOptions {
+  int32_t page_size = 16;
+  int64_t kv_cache_tokens = 65536;  // capacity of the KV pool, in token positions
+  int32_t prefill_chunk_tokens = 512;  // most prompt tokens per step (over all sequences)
+  int32_t max_running = 64;            // most sequences in one step
+  int32_t threads = 0;                 // CPU threads, 0 = all cores
+};
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::vector<SampledToken> logprobs;
+  FinishReason finish = FinishReason::kNone;
+};
+
+class Generator {
+ public:
+  // Loads the model directory (config, weights, tokenizer, generation config) on the CPU backend.
+  static absl::StatusOr<std::unique_ptr<Generator>> Create(const std::string& model_dir,
+                                                           const GeneratorOptions& options);
+
+  const ModelConfig& model_config() const { return model_->config(); }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const GeneratorOptions& options() const { return options_; }
+  const absl::flat_hash_set<int32_t>& eos_ids() const { return eos_ids_; }
+  const KvPool& kv_pool() const { return kv_; }
+
+  // Checks a request against the model (ids, lengths, sampling values) without admitting it.
+  absl::Status Validate(const GenerationRequest& request) const;
+  // Admits a request and reserves its KV for prompt + max_tokens: RESOURCE_EXHAUSTED when the
+  // pool cannot hold it now, or when max_running sequences run already.
+  absl::StatusOr<uint64_t> Add(GenerationRequest request);
+  // Retires a sequence now and frees its KV; its output reports kCancelled. NOT_FOUND if unknown.
+  absl::Status Cancel(uint64_t id, SequenceOutput* out);
+
+  bool HasWork() const { return !running_.empty(); }
+  size_t num_running() const { return running_.size(); }
+
+  // One forward pass: decode one token for every sequence past prefill, plus up to
+  // prefill_chunk_tokens prompt tokens of sequences in prefill. Appends one output per sequence
+  // that produced a token or finished; finished sequences are retired and their KV freed.
+  absl::Status Step(std::vector<SequenceOutput>* outputs);
+
+  // Convenience for offline use and tests: runs requests to completion, batched together.
+  absl::StatusOr<std::vector<GenerationResult>> GenerateAll(std::vector<GenerationRequest> reqs);
+
+ private:
+  Generator() = default;
+  void Retire(uint64_t id);
+
+  GeneratorOptions options_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Transformer> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  KvPool kv_ = KvPool();
+  absl::flat_hash_set<int32_t> eos_ids_;
+  std::map<uint64_t, std::unique_ptr<Sequence>> running_;  // ordered: admission order
+  uint64_t next_id_ = 1;
+  ForwardBatch batch_;
+  std::vector<float> logits_;
+};
+
+}  // namespace specula

@@ -1,0 +1,85 @@
+// The state of one generation request inside the engine: its tokens, its KV blocks, its sampler,
+// streaming detokenizer and stop matcher. Owned by the Generator (engine thread only).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "engine/sampling/sampler.h"
+#include "engine/sampling/sampling_params.h"
+#include "engine/sampling/stop_matcher.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace specula {
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;  // token ids, non-empty
+  SamplingParams sampling;
+  StoppingCriteria stopping;
+};
+
+enum class FinishReason { kNone, kStop, kLength, kStopSequence, kCancelled };
+const char* FinishReasonName(FinishReason r);
+
+// What one step produced for one sequence.
+struct SequenceOutput {
+  uint64_t id = 0;
+  std::vector<int32_t> tokens;        // new token ids (0 or 1 per step)
+  std::string text;                   // new text, safe to show (complete UTF-8, no stop string)
+  std::vector<SampledToken> logprobs; // per new token, when asked
+  FinishReason finish = FinishReason::kNone;
+};
+
+class Sequence {
+ public:
+  Sequence(uint64_t id, GenerationRequest request, const Tokenizer& tokenizer,
+           absl::flat_hash_set<int32_t> eos_ids, int64_t max_context);
+
+  uint64_t id() const { return id_; }
+  const GenerationRequest& request() const { return request_; }
+  const std::vector<int32_t>& generated() const { return generated_; }
+  // Every token whose K/V is (or is about to be) in the cache, prompt first.
+  int64_t num_tokens() const {
+    return static_cast<int64_t>(request_.prompt.size() + generated_.size());
+  }
+  int32_t TokenAt(int64_t i) const;
+
+  // Tokens of the prompt not yet run through the model.
+  int64_t prefill_remaining() const {
+    return static_cast<int64_t>(request_.prompt.size()) - prefilled_;
+  }
+  bool in_prefill() const { return prefill_remaining() > 0; }
+  int64_t kv_len() const { return kv_len_; }
+  void AdvanceKv(int64_t n, bool prefill);
+
+  std::vector<int32_t>& blocks() { return blocks_; }
+  // The most tokens this sequence can ever hold: prompt + max_tokens, capped by the model.
+  int64_t max_total_tokens() const;
+
+  // Consumes the token sampled from `logits`, updates stop state and fills `out`.
+  void Accept(absl::Span<float> logits, SequenceOutput* out);
+  // Ends the sequence for a reason decided outside (cancellation).
+  void Finish(FinishReason reason, SequenceOutput* out);
+  bool finished() const { return finish_ != FinishReason::kNone; }
+  FinishReason finish_reason() const { return finish_; }
+
+ private:
+  uint64_t id_;
+  GenerationRequest request_;
+  absl::flat_hash_set<int32_t> stop_ids_;  // eos (unless ignore_eos) and stop_token_ids
+  int64_t max_context_;
+  std::vector<int32_t> generated_;
+  std::vector<int32_t> blocks_;
+  int64_t prefilled_ = 0;
+  int64_t kv_len_ = 0;
+  Sampler sampler_;
+  StreamingDetokenizer detok_;
+  StopMatcher stops_;
+  FinishReason finish_ = FinishReason::kNone;
+};
+
+}  // namespace specula

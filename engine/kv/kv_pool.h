@@ -1,0 +1,53 @@
+// The device-resident pool of KV pages for dense attention. Memory is carved into blocks; a block
+// holds `page_size` token positions of every layer and KV head (one page per layer and head), so
+// a sequence's KV is described by one block table that serves every layer.
+//
+// Owned by the engine thread; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/backend.h"
+
+namespace specula {
+
+struct KvPoolOptions {
+  int32_t num_layers = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t page_size = 16;
+  int32_t num_blocks = 0;
+};
+
+class KvPool {
+ public:
+  static absl::StatusOr<KvPool> Create(Backend& backend, const KvPoolOptions& options);
+  KvPool() = default;  // empty: no blocks until assigned from Create
+
+  // RESOURCE_EXHAUSTED when fewer than `n` blocks are free (nothing is taken then).
+  absl::StatusOr<std::vector<int32_t>> Allocate(int32_t n);
+  // Every block must have come from Allocate and not been freed since.
+  void Free(absl::Span<const int32_t> blocks);
+
+  KvLayerView Layer(int32_t layer) const;
+  int32_t page_size() const { return options_.page_size; }
+  int32_t num_blocks() const { return options_.num_blocks; }
+  int32_t free_blocks() const { return static_cast<int32_t>(free_.size()); }
+  int32_t used_blocks() const { return num_blocks() - free_blocks(); }
+  // Blocks needed for `tokens` positions.
+  int32_t BlocksFor(int64_t tokens) const {
+    return static_cast<int32_t>((tokens + options_.page_size - 1) / options_.page_size);
+  }
+  size_t bytes_per_block() const;
+
+ private:
+  KvPoolOptions options_;
+  DeviceBuffer memory_;
+  std::vector<int32_t> free_;      // stack of free block ids
+  std::vector<bool> allocated_;    // catches double frees
+};
+
+}  // namespace specula

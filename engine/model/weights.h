@@ -1,0 +1,42 @@
+// A Llama-family model's weights on a backend, loaded from a Hugging Face directory.
+// Q/K/V and gate/up projections are concatenated so each is one GEMM.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/backend.h"
+#include "engine/model/model_config.h"
+#include "engine/model/safetensors.h"
+
+namespace specula {
+
+struct LayerWeights {
+  Weight input_norm;     // [1, hidden]
+  Weight qkv;            // [q_dim + 2 kv_dim, hidden]
+  Weight qkv_bias;       // [1, q_dim + 2 kv_dim] or empty
+  Weight q_norm;         // [1, head_dim] or empty (Qwen3)
+  Weight k_norm;         // [1, head_dim] or empty
+  Weight o;              // [hidden, q_dim]
+  Weight post_attn_norm; // [1, hidden]
+  Weight gate_up;        // [2 intermediate, hidden]
+  Weight down;           // [hidden, intermediate]
+};
+
+struct ModelWeights {
+  Weight embed;       // [vocab, hidden]
+  Weight final_norm;  // [1, hidden]
+  Weight lm_head;     // [vocab, hidden]; empty when tied to `embed`
+  std::vector<LayerWeights> layers;
+
+  const Weight& output() const { return lm_head.empty() ? embed : lm_head; }
+  size_t bytes() const;
+};
+
+// Every tensor the config implies must be present with its exact shape; errors name the file and
+// the tensor. Tensors the model does not use are ignored.
+absl::StatusOr<ModelWeights> LoadModelWeights(const WeightFiles& files, const ModelConfig& config,
+                                              Backend& backend);
+
+}  // namespace specula
