@@ -1,0 +1,94 @@
+// Helpers for tests that drive the Transformer directly (below the Generator).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/kv/kv_pool.h"
+#include "engine/model/transformer.h"
+#include "gtest/gtest.h"
+
+namespace specula::testing {
+
+inline std::string TestModelDir(const std::string& name) {
+  return std::string(SPECULA_TEST_MODELS_DIR) + "/" + name;
+}
+
+inline const std::vector<std::string>& AllTestModels() {
+  static const std::vector<std::string> names = {
+      "llama-f32",   "llama-sharded", "llama3-f32", "llama3-bf16", "mistral-f32",
+      "qwen2-f32",   "qwen2-f16",     "qwen3-f32",  "qwen3-bf16"};
+  return names;
+}
+
+// One sequence's KV plus the model, fed chunk by chunk.
+class SingleSequenceRunner {
+ public:
+  explicit SingleSequenceRunner(const std::string& model_dir, int page_size = 4)
+      : backend_(2) {
+    model_ = Transformer::Load(model_dir, backend_).value();
+    const ModelConfig& c = model_->config();
+    KvPoolOptions o{static_cast<int32_t>(c.num_hidden_layers),
+                    static_cast<int32_t>(c.num_key_value_heads), static_cast<int32_t>(c.head_dim),
+                    page_size, 64};
+    pool_ = KvPool::Create(backend_, o).value();
+    blocks_ = pool_.Allocate(pool_.num_blocks()).value();
+  }
+
+  const ModelConfig& config() const { return model_->config(); }
+
+  // Runs `tokens` as the next chunk; returns logits of every chunk row ([n, vocab]) or only the
+  // last row.
+  std::vector<float> Run(const std::vector<int32_t>& tokens, bool all_rows) {
+    ForwardBatch b;
+    const int ps = pool_.page_size();
+    const int32_t n = static_cast<int32_t>(tokens.size());
+    AttentionSeq a;
+    a.q_begin = 0;
+    a.q_len = n;
+    a.kv_len = len_ + n;
+    a.block_begin = 0;
+    b.seqs.push_back(a);
+    b.blocks = blocks_;
+    for (int32_t i = 0; i < n; ++i) {
+      b.tokens.push_back(tokens[i]);
+      b.positions.push_back(len_ + i);
+      b.write_blocks.push_back(blocks_[(len_ + i) / ps]);
+      b.write_offsets.push_back((len_ + i) % ps);
+      if (all_rows || i == n - 1) b.logit_rows.push_back(i);
+    }
+    std::vector<float> logits;
+    EXPECT_TRUE(model_->Forward(b, pool_, &logits).ok());
+    len_ += n;
+    return logits;
+  }
+
+ private:
+  CpuBackend backend_;
+  std::unique_ptr<Transformer> model_;
+  KvPool pool_;
+  std::vector<int32_t> blocks_;
+  int32_t len_ = 0;
+};
+
+// max |a - b| / max |b|: the relative error used for logits comparisons.
+inline double RelativeError(const std::vector<float>& a, const std::vector<double>& b) {
+  double max_diff = 0, max_ref = 1e-30;
+  for (size_t i = 0; i < b.size(); ++i) {
+    max_diff = std::max(max_diff, std::abs(a[i] - b[i]));
+    max_ref = std::max(max_ref, std::abs(b[i]));
+  }
+  return max_diff / max_ref;
+}
+
+inline int32_t Argmax(const float* row, int64_t n) {
+  int32_t best = 0;
+  for (int64_t i = 1; i < n; ++i) {
+    if (row[i] > row[best]) best = static_cast<int32_t>(i);
+  }
+  return best;
+}
+
+}  // namespace specula::testing

@@ -1,0 +1,180 @@
+// The Generator: batching, stopping, validation and KV accounting.
+#include "engine/generate/generator.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/engine/generate/forward_helpers.h"
+
+namespace specula {
+namespace {
+
+using ::specula::testing::TestModelDir;
+
+GenerationRequest Greedy(std::vector<int32_t> prompt, int max_tokens) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling.temperature = 0;
+  r.stopping.max_tokens = max_tokens;
+  r.stopping.ignore_eos = true;
+  return r;
+}
+
+std::vector<GenerationRequest> MixedRequests() {
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < 3 + 7 * i; ++j) prompt.push_back(1 + (i * 31 + j * 13) % 250);
+    reqs.push_back(Greedy(prompt, 5 + 3 * i));
+  }
+  return reqs;
+}
+
+TEST(GeneratorTest, BatchedDecodeEqualsOneByOne) {
+  for (const char* model : {"llama3-f32", "qwen3-bf16"}) {
+    GeneratorOptions opt;
+    opt.prefill_chunk_tokens = 8;  // prompts are prefilled over several steps, mixed with decode
+    auto batched = Generator::Create(TestModelDir(model), opt).value();
+    auto together = batched->GenerateAll(MixedRequests()).value();
+    auto solo = Generator::Create(TestModelDir(model), GeneratorOptions{}).value();
+    for (size_t i = 0; i < together.size(); ++i) {
+      auto alone = solo->GenerateAll({MixedRequests()[i]}).value();
+      EXPECT_EQ(together[i].tokens, alone[0].tokens) << model << " request " << i;
+      EXPECT_EQ(together[i].text, alone[0].text) << model << " request " << i;
+      EXPECT_EQ(together[i].finish, FinishReason::kLength);
+      EXPECT_EQ(static_cast<int>(together[i].tokens.size()), 5 + 3 * static_cast<int>(i));
+    }
+    EXPECT_EQ(batched->kv_pool().used_blocks(), 0);
+  }
+}
+
+TEST(GeneratorTest, SameSeedSameSample) {
+  auto gen = Generator::Create(TestModelDir("llama3-f32"), GeneratorOptions{}).value();
+  GenerationRequest r = Greedy({1, 2, 3, 4}, 16);
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = 7;
+  auto a = gen->GenerateAll({r, r}).value();
+  EXPECT_EQ(a[0].tokens, a[1].tokens);
+  r.sampling.seed = 8;
+  auto b = gen->GenerateAll({r}).value();
+  EXPECT_NE(a[0].tokens, b[0].tokens);
+}
+
+TEST(GeneratorTest, StopStringEndsTextBeforeIt) {
+  auto gen = Generator::Create(TestModelDir("llama3-f32"), GeneratorOptions{}).value();
+  auto full = gen->GenerateAll({Greedy({1, 80, 81, 82}, 24)}).value()[0];
+  ASSERT_GE(full.text.size(), 8u);
+  // A stop string from the middle of the unconstrained output.
+  const std::string stop = full.text.substr(full.text.size() / 2, 2);
+  const size_t at = full.text.find(stop);
+  GenerationRequest r = Greedy({1, 80, 81, 82}, 24);
+  r.stopping.stop = {stop};
+  auto stopped = gen->GenerateAll({r}).value()[0];
+  EXPECT_EQ(stopped.finish, FinishReason::kStopSequence);
+  EXPECT_EQ(stopped.text, full.text.substr(0, at));
+  EXPECT_LE(stopped.tokens.size(), full.tokens.size());
+}
+
+TEST(GeneratorTest, StopTokenIdEndsAtFirstOccurrence) {
+  auto gen = Generator::Create(TestModelDir("qwen2-f32"), GeneratorOptions{}).value();
+  auto full = gen->GenerateAll({Greedy({5, 6, 7}, 20)}).value()[0];
+  const int32_t stop_id = full.tokens[4];
+  size_t first = 0;
+  while (full.tokens[first] != stop_id) ++first;
+  GenerationRequest r = Greedy({5, 6, 7}, 20);
+  r.stopping.stop_token_ids = {stop_id};
+  auto stopped = gen->GenerateAll({r}).value()[0];
+  EXPECT_EQ(stopped.finish, FinishReason::kStop);
+  EXPECT_EQ(stopped.tokens,
+            std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + first + 1));
+}
+
+TEST(GeneratorTest, LogprobsAreReportedWhenAsked) {
+  auto gen = Generator::Create(TestModelDir("mistral-f32"), GeneratorOptions{}).value();
+  GenerationRequest r = Greedy({1, 9, 8}, 4);
+  r.sampling.logprobs = 3;
+  auto res = gen->GenerateAll({r}).value()[0];
+  ASSERT_EQ(res.logprobs.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_EQ(res.logprobs[i].top.size(), 3u);
+    // Greedy: the chosen token is the most likely one.
+    EXPECT_EQ(res.logprobs[i].top[0].token, res.tokens[i]);
+    EXPECT_FLOAT_EQ(res.logprobs[i].top[0].logprob, res.logprobs[i].logprob);
+    EXPECT_LE(res.logprobs[i].logprob, 0.0f);
+  }
+}
+
+TEST(GeneratorTest, InvalidRequestsNameTheProblem) {
+  auto gen = Generator::Create(TestModelDir("llama-f32"), GeneratorOptions{}).value();
+  const int64_t vocab = gen->model_config().vocab_size;
+  EXPECT_EQ(gen->Add(Greedy({}, 4)).status().code(), absl::StatusCode::kInvalidArgument);
+  auto bad_id = gen->Add(Greedy({1, static_cast<int32_t>(vocab)}, 4));
+  EXPECT_EQ(bad_id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_id.status().message().find("prompt_token_ids[1]"), std::string::npos);
+  auto too_long = gen->Add(Greedy({1}, static_cast<int>(gen->model_config().max_position_embeddings)));
+  EXPECT_EQ(too_long.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(too_long.status().message().find("max_tokens"), std::string::npos);
+  GenerationRequest bad_temp = Greedy({1}, 4);
+  bad_temp.sampling.temperature = -1;
+  EXPECT_NE(gen->Add(bad_temp).status().message().find("temperature"), std::string::npos);
+  EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
+}
+
+TEST(GeneratorTest, FullCacheIsResourceExhaustedAndCancelFreesBlocks) {
+  GeneratorOptions opt;
+  opt.kv_cache_tokens = 64;
+  opt.page_size = 16;
+  auto gen = Generator::Create(TestModelDir("llama-f32"), opt).value();
+  auto a = gen->Add(Greedy({1, 2, 3}, 40));  // 43 tokens: 3 of 4 blocks
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(gen->kv_pool().used_blocks(), 3);
+  auto b = gen->Add(Greedy({1, 2, 3}, 20));  // needs 2 blocks, 1 free
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
+  auto never = gen->Add(Greedy({1, 2, 3}, 100));  // could never fit
+  EXPECT_EQ(never.status().code(), absl::StatusCode::kInvalidArgument);
+  std::vector<SequenceOutput> out;
+  ASSERT_TRUE(gen->Step(&out).ok());
+  SequenceOutput cancelled;
+  ASSERT_TRUE(gen->Cancel(*a, &cancelled).ok());
+  EXPECT_EQ(cancelled.finish, FinishReason::kCancelled);
+  EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
+  EXPECT_FALSE(gen->HasWork());
+  EXPECT_EQ(gen->Cancel(*a, &cancelled).code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(gen->Add(Greedy({1, 2, 3}, 20)).ok());
+}
+
+TEST(GeneratorTest, EosFromGenerationConfigEndsGenerationUnlessIgnored) {
+  namespace fs = std::filesystem;
+  const std::string src = TestModelDir("llama3-f32");
+  auto gen = Generator::Create(src, GeneratorOptions{}).value();
+  auto full = gen->GenerateAll({Greedy({1, 30, 31}, 8)}).value()[0];
+  const int32_t eos = full.tokens[2];
+  size_t first = 0;
+  while (full.tokens[first] != eos) ++first;
+
+  // The same model, with that token declared EOS in generation_config.json.
+  const fs::path dir = fs::temp_directory_path() / ("specula_eos_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::copy(src, dir, fs::copy_options::recursive);
+  std::ofstream(dir / "generation_config.json") << "{\"eos_token_id\": [" << eos << "]}";
+  auto eos_gen = Generator::Create(dir.string(), GeneratorOptions{}).value();
+  EXPECT_TRUE(eos_gen->eos_ids().contains(eos));
+  GenerationRequest r = Greedy({1, 30, 31}, 8);
+  r.stopping.ignore_eos = false;
+  auto stopped = eos_gen->GenerateAll({r}).value()[0];
+  EXPECT_EQ(stopped.finish, FinishReason::kStop);
+  EXPECT_EQ(stopped.tokens,
+            std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + first + 1));
+  r.stopping.ignore_eos = true;
+  auto ignored = eos_gen->GenerateAll({r}).value()[0];
+  EXPECT_EQ(ignored.tokens, full.tokens);
+  EXPECT_EQ(ignored.finish, FinishReason::kLength);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace specula
