@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Installs what the build needs, builds everything and runs every test. The README's test command
+# and what CI runs. Extra arguments go to ctest (e.g. -R tokenizer).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/install-deps.sh
+preset=${SPECULA_PRESET:-default}
+cmake --preset "$preset"
+cmake --build --preset "$preset" -j "$(nproc)"
+ctest --preset "$preset" -j "$(nproc)" "$@"
