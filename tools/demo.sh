@@ -9,4 +9,4 @@ cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset" -j "$(nproc)" --target specula-cli
 build_dir=build
 [[ $preset == cpu ]] && build_dir=build-cpu
-"$build_dir/tools/specula-cli" generate --offline --prompt "${1:-Hello, specula!}" --max_tokens 32
+"$build_dir/tools/specula-cli" generate --offline --prompt "${1:-Hello, specula!}" --max_tokens 32 --temperature 0.8 --seed 1
