@@ -21,9 +21,17 @@ struct TokenLogprob {
 
 struct SampledToken {
   int32_t token = 0;
-  float logprob = 0.0f;             // of the chosen token (only when params.logprobs >= 0)
-  std::vector<TokenLogprob> top;    // top-N alternatives, most likely first
+  float logprob = 0.0f;           // of the chosen token (only when params.logprobs >= 0)
+  std::vector<TokenLogprob> top;  // top-N alternatives, most likely first
 };
+
+namespace sampling_internal {
+// A candidate token: `value` is a logit or an unnormalized probability, depending on the stage.
+struct Candidate {
+  float value;
+  int32_t token;
+};
+}  // namespace sampling_internal
 
 class Sampler {
  public:
@@ -31,16 +39,33 @@ class Sampler {
   // Without a seed, the RNG is seeded from std::random_device.
   Sampler(const SamplingParams& params, absl::Span<const int32_t> prompt);
 
-  // `logits` (vocab_size floats) may be modified in place. Records the chosen token for the
-  // penalties of later steps. Logprobs are those of the model's distribution (log_softmax of the
-  // raw logits, before penalties and temperature), as vLLM reports by default.
+  // `logits` (vocab_size floats) may be modified in place: on return they hold the penalized
+  // logits (temperature is not applied in place). Records the chosen token for the penalties of
+  // later steps. Logprobs are those of the model's distribution (log_softmax of the raw logits,
+  // before penalties and temperature), as vLLM reports by default.
   SampledToken Sample(absl::Span<float> logits);
 
  private:
+  using Candidate = sampling_internal::Candidate;
+
+  // Applies the repetition, frequency and presence penalties. When `saved` is non-null, the raw
+  // value of every logit it changes is appended there first (for the chosen token's logprob).
+  void ApplyPenalties(absl::Span<float> logits, std::vector<Candidate>* saved) const;
+  // Temperature > 0 path: temperature, top-k, top-p, min-p, then a draw from the RNG.
+  int32_t SampleStochastic(absl::Span<const float> logits);
+  // Uniform double in [0, 1) built from 53 RNG bits, identical on every standard library.
+  double NextUniform();
+
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<int32_t> prompt_tokens_;             // distinct prompt tokens
+  std::vector<int32_t> prompt_tokens_;                  // distinct prompt tokens, sorted
   std::unordered_map<int32_t, int32_t> output_counts_;  // generated token -> count
+  // Scratch buffers reused across steps so a step allocates nothing in the steady state.
+  std::vector<Candidate> candidates_;
+  std::vector<Candidate> boundary_candidates_;
+  std::vector<Candidate> saved_logits_;
+  std::vector<float> weights_;
+  std::vector<double> bucket_mass_;
 };
 
 }  // namespace specula

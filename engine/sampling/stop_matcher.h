@@ -17,14 +17,19 @@ class StopMatcher {
     std::string text;      // safe to emit now
     bool stopped = false;  // a stop string completed; `text` is everything before it
   };
-  // Feeds newly decoded text.
+  // Feeds newly decoded text. After a stop, further pushes return {"", true}.
   Result Push(std::string_view text);
   // End of generation for another reason: releases the held-back text.
   std::string Flush();
 
  private:
+  // Length of the longest suffix of `text` that is a proper prefix of some stop string.
+  size_t PartialMatchLength(std::string_view text) const;
+
   std::vector<std::string> stops_;
   std::string held_;
+  size_t max_stop_len_ = 0;
+  bool stopped_ = false;
 };
 
 }  // namespace specula
