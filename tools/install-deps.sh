@@ -10,7 +10,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libyaml-cpp-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev
-  libopenblas-dev libopenblas0-pthread libpcre2-dev nlohmann-json3-dev
+  libopenblas-dev libopenblas0-pthread libpcre2-dev libicu-dev nlohmann-json3-dev
   python3 python3-numpy python3-grpcio python3-protobuf
   curl ca-certificates
 )

@@ -71,7 +71,8 @@ class StreamingDetokenizer {
  private:
   const Tokenizer& tokenizer_;
   bool skip_special_tokens_;
-  bool first_ = true;
+  int strip_left_ = 0;  // leading strip_char_s the decoder still removes from the text
+  char strip_char_ = ' ';
   std::string pending_;  // bytes of an incomplete UTF-8 sequence
 };
 

@@ -1,0 +1,343 @@
+#include "engine/tokenizer/tokenizer.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "engine/common/status_macros.h"
+#include "engine/tokenizer/tokenizer_impl.h"
+#include "engine/tokenizer/utf8.h"
+#include "nlohmann/json.hpp"
+
+namespace specula {
+namespace tokenizer_internal {
+namespace {
+
+using json = nlohmann::json;
+
+// Pieces longer than this are not cached: they rarely repeat and would bloat the cache.
+constexpr size_t kMaxCachedPiece = 256;
+
+absl::StatusOr<json> ParseJson(std::string_view text, const std::string& file) {
+  json root = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": not valid JSON"));
+  }
+  if (!root.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": top level is not a JSON object"));
+  }
+  return root;
+}
+
+const json& FieldOrNull(const json& obj, const char* key) {
+  static const json kNull;
+  const auto it = obj.find(key);
+  return it == obj.end() ? kNull : *it;
+}
+
+// bos_token/eos_token: a string, {"content": ...} (AddedToken form) or null.
+std::optional<std::string> TokenName(const json& config, const char* key) {
+  const json& v = FieldOrNull(config, key);
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content")) return v.at("content").get<std::string>();
+  return std::nullopt;
+}
+
+bool IsAsciiSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+bool IsWordByte(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  return u >= 0x80 || (u >= '0' && u <= '9') || (u >= 'A' && u <= 'Z') || (u >= 'a' && u <= 'z') ||
+         u == '_';
+}
+
+absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path.string()));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return absl::InternalError(absl::StrCat("error reading ", path.string()));
+  return std::move(ss).str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Create(std::string_view tokenizer_json,
+                                                                 std::string_view config_json,
+                                                                 const std::string& file,
+                                                                 const std::string& config_file) {
+  std::unique_ptr<HfTokenizer> tok(new HfTokenizer());
+  // nlohmann throws on wrong field types; those exceptions stop at this boundary.
+  try {
+    RETURN_IF_ERROR(tok->LoadTokenizerJson(tokenizer_json, file));
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": malformed: ", e.what()));
+  }
+  try {
+    RETURN_IF_ERROR(tok->LoadConfigJson(config_json, config_file));
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(config_file, ": malformed: ", e.what()));
+  }
+  return tok;
+}
+
+absl::Status HfTokenizer::LoadTokenizerJson(std::string_view json_text, const std::string& file) {
+  ASSIGN_OR_RETURN(const json root, ParseJson(json_text, file));
+  if (!root.contains("model")) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": missing \"model\""));
+  }
+  ASSIGN_OR_RETURN(model_, BpeModel::FromJson(root.at("model"), file));
+  ASSIGN_OR_RETURN(normalizer_, Normalizer::FromJson(FieldOrNull(root, "normalizer"), file));
+  ASSIGN_OR_RETURN(pre_tokenizer_,
+                   PreTokenizer::FromJson(FieldOrNull(root, "pre_tokenizer"), file));
+  ASSIGN_OR_RETURN(post_processor_,
+                   PostProcessor::FromJson(FieldOrNull(root, "post_processor"), file));
+  ASSIGN_OR_RETURN(decoder_, DecoderSpec::FromJson(FieldOrNull(root, "decoder"), file));
+
+  int64_t size = model_->size();
+  const json& added = FieldOrNull(root, "added_tokens");
+  if (!added.is_null() && !added.is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": \"added_tokens\" is not an array"));
+  }
+  for (const json& t : added.is_array() ? added : json::array()) {
+    AddedToken a{t.at("id").get<TokenId>(), t.at("content").get<std::string>(),
+                 t.value("special", false), t.value("lstrip", false),
+                 t.value("rstrip", false),  t.value("single_word", false)};
+    if (a.id < 0 || a.id > (1 << 30) || a.content.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ": added token \"", a.content, "\" has a bad id or is empty"));
+    }
+    size = std::max<int64_t>(size, a.id + 1);
+    if (const auto it = added_by_id_.find(a.id); it != added_by_id_.end()) {
+      added_[it->second] = a;  // a repeated id: the later entry wins
+      continue;
+    }
+    added_by_id_[a.id] = added_.size();
+    added_.push_back(std::move(a));
+  }
+  for (size_t i = 0; i < added_.size(); ++i) {
+    added_by_content_[added_[i].content] = i;
+    added_by_first_byte_[static_cast<unsigned char>(added_[i].content[0])].push_back(i);
+  }
+  for (auto& list : added_by_first_byte_) {
+    // Longest first: the longest added token matching at a position wins.
+    std::stable_sort(list.begin(), list.end(), [&](size_t a, size_t b) {
+      return added_[a].content.size() > added_[b].content.size();
+    });
+  }
+
+  token_bytes_.assign(size, std::string());
+  special_.assign(size, false);
+  for (TokenId id = 0; id < model_->size(); ++id) {
+    if (!model_->token(id).empty()) token_bytes_[id] = decoder_.TokenBytes(model_->token(id));
+  }
+  for (const AddedToken& a : added_) {
+    token_bytes_[a.id] = a.content;
+    special_[a.id] = a.special;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HfTokenizer::LoadConfigJson(std::string_view json_text, const std::string& file) {
+  auto resolve = [&](const std::optional<std::string>& name,
+                     const char* key) -> absl::StatusOr<std::optional<TokenId>> {
+    if (!name) return std::nullopt;
+    const auto id = TokenToId(*name);
+    if (!id) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ": ", key, " \"", *name, "\" is not in the vocabulary"));
+    }
+    return id;
+  };
+  bos_id_ = post_processor_->leading_special();
+  if (json_text.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const json config, ParseJson(json_text, file));
+  if (const auto name = TokenName(config, "bos_token")) {
+    ASSIGN_OR_RETURN(bos_id_, resolve(name, "bos_token"));
+  }
+  ASSIGN_OR_RETURN(eos_id_, resolve(TokenName(config, "eos_token"), "eos_token"));
+  // Like transformers' LlamaTokenizerFast, the config's add_bos/add_eos decide for
+  // SentencePiece-style files; byte-level files follow their post_processor.
+  if (!pre_tokenizer_->byte_level()) {
+    if (const json& v = FieldOrNull(config, "add_bos_token"); v.is_boolean())
+      add_bos_ = v.get<bool>();
+    if (const json& v = FieldOrNull(config, "add_eos_token"); v.is_boolean())
+      add_eos_ = v.get<bool>();
+  }
+  const json& tmpl = FieldOrNull(config, "chat_template");
+  if (tmpl.is_string()) {
+    chat_template_ = tmpl.get<std::string>();
+  } else if (tmpl.is_array()) {
+    // Named templates: prefer "default", else the first.
+    for (const json& t : tmpl) {
+      if (chat_template_.empty() || t.value("name", std::string()) == "default") {
+        chat_template_ = t.at("template").get<std::string>();
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void HfTokenizer::SplitAddedTokens(std::string_view text, std::vector<Segment>* out) const {
+  size_t seg_start = 0, i = 0;
+  while (i < text.size()) {
+    const AddedToken* found = nullptr;
+    for (size_t idx : added_by_first_byte_[static_cast<unsigned char>(text[i])]) {
+      const AddedToken& a = added_[idx];
+      if (!text.substr(i).starts_with(a.content)) continue;
+      if (a.single_word &&
+          ((i > 0 && IsWordByte(text[i - 1])) ||
+           (i + a.content.size() < text.size() && IsWordByte(text[i + a.content.size()])))) {
+        continue;
+      }
+      found = &a;
+      break;
+    }
+    if (found == nullptr) {
+      ++i;
+      continue;
+    }
+    size_t b = i, e = i + found->content.size();
+    if (found->lstrip) {
+      while (b > seg_start && IsAsciiSpace(text[b - 1])) --b;
+    }
+    if (found->rstrip) {
+      while (e < text.size() && IsAsciiSpace(text[e])) ++e;
+    }
+    if (b > seg_start) out->push_back({text.substr(seg_start, b - seg_start), -1, seg_start == 0});
+    out->push_back({{}, found->id, false});
+    seg_start = i = e;
+  }
+  if (seg_start < text.size()) out->push_back({text.substr(seg_start), -1, seg_start == 0});
+}
+
+absl::Status HfTokenizer::EncodeSegment(
+    std::string_view text, bool at_start,
+    absl::flat_hash_map<std::string, std::vector<TokenId>>* cache,
+    std::vector<TokenId>* out) const {
+  std::vector<PreToken> pieces{{std::string(text), at_start}};
+  RETURN_IF_ERROR(normalizer_->Apply(&pieces[0].text));
+  RETURN_IF_ERROR(pre_tokenizer_->Apply(&pieces));
+  std::vector<TokenId> ids;
+  for (const PreToken& p : pieces) {
+    if (p.text.empty()) continue;
+    if (p.text.size() > kMaxCachedPiece) {
+      model_->Tokenize(p.text, out);
+      continue;
+    }
+    auto [it, inserted] = cache->try_emplace(p.text);
+    if (inserted) model_->Tokenize(p.text, &it->second);
+    out->insert(out->end(), it->second.begin(), it->second.end());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TokenId>> HfTokenizer::Encode(std::string_view text,
+                                                         bool add_special_tokens) const {
+  if (const size_t bad = FindInvalidUtf8(text); bad != std::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Encode: input is not valid UTF-8 (byte offset ", bad, ")"));
+  }
+  std::vector<Segment> segments;
+  SplitAddedTokens(text, &segments);
+  absl::flat_hash_map<std::string, std::vector<TokenId>> cache;
+  std::vector<TokenId> ids;
+  ids.reserve(text.size() / 3 + 4);
+  for (const Segment& seg : segments) {
+    if (seg.id >= 0) {
+      ids.push_back(seg.id);
+    } else {
+      RETURN_IF_ERROR(EncodeSegment(seg.text, seg.at_start, &cache, &ids));
+    }
+  }
+  if (!add_special_tokens) return ids;
+  if (add_bos_ || add_eos_) {
+    std::vector<TokenId> out;
+    out.reserve(ids.size() + 2);
+    if (add_bos_.value_or(false) && bos_id_) out.push_back(*bos_id_);
+    out.insert(out.end(), ids.begin(), ids.end());
+    if (add_eos_.value_or(false) && eos_id_) out.push_back(*eos_id_);
+    return out;
+  }
+  return post_processor_->Apply(std::move(ids));
+}
+
+absl::StatusOr<std::string> HfTokenizer::Decode(absl::Span<const TokenId> ids,
+                                                bool skip_special_tokens) const {
+  std::string raw;
+  for (TokenId id : ids) {
+    if (id < 0 || id >= vocab_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Decode: token id ", id, " is out of range [0, ", vocab_size(), ")"));
+    }
+    if (skip_special_tokens && special_[id]) continue;
+    raw += token_bytes_[id];
+  }
+  size_t start = 0;
+  while (start < static_cast<size_t>(decoder_.strip_leading) && start < raw.size() &&
+         raw[start] == decoder_.strip_char) {
+    ++start;
+  }
+  std::string text;
+  text.reserve(raw.size() - start);
+  AppendUtf8Lossy(std::string_view(raw).substr(start), /*final=*/true, &text);
+  return text;
+}
+
+std::optional<TokenId> HfTokenizer::TokenToId(std::string_view token) const {
+  if (const auto it = added_by_content_.find(AsAbsl(token)); it != added_by_content_.end()) {
+    return added_[it->second].id;
+  }
+  return model_->Find(token);
+}
+
+std::string HfTokenizer::IdToToken(TokenId id) const {
+  if (const auto it = added_by_id_.find(id); it != added_by_id_.end()) {
+    return added_[it->second].content;
+  }
+  if (id < 0 || id >= model_->size()) return "";
+  return model_->token(id);
+}
+
+bool HfTokenizer::IsSpecial(TokenId id) const {
+  return id >= 0 && id < vocab_size() && special_[id];
+}
+
+std::string HfTokenizer::TokenBytes(TokenId id) const {
+  if (id < 0 || id >= vocab_size()) return "";
+  return token_bytes_[id];
+}
+
+}  // namespace tokenizer_internal
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::string& dir) {
+  const std::filesystem::path root(dir);
+  const std::filesystem::path tok_path = root / "tokenizer.json";
+  const std::filesystem::path cfg_path = root / "tokenizer_config.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(tok_path, ec)) {
+    return absl::NotFoundError(absl::StrCat(tok_path.string(), " not found"));
+  }
+  ASSIGN_OR_RETURN(const std::string tok_json, tokenizer_internal::ReadFile(tok_path));
+  std::string cfg_json;
+  if (std::filesystem::exists(cfg_path, ec)) {
+    ASSIGN_OR_RETURN(cfg_json, tokenizer_internal::ReadFile(cfg_path));
+  }
+  ASSIGN_OR_RETURN(auto tok, tokenizer_internal::HfTokenizer::Create(
+                                 tok_json, cfg_json, tok_path.string(), cfg_path.string()));
+  return std::unique_ptr<Tokenizer>(std::move(tok));
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view tokenizer_json,
+                                                               std::string_view config_json) {
+  ASSIGN_OR_RETURN(
+      auto tok, tokenizer_internal::HfTokenizer::Create(tokenizer_json, config_json,
+                                                        "tokenizer.json", "tokenizer_config.json"));
+  return std::unique_ptr<Tokenizer>(std::move(tok));
+}
+
+}  // namespace specula
