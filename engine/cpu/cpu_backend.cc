@@ -60,10 +60,15 @@ void CpuBackend::Gemm(const Mat& x, const Weight& w, const Weight& bias, Mat* y)
   CHECK_EQ(y->cols, w.out);
   CHECK_EQ(x.rows, y->rows);
   if (x.rows == 0) return;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(x.rows),
-              static_cast<int>(w.out), static_cast<int>(w.in), 1.0f, x.data,
-              static_cast<int>(x.stride), w.buffer.as<float>(), static_cast<int>(w.in), 0.0f,
-              y->data, static_cast<int>(y->stride));
+  if (x.rows == 1) {  // batch-1 decode: GEMV streams the weights once, at memory bandwidth
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(w.out), static_cast<int>(w.in),
+                1.0f, w.buffer.as<float>(), static_cast<int>(w.in), x.data, 1, 0.0f, y->data, 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(x.rows),
+                static_cast<int>(w.out), static_cast<int>(w.in), 1.0f, x.data,
+                static_cast<int>(x.stride), w.buffer.as<float>(), static_cast<int>(w.in), 0.0f,
+                y->data, static_cast<int>(y->stride));
+  }
   if (!bias.empty()) {
     const float* b = bias.buffer.as<float>();
     for (int64_t r = 0; r < y->rows; ++r) {

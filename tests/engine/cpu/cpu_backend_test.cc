@@ -25,8 +25,11 @@ class CpuBackendTest : public ::testing::Test {
   CpuBackend backend_{2};
 };
 
-TEST_F(CpuBackendTest, GemmWithBiasMatchesNaive) {
-  const int m = 5, n = 7, k = 9;
+class CpuGemmTest : public CpuBackendTest, public ::testing::WithParamInterface<int> {};
+
+// One row takes the GEMV path, more rows the GEMM path.
+TEST_P(CpuGemmTest, WithBiasMatchesNaive) {
+  const int m = GetParam(), n = 7, k = 9;
   auto x = RandomVector(m * k, 1), wv = RandomVector(n * k, 2), bv = RandomVector(n, 3);
   auto w = backend_.UploadWeight(wv.data(), n, k).value();
   auto b = backend_.UploadWeight(bv.data(), 1, n).value();
@@ -41,6 +44,8 @@ TEST_F(CpuBackendTest, GemmWithBiasMatchesNaive) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Rows, CpuGemmTest, ::testing::Values(1, 2, 5));
 
 TEST_F(CpuBackendTest, GemmHonoursRowStride) {
   const int m = 3, k = 4, n = 2, stride = 10;
