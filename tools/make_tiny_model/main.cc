@@ -1,0 +1,66 @@
+// make-tiny-model: writes a deterministic random-weight Hugging Face model directory.
+//   make-tiny-model --out /tmp/tiny --arch qwen3 [--preset tiny|100m] [--dtype f32|f16|bf16]
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "tools/make_tiny_model/tiny_model_writer.h"
+
+ABSL_FLAG(std::string, out, "", "output directory (required)");
+ABSL_FLAG(std::string, arch, "llama", "llama|llama3|mistral|qwen2|qwen3");
+ABSL_FLAG(std::string, preset, "tiny", "tiny (test fixture) or 100m (CPU benchmark)");
+ABSL_FLAG(std::string, dtype, "", "f32|f16|bf16; default f32 for tiny, bf16 for 100m");
+ABSL_FLAG(uint64_t, seed, 42, "random seed; same seed and flags give identical files");
+ABSL_FLAG(int32_t, shards, 1, "number of safetensors shards (>1 writes an index)");
+ABSL_FLAG(int64_t, layers, 0, "override num_hidden_layers (0: preset)");
+ABSL_FLAG(int64_t, hidden, 0, "override hidden_size (0: preset)");
+ABSL_FLAG(int64_t, heads, 0, "override num_attention_heads (0: preset)");
+ABSL_FLAG(int64_t, kv_heads, 0, "override num_key_value_heads (0: preset)");
+ABSL_FLAG(int64_t, head_dim, 0, "override head_dim (0: preset, or hidden/heads)");
+ABSL_FLAG(int64_t, intermediate, 0, "override intermediate_size (0: preset)");
+ABSL_FLAG(int64_t, max_position_embeddings, 0, "override max_position_embeddings (0: preset)");
+ABSL_FLAG(int64_t, vocab, 0, "override vocab_size, >= the tokenizer's 512 (0: preset)");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Writes a random-weight HF model directory for tests/benchmarks.");
+  absl::ParseCommandLine(argc, argv);
+  specula::TinyModelOptions o;
+  o.out_dir = absl::GetFlag(FLAGS_out);
+  auto arch = specula::ParseTinyArch(absl::GetFlag(FLAGS_arch));
+  if (!arch.ok()) {
+    std::fprintf(stderr, "make-tiny-model: %s\n", std::string(arch.status().message()).c_str());
+    return 2;
+  }
+  o.arch = *arch;
+  o.preset = absl::GetFlag(FLAGS_preset);
+  std::string dtype = absl::GetFlag(FLAGS_dtype);
+  if (dtype.empty()) dtype = o.preset == "100m" ? "bf16" : "f32";
+  if (dtype == "f32") {
+    o.dtype = specula::DType::kF32;
+  } else if (dtype == "f16") {
+    o.dtype = specula::DType::kF16;
+  } else if (dtype == "bf16") {
+    o.dtype = specula::DType::kBF16;
+  } else {
+    std::fprintf(stderr, "make-tiny-model: unknown --dtype '%s' (f32|f16|bf16)\n", dtype.c_str());
+    return 2;
+  }
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.shards = absl::GetFlag(FLAGS_shards);
+  o.layers = absl::GetFlag(FLAGS_layers);
+  o.hidden = absl::GetFlag(FLAGS_hidden);
+  o.heads = absl::GetFlag(FLAGS_heads);
+  o.kv_heads = absl::GetFlag(FLAGS_kv_heads);
+  o.head_dim = absl::GetFlag(FLAGS_head_dim);
+  o.intermediate = absl::GetFlag(FLAGS_intermediate);
+  o.max_position_embeddings = absl::GetFlag(FLAGS_max_position_embeddings);
+  o.vocab = absl::GetFlag(FLAGS_vocab);
+  const absl::Status status = specula::WriteTinyModel(o);
+  if (!status.ok()) {
+    std::fprintf(stderr, "make-tiny-model: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
