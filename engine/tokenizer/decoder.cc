@@ -10,16 +10,6 @@ namespace {
 
 using json = nlohmann::json;
 
-absl::Status Unsupported(const std::string& file, absl::string_view stage,
-                         const std::string& type) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(file, ": unsupported ", stage, " type \"", type, "\""));
-}
-
-std::string TypeOf(const json& config) {
-  auto it = config.find("type");
-  return it != config.end() && it->is_string() ? it->get<std::string>() : "";
-}
 
 absl::Status AddPostProcessor(const json& config, const std::string& file,
                               std::vector<std::vector<json>>* templates) {

@@ -18,16 +18,6 @@ using json = nlohmann::json;
 constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-absl::Status Unsupported(const std::string& file, absl::string_view stage,
-                         const std::string& type) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(file, ": unsupported ", stage, " type \"", type, "\""));
-}
-
-std::string TypeOf(const json& config) {
-  auto it = config.find("type");
-  return it != config.end() && it->is_string() ? it->get<std::string>() : "";
-}
 
 // {"String": "..."} or {"Regex": "..."} as used by Split and Replace.
 absl::StatusOr<std::shared_ptr<Regex>> CompilePattern(const json& pattern,
@@ -76,6 +66,17 @@ void ReplaceAll(const Regex& re, std::string_view with, std::string* text) {
 }
 
 }  // namespace
+
+absl::Status Unsupported(const std::string& file, absl::string_view stage,
+                         const std::string& type) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(file, ": unsupported ", stage, " type \"", type, "\""));
+}
+
+std::string TypeOf(const nlohmann::json& config) {
+  auto it = config.find("type");
+  return it != config.end() && it->is_string() ? it->get<std::string>() : "";
+}
 
 // ---------------------------------------------------------------------------------------------
 // Normalizer

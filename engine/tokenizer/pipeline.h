@@ -9,11 +9,18 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/tokenizer/regex.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json_fwd.hpp"
 
 namespace specula::tokenizer_internal {
+
+// INVALID_ARGUMENT naming the file, the stage and a component type this tokenizer cannot run.
+absl::Status Unsupported(const std::string& file, absl::string_view stage,
+                         const std::string& type);
+// The "type" string of a component object, or "" when absent.
+std::string TypeOf(const nlohmann::json& config);
 
 class Normalizer {
  public:

@@ -9,6 +9,7 @@ namespace specula {
 namespace {
 
 using ::specula::testing::AllTestModels;
+using ::specula::testing::ModelParamName;
 using ::specula::testing::Argmax;
 using ::specula::testing::RelativeError;
 using ::specula::testing::SingleSequenceRunner;
@@ -53,13 +54,7 @@ TEST_P(DecodeConsistencyTest, ChunkedPrefillEqualsOneShot) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFamilies, DecodeConsistencyTest, ::testing::ValuesIn(AllTestModels()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n) {
-                             if (c == '-') c = '_';
-                           }
-                           return n;
-                         });
+                         ModelParamName);
 
 }  // namespace
 }  // namespace specula

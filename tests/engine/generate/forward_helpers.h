@@ -23,6 +23,15 @@ inline const std::vector<std::string>& AllTestModels() {
   return names;
 }
 
+// gtest parameter names may not contain '-'.
+inline std::string ModelParamName(const ::testing::TestParamInfo<std::string>& info) {
+  std::string n = info.param;
+  for (char& c : n) {
+    if (c == '-') c = '_';
+  }
+  return n;
+}
+
 // One sequence's KV plus the model, fed chunk by chunk.
 class SingleSequenceRunner {
  public:

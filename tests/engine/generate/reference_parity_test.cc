@@ -20,6 +20,7 @@ namespace specula {
 namespace {
 
 using ::specula::testing::AllTestModels;
+using ::specula::testing::ModelParamName;
 using ::specula::testing::RelativeError;
 using ::specula::testing::SingleSequenceRunner;
 using ::specula::testing::TestModelDir;
@@ -84,13 +85,7 @@ TEST_P(ReferenceParityTest, GreedyContinuationIsIdentical) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFamilies, ReferenceParityTest, ::testing::ValuesIn(AllTestModels()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n) {
-                             if (c == '-') c = '_';
-                           }
-                           return n;
-                         });
+                         ModelParamName);
 
 }  // namespace
 }  // namespace specula
