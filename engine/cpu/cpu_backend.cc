@@ -22,7 +22,11 @@ int64_t RowsPerTask(int64_t cols) { return std::max<int64_t>(1, 16384 / std::max
 
 }  // namespace
 
-CpuBackend::CpuBackend(int num_threads) : pool_(num_threads) {}
+CpuBackend::CpuBackend(int num_threads) : pool_(num_threads) {
+  // GEMMs run on OpenBLAS's own threads; keep them to the same budget. The setting is
+  // process-wide, so the last backend created decides.
+  openblas_set_num_threads(pool_.num_threads());
+}
 
 absl::StatusOr<DeviceBuffer> CpuBackend::Allocate(size_t bytes) {
   const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 
 #include "engine/common/check.h"
 #include "absl/strings/str_format.h"
@@ -13,10 +14,11 @@ namespace specula {
 absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& model_dir,
                                                              const GeneratorOptions& options) {
   if (options.page_size <= 0 || options.kv_cache_tokens < options.page_size ||
+      options.kv_cache_tokens / options.page_size > std::numeric_limits<int32_t>::max() ||
       options.prefill_chunk_tokens <= 0 || options.max_running <= 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "generator options: page_size (%d), prefill_chunk_tokens (%d) and max_running (%d) must "
-        "be positive and kv_cache_tokens (%d) at least one page",
+        "be positive and kv_cache_tokens (%d) between one page and 2^31 pages",
         options.page_size, options.prefill_chunk_tokens, options.max_running,
         options.kv_cache_tokens));
   }
@@ -43,6 +45,9 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
   kv.page_size = options.page_size;
   kv.num_blocks = static_cast<int32_t>(options.kv_cache_tokens / options.page_size);
   ASSIGN_OR_RETURN(g->kv_, KvPool::Create(*g->backend_, kv));
+  // The largest step: every running sequence decodes while a full prefill chunk runs.
+  RETURN_IF_ERROR(g->model_->Reserve(options.prefill_chunk_tokens + options.max_running,
+                                     options.max_running));
   return g;
 }
 
@@ -184,18 +189,34 @@ absl::StatusOr<std::vector<GenerationResult>> Generator::GenerateAll(
   std::deque<size_t> waiting;
   for (size_t i = 0; i < reqs.size(); ++i) waiting.push_back(i);
   std::vector<SequenceOutput> outputs;
-  while (!waiting.empty() || HasWork()) {
+  // On failure, retire what this call admitted so nothing keeps KV behind the caller's back.
+  auto fail = [&](absl::Status s) {
+    SequenceOutput ignored;
+    for (const auto& [id, i] : index) {
+      if (running_.contains(id)) Cancel(id, &ignored).IgnoreError();
+    }
+    return s;
+  };
+  auto own_running = [&] {
+    for (const auto& [id, i] : index) {
+      if (running_.contains(id)) return true;
+    }
+    return false;
+  };
+  while (!waiting.empty() || own_running()) {
     while (!waiting.empty()) {
       auto id = Add(reqs[waiting.front()]);
       if (absl::IsResourceExhausted(id.status()) && HasWork()) break;  // wait for room
-      if (!id.ok()) return id.status();
+      if (!id.ok()) return fail(id.status());
       index[*id] = waiting.front();
       waiting.pop_front();
     }
     outputs.clear();
-    RETURN_IF_ERROR(Step(&outputs));
+    if (absl::Status s = Step(&outputs); !s.ok()) return fail(s);
     for (SequenceOutput& o : outputs) {
-      GenerationResult& r = results[index.at(o.id)];
+      auto it = index.find(o.id);
+      if (it == index.end()) continue;  // a sequence the caller added itself
+      GenerationResult& r = results[it->second];
       r.tokens.insert(r.tokens.end(), o.tokens.begin(), o.tokens.end());
       r.text += o.text;
       r.logprobs.insert(r.logprobs.end(), o.logprobs.begin(), o.logprobs.end());

@@ -66,6 +66,8 @@ class Generator {
   absl::Status Step(std::vector<SequenceOutput>* outputs);
 
   // Convenience for offline use and tests: runs requests to completion, batched together.
+  // Sequences the caller added before advance too (their outputs are not returned). On error,
+  // the requests of this call are cancelled and their KV freed.
   absl::StatusOr<std::vector<GenerationResult>> GenerateAll(std::vector<GenerationRequest> reqs);
 
  private:

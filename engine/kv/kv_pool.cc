@@ -32,6 +32,7 @@ size_t KvPool::bytes_per_block() const {
 }
 
 absl::StatusOr<std::vector<int32_t>> KvPool::Allocate(int32_t n) {
+  CHECK_GE(n, 0);
   if (n > free_blocks()) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "KV cache full: %d blocks of %d tokens requested, %d of %d free", n, options_.page_size,

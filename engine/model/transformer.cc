@@ -39,7 +39,7 @@ static int64_t WorkspaceFloatsPerToken(const ModelConfig& c) {
          3 * c.intermediate_size;
 }
 
-absl::Status Transformer::EnsureWorkspace(int64_t tokens, int64_t logit_rows) {
+absl::Status Transformer::Reserve(int64_t tokens, int64_t logit_rows) {
   if (tokens <= workspace_tokens_ && logit_rows <= workspace_logit_rows_) return absl::OkStatus();
   tokens = std::max(tokens, workspace_tokens_);
   logit_rows = std::max(logit_rows, workspace_logit_rows_);
@@ -51,19 +51,57 @@ absl::Status Transformer::EnsureWorkspace(int64_t tokens, int64_t logit_rows) {
   return absl::OkStatus();
 }
 
+absl::Status Transformer::ValidateBatch(const ForwardBatch& b, const KvPool& kv) const {
+  const size_t T = b.tokens.size();
+  if (T == 0) return absl::InvalidArgumentError("forward: empty batch");
+  if (b.positions.size() != T || b.write_blocks.size() != T || b.write_offsets.size() != T) {
+    return absl::InvalidArgumentError("forward: positions / write slots do not match the tokens");
+  }
+  for (size_t i = 0; i < T; ++i) {
+    if (b.tokens[i] < 0 || b.tokens[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "token id %d is outside the vocabulary [0, %d)", b.tokens[i], config_.vocab_size));
+    }
+    if (b.write_blocks[i] < 0 || b.write_blocks[i] >= kv.num_blocks() || b.write_offsets[i] < 0 ||
+        b.write_offsets[i] >= kv.page_size()) {
+      return absl::InvalidArgumentError(absl::StrFormat("forward: bad KV slot for row %d", i));
+    }
+  }
+  // Sequences must tile the rows in order, and each block table must cover its keys.
+  int64_t next_row = 0;
+  for (const AttentionSeq& a : b.seqs) {
+    const int64_t blocks_needed = (static_cast<int64_t>(a.kv_len) + kv.page_size() - 1) /
+                                  kv.page_size();
+    if (a.q_begin != next_row || a.q_len <= 0 || a.kv_len < a.q_len || a.block_begin < 0 ||
+        a.block_begin + blocks_needed > static_cast<int64_t>(b.blocks.size())) {
+      return absl::InvalidArgumentError("forward: inconsistent attention sequence metadata");
+    }
+    for (int64_t i = 0; i < blocks_needed; ++i) {
+      const int32_t blk = b.blocks[a.block_begin + i];
+      if (blk < 0 || blk >= kv.num_blocks()) {
+        return absl::InvalidArgumentError(absl::StrFormat("forward: bad block id %d", blk));
+      }
+    }
+    next_row += a.q_len;
+  }
+  if (next_row != static_cast<int64_t>(T)) {
+    return absl::InvalidArgumentError("forward: attention sequences do not cover every row");
+  }
+  for (int32_t r : b.logit_rows) {
+    if (r < 0 || r >= static_cast<int64_t>(T)) {
+      return absl::InvalidArgumentError(absl::StrFormat("forward: bad logit row %d", r));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Transformer::Forward(const ForwardBatch& batch, KvPool& kv,
                                   std::vector<float>* logits) {
   const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(batch.tokens.size());
   const int64_t n_out = static_cast<int64_t>(batch.logit_rows.size());
-  if (T == 0) return absl::InvalidArgumentError("forward: empty batch");
-  for (int32_t t : batch.tokens) {
-    if (t < 0 || t >= c.vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("token id %d is outside the vocabulary [0, %d)", t, c.vocab_size));
-    }
-  }
-  RETURN_IF_ERROR(EnsureWorkspace(T, n_out));
+  RETURN_IF_ERROR(ValidateBatch(batch, kv));
+  RETURN_IF_ERROR(Reserve(T, n_out));
 
   const int64_t H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), I = c.intermediate_size;
   const int32_t hd = static_cast<int32_t>(c.head_dim);

@@ -41,12 +41,17 @@ class Transformer {
   const ModelWeights& weights() const { return weights_; }
   Backend& backend() const { return backend_; }
 
+  // Sizes the scratch memory for batches of up to `tokens` rows and `logit_rows` logit rows, so
+  // that Forward on such batches never allocates (and so never fails for memory mid-request).
+  absl::Status Reserve(int64_t tokens, int64_t logit_rows);
+
   // Writes the batch's K/V into `kv` and returns logits [logit_rows.size(), vocab] row-major.
+  // A batch whose metadata is inconsistent (lengths, block tables, offsets) is INVALID_ARGUMENT.
   absl::Status Forward(const ForwardBatch& batch, KvPool& kv, std::vector<float>* logits);
 
  private:
   Transformer(ModelConfig config, ModelWeights weights, Backend& backend);
-  absl::Status EnsureWorkspace(int64_t tokens, int64_t logit_rows);
+  absl::Status ValidateBatch(const ForwardBatch& batch, const KvPool& kv) const;
 
   ModelConfig config_;
   ModelWeights weights_;

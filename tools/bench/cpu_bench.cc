@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -55,6 +56,7 @@ absl::StatusOr<Row> BenchModel(const std::string& dir, const std::string& preset
   go.threads = o.threads;
   go.kv_cache_tokens = int64_t{1} << 16;
   go.prefill_chunk_tokens = o.prompt_tokens;
+  go.max_running = std::max(64, *std::max_element(o.decode_batches.begin(), o.decode_batches.end()));
   auto gen = Generator::Create(dir, go);
   if (!gen.ok()) return gen.status();
   Generator& g = **gen;
@@ -98,7 +100,13 @@ absl::StatusOr<Row> BenchModel(const std::string& dir, const std::string& preset
     for (int b = 0; b < batch; ++b) {
       if (auto id = g.Add(make_request(16, o.decode_tokens + 1)); !id.ok()) return id.status();
     }
-    if (auto s = g.Step(&out); !s.ok()) return s;  // prefill of all prompts
+    // Prefill every prompt (and sample its first token) before the clock starts.
+    std::set<uint64_t> started;
+    while (static_cast<int>(started.size()) < batch) {
+      out.clear();
+      if (auto s = g.Step(&out); !s.ok()) return s;
+      for (const auto& x : out) started.insert(x.id);
+    }
     int64_t tokens = 0;
     const auto t0 = Clock::now();
     while (g.HasWork()) {

@@ -32,6 +32,8 @@ ABSL_FLAG(int64_t, seed, -1, "sampling seed (-1 = random)");
 ABSL_FLAG(std::vector<std::string>, stop, {}, "stop strings (comma-separated)");
 ABSL_FLAG(bool, ignore_eos, false, "keep generating after EOS");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0 = all cores)");
+ABSL_FLAG(int64_t, kv_cache_tokens, 65536, "KV cache capacity in token positions");
+ABSL_FLAG(int32_t, page_size, 16, "tokens per KV page");
 
 namespace specula {
 namespace {
@@ -50,6 +52,8 @@ int GenerateOffline() {
   }
   GeneratorOptions options;
   options.threads = absl::GetFlag(FLAGS_threads);
+  options.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
+  options.page_size = absl::GetFlag(FLAGS_page_size);
   auto gen = Generator::Create(model_dir, options);
   if (!gen.ok()) return Fail(gen.status());
 

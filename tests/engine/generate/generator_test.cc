@@ -176,5 +176,76 @@ TEST(GeneratorTest, EosFromGenerationConfigEndsGenerationUnlessIgnored) {
   fs::remove_all(dir);
 }
 
+TEST(GeneratorTest, CancelDuringPrefillFreesBlocks) {
+  GeneratorOptions opt;
+  opt.prefill_chunk_tokens = 4;
+  auto gen = Generator::Create(TestModelDir("qwen3-f32"), opt).value();
+  std::vector<int32_t> prompt(20, 7);
+  auto id = gen->Add(Greedy(prompt, 8)).value();
+  std::vector<SequenceOutput> out;
+  ASSERT_TRUE(gen->Step(&out).ok());
+  EXPECT_TRUE(out.empty());  // 4 of 20 prompt tokens done: nothing sampled yet
+  SequenceOutput cancelled;
+  ASSERT_TRUE(gen->Cancel(id, &cancelled).ok());
+  EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
+  EXPECT_FALSE(gen->HasWork());
+}
+
+TEST(GeneratorTest, GenerateAllLeavesCallerSequencesRunning) {
+  auto gen = Generator::Create(TestModelDir("llama-f32"), GeneratorOptions{}).value();
+  auto own = gen->Add(Greedy({1, 2}, 200)).value();
+  auto res = gen->GenerateAll({Greedy({3, 4}, 3)}).value();
+  EXPECT_EQ(res[0].tokens.size(), 3u);
+  EXPECT_TRUE(gen->HasWork());  // the caller's long request is still running
+  SequenceOutput o;
+  EXPECT_TRUE(gen->Cancel(own, &o).ok());
+  EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
+}
+
+TEST(TransformerTest, InconsistentBatchMetadataIsInvalidArgument) {
+  CpuBackend backend(1);
+  auto model = Transformer::Load(TestModelDir("llama-f32"), backend).value();
+  const ModelConfig& c = model->config();
+  KvPool pool = KvPool::Create(backend, KvPoolOptions{static_cast<int32_t>(c.num_hidden_layers),
+                                                      static_cast<int32_t>(c.num_key_value_heads),
+                                                      static_cast<int32_t>(c.head_dim), 16, 4})
+                    .value();
+  ForwardBatch good;
+  good.tokens = {1, 2};
+  good.positions = {0, 1};
+  good.write_blocks = {0, 0};
+  good.write_offsets = {0, 1};
+  good.blocks = {0};
+  good.seqs = {AttentionSeq{0, 2, 2, 0}};
+  good.logit_rows = {1};
+  std::vector<float> logits;
+  ASSERT_TRUE(model->Forward(good, pool, &logits).ok());
+
+  auto expect_invalid = [&](ForwardBatch b, const char* what) {
+    EXPECT_EQ(model->Forward(b, pool, &logits).code(), absl::StatusCode::kInvalidArgument) << what;
+  };
+  ForwardBatch b = good;
+  b.seqs[0].kv_len = 1;  // fewer keys than queries
+  expect_invalid(b, "kv_len < q_len");
+  b = good;
+  b.positions.pop_back();
+  expect_invalid(b, "short positions");
+  b = good;
+  b.write_offsets[1] = 16;
+  expect_invalid(b, "offset past the page");
+  b = good;
+  b.blocks = {9};
+  expect_invalid(b, "block outside the pool");
+  b = good;
+  b.seqs[0].q_len = 1;
+  expect_invalid(b, "rows not covered");
+  b = good;
+  b.logit_rows = {2};
+  expect_invalid(b, "logit row out of range");
+  b = good;
+  b.tokens[0] = static_cast<int32_t>(c.vocab_size);
+  expect_invalid(b, "token outside the vocabulary");
+}
+
 }  // namespace
 }  // namespace specula
