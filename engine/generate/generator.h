@@ -44,6 +44,7 @@ class Generator {
                                                            const GeneratorOptions& options);
 
   const ModelConfig& model_config() const { return model_->config(); }
+  const Transformer& model() const { return *model_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const GeneratorOptions& options() const { return options_; }
   const absl::flat_hash_set<int32_t>& eos_ids() const { return eos_ids_; }

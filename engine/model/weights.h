@@ -31,7 +31,13 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
 
   const Weight& output() const { return lm_head.empty() ? embed : lm_head; }
+  // Backend storage of every weight.
   size_t bytes() const;
+  // What one decode step reads: every weight but the embedding table, of which only a few rows
+  // are gathered (unless it doubles as the output projection).
+  size_t decode_bytes_per_token() const {
+    return bytes() - (lm_head.empty() ? 0 : embed.buffer.bytes());
+  }
 };
 
 // Every tensor the config implies must be present with its exact shape; errors name the file and

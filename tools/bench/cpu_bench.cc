@@ -62,15 +62,10 @@ absl::StatusOr<Row> BenchModel(const std::string& dir, const std::string& preset
   Generator& g = **gen;
   Row row;
   row.model = preset;
-  const ModelConfig& c = g.model_config();
-  // Weights streamed per decode step: every matrix once (the embedding table is only gathered).
-  const size_t weight_bytes = [&] {
-    size_t per_layer = (c.q_dim() + 2 * c.kv_dim()) * c.hidden_size + c.hidden_size * c.q_dim() +
-                       3 * c.intermediate_size * c.hidden_size;
-    return (per_layer * c.num_hidden_layers + c.vocab_size * c.hidden_size) * sizeof(float);
-  }();
-  row.params_m = (weight_bytes / sizeof(float) +
-                  (c.tie_word_embeddings ? 0 : c.vocab_size * c.hidden_size)) / 1e6;
+  // The CPU backend stores fp32 weights: 4 bytes a parameter.
+  const ModelWeights& w = g.model().weights();
+  const size_t weight_bytes = w.decode_bytes_per_token();
+  row.params_m = w.bytes() / sizeof(float) / 1e6;
   row.weight_mb = weight_bytes / 1e6;
   row.bound_tps = bandwidth / weight_bytes;
 
