@@ -114,6 +114,7 @@ absl::Status Generator::Cancel(uint64_t id, SequenceOutput* out) {
 }
 
 absl::Status Generator::Step(std::vector<SequenceOutput>* outputs) {
+  last_step_ = StepStats();
   if (running_.empty()) return absl::OkStatus();
   const int32_t ps = kv_.page_size();
   batch_.Clear();
@@ -144,6 +145,11 @@ absl::Status Generator::Step(std::vector<SequenceOutput>* outputs) {
       batch_.write_offsets.push_back(static_cast<int32_t>(pos % ps));
     }
     batch_.seqs.push_back(a);
+    if (prefill) {
+      last_step_.prefill_tokens += static_cast<int32_t>(n);
+    } else {
+      ++last_step_.decode_rows;
+    }
     const bool sample = !prefill || n == s->prefill_remaining();
     if (sample) batch_.logit_rows.push_back(a.q_begin + a.q_len - 1);
     plan.push_back({s, n, prefill, sample});

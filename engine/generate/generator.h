@@ -30,6 +30,12 @@ struct GeneratorOptions {
   int32_t threads = 0;                 // CPU threads, 0 = all cores
 };
 
+// What the last Step() did.
+struct StepStats {
+  int32_t decode_rows = 0;     // sequences that decoded one token
+  int32_t prefill_tokens = 0;  // prompt tokens run through the model
+};
+
 struct GenerationResult {
   std::vector<int32_t> tokens;
   std::string text;
@@ -65,6 +71,7 @@ class Generator {
   // prefill_chunk_tokens prompt tokens of sequences in prefill. Appends one output per sequence
   // that produced a token or finished; finished sequences are retired and their KV freed.
   absl::Status Step(std::vector<SequenceOutput>* outputs);
+  const StepStats& last_step() const { return last_step_; }
 
   // Convenience for offline use and tests: runs requests to completion, batched together.
   // Sequences the caller added before advance too (their outputs are not returned). On error,
@@ -84,6 +91,7 @@ class Generator {
   std::map<uint64_t, std::unique_ptr<Sequence>> running_;  // ordered: admission order
   uint64_t next_id_ = 1;
   ForwardBatch batch_;
+  StepStats last_step_;
   std::vector<float> logits_;
 };
 

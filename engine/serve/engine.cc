@@ -1,0 +1,308 @@
+#include "engine/serve/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "engine/common/check.h"
+
+namespace specula {
+
+struct Engine::Request {
+  uint64_t handle = 0;
+  EngineRequest request;
+  std::shared_ptr<RequestStream> stream;
+  int64_t prompt_tokens = 0;
+  absl::Time submitted;
+  // Set once admitted.
+  uint64_t sequence_id = 0;
+  double queue_seconds = -1;
+  // Output so far.
+  int64_t completion_tokens = 0;
+  double ttft_seconds = -1;
+  absl::Time last_token;
+};
+
+namespace {
+
+double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+}  // namespace
+
+Engine::Engine(std::unique_ptr<Generator> generator, EngineOptions options,
+               EngineObserver* observer)
+    : generator_(std::move(generator)), options_(options), observer_(observer) {
+  CHECK(generator_ != nullptr);
+  load_.kv_blocks_total = generator_->kv_pool().num_blocks();
+  load_.kv_page_size = generator_->kv_pool().page_size();
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Engine::~Engine() { Shutdown(absl::CancelledError("the engine is shutting down")); }
+
+absl::StatusOr<uint64_t> Engine::Submit(EngineRequest request,
+                                        std::shared_ptr<RequestStream> stream) {
+  CHECK(stream != nullptr);
+  // Validation reads only what never changes after loading, so it runs on the caller's thread.
+  if (absl::Status s = generator_->Validate(request.generation); !s.ok()) return s;
+  auto r = std::make_unique<Request>();
+  r->prompt_tokens = static_cast<int64_t>(request.generation.prompt.size());
+  r->request = std::move(request);
+  r->stream = std::move(stream);
+  r->submitted = absl::Now();
+  std::lock_guard lock(mu_);
+  if (!accepting_ || stop_) {
+    return absl::UnavailableError("the server is shutting down and takes no new requests");
+  }
+  const int32_t free_slots =
+      std::max(0, generator_->options().max_running - running_count_);
+  if (pending_ >= options_.max_waiting + free_slots) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the request queue is full: %d requests wait (scheduler.max_waiting_requests = %d) and "
+        "%d run; retry later",
+        pending_, options_.max_waiting, running_count_));
+  }
+  r->handle = next_handle_++;
+  const uint64_t handle = r->handle;
+  submitted_.push_back(std::move(r));
+  ++pending_;
+  wake_.notify_one();
+  return handle;
+}
+
+void Engine::Cancel(uint64_t handle, absl::Status reason) {
+  std::lock_guard lock(mu_);
+  cancels_.emplace_back(handle, std::move(reason));
+  wake_.notify_one();
+}
+
+void Engine::StopAccepting() {
+  std::lock_guard lock(mu_);
+  accepting_ = false;
+}
+
+bool Engine::WaitIdle(absl::Time deadline) {
+  std::unique_lock lock(mu_);
+  const auto until = absl::ToChronoTime(deadline);
+  return idle_.wait_until(lock, until, [&] { return pending_ == 0 && running_count_ == 0; });
+}
+
+void Engine::Shutdown(absl::Status reason) {
+  {
+    std::lock_guard lock(mu_);
+    if (!stop_) {
+      stop_ = true;
+      accepting_ = false;
+      stop_reason_ = std::move(reason);
+    }
+    wake_.notify_one();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+EngineLoad Engine::load() const {
+  std::lock_guard lock(mu_);
+  return load_;
+}
+
+void Engine::SetPausedForTesting(bool paused) {
+  std::lock_guard lock(mu_);
+  paused_ = paused;
+  wake_.notify_one();
+}
+
+void Engine::Loop() {
+  std::vector<std::unique_ptr<Request>> submitted;
+  std::vector<std::pair<uint64_t, absl::Status>> cancels;
+  bool stop = false;
+  while (!stop) {
+    bool paused = false;
+    {
+      std::unique_lock lock(mu_);
+      auto control = [&] { return stop_ || !submitted_.empty() || !cancels_.empty(); };
+      const bool has_requests = !running_.empty() || !waiting_.empty();
+      if (paused_ || !has_requests) {
+        if (has_requests) {
+          // Paused with requests: wake now and then to expire deadlines.
+          wake_.wait_for(lock, std::chrono::milliseconds(20), control);
+        } else {
+          wake_.wait(lock, control);
+        }
+      }
+      submitted.swap(submitted_);
+      cancels.swap(cancels_);
+      stop = stop_;
+      paused = paused_;
+    }
+    for (auto& r : submitted) waiting_.push_back(std::move(r));
+    submitted.clear();
+    for (auto& [handle, reason] : cancels) CancelRequest(handle, reason);
+    cancels.clear();
+    if (stop) break;
+    RetireExpired(absl::Now());
+    if (!paused) {
+      Admit();
+      if (generator_->HasWork()) {
+        if (absl::Status s = RunStep(); !s.ok()) FailRunning(s);
+      }
+    }
+    PublishLoad();
+  }
+
+  absl::Status reason;
+  {
+    std::lock_guard lock(mu_);
+    reason = stop_reason_;
+    for (auto& r : submitted_) waiting_.push_back(std::move(r));
+    submitted_.clear();
+  }
+  while (!waiting_.empty()) {
+    Finish(*waiting_.front(), reason, FinishReason::kCancelled);
+    waiting_.pop_front();
+  }
+  FailRunning(reason);
+  PublishLoad();
+}
+
+void Engine::CancelRequest(uint64_t handle, const absl::Status& reason) {
+  auto w = std::find_if(waiting_.begin(), waiting_.end(),
+                        [&](const auto& r) { return r->handle == handle; });
+  if (w != waiting_.end()) {
+    Finish(**w, reason, FinishReason::kCancelled);
+    waiting_.erase(w);
+    return;
+  }
+  for (auto it = running_.begin(); it != running_.end(); ++it) {
+    if (it->second->handle != handle) continue;
+    SequenceOutput ignored;
+    CHECK(generator_->Cancel(it->first, &ignored).ok());
+    Finish(*it->second, reason, FinishReason::kCancelled);
+    running_.erase(it);
+    return;
+  }
+}
+
+void Engine::RetireExpired(absl::Time now) {
+  auto expired = [&](const Request& r) { return r.request.deadline <= now; };
+  auto deadline_status = [](const Request& r) {
+    return absl::DeadlineExceededError(absl::StrFormat(
+        "deadline exceeded after %d generated tokens", r.completion_tokens));
+  };
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (!expired(**it)) {
+      ++it;
+      continue;
+    }
+    Finish(**it, deadline_status(**it), FinishReason::kCancelled);
+    it = waiting_.erase(it);
+  }
+  for (auto it = running_.begin(); it != running_.end();) {
+    if (!expired(*it->second)) {
+      ++it;
+      continue;
+    }
+    SequenceOutput ignored;
+    CHECK(generator_->Cancel(it->first, &ignored).ok());
+    Finish(*it->second, deadline_status(*it->second), FinishReason::kCancelled);
+    it = running_.erase(it);
+  }
+}
+
+void Engine::Admit() {
+  while (!waiting_.empty()) {
+    Request& r = *waiting_.front();
+    // A copy: on RESOURCE_EXHAUSTED the request stays queued, in order.
+    absl::StatusOr<uint64_t> id = generator_->Add(r.request.generation);
+    if (absl::IsResourceExhausted(id.status())) return;
+    if (!id.ok()) {
+      Finish(r, id.status(), FinishReason::kNone);
+      waiting_.pop_front();
+      continue;
+    }
+    r.sequence_id = *id;
+    r.queue_seconds = Seconds(absl::Now() - r.submitted);
+    if (observer_) observer_->OnAdmitted(r.request.request_id, r.prompt_tokens, r.queue_seconds);
+    running_.emplace(*id, std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+}
+
+absl::Status Engine::RunStep() {
+  outputs_.clear();
+  const absl::Time start = absl::Now();
+  absl::Status status = generator_->Step(&outputs_);
+  const absl::Time now = absl::Now();
+  if (!status.ok()) return status;
+  if (observer_) {
+    StepSummary step;
+    step.decode_rows = generator_->last_step().decode_rows;
+    step.prefill_tokens = generator_->last_step().prefill_tokens;
+    step.seconds = Seconds(now - start);
+    observer_->OnStep(step);
+  }
+  for (const SequenceOutput& out : outputs_) {
+    auto it = running_.find(out.id);
+    CHECK(it != running_.end());
+    Request& r = *it->second;
+    for (size_t i = 0; i < out.tokens.size(); ++i) {
+      if (r.completion_tokens++ == 0) {
+        r.ttft_seconds = Seconds(now - r.submitted);
+        if (observer_) observer_->OnFirstToken(r.ttft_seconds);
+      } else if (observer_) {
+        observer_->OnNextToken(Seconds(now - r.last_token));
+      }
+      r.last_token = now;
+    }
+    r.stream->Append(out);
+    if (out.finish != FinishReason::kNone) {
+      // The generator has retired it and freed its KV already.
+      Finish(r, absl::OkStatus(), out.finish);
+      running_.erase(it);
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Engine::FailRunning(const absl::Status& status) {
+  for (auto& [id, r] : running_) {
+    SequenceOutput ignored;
+    CHECK(generator_->Cancel(id, &ignored).ok());
+    Finish(*r, status, FinishReason::kCancelled);
+  }
+  running_.clear();
+}
+
+void Engine::Finish(Request& r, absl::Status status, FinishReason finish) {
+  if (observer_) {
+    RequestSummary s;
+    s.request_id = r.request.request_id;
+    s.prompt_tokens = r.prompt_tokens;
+    s.completion_tokens = r.completion_tokens;
+    s.finish = finish;
+    s.code = status.code();
+    const absl::Time now = absl::Now();
+    s.queue_seconds = r.queue_seconds >= 0 ? r.queue_seconds : Seconds(now - r.submitted);
+    s.ttft_seconds = r.ttft_seconds;
+    s.e2e_seconds = Seconds(now - r.submitted);
+    observer_->OnFinished(s);
+  }
+  r.stream->Close(std::move(status), finish, r.prompt_tokens, r.completion_tokens);
+}
+
+void Engine::PublishLoad() {
+  EngineLoad load;
+  {
+    std::lock_guard lock(mu_);
+    pending_ = static_cast<int32_t>(submitted_.size() + waiting_.size());
+    running_count_ = static_cast<int32_t>(running_.size());
+    load_.waiting = pending_;
+    load_.running = running_count_;
+    load_.kv_blocks_used = generator_->kv_pool().used_blocks();
+    load = load_;
+    if (pending_ == 0 && running_count_ == 0) idle_.notify_all();
+  }
+  if (observer_) observer_->OnLoad(load);
+}
+
+}  // namespace specula

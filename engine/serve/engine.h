@@ -1,0 +1,115 @@
+// The serving engine: a Generator driven by its own thread in a continuous-batching loop, with a
+// bounded waiting queue in front (DESIGN.md §3). Every step it retires cancelled and expired
+// requests, admits waiting ones in arrival order while the running batch and the KV cache have
+// room, runs one forward pass (prefill chunks mixed with one decode token for every running
+// request) and hands the outputs to each request's RequestStream.
+//
+// Threading: Submit, Cancel, StopAccepting, WaitIdle, load() and generator()'s immutable parts
+// (model config, tokenizer) are safe from any thread. Every submitted stream is closed exactly
+// once, on the engine thread (or in Submit when it fails nothing is queued and the stream is
+// left alone).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/generate/generator.h"
+#include "engine/serve/engine_observer.h"
+#include "engine/serve/request_stream.h"
+
+namespace specula {
+
+struct EngineOptions {
+  // Requests accepted beyond those that can start at the next step; more are RESOURCE_EXHAUSTED.
+  int32_t max_waiting = 1024;
+};
+
+struct EngineRequest {
+  std::string request_id;  // for logs and metrics
+  GenerationRequest generation;
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+class Engine {
+ public:
+  // Starts the engine thread. `observer` may be null; it must outlive the Engine.
+  Engine(std::unique_ptr<Generator> generator, EngineOptions options, EngineObserver* observer);
+  // Shutdown(CANCELLED) if not done yet.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Only the parts that never change after loading (model config, tokenizer, eos ids, options)
+  // may be read from other threads.
+  const Generator& generator() const { return *generator_; }
+
+  // Validates the request (INVALID_ARGUMENT naming the field), then queues it: RESOURCE_EXHAUSTED
+  // when the waiting queue is full, UNAVAILABLE after StopAccepting. Returns a handle for Cancel.
+  absl::StatusOr<uint64_t> Submit(EngineRequest request, std::shared_ptr<RequestStream> stream);
+  // Retires the request at the next step boundary and frees its KV; its stream ends with `reason`.
+  // Unknown or already finished handles are ignored (the request may have just finished).
+  void Cancel(uint64_t handle, absl::Status reason);
+
+  // New submissions get UNAVAILABLE from now on; queued and running requests go on.
+  void StopAccepting();
+  // Blocks until nothing is queued or running, or until `deadline`. True when idle.
+  bool WaitIdle(absl::Time deadline);
+  // Ends every queued and running request with `reason`, frees their KV and stops the thread.
+  void Shutdown(absl::Status reason);
+
+  EngineLoad load() const;
+
+  // Tests: while paused, the loop still takes submissions and cancellations but runs no step and
+  // admits nothing, so queue states can be set up deterministically.
+  void SetPausedForTesting(bool paused);
+
+ private:
+  struct Request;  // one submitted request, queued or running (engine thread)
+
+  void Loop();
+  void RetireExpired(absl::Time now);
+  void Admit();
+  absl::Status RunStep();
+  void Finish(Request& r, absl::Status status, FinishReason finish);
+  void FailRunning(const absl::Status& status);
+  void CancelRequest(uint64_t handle, const absl::Status& reason);
+  void PublishLoad();
+
+  const std::unique_ptr<Generator> generator_;
+  const EngineOptions options_;
+  EngineObserver* const observer_;
+
+  // Shared with other threads.
+  mutable std::mutex mu_;
+  std::condition_variable wake_;   // engine thread: new work or control
+  std::condition_variable idle_;   // WaitIdle
+  std::vector<std::unique_ptr<Request>> submitted_;
+  std::vector<std::pair<uint64_t, absl::Status>> cancels_;
+  uint64_t next_handle_ = 1;
+  bool accepting_ = true;
+  bool stop_ = false;
+  bool paused_ = false;
+  absl::Status stop_reason_;
+  int32_t pending_ = 0;  // submitted + waiting, i.e. not admitted yet
+  int32_t running_count_ = 0;
+  EngineLoad load_;
+
+  // Engine thread only.
+  std::deque<std::unique_ptr<Request>> waiting_;
+  std::map<uint64_t, std::unique_ptr<Request>> running_;  // by generator sequence id
+  std::vector<SequenceOutput> outputs_;
+
+  std::thread thread_;
+};
+
+}  // namespace specula

@@ -1,0 +1,59 @@
+// What the serving engine reports as it runs, for metrics and request logs. The server implements
+// this with Prometheus; tests implement it to count events.
+//
+// Threading: every method is called on the engine thread, between steps or while dispatching a
+// step's outputs. Implementations must be cheap and must not block or call back into the Engine.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "engine/generate/sequence.h"
+
+namespace specula {
+
+// One request's life, reported once when it leaves the engine (finished, cancelled, failed).
+struct RequestSummary {
+  std::string request_id;
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  FinishReason finish = FinishReason::kNone;  // kNone when it failed or was never admitted
+  absl::StatusCode code = absl::StatusCode::kOk;  // what the client's stream ends with
+  double queue_seconds = 0;   // submit -> admission (or -> leaving, if never admitted)
+  double ttft_seconds = -1;   // submit -> first token; -1 when no token was produced
+  double e2e_seconds = 0;     // submit -> leaving
+};
+
+// One forward pass of the continuous-batching loop.
+struct StepSummary {
+  int32_t decode_rows = 0;      // sequences that decoded one token
+  int32_t prefill_tokens = 0;   // prompt tokens processed in this pass
+  double seconds = 0;           // wall time of the pass
+};
+
+// Queue and cache occupancy, reported after every change the engine thread makes.
+struct EngineLoad {
+  int32_t waiting = 0;
+  int32_t running = 0;
+  int64_t kv_blocks_used = 0;
+  int64_t kv_blocks_total = 0;
+  int32_t kv_page_size = 0;  // tokens per block
+};
+
+class EngineObserver {
+ public:
+  virtual ~EngineObserver() = default;
+  // A request moved from the waiting queue into the running batch.
+  virtual void OnAdmitted(const std::string& request_id, int64_t prompt_tokens,
+                          double queue_seconds) {}
+  // A request produced its first token (time to first token, from submission).
+  virtual void OnFirstToken(double ttft_seconds) {}
+  // A request produced a token after its first: the time since its previous token.
+  virtual void OnNextToken(double tbt_seconds) {}
+  virtual void OnStep(const StepSummary& step) {}
+  virtual void OnFinished(const RequestSummary& summary) {}
+  virtual void OnLoad(const EngineLoad& load) {}
+};
+
+}  // namespace specula

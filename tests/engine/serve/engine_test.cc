@@ -1,0 +1,270 @@
+// The serving engine: results equal the offline Generator, queue limits, cancellation, deadlines,
+// draining and shutdown, with KV accounting after each.
+#include "engine/serve/engine.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+
+#include "gtest/gtest.h"
+
+namespace specula {
+namespace {
+
+std::string ModelDir() { return std::string(SPECULA_TEST_MODELS_DIR) + "/llama3-f32"; }
+
+// Reads one stream to its end, blocking on the stream's ready notification.
+class Collector {
+ public:
+  Collector() : stream_(std::make_shared<RequestStream>([this] { Wake(); })) {}
+  std::shared_ptr<RequestStream> stream() const { return stream_; }
+
+  // Blocks until the first data (or the end) arrives.
+  void WaitForData() {
+    Pump(/*until_done=*/false);
+  }
+  const StreamChunk& WaitDone() {
+    Pump(/*until_done=*/true);
+    return all_;
+  }
+
+ private:
+  void Wake() {
+    std::lock_guard lock(mu_);
+    ready_ = true;
+    cv_.notify_all();
+  }
+  void Pump(bool until_done) {
+    while (!all_.done) {
+      StreamChunk c;
+      if (stream_->Take(&c)) {
+        all_.tokens.insert(all_.tokens.end(), c.tokens.begin(), c.tokens.end());
+        all_.text += c.text;
+        if (c.done) {
+          all_.done = true;
+          all_.status = c.status;
+          all_.finish = c.finish;
+          all_.prompt_tokens = c.prompt_tokens;
+          all_.completion_tokens = c.completion_tokens;
+        }
+        if (!until_done) return;
+        continue;
+      }
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return ready_; });
+      ready_ = false;
+    }
+  }
+
+  std::shared_ptr<RequestStream> stream_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool ready_ = false;
+  StreamChunk all_;
+};
+
+class CountingObserver : public EngineObserver {
+ public:
+  void OnAdmitted(const std::string&, int64_t prompt_tokens, double) override {
+    admitted++;
+    prompt += prompt_tokens;
+  }
+  void OnFirstToken(double ttft) override { tokens++; }
+  void OnNextToken(double tbt) override { tokens++; }
+  void OnStep(const StepSummary& s) override { max_batch = std::max(max_batch.load(), s.decode_rows); }
+  void OnFinished(const RequestSummary& s) override {
+    finished++;
+    if (s.code == absl::StatusCode::kOk) ok++;
+  }
+  std::atomic<int> admitted{0}, finished{0}, ok{0}, max_batch{0};
+  std::atomic<int64_t> tokens{0}, prompt{0};
+};
+
+GenerationRequest Greedy(std::vector<int32_t> prompt, int max_tokens) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling.temperature = 0;
+  r.stopping.max_tokens = max_tokens;
+  r.stopping.ignore_eos = true;
+  return r;
+}
+
+std::vector<GenerationRequest> MixedRequests(int n) {
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < 3 + 7 * (i % 6); ++j) prompt.push_back(1 + (i * 31 + j * 13) % 250);
+    reqs.push_back(Greedy(prompt, 4 + 3 * (i % 7)));
+  }
+  return reqs;
+}
+
+std::unique_ptr<Engine> MakeEngine(GeneratorOptions gen_options, EngineOptions options,
+                                   EngineObserver* observer = nullptr) {
+  gen_options.threads = 1;
+  return std::make_unique<Engine>(Generator::Create(ModelDir(), gen_options).value(), options,
+                                  observer);
+}
+
+EngineRequest Named(GenerationRequest g, std::string id = "r") {
+  EngineRequest r;
+  r.request_id = std::move(id);
+  r.generation = std::move(g);
+  return r;
+}
+
+TEST(EngineTest, ConcurrentRequestsMatchTheOfflineGenerator) {
+  CountingObserver observer;
+  GeneratorOptions gen_options;
+  gen_options.prefill_chunk_tokens = 16;
+  auto engine = MakeEngine(gen_options, EngineOptions{}, &observer);
+  const auto reqs = MixedRequests(12);
+  std::vector<Collector> collectors(reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(engine->Submit(Named(reqs[i]), collectors[i].stream()).ok());
+  }
+  auto offline = Generator::Create(ModelDir(), GeneratorOptions{}).value();
+  int64_t total_tokens = 0, total_prompt = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const StreamChunk& got = collectors[i].WaitDone();
+    auto want = offline->GenerateAll({reqs[i]}).value()[0];
+    EXPECT_TRUE(got.status.ok()) << got.status;
+    EXPECT_EQ(got.tokens, want.tokens) << "request " << i;
+    EXPECT_EQ(got.text, want.text) << "request " << i;
+    EXPECT_EQ(got.finish, FinishReason::kLength);
+    EXPECT_EQ(got.completion_tokens, static_cast<int64_t>(want.tokens.size()));
+    EXPECT_EQ(got.prompt_tokens, static_cast<int64_t>(reqs[i].prompt.size()));
+    total_tokens += got.completion_tokens;
+    total_prompt += got.prompt_tokens;
+  }
+  ASSERT_TRUE(engine->WaitIdle(absl::Now() + absl::Seconds(10)));
+  EXPECT_EQ(engine->load().kv_blocks_used, 0);
+  EXPECT_EQ(observer.admitted.load(), 12);
+  EXPECT_EQ(observer.finished.load(), 12);
+  EXPECT_EQ(observer.ok.load(), 12);
+  EXPECT_EQ(observer.tokens.load(), total_tokens);
+  EXPECT_EQ(observer.prompt.load(), total_prompt);
+  EXPECT_GT(observer.max_batch.load(), 1) << "requests were batched";
+}
+
+TEST(EngineTest, FullQueueIsResourceExhausted) {
+  GeneratorOptions gen_options;
+  gen_options.max_running = 2;
+  EngineOptions options;
+  options.max_waiting = 1;
+  auto engine = MakeEngine(gen_options, options);
+  engine->SetPausedForTesting(true);
+  std::vector<Collector> collectors(4);
+  // Two can start at the next step and one may wait.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(engine->Submit(Named(Greedy({1, 2, 3}, 4)), collectors[i].stream()).ok());
+  }
+  auto rejected = engine->Submit(Named(Greedy({1, 2, 3}, 4)), collectors[3].stream());
+  EXPECT_TRUE(absl::IsResourceExhausted(rejected.status())) << rejected.status();
+  EXPECT_NE(rejected.status().message().find("max_waiting_requests"), std::string::npos);
+  engine->SetPausedForTesting(false);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(collectors[i].WaitDone().status.ok());
+  ASSERT_TRUE(engine->WaitIdle(absl::Now() + absl::Seconds(10)));
+  // Room again.
+  Collector again;
+  ASSERT_TRUE(engine->Submit(Named(Greedy({1, 2, 3}, 4)), again.stream()).ok());
+  EXPECT_TRUE(again.WaitDone().status.ok());
+}
+
+TEST(EngineTest, CancelWaitingAndRunningFreesTheirKv) {
+  GeneratorOptions gen_options;
+  gen_options.max_running = 1;
+  auto engine = MakeEngine(gen_options, EngineOptions{});
+  engine->SetPausedForTesting(true);
+  Collector running, waiting;
+  const uint64_t a = engine->Submit(Named(Greedy({1, 2, 3}, 4000)), running.stream()).value();
+  const uint64_t b = engine->Submit(Named(Greedy({4, 5, 6}, 8)), waiting.stream()).value();
+  engine->Cancel(b, absl::CancelledError("client went away"));
+  const StreamChunk& w = waiting.WaitDone();
+  EXPECT_TRUE(absl::IsCancelled(w.status)) << w.status;
+  EXPECT_EQ(w.completion_tokens, 0);
+
+  engine->SetPausedForTesting(false);
+  running.WaitForData();
+  EXPECT_GT(engine->load().kv_blocks_used, 0);
+  engine->Cancel(a, absl::CancelledError("client went away"));
+  const StreamChunk& r = running.WaitDone();
+  EXPECT_TRUE(absl::IsCancelled(r.status)) << r.status;
+  EXPECT_GT(r.completion_tokens, 0);
+  EXPECT_LT(r.completion_tokens, 4000);
+  ASSERT_TRUE(engine->WaitIdle(absl::Now() + absl::Seconds(10)));
+  EXPECT_EQ(engine->load().kv_blocks_used, 0);
+  engine->Cancel(a, absl::CancelledError("late"));  // finished handles are ignored
+}
+
+TEST(EngineTest, DeadlinesRetireQueuedAndRunningRequests) {
+  auto engine = MakeEngine(GeneratorOptions{}, EngineOptions{});
+  engine->SetPausedForTesting(true);
+  Collector queued;
+  EngineRequest q = Named(Greedy({1, 2, 3}, 8));
+  q.deadline = absl::Now() + absl::Milliseconds(5);
+  ASSERT_TRUE(engine->Submit(std::move(q), queued.stream()).ok());
+  const StreamChunk& qc = queued.WaitDone();
+  EXPECT_TRUE(absl::IsDeadlineExceeded(qc.status)) << qc.status;
+  EXPECT_EQ(qc.completion_tokens, 0);
+
+  engine->SetPausedForTesting(false);
+  Collector running;
+  EngineRequest r = Named(Greedy({1, 2, 3}, 4000));
+  r.deadline = absl::Now() + absl::Milliseconds(30);
+  ASSERT_TRUE(engine->Submit(std::move(r), running.stream()).ok());
+  const StreamChunk& rc = running.WaitDone();
+  EXPECT_TRUE(absl::IsDeadlineExceeded(rc.status)) << rc.status;
+  EXPECT_LT(rc.completion_tokens, 4000);
+  ASSERT_TRUE(engine->WaitIdle(absl::Now() + absl::Seconds(10)));
+  EXPECT_EQ(engine->load().kv_blocks_used, 0);
+}
+
+TEST(EngineTest, InvalidRequestsAreRejectedAtSubmit) {
+  auto engine = MakeEngine(GeneratorOptions{}, EngineOptions{});
+  Collector c;
+  auto empty = engine->Submit(Named(Greedy({}, 4)), c.stream());
+  EXPECT_TRUE(absl::IsInvalidArgument(empty.status())) << empty.status();
+  auto too_long = engine->Submit(Named(Greedy({1, 2}, 5000)), c.stream());
+  EXPECT_TRUE(absl::IsInvalidArgument(too_long.status())) << too_long.status();
+  EXPECT_EQ(engine->load().waiting, 0);
+}
+
+TEST(EngineTest, DrainFinishesInFlightWorkAndRefusesNewWork) {
+  auto engine = MakeEngine(GeneratorOptions{}, EngineOptions{});
+  engine->SetPausedForTesting(true);
+  Collector in_flight;
+  ASSERT_TRUE(engine->Submit(Named(Greedy({1, 2, 3}, 16)), in_flight.stream()).ok());
+  engine->StopAccepting();
+  Collector late;
+  auto refused = engine->Submit(Named(Greedy({1, 2, 3}, 16)), late.stream());
+  EXPECT_TRUE(absl::IsUnavailable(refused.status())) << refused.status();
+  EXPECT_FALSE(engine->WaitIdle(absl::Now() + absl::Milliseconds(30))) << "paused: not idle";
+  engine->SetPausedForTesting(false);
+  EXPECT_TRUE(engine->WaitIdle(absl::Now() + absl::Seconds(10)));
+  const StreamChunk& done = in_flight.WaitDone();
+  EXPECT_TRUE(done.status.ok());
+  EXPECT_EQ(done.completion_tokens, 16);
+}
+
+TEST(EngineTest, ShutdownEndsEveryRequestWithTheReason) {
+  CountingObserver observer;
+  GeneratorOptions gen_options;
+  gen_options.max_running = 1;
+  auto engine = MakeEngine(gen_options, EngineOptions{}, &observer);
+  Collector running, waiting;
+  ASSERT_TRUE(engine->Submit(Named(Greedy({1, 2, 3}, 4000)), running.stream()).ok());
+  ASSERT_TRUE(engine->Submit(Named(Greedy({1, 2, 3}, 4000)), waiting.stream()).ok());
+  running.WaitForData();
+  engine->Shutdown(absl::UnavailableError("shutting down"));
+  EXPECT_TRUE(absl::IsUnavailable(running.WaitDone().status));
+  EXPECT_TRUE(absl::IsUnavailable(waiting.WaitDone().status));
+  EXPECT_EQ(engine->load().kv_blocks_used, 0);
+  EXPECT_EQ(observer.finished.load(), 2);
+  Collector after;
+  EXPECT_TRUE(absl::IsUnavailable(
+      engine->Submit(Named(Greedy({1, 2, 3}, 4)), after.stream()).status()));
+}
+
+}  // namespace
+}  // namespace specula
