@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "engine/generate/sequence.h"
@@ -54,6 +55,35 @@ class EngineObserver {
   virtual void OnStep(const StepSummary& step) {}
   virtual void OnFinished(const RequestSummary& summary) {}
   virtual void OnLoad(const EngineLoad& load) {}
+};
+
+// Forwards every event to each observer in order (e.g. metrics, then request logs).
+class ObserverList : public EngineObserver {
+ public:
+  explicit ObserverList(std::vector<EngineObserver*> observers)
+      : observers_(std::move(observers)) {}
+  void OnAdmitted(const std::string& request_id, int64_t prompt_tokens,
+                  double queue_seconds) override {
+    for (auto* o : observers_) o->OnAdmitted(request_id, prompt_tokens, queue_seconds);
+  }
+  void OnFirstToken(double ttft_seconds) override {
+    for (auto* o : observers_) o->OnFirstToken(ttft_seconds);
+  }
+  void OnNextToken(double tbt_seconds) override {
+    for (auto* o : observers_) o->OnNextToken(tbt_seconds);
+  }
+  void OnStep(const StepSummary& step) override {
+    for (auto* o : observers_) o->OnStep(step);
+  }
+  void OnFinished(const RequestSummary& summary) override {
+    for (auto* o : observers_) o->OnFinished(summary);
+  }
+  void OnLoad(const EngineLoad& load) override {
+    for (auto* o : observers_) o->OnLoad(load);
+  }
+
+ private:
+  std::vector<EngineObserver*> observers_;
 };
 
 }  // namespace specula

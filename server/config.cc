@@ -1,0 +1,386 @@
+#include "server/config.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/common/log.h"
+#include "yaml-cpp/yaml.h"
+
+namespace specula {
+namespace {
+
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+
+// A value that failed validation: the full key path and what is wrong with it.
+struct Violation {
+  std::string key;
+  std::string message;
+};
+
+template <typename T>
+std::optional<Violation> CheckRange(absl::string_view key, T value, T min, T max) {
+  if (value < min) {
+    return Violation{std::string(key), absl::StrCat("must be >= ", min, ", got ", value)};
+  }
+  if (value > max) {
+    return Violation{std::string(key), absl::StrCat("must be <= ", max, ", got ", value)};
+  }
+  return std::nullopt;
+}
+
+std::optional<Violation> CheckAddress(absl::string_view key, absl::string_view value) {
+  absl::Status status = ParseHostPort(value);
+  if (status.ok()) return std::nullopt;
+  return Violation{std::string(key), std::string(status.message())};
+}
+
+// The one list of value rules, shared by the parser (which adds file and line) and
+// ValidateConfig (which runs again after flag overrides).
+std::optional<Violation> FindViolation(const ServerConfig& c) {
+  std::optional<Violation> v;
+  const ServerSection& s = c.server;
+  if ((v = CheckAddress("server.listen", s.listen))) return v;
+  if (!s.metrics_listen.empty()) {
+    if ((v = CheckAddress("server.metrics_listen", s.metrics_listen))) return v;
+    std::string host, metrics_host;
+    int port = 0, metrics_port = 0;
+    (void)ParseHostPort(s.listen, &host, &port);
+    (void)ParseHostPort(s.metrics_listen, &metrics_host, &metrics_port);
+    if (port != 0 && port == metrics_port && host == metrics_host) {
+      return Violation{"server.metrics_listen",
+                       absl::StrCat("must differ from server.listen, both are '", s.listen, "'")};
+    }
+  }
+  if ((v = CheckRange<int64_t>("server.max_receive_message_bytes", s.max_receive_message_bytes,
+                               1024, kIntMax))) {
+    return v;
+  }
+  if (!(s.shutdown_grace_seconds >= 0) || !std::isfinite(s.shutdown_grace_seconds)) {
+    return Violation{"server.shutdown_grace_seconds",
+                     absl::StrCat("must be a finite number >= 0, got ", s.shutdown_grace_seconds)};
+  }
+  if (absl::StatusOr<LogLevel> level = ParseLogLevel(s.log_level); !level.ok()) {
+    return Violation{"server.log_level", std::string(level.status().message())};
+  }
+  const std::string& device = c.model.device;
+  if (device != "cpu" && device != "cuda" && device != "auto") {
+    return Violation{"model.device",
+                     absl::StrCat("must be one of cpu, cuda, auto, got '", device, "'")};
+  }
+  const SchedulerSection& sc = c.scheduler;
+  if ((v = CheckRange<int>("scheduler.max_running_requests", sc.max_running_requests, 1,
+                           kIntMax)) ||
+      (v = CheckRange<int>("scheduler.max_waiting_requests", sc.max_waiting_requests, 0,
+                           kIntMax)) ||
+      (v = CheckRange<int>("scheduler.prefill_chunk_tokens", sc.prefill_chunk_tokens, 1,
+                           kIntMax)) ||
+      (v = CheckRange<int>("scheduler.default_max_tokens", sc.default_max_tokens, 1, kIntMax)) ||
+      (v = CheckRange<int>("scheduler.threads", sc.threads, 0, kIntMax))) {
+    return v;
+  }
+  const KvCacheSection& kv = c.kv_cache;
+  if (kv.page_size < 1 || kv.page_size > 1024 || (kv.page_size & (kv.page_size - 1)) != 0) {
+    return Violation{"kv_cache.page_size",
+                     absl::StrCat("must be a power of two in [1, 1024], got ", kv.page_size)};
+  }
+  if (kv.capacity_tokens < kv.page_size) {
+    return Violation{"kv_cache.capacity_tokens",
+                     absl::StrCat("must be >= kv_cache.page_size (", kv.page_size, "), got ",
+                                  kv.capacity_tokens)};
+  }
+  return std::nullopt;
+}
+
+std::string Describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+      return "null";
+    case YAML::NodeType::Sequence:
+      return "a sequence";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Scalar:
+      // Quoted scalars carry the non-specific tag "!"; show the quotes so "5" vs 5 is clear.
+      return node.Tag() == "!" ? absl::StrCat("the string \"", node.Scalar(), "\"")
+                               : absl::StrCat("'", node.Scalar(), "'");
+    default:
+      return "an undefined value";
+  }
+}
+
+// Turns a YAML tree into a ServerConfig, remembering on which line each key stood.
+class ConfigReader {
+ public:
+  explicit ConfigReader(absl::string_view source)
+      : source_(source.empty() ? "<config>" : std::string(source)) {}
+
+  absl::Status Error(int line, absl::string_view key, absl::string_view message) const {
+    std::string where = line > 0 ? absl::StrCat(source_, ":", line) : source_;
+    if (key.empty()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", message));
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", key, ": ", message));
+  }
+
+  int LineOf(const std::string& key) const {
+    auto it = lines_.find(key);
+    return it == lines_.end() ? 0 : it->second;
+  }
+
+  absl::Status Read(const YAML::Node& root, ServerConfig* c);
+
+ private:
+  using Handler = std::function<absl::Status(const YAML::Node& value, const std::string& path)>;
+  struct Field {
+    absl::string_view key;
+    Handler read;
+  };
+
+  // Dispatches each key of the mapping `node` (at `path`, "" for the root) to its field.
+  absl::Status ReadMapping(const YAML::Node& node, const std::string& path,
+                           const std::vector<Field>& fields);
+
+  absl::Status TypeError(const std::string& path, absl::string_view expected,
+                         const YAML::Node& value) const {
+    return Error(LineOf(path), path,
+                 absl::StrCat("expected ", expected, ", got ", Describe(value)));
+  }
+
+  Handler String(std::string* out) {
+    return [this, out](const YAML::Node& v, const std::string& path) -> absl::Status {
+      // A bare `key:` is null; insisting on "" avoids guessing what the operator meant.
+      if (!v.IsScalar()) return TypeError(path, "a string (write \"\" for an empty one)", v);
+      *out = v.Scalar();
+      return absl::OkStatus();
+    };
+  }
+
+  template <typename T>
+  Handler Int(T* out) {
+    return [this, out](const YAML::Node& v, const std::string& path) -> absl::Status {
+      int64_t x = 0;
+      if (!v.IsScalar() || v.Tag() == "!" || !YAML::convert<int64_t>::decode(v, x)) {
+        return TypeError(path, "an integer", v);
+      }
+      // Out of the field's type; the value rules proper are FindViolation's.
+      if (std::optional<Violation> r = CheckRange<int64_t>(path, x, std::numeric_limits<T>::min(),
+                                                           std::numeric_limits<T>::max())) {
+        return Error(LineOf(path), path, r->message);
+      }
+      *out = static_cast<T>(x);
+      return absl::OkStatus();
+    };
+  }
+
+  Handler Double(double* out) {
+    return [this, out](const YAML::Node& v, const std::string& path) -> absl::Status {
+      double x = 0;
+      if (!v.IsScalar() || v.Tag() == "!" || !YAML::convert<double>::decode(v, x)) {
+        return TypeError(path, "a number", v);
+      }
+      *out = x;
+      return absl::OkStatus();
+    };
+  }
+
+  Handler Section(std::vector<Field> fields) {
+    return [this, fields = std::move(fields)](const YAML::Node& v,
+                                              const std::string& path) -> absl::Status {
+      if (v.IsNull()) return absl::OkStatus();  // a header with every key commented out
+      if (!v.IsMap()) return TypeError(path, "a mapping", v);
+      return ReadMapping(v, path, fields);
+    };
+  }
+
+  std::string source_;
+  absl::flat_hash_map<std::string, int> lines_;
+};
+
+absl::Status ConfigReader::ReadMapping(const YAML::Node& node, const std::string& path,
+                                       const std::vector<Field>& fields) {
+  absl::flat_hash_set<std::string> seen;
+  // Copies, not references: yaml-cpp's iterators hand out temporary proxies.
+  for (const auto& entry : node) {
+    const YAML::Node key = entry.first;
+    const YAML::Node value = entry.second;
+    const int line = key.Mark().line >= 0 ? key.Mark().line + 1 : 0;
+    if (!key.IsScalar()) {
+      return Error(line, path, absl::StrCat("keys must be plain names, got ", Describe(key)));
+    }
+    const std::string full = path.empty() ? key.Scalar() : absl::StrCat(path, ".", key.Scalar());
+    if (!seen.insert(key.Scalar()).second) {
+      return Error(line, "", absl::StrCat("duplicate key '", full, "'"));
+    }
+    const Field* field = nullptr;
+    for (const Field& f : fields) {
+      if (f.key == key.Scalar()) field = &f;
+    }
+    if (field == nullptr) {
+      std::vector<absl::string_view> known;
+      for (const Field& f : fields) known.push_back(f.key);
+      return Error(line, "",
+                   absl::StrCat("unknown key '", full, "' (known keys",
+                                path.empty() ? "" : absl::StrCat(" in '", path, "'"), ": ",
+                                absl::StrJoin(known, ", "), ")"));
+    }
+    lines_[full] = line;
+    if (absl::Status s = field->read(value, full); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
+  if (root.IsNull()) return absl::OkStatus();  // empty file or only comments: all defaults
+  if (!root.IsMap()) {
+    const int line = root.Mark().line >= 0 ? root.Mark().line + 1 : 0;
+    return Error(line, "",
+                 absl::StrCat("the document must be a mapping of sections, got ", Describe(root)));
+  }
+  ServerSection& s = c->server;
+  ModelSection& m = c->model;
+  SchedulerSection& sc = c->scheduler;
+  KvCacheSection& kv = c->kv_cache;
+  const std::vector<Field> sections = {
+      {"server", Section({{"listen", String(&s.listen)},
+                          {"metrics_listen", String(&s.metrics_listen)},
+                          {"max_receive_message_bytes", Int(&s.max_receive_message_bytes)},
+                          {"shutdown_grace_seconds", Double(&s.shutdown_grace_seconds)},
+                          {"log_level", String(&s.log_level)}})},
+      {"model", Section({{"path", String(&m.path)}, {"device", String(&m.device)}})},
+      {"scheduler", Section({{"max_running_requests", Int(&sc.max_running_requests)},
+                             {"max_waiting_requests", Int(&sc.max_waiting_requests)},
+                             {"prefill_chunk_tokens", Int(&sc.prefill_chunk_tokens)},
+                             {"default_max_tokens", Int(&sc.default_max_tokens)},
+                             {"threads", Int(&sc.threads)}})},
+      {"kv_cache",
+       Section({{"page_size", Int(&kv.page_size)}, {"capacity_tokens", Int(&kv.capacity_tokens)}})},
+  };
+  return ReadMapping(root, "", sections);
+}
+
+}  // namespace
+
+absl::Status ParseHostPort(absl::string_view host_port, std::string* host, int* port) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid address '", host_port, "': ", why));
+  };
+  absl::string_view h;
+  absl::string_view p;
+  if (!host_port.empty() && host_port.front() == '[') {
+    const size_t close = host_port.find(']');
+    if (close == absl::string_view::npos) return bad("missing ']' after the IPv6 host");
+    h = host_port.substr(1, close - 1);
+    const absl::string_view rest = host_port.substr(close + 1);
+    if (rest.empty() || rest.front() != ':') return bad("expected ':PORT' after ']'");
+    p = rest.substr(1);
+    if (h.find(':') == absl::string_view::npos) {
+      return bad("brackets are only for IPv6 hosts, e.g. [::1]:50051");
+    }
+    for (char ch : h) {
+      // Hex groups, ':', an embedded IPv4 tail and a "%zone" suffix.
+      if (!absl::ascii_isalnum(ch) && ch != ':' && ch != '.' && ch != '%') {
+        return bad(
+            absl::StrCat("invalid character '", absl::string_view(&ch, 1), "' in the IPv6 host"));
+      }
+    }
+  } else {
+    const size_t colon = host_port.rfind(':');
+    if (colon == absl::string_view::npos) return bad("expected HOST:PORT, e.g. 127.0.0.1:50051");
+    h = host_port.substr(0, colon);
+    p = host_port.substr(colon + 1);
+    if (h.empty()) return bad("empty host (use 0.0.0.0 or [::] for every interface)");
+    if (h.find(':') != absl::string_view::npos) {
+      return bad("IPv6 hosts must be in brackets, e.g. [::1]:50051");
+    }
+    for (char ch : h) {
+      if (!absl::ascii_isalnum(ch) && ch != '.' && ch != '-' && ch != '_') {
+        return bad(absl::StrCat("invalid character '", absl::string_view(&ch, 1), "' in the host"));
+      }
+    }
+  }
+  if (p.empty()) return bad("missing port after ':'");
+  int value = 0;
+  for (char ch : p) {
+    if (!absl::ascii_isdigit(ch) || p.size() > 5) return bad("port must be a number in [0, 65535]");
+    value = value * 10 + (ch - '0');
+  }
+  if (value > 65535) return bad("port must be a number in [0, 65535]");
+  if (host != nullptr) *host = std::string(h);
+  if (port != nullptr) *port = value;
+  return absl::OkStatus();
+}
+
+absl::Status ValidateConfig(const ServerConfig& config) {
+  std::optional<Violation> v = FindViolation(config);
+  if (!v) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(v->key, ": ", v->message));
+}
+
+absl::StatusOr<ServerConfig> ParseConfigYaml(absl::string_view yaml_text,
+                                             absl::string_view source_name) {
+  ConfigReader reader(source_name);
+  ServerConfig config;
+  try {
+    std::vector<YAML::Node> docs = YAML::LoadAll(std::string(yaml_text));
+    if (docs.size() > 1) {
+      const int line = docs[1].Mark().line >= 0 ? docs[1].Mark().line + 1 : 0;
+      return reader.Error(line, "", "expected one YAML document, found several");
+    }
+    if (!docs.empty()) {
+      if (absl::Status s = reader.Read(docs[0], &config); !s.ok()) return s;
+    }
+  } catch (const YAML::Exception& e) {
+    // e.mark is 0-based; e.msg is the message without yaml-cpp's own position prefix.
+    const int line = e.mark.line >= 0 ? e.mark.line + 1 : 0;
+    return reader.Error(line, "", absl::StrCat("invalid YAML: ", e.msg));
+  } catch (const std::exception& e) {
+    return reader.Error(0, "", absl::StrCat("invalid YAML: ", e.what()));
+  }
+  if (std::optional<Violation> v = FindViolation(config)) {
+    return reader.Error(reader.LineOf(v->key), v->key, v->message);
+  }
+  return config;
+}
+
+absl::StatusOr<ServerConfig> LoadConfigFile(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config file '", path, "' is a directory, expected a YAML file"));
+  }
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    const int err = errno;
+    const std::string message =
+        absl::StrCat("cannot open config file '", path, "': ", std::strerror(err));
+    if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(message);
+    if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(message);
+    return absl::InvalidArgumentError(message);
+  }
+  std::string text;
+  char buf[16384];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof(buf), file)) > 0) text.append(buf, n);
+  const bool failed = std::ferror(file) != 0;
+  const int err = errno;
+  std::fclose(file);
+  if (failed) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read config file '", path, "': ", std::strerror(err)));
+  }
+  return ParseConfigYaml(text, path);
+}
+
+}  // namespace specula

@@ -1,0 +1,67 @@
+// The daemon's configuration: one YAML file (every key documented in deploy/config/specula.yaml)
+// parsed into typed structs whose member initializers are the defaults. Flags may override
+// fields afterwards; call ValidateConfig again then.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace specula {
+
+struct ServerSection {
+  std::string listen = "127.0.0.1:50051";         // gRPC address, HOST:PORT
+  std::string metrics_listen = "127.0.0.1:9400";  // /metrics address; "" disables it
+  int64_t max_receive_message_bytes = 4194304;    // >= 1024, fits in int
+  double shutdown_grace_seconds = 30;             // >= 0
+  std::string log_level = "info";                 // as accepted by ParseLogLevel
+};
+
+struct ModelSection {
+  std::string path;             // "" = the embedded default tiny model
+  std::string device = "auto";  // cpu | cuda | auto
+};
+
+struct SchedulerSection {
+  int max_running_requests = 64;    // >= 1
+  int max_waiting_requests = 1024;  // >= 0
+  int prefill_chunk_tokens = 512;   // >= 1
+  int default_max_tokens = 256;     // >= 1
+  int threads = 0;                  // 0 = all cores
+};
+
+struct KvCacheSection {
+  int page_size = 16;               // power of two in [1, 1024]
+  int64_t capacity_tokens = 65536;  // >= page_size
+};
+
+struct ServerConfig {
+  ServerSection server;
+  ModelSection model;
+  SchedulerSection scheduler;
+  KvCacheSection kv_cache;
+};
+
+// Parses a YAML document; an empty document means all defaults. Unknown keys, wrong types and
+// invalid values are INVALID_ARGUMENT naming `source_name`, the line (when known) and the full
+// key path, e.g. "specula.yaml:7: scheduler.max_running_requests: must be >= 1, got 0".
+// The result has passed ValidateConfig.
+absl::StatusOr<ServerConfig> ParseConfigYaml(absl::string_view yaml_text,
+                                             absl::string_view source_name);
+
+// Reads and parses the file at `path`. NOT_FOUND when it does not exist, PERMISSION_DENIED when
+// it cannot be read, INVALID_ARGUMENT for a directory or bad content; messages name the path.
+absl::StatusOr<ServerConfig> LoadConfigFile(const std::string& path);
+
+// Checks every value and the relations between them; INVALID_ARGUMENT names the key path.
+absl::Status ValidateConfig(const ServerConfig& config);
+
+// Checks "HOST:PORT" (IPv6 hosts in brackets: "[::1]:50051"; port 0..65535, 0 = ephemeral).
+// On success fills `host` (without brackets) and `port` when they are non-null.
+absl::Status ParseHostPort(absl::string_view host_port, std::string* host = nullptr,
+                           int* port = nullptr);
+
+}  // namespace specula

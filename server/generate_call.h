@@ -1,0 +1,73 @@
+// One Generate stream: a gRPC callback reactor fed by the request's RequestStream.
+//
+// Reactions never block: the engine thread's ready-notification and OnWriteDone both call
+// TrySend, which takes everything pending (coalesced into one message) and starts one write; a
+// write in flight makes later notifications no-ops until it completes. The call finishes only
+// when the engine closes the stream, so KV is always freed before the client hears the end.
+//
+// Lifetime: owned by a shared_ptr to itself until gRPC calls OnDone; the engine-side callback
+// holds a weak_ptr, so a notification racing with OnDone never touches a destroyed reactor.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/time/time.h"
+#include "engine/serve/engine.h"
+#include "grpcpp/grpcpp.h"
+#include "server/metrics.h"
+#include "specula/v1/specula.pb.h"
+
+namespace specula {
+
+// What every call needs from the server; outlives all calls.
+struct CallEnv {
+  Engine* engine = nullptr;
+  ServerMetrics* metrics = nullptr;  // may be null
+  int32_t default_max_tokens = 256;
+  int64_t max_request_bytes = 4 << 20;
+  std::atomic<bool> draining{false};
+};
+
+// Checks every call makes first: UNAVAILABLE while draining, INVALID_ARGUMENT when the request is
+// above server.max_receive_message_bytes (gRPC's own limit is set higher so that such requests
+// reach us and get a message naming the key).
+absl::Status CheckAdmission(const CallEnv& env, const google::protobuf::Message& request);
+
+class GenerateCall : public grpc::ServerWriteReactor<v1::GenerateResponse>,
+                     public std::enable_shared_from_this<GenerateCall> {
+ public:
+  // Creates the reactor and validates/submits the request; returns it for gRPC to drive.
+  static grpc::ServerWriteReactor<v1::GenerateResponse>* Start(grpc::CallbackServerContext* ctx,
+                                                               const v1::GenerateRequest* request,
+                                                               CallEnv* env);
+
+  GenerateCall(grpc::CallbackServerContext* ctx, CallEnv* env) : ctx_(ctx), env_(env) {}
+
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+ private:
+  void Begin(const v1::GenerateRequest& request);
+  void Reject(const absl::Status& status);
+  void TrySend();
+
+  grpc::CallbackServerContext* const ctx_;
+  CallEnv* const env_;
+  std::shared_ptr<GenerateCall> self_;  // released in OnDone
+  std::shared_ptr<RequestStream> stream_;
+  std::string request_id_;
+  uint64_t handle_ = 0;  // 0 until submitted
+
+  std::mutex mu_;
+  bool writing_ = false;
+  bool finished_ = false;
+  bool broken_ = false;  // a write failed: the client is gone
+  v1::GenerateResponse response_;
+};
+
+}  // namespace specula

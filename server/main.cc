@@ -1,0 +1,153 @@
+// specula-server: the daemon. Configuration comes from --config (YAML) with flag overrides; with
+// no model given it serves the embedded default (a tiny generated model). SIGTERM or SIGINT
+// drains: health NOT_SERVING, new calls UNAVAILABLE, in-flight requests get
+// server.shutdown_grace_seconds to finish; exit code 0. A second signal exits at once.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
+#include "engine/common/log.h"
+#include "server/config.h"
+#include "server/server.h"
+#include "tools/default_model/default_model.h"
+
+ABSL_FLAG(std::string, config, "", "YAML configuration file (see deploy/config/specula.yaml)");
+ABSL_FLAG(std::optional<std::string>, model, std::nullopt,
+          "model directory (overrides model.path; default: the embedded tiny model)");
+ABSL_FLAG(std::optional<std::string>, listen, std::nullopt,
+          "gRPC address HOST:PORT (overrides server.listen; default 127.0.0.1:50051)");
+ABSL_FLAG(std::optional<std::string>, metrics_listen, std::nullopt,
+          "/metrics address HOST:PORT, empty to disable (overrides server.metrics_listen; "
+          "default 127.0.0.1:9400)");
+ABSL_FLAG(std::optional<std::string>, device, std::nullopt,
+          "cpu | cuda | auto (overrides model.device)");
+ABSL_FLAG(std::optional<std::string>, log_level, std::nullopt,
+          "debug | info | warning | error (overrides server.log_level)");
+ABSL_FLAG(std::string, ready_file, "",
+          "once serving, write {\"listen\": ..., \"metrics_listen\": ...} with the bound "
+          "addresses to this file (for scripts and tests using port 0)");
+
+namespace specula {
+namespace {
+
+// Flags are documented with dashes (--metrics-listen); absl spells them with underscores.
+std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::string>* storage) {
+  storage->reserve(argc);
+  std::vector<char*> out;
+  for (int i = 0; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (i > 0 && arg.rfind("--", 0) == 0 && arg != "--") {
+      const size_t end = std::min(arg.find('='), arg.size());
+      for (size_t k = 2; k < end; ++k) {
+        if (arg[k] == '-') arg[k] = '_';
+      }
+    }
+    storage->push_back(std::move(arg));
+  }
+  for (std::string& s : *storage) out.push_back(s.data());
+  return out;
+}
+
+absl::StatusOr<ServerConfig> ResolveConfig() {
+  ServerConfig config;
+  if (!absl::GetFlag(FLAGS_config).empty()) {
+    absl::StatusOr<ServerConfig> loaded = LoadConfigFile(absl::GetFlag(FLAGS_config));
+    if (!loaded.ok()) return loaded.status();
+    config = *std::move(loaded);
+  }
+  if (auto v = absl::GetFlag(FLAGS_model)) config.model.path = *v;
+  if (auto v = absl::GetFlag(FLAGS_listen)) config.server.listen = *v;
+  if (auto v = absl::GetFlag(FLAGS_metrics_listen)) config.server.metrics_listen = *v;
+  if (auto v = absl::GetFlag(FLAGS_device)) config.model.device = *v;
+  if (auto v = absl::GetFlag(FLAGS_log_level)) config.server.log_level = *v;
+  if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
+  if (config.model.path.empty()) {
+    absl::StatusOr<std::string> dir = EnsureDefaultModel();
+    if (!dir.ok()) return dir.status();
+    config.model.path = *dir;
+  }
+  return config;
+}
+
+absl::Status WriteReadyFile(const std::string& path, const Server& server) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << absl::StrFormat("{\"listen\": \"%s\", \"metrics_listen\": \"%s\"}\n", server.address(),
+                         server.metrics_address());
+    if (!f.good()) return absl::InternalError(absl::StrCat("--ready-file: cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("--ready-file: cannot rename to ", path));
+  }
+  return absl::OkStatus();
+}
+
+int Fail(const absl::Status& s) {
+  Log(LogLevel::kError, "startup_failed",
+      {{"status", absl::StatusCodeToString(s.code())}, {"error", s.message()}});
+  return 1;
+}
+
+int Run(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "specula-server [--config FILE] [--model DIR] [--listen HOST:PORT] "
+      "[--metrics-listen HOST:PORT] [--device cpu|cuda|auto] [--log-level LEVEL]");
+  std::vector<std::string> storage;
+  std::vector<char*> args = NormalizeFlagNames(argc, argv, &storage);
+  std::vector<char*> rest = absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  if (rest.size() > 1) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("unexpected argument: ", rest[1])));
+  }
+
+  // Signals go to one thread that waits for them; every thread created later inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::StatusOr<ServerConfig> config = ResolveConfig();
+  if (!config.ok()) return Fail(config.status());
+  SetLogLevel(*ParseLogLevel(config->server.log_level));  // validated by ValidateConfig
+
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(*config);
+  if (!server.ok()) return Fail(server.status());
+  if (!absl::GetFlag(FLAGS_ready_file).empty()) {
+    if (absl::Status s = WriteReadyFile(absl::GetFlag(FLAGS_ready_file), **server); !s.ok()) {
+      (*server)->Shutdown(absl::ZeroDuration());
+      return Fail(s);
+    }
+  }
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  Log(LogLevel::kInfo, "signal", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
+  // A second signal while draining means "now".
+  std::thread impatient([signals]() mutable {
+    int again = 0;
+    sigwait(&signals, &again);
+    Log(LogLevel::kWarning, "second_signal_exiting_now");
+    _exit(1);
+  });
+  impatient.detach();
+  (*server)->Shutdown(absl::Seconds(config->server.shutdown_grace_seconds));
+  server->reset();
+  return 0;
+}
+
+}  // namespace
+}  // namespace specula
+
+int main(int argc, char** argv) { return specula::Run(argc, argv); }

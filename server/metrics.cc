@@ -1,0 +1,224 @@
+#include "server/metrics.h"
+
+#include <exception>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/config.h"
+#include "server/status.h"
+
+namespace specula {
+namespace {
+
+// Request-level latencies (queue, TTFT): sub-millisecond on an idle tiny model up to a minute
+// for a long prompt behind a full queue.
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
+  static const auto* b = new prometheus::Histogram::BucketBoundaries{
+      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
+      0.3,    0.5,   0.75,   1,     2.5,  5,     10,   20,    40,  60};
+  return *b;
+}
+
+// Whole requests: agentic generations can run for minutes.
+const prometheus::Histogram::BucketBoundaries& E2eBuckets() {
+  static const auto* b = [] {
+    auto* v = new prometheus::Histogram::BucketBoundaries(LatencyBuckets());
+    v->insert(v->end(), {120, 300, 600});
+    return v;
+  }();
+  return *b;
+}
+
+// Per-token and per-step times: tiny models on the CPU decode in tens of microseconds, large
+// ones on a GPU in tens of milliseconds; stalls show up in the upper buckets.
+const prometheus::Histogram::BucketBoundaries& TokenBuckets() {
+  static const auto* b = new prometheus::Histogram::BucketBoundaries{
+      0.00005, 0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005,
+      0.0075,  0.01,   0.015,   0.02,   0.025,   0.03,  0.04,   0.05,  0.075, 0.1,
+      0.15,    0.2,    0.3,     0.5,    0.75,    1,     2.5,    5,     10};
+  return *b;
+}
+
+const prometheus::Histogram::BucketBoundaries& BatchBuckets() {
+  static const auto* b =
+      new prometheus::Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+  return *b;
+}
+
+// Label values are part of the metrics' contract (dashboards and alerts match on them), so they
+// are spelled here rather than borrowed from engine names that might change.
+const char* FinishLabel(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStopSequence:
+      return "stop_sequence";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kNone:
+      return "none";
+  }
+  return "none";
+}
+
+prometheus::Histogram* AddHistogram(prometheus::Registry& registry, const std::string& name,
+                                    const std::string& help,
+                                    const prometheus::Histogram::BucketBoundaries& buckets) {
+  return &prometheus::BuildHistogram().Name(name).Help(help).Register(registry).Add({}, buckets);
+}
+
+prometheus::Gauge* AddGauge(prometheus::Registry& registry, const std::string& name,
+                            const std::string& help) {
+  return &prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({});
+}
+
+prometheus::Counter* AddCounter(prometheus::Registry& registry, const std::string& name,
+                                const std::string& help) {
+  return &prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
+}
+
+// Prometheus rejects negative counter increments and a -1 "no value" would skew histograms.
+void ObserveIfValid(prometheus::Histogram* h, double v) {
+  if (v >= 0) h->Observe(v);
+}
+
+}  // namespace
+
+ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  prometheus::Registry& r = *registry_;
+  ttft_ = AddHistogram(r, "specula_time_to_first_token_seconds",
+                       "Time from request submission to its first generated token (TTFT), "
+                       "including queueing and prefill.",
+                       LatencyBuckets());
+  tbt_ = AddHistogram(r, "specula_time_between_tokens_seconds",
+                      "Time between consecutive generated tokens of one request (TBT, "
+                      "inter-token latency); one sample per token after the first.",
+                      TokenBuckets());
+  e2e_ = AddHistogram(r, "specula_e2e_request_latency_seconds",
+                      "Time from request submission until it left the engine (finished, "
+                      "cancelled or failed).",
+                      E2eBuckets());
+  queue_time_ = AddHistogram(r, "specula_request_queue_time_seconds",
+                             "Time a request waited in the queue before the scheduler admitted "
+                             "it into the running batch.",
+                             LatencyBuckets());
+  batch_size_ = AddHistogram(r, "specula_batch_size",
+                             "Sequences decoded together in one engine step (steps that decoded "
+                             "at least one sequence).",
+                             BatchBuckets());
+  step_duration_ = AddHistogram(r, "specula_step_duration_seconds",
+                                "Wall time of one engine step (a batched forward pass: prefill "
+                                "chunks plus one decode token per running sequence).",
+                                TokenBuckets());
+  running_ = AddGauge(r, "specula_num_requests_running",
+                      "Requests in the running batch (admitted, holding KV cache).");
+  waiting_ = AddGauge(r, "specula_num_requests_waiting",
+                      "Requests queued and waiting for admission into the running batch.");
+  kv_blocks_used_ = AddGauge(r, "specula_kv_cache_blocks_used",
+                             "KV cache blocks (pages of kv_cache.page_size tokens) in use.");
+  kv_blocks_total_ = AddGauge(r, "specula_kv_cache_blocks_total",
+                              "KV cache blocks (pages of kv_cache.page_size tokens) available "
+                              "in total.");
+  kv_usage_ratio_ = AddGauge(r, "specula_kv_cache_usage_ratio",
+                             "Fraction of KV cache blocks in use, 0 to 1; near 1 new requests "
+                             "wait for memory.");
+  prompt_tokens_ = AddCounter(r, "specula_prompt_tokens_total",
+                              "Prompt tokens of requests admitted into the running batch.");
+  generation_tokens_ =
+      AddCounter(r, "specula_generation_tokens_total", "Tokens generated, over all requests.");
+  requests_ = &prometheus::BuildCounter()
+                   .Name("specula_requests_total")
+                   .Help(
+                       "Requests that ended, by finish_reason (stop, length, stop_sequence, "
+                       "cancelled, or none when it failed or was refused) and by the gRPC "
+                       "status code the client received.")
+                   .Register(r);
+  // Series for the normal outcomes exist from the start, so rate() works before the first one.
+  for (const char* finish : {"stop", "length", "stop_sequence"}) {
+    requests_->Add({{"finish_reason", finish}, {"code", "OK"}});
+  }
+}
+
+ServerMetrics::~ServerMetrics() = default;
+
+void ServerMetrics::OnAdmitted(const std::string& request_id, int64_t prompt_tokens,
+                               double queue_seconds) {
+  ObserveIfValid(queue_time_, queue_seconds);
+  if (prompt_tokens > 0) prompt_tokens_->Increment(static_cast<double>(prompt_tokens));
+}
+
+void ServerMetrics::OnFirstToken(double ttft_seconds) {
+  ObserveIfValid(ttft_, ttft_seconds);
+  generation_tokens_->Increment();
+}
+
+void ServerMetrics::OnNextToken(double tbt_seconds) {
+  ObserveIfValid(tbt_, tbt_seconds);
+  generation_tokens_->Increment();
+}
+
+void ServerMetrics::OnStep(const StepSummary& step) {
+  if (step.decode_rows > 0) batch_size_->Observe(step.decode_rows);
+  ObserveIfValid(step_duration_, step.seconds);
+}
+
+void ServerMetrics::OnFinished(const RequestSummary& summary) {
+  ObserveIfValid(e2e_, summary.e2e_seconds);
+  requests_
+      ->Add({{"finish_reason", FinishLabel(summary.finish)},
+             {"code", std::string(StatusCodeName(summary.code))}})
+      .Increment();
+}
+
+void ServerMetrics::OnLoad(const EngineLoad& load) {
+  running_->Set(load.running);
+  waiting_->Set(load.waiting);
+  kv_blocks_used_->Set(static_cast<double>(load.kv_blocks_used));
+  kv_blocks_total_->Set(static_cast<double>(load.kv_blocks_total));
+  kv_usage_ratio_->Set(load.kv_blocks_total > 0 ? static_cast<double>(load.kv_blocks_used) /
+                                                      static_cast<double>(load.kv_blocks_total)
+                                                : 0.0);
+}
+
+void ServerMetrics::RecordRejected(absl::StatusCode code) {
+  requests_->Add({{"finish_reason", "none"}, {"code", std::string(StatusCodeName(code))}})
+      .Increment();
+}
+
+absl::Status ServerMetrics::StartExposer(const std::string& host_port) {
+  if (absl::Status s = ParseHostPort(host_port); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("metrics address: ", s.message()));
+  }
+  std::lock_guard<std::mutex> lock(exposer_mu_);
+  if (exposer_ != nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("metrics exposer already started on port ", port_));
+  }
+  try {
+    auto exposer = std::make_unique<prometheus::Exposer>(host_port, /*num_threads=*/2);
+    exposer->RegisterCollectable(registry_);
+    const std::vector<int> ports = exposer->GetListeningPorts();
+    port_ = ports.empty() ? 0 : ports.front();
+    exposer_ = std::move(exposer);
+  } catch (const std::exception& e) {
+    // civetweb throws when it cannot bind; its message names neither the address nor why.
+    // Debian's civetweb is built without IPv6, so bracketed hosts always fail there.
+    const char* hint = host_port.front() == '['
+                           ? " (is the address in use? the HTTP server may lack IPv6 support: "
+                             "try an IPv4 address such as 0.0.0.0)"
+                           : " (is the address in use, or not an address of this machine?)";
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on '", host_port, "': ", e.what(), hint));
+  }
+  return absl::OkStatus();
+}
+
+int ServerMetrics::metrics_port() const {
+  std::lock_guard<std::mutex> lock(exposer_mu_);
+  return port_;
+}
+
+}  // namespace specula

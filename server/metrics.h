@@ -1,0 +1,74 @@
+// The server's Prometheus metrics: an EngineObserver that turns engine events into latency
+// histograms, token counters and load gauges, plus the HTTP exposer serving /metrics.
+//
+// Threading: the EngineObserver methods run on the engine thread; RecordRejected runs on gRPC
+// threads; scrapes run on the exposer's threads. prometheus-cpp metrics are thread-safe, so no
+// lock is needed beyond the one guarding the exposer's start.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/status.h"
+#include "engine/serve/engine_observer.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace specula {
+
+class ServerMetrics : public EngineObserver {
+ public:
+  ServerMetrics();
+  ~ServerMetrics() override;
+  ServerMetrics(const ServerMetrics&) = delete;
+  ServerMetrics& operator=(const ServerMetrics&) = delete;
+
+  void OnAdmitted(const std::string& request_id, int64_t prompt_tokens,
+                  double queue_seconds) override;
+  void OnFirstToken(double ttft_seconds) override;
+  void OnNextToken(double tbt_seconds) override;
+  void OnStep(const StepSummary& step) override;
+  void OnFinished(const RequestSummary& summary) override;
+  void OnLoad(const EngineLoad& load) override;
+
+  // A request the server refused before it reached the engine (validation, full queue, ...):
+  // counted in specula_requests_total{finish_reason="none", code=<code>}.
+  void RecordRejected(absl::StatusCode code);
+
+  // Serves the registry at http://<host_port>/metrics ("HOST:PORT"; port 0 picks a free one).
+  // INVALID_ARGUMENT for a malformed address, UNAVAILABLE naming it when it cannot be bound,
+  // FAILED_PRECONDITION when already started.
+  absl::Status StartExposer(const std::string& host_port);
+  // The port the exposer listens on; 0 before StartExposer succeeded.
+  int metrics_port() const;
+
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Histogram* ttft_;
+  prometheus::Histogram* tbt_;
+  prometheus::Histogram* e2e_;
+  prometheus::Histogram* queue_time_;
+  prometheus::Histogram* batch_size_;
+  prometheus::Histogram* step_duration_;
+  prometheus::Gauge* running_;
+  prometheus::Gauge* waiting_;
+  prometheus::Gauge* kv_blocks_used_;
+  prometheus::Gauge* kv_blocks_total_;
+  prometheus::Gauge* kv_usage_ratio_;
+  prometheus::Counter* prompt_tokens_;
+  prometheus::Counter* generation_tokens_;
+  prometheus::Family<prometheus::Counter>* requests_;
+
+  mutable std::mutex exposer_mu_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_ = 0;
+};
+
+}  // namespace specula

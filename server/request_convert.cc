@@ -1,0 +1,134 @@
+#include "server/request_convert.h"
+
+#include <limits>
+#include <random>
+
+#include "absl/strings/str_format.h"
+
+namespace specula {
+namespace {
+
+absl::Status ConvertIds(const google::protobuf::RepeatedField<uint32_t>& ids,
+                        absl::string_view field, std::vector<int32_t>* out) {
+  out->reserve(ids.size());
+  for (int i = 0; i < ids.size(); ++i) {
+    // Ids above INT32_MAX cannot be vocabulary ids; catch them before the narrowing.
+    if (ids[i] > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s[%d] = %d is outside the vocabulary", field, i, ids[i]));
+    }
+    out->push_back(static_cast<int32_t>(ids[i]));
+  }
+  return absl::OkStatus();
+}
+
+void ConvertSampling(const v1::SamplingParams& in, SamplingParams* out) {
+  if (in.has_temperature()) out->temperature = in.temperature();
+  if (in.has_top_p()) out->top_p = in.top_p();
+  out->top_k = in.top_k();
+  out->min_p = in.min_p();
+  if (in.has_repetition_penalty()) out->repetition_penalty = in.repetition_penalty();
+  out->frequency_penalty = in.frequency_penalty();
+  out->presence_penalty = in.presence_penalty();
+  if (in.has_seed()) out->seed = in.seed();
+  if (in.has_logprobs()) out->logprobs = in.logprobs();
+}
+
+}  // namespace
+
+std::string NewRequestId() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return absl::StrFormat("req-%016x", rng());
+}
+
+absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request,
+                                              const Tokenizer& tokenizer,
+                                              int32_t default_max_tokens) {
+  EngineRequest out;
+  if (request.request_id().size() > kMaxRequestIdBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "request_id is %d bytes; at most %d", request.request_id().size(), kMaxRequestIdBytes));
+  }
+  out.request_id = request.request_id().empty() ? NewRequestId() : request.request_id();
+
+  const bool has_text = request.has_prompt();
+  const bool has_ids = request.has_prompt_token_ids();
+  if (has_text && has_ids) {
+    return absl::InvalidArgumentError("set exactly one of prompt and prompt_token_ids, not both");
+  }
+  if (!has_text && !has_ids) {
+    return absl::InvalidArgumentError("no input: set prompt or prompt_token_ids");
+  }
+  GenerationRequest& g = out.generation;
+  if (has_text) {
+    if (request.prompt().empty()) return absl::InvalidArgumentError("prompt is empty");
+    const bool add_special = !request.has_add_special_tokens() || request.add_special_tokens();
+    absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(request.prompt(), add_special);
+    if (!ids.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt: ", ids.status().message()));
+    }
+    if (ids->empty()) return absl::InvalidArgumentError("prompt tokenizes to no tokens");
+    g.prompt = *std::move(ids);
+  } else {
+    if (request.prompt_token_ids().ids().empty()) {
+      return absl::InvalidArgumentError("prompt_token_ids is empty");
+    }
+    if (absl::Status s = ConvertIds(request.prompt_token_ids().ids(), "prompt_token_ids.ids",
+                                    &g.prompt);
+        !s.ok()) {
+      return s;
+    }
+  }
+
+  ConvertSampling(request.sampling(), &g.sampling);
+  const v1::StoppingCriteria& stop = request.stopping();
+  g.stopping.max_tokens = stop.has_max_tokens() ? stop.max_tokens() : default_max_tokens;
+  g.stopping.stop.assign(stop.stop().begin(), stop.stop().end());
+  if (absl::Status s = ConvertIds(stop.stop_token_ids(), "stopping.stop_token_ids",
+                                  &g.stopping.stop_token_ids);
+      !s.ok()) {
+    return s;
+  }
+  g.stopping.ignore_eos = stop.ignore_eos();
+  return out;
+}
+
+v1::FinishReason ToProtoFinishReason(FinishReason finish) {
+  switch (finish) {
+    case FinishReason::kStop:
+      return v1::STOP;
+    case FinishReason::kLength:
+      return v1::LENGTH;
+    case FinishReason::kStopSequence:
+      return v1::STOP_SEQUENCE;
+    case FinishReason::kNone:
+    case FinishReason::kCancelled:
+      break;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+void FillResponse(const StreamChunk& chunk, const std::string& request_id,
+                  v1::GenerateResponse* response) {
+  response->set_request_id(request_id);
+  for (int32_t t : chunk.tokens) response->add_token_ids(static_cast<uint32_t>(t));
+  response->set_text(chunk.text);
+  for (const SampledToken& s : chunk.logprobs) {
+    v1::TokenLogprobs* lp = response->add_logprobs();
+    lp->set_token_id(static_cast<uint32_t>(s.token));
+    lp->set_logprob(s.logprob);
+    for (const TokenLogprob& alt : s.top) {
+      v1::TokenLogprob* a = lp->add_top();
+      a->set_token_id(static_cast<uint32_t>(alt.token));
+      a->set_logprob(alt.logprob);
+    }
+  }
+  if (chunk.done) {
+    response->set_finish_reason(ToProtoFinishReason(chunk.finish));
+    response->mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(chunk.prompt_tokens));
+    response->mutable_usage()->set_completion_tokens(
+        static_cast<uint32_t>(chunk.completion_tokens));
+  }
+}
+
+}  // namespace specula

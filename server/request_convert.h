@@ -1,0 +1,38 @@
+// The one place the server translates between the public API (specula.v1 protos) and the
+// engine's structs (DESIGN.md §2: the engine never sees protobuf types).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/serve/engine.h"
+#include "engine/serve/request_stream.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "specula/v1/specula.pb.h"
+
+namespace specula {
+
+// Requests whose request_id is longer are INVALID_ARGUMENT (it goes into every log line).
+inline constexpr size_t kMaxRequestIdBytes = 256;
+
+// Checks the request's shape (exactly one non-empty input, ids representable, request_id length),
+// tokenizes `prompt`, and fills the engine request. Value checks that need the model (ids below
+// the vocabulary, context length, sampling ranges) are the engine's, at Submit. Messages name the
+// API field, e.g. "prompt_token_ids[2] = 4294967295 is outside the vocabulary".
+// An empty request_id gets a fresh one.
+absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request,
+                                              const Tokenizer& tokenizer,
+                                              int32_t default_max_tokens);
+
+// A new request id: "req-" and 16 random hex digits.
+std::string NewRequestId();
+
+// Fills one stream message from what the engine produced since the last one. Sets finish_reason
+// and usage when `chunk.done`.
+void FillResponse(const StreamChunk& chunk, const std::string& request_id,
+                  v1::GenerateResponse* response);
+
+v1::FinishReason ToProtoFinishReason(FinishReason finish);
+
+}  // namespace specula

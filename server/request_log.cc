@@ -1,0 +1,38 @@
+#include "server/request_log.h"
+
+#include "engine/common/log.h"
+#include "server/status.h"
+
+namespace specula {
+
+void RequestLog::OnAdmitted(const std::string& request_id, int64_t prompt_tokens,
+                            double queue_seconds) {
+  if (!LogEnabled(LogLevel::kDebug)) return;
+  Log(LogLevel::kDebug, "request_admitted",
+      {{"request_id", request_id},
+       {"prompt_tokens", prompt_tokens},
+       {"queue_ms", queue_seconds * 1e3}});
+}
+
+void RequestLog::OnFinished(const RequestSummary& s) {
+  const double decode_seconds = s.ttft_seconds >= 0 ? s.e2e_seconds - s.ttft_seconds : 0;
+  const double decode_tps =
+      s.completion_tokens > 1 && decode_seconds > 0 ? (s.completion_tokens - 1) / decode_seconds
+                                                    : 0;
+  Log(s.code == absl::StatusCode::kOk || s.code == absl::StatusCode::kCancelled ||
+              s.code == absl::StatusCode::kDeadlineExceeded
+          ? LogLevel::kInfo
+          : LogLevel::kWarning,
+      "request_finished",
+      {{"request_id", s.request_id},
+       {"status", StatusCodeName(s.code)},
+       {"finish_reason", FinishReasonName(s.finish)},
+       {"prompt_tokens", s.prompt_tokens},
+       {"completion_tokens", s.completion_tokens},
+       {"queue_ms", s.queue_seconds * 1e3},
+       {"ttft_ms", s.ttft_seconds >= 0 ? s.ttft_seconds * 1e3 : -1.0},
+       {"e2e_ms", s.e2e_seconds * 1e3},
+       {"decode_tokens_per_s", decode_tps}});
+}
+
+}  // namespace specula

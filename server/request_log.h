@@ -1,0 +1,16 @@
+// One info-level log line per request that reached the engine (rejections are logged where they
+// happen, in the call), with the numbers an operator greps for.
+#pragma once
+
+#include "engine/serve/engine_observer.h"
+
+namespace specula {
+
+class RequestLog : public EngineObserver {
+ public:
+  void OnAdmitted(const std::string& request_id, int64_t prompt_tokens,
+                  double queue_seconds) override;
+  void OnFinished(const RequestSummary& summary) override;
+};
+
+}  // namespace specula

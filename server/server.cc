@@ -1,0 +1,172 @@
+#include "server/server.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "absl/strings/str_format.h"
+#include "engine/common/log.h"
+#include "engine/common/dtype.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace specula {
+namespace {
+
+constexpr char kServiceName[] = "specula.v1.Specula";
+
+absl::StatusOr<GeneratorOptions> ToGeneratorOptions(const ServerConfig& c) {
+  if (c.model.device == "cuda") {
+    // Honest until the CUDA backend lands: better a clear startup error than a silent CPU run.
+    return absl::FailedPreconditionError(
+        "model.device: cuda: this build has no CUDA backend yet; use cpu or auto");
+  }
+  GeneratorOptions o;
+  o.page_size = c.kv_cache.page_size;
+  o.kv_cache_tokens = c.kv_cache.capacity_tokens;
+  o.prefill_chunk_tokens = c.scheduler.prefill_chunk_tokens;
+  o.max_running = c.scheduler.max_running_requests;
+  o.threads = c.scheduler.threads;
+  return o;
+}
+
+v1::ModelInfo MakeModelInfo(const ServerConfig& c, const Generator& g) {
+  const ModelConfig& m = g.model_config();
+  v1::ModelInfo info;
+  info.set_model_path(c.model.path);
+  info.set_architecture(ArchitectureName(m.architecture));
+  info.set_num_layers(static_cast<uint32_t>(m.num_hidden_layers));
+  info.set_num_attention_heads(static_cast<uint32_t>(m.num_attention_heads));
+  info.set_num_key_value_heads(static_cast<uint32_t>(m.num_key_value_heads));
+  info.set_head_dim(static_cast<uint32_t>(m.head_dim));
+  info.set_hidden_size(static_cast<uint32_t>(m.hidden_size));
+  info.set_vocab_size(static_cast<uint32_t>(m.vocab_size));
+  info.set_max_context_tokens(static_cast<uint32_t>(m.max_position_embeddings));
+  info.set_dtype(std::string(DTypeName(m.torch_dtype)));
+  info.set_device("cpu");
+  std::vector<int32_t> eos(g.eos_ids().begin(), g.eos_ids().end());
+  std::sort(eos.begin(), eos.end());
+  for (int32_t id : eos) info.add_eos_token_ids(static_cast<uint32_t>(id));
+  v1::ServerLimits* limits = info.mutable_limits();
+  limits->set_max_running_requests(static_cast<uint32_t>(c.scheduler.max_running_requests));
+  limits->set_max_waiting_requests(static_cast<uint32_t>(c.scheduler.max_waiting_requests));
+  limits->set_max_receive_message_bytes(
+      static_cast<uint32_t>(c.server.max_receive_message_bytes));
+  limits->set_kv_cache_tokens(static_cast<uint64_t>(g.kv_pool().num_blocks()) *
+                              g.kv_pool().page_size());
+  limits->set_prefill_chunk_tokens(static_cast<uint32_t>(c.scheduler.prefill_chunk_tokens));
+  return info;
+}
+
+std::string JoinHostPort(const std::string& host, int port) {
+  return host.find(':') != std::string::npos ? absl::StrFormat("[%s]:%d", host, port)
+                                              : absl::StrFormat("%s:%d", host, port);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config) {
+  if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
+  if (config.model.path.empty()) {
+    return absl::InvalidArgumentError("model.path: no model directory given");
+  }
+  absl::StatusOr<GeneratorOptions> gen_options = ToGeneratorOptions(config);
+  if (!gen_options.ok()) return gen_options.status();
+
+  std::unique_ptr<Server> s(new Server());
+  s->config_ = config;
+  const absl::Time load_start = absl::Now();
+  absl::StatusOr<std::unique_ptr<Generator>> generator =
+      Generator::Create(config.model.path, *gen_options);
+  if (!generator.ok()) {
+    return absl::Status(generator.status().code(),
+                        absl::StrCat("model.path: ", generator.status().message()));
+  }
+  Log(LogLevel::kInfo, "model_loaded",
+      {{"path", config.model.path},
+       {"architecture", ArchitectureName((*generator)->model_config().architecture)},
+       {"layers", (*generator)->model_config().num_hidden_layers},
+       {"device", "cpu"},
+       {"kv_cache_tokens", static_cast<int64_t>((*generator)->kv_pool().num_blocks()) *
+                               (*generator)->kv_pool().page_size()},
+       {"seconds", absl::ToDoubleSeconds(absl::Now() - load_start)}});
+  const v1::ModelInfo model_info = MakeModelInfo(config, **generator);
+
+  s->metrics_ = std::make_unique<ServerMetrics>();
+  if (!config.server.metrics_listen.empty()) {
+    if (absl::Status st = s->metrics_->StartExposer(config.server.metrics_listen); !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("server.metrics_listen: ", st.message()));
+    }
+    std::string host;
+    if (absl::Status st = ParseHostPort(config.server.metrics_listen, &host); !st.ok()) return st;
+    s->metrics_address_ = JoinHostPort(host, s->metrics_->metrics_port());
+  }
+  s->observers_ = std::make_unique<ObserverList>(
+      std::vector<EngineObserver*>{s->metrics_.get(), &s->request_log_});
+  EngineOptions engine_options;
+  engine_options.max_waiting = config.scheduler.max_waiting_requests;
+  s->engine_ = std::make_unique<Engine>(*std::move(generator), engine_options,
+                                        s->observers_.get());
+
+  s->env_.engine = s->engine_.get();
+  s->env_.metrics = s->metrics_.get();
+  s->env_.default_max_tokens = config.scheduler.default_max_tokens;
+  s->env_.max_request_bytes = config.server.max_receive_message_bytes;
+  s->service_ = std::make_unique<SpeculaService>(&s->env_, model_info);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(config.server.listen, grpc::InsecureServerCredentials(), &port);
+  // Twice our limit, so requests between the two reach CheckAdmission and get INVALID_ARGUMENT
+  // naming the key; beyond that gRPC itself answers RESOURCE_EXHAUSTED without buffering them.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(
+      std::min<int64_t>(INT_MAX, 2 * config.server.max_receive_message_bytes)));
+  builder.RegisterService(s->service_.get());
+  s->grpc_server_ = builder.BuildAndStart();
+  if (s->grpc_server_ == nullptr || port == 0) {
+    s->engine_->Shutdown(absl::UnavailableError("startup failed"));
+    return absl::UnavailableError(
+        absl::StrFormat("server.listen: cannot listen on %s (address in use or not local?)",
+                        config.server.listen));
+  }
+  std::string host;
+  if (absl::Status st = ParseHostPort(config.server.listen, &host); !st.ok()) return st;
+  s->address_ = JoinHostPort(host, port);
+  s->grpc_server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
+  s->grpc_server_->GetHealthCheckService()->SetServingStatus("", true);
+  Log(LogLevel::kInfo, "server_listening",
+      {{"grpc", s->address_}, {"metrics", s->metrics_address_}});
+  return s;
+}
+
+int Server::Shutdown(absl::Duration grace) {
+  std::lock_guard lock(shutdown_mu_);
+  if (shut_down_) return 0;
+  shut_down_ = true;
+  env_.draining.store(true);
+  grpc_server_->GetHealthCheckService()->SetServingStatus(false);
+  engine_->StopAccepting();
+  const EngineLoad load = engine_->load();
+  Log(LogLevel::kInfo, "draining",
+      {{"running", load.running}, {"waiting", load.waiting},
+       {"grace_seconds", absl::ToDoubleSeconds(grace)}});
+  int cut_off = 0;
+  if (!engine_->WaitIdle(absl::Now() + grace)) {
+    const EngineLoad left = engine_->load();
+    cut_off = left.running + left.waiting;
+    Log(LogLevel::kWarning, "grace_expired", {{"cancelled_requests", cut_off}});
+  }
+  engine_->Shutdown(absl::UnavailableError(
+      "the server shut down before the request finished (server.shutdown_grace_seconds)"));
+  // Every Generate call finishes as its stream closes; Watch streams of health are cut at once.
+  grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  Log(LogLevel::kInfo, "stopped", {{"cancelled_requests", cut_off}});
+  return cut_off;
+}
+
+Server::~Server() {
+  if (grpc_server_ != nullptr) Shutdown(absl::ZeroDuration());
+}
+
+}  // namespace specula

@@ -1,0 +1,60 @@
+// The specula daemon in one object: loads the model, runs the serving engine, the gRPC server
+// (specula.v1.Specula, grpc.health.v1.Health, reflection) and the /metrics endpoint.
+// Start() returns once everything listens; Shutdown() drains and stops. main() adds only flags,
+// signals and the embedded-default model; tests start a Server in-process on port 0.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/serve/engine.h"
+#include "grpcpp/grpcpp.h"
+#include "server/config.h"
+#include "server/generate_call.h"
+#include "server/metrics.h"
+#include "server/request_log.h"
+#include "server/specula_service.h"
+
+namespace specula {
+
+class Server {
+ public:
+  // `config.model.path` must name a model directory (main resolves the embedded default).
+  // Errors name the config key at fault (model.path, model.device, server.listen, ...).
+  static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerConfig& config);
+  ~Server();  // Shutdown(no grace) if still running
+
+  // The addresses actually bound ("127.0.0.1:41235" when the config said port 0). The metrics
+  // address is empty when server.metrics_listen is empty.
+  const std::string& address() const { return address_; }
+  const std::string& metrics_address() const { return metrics_address_; }
+
+  Engine& engine() { return *engine_; }
+  ServerMetrics& metrics() { return *metrics_; }
+
+  // Health goes NOT_SERVING and new calls get UNAVAILABLE at once; in-flight requests get up to
+  // `grace` to finish, then end with UNAVAILABLE; then the gRPC server stops. Idempotent;
+  // returns the number of requests that were cut off.
+  int Shutdown(absl::Duration grace);
+
+ private:
+  Server() = default;
+
+  ServerConfig config_;
+  std::string address_;
+  std::string metrics_address_;
+  std::unique_ptr<ServerMetrics> metrics_;
+  RequestLog request_log_;
+  std::unique_ptr<ObserverList> observers_;
+  std::unique_ptr<Engine> engine_;
+  CallEnv env_;
+  std::unique_ptr<SpeculaService> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;  // destroyed first: calls use everything above
+  std::mutex shutdown_mu_;
+  bool shut_down_ = false;
+};
+
+}  // namespace specula

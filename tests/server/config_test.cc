@@ -1,0 +1,324 @@
+#include "server/config.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace specula {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+void ExpectDefaults(const ServerConfig& c) {
+  const ServerConfig d;
+  EXPECT_EQ(c.server.listen, d.server.listen);
+  EXPECT_EQ(c.server.metrics_listen, d.server.metrics_listen);
+  EXPECT_EQ(c.server.max_receive_message_bytes, d.server.max_receive_message_bytes);
+  EXPECT_EQ(c.server.shutdown_grace_seconds, d.server.shutdown_grace_seconds);
+  EXPECT_EQ(c.server.log_level, d.server.log_level);
+  EXPECT_EQ(c.model.path, d.model.path);
+  EXPECT_EQ(c.model.device, d.model.device);
+  EXPECT_EQ(c.scheduler.max_running_requests, d.scheduler.max_running_requests);
+  EXPECT_EQ(c.scheduler.max_waiting_requests, d.scheduler.max_waiting_requests);
+  EXPECT_EQ(c.scheduler.prefill_chunk_tokens, d.scheduler.prefill_chunk_tokens);
+  EXPECT_EQ(c.scheduler.default_max_tokens, d.scheduler.default_max_tokens);
+  EXPECT_EQ(c.scheduler.threads, d.scheduler.threads);
+  EXPECT_EQ(c.kv_cache.page_size, d.kv_cache.page_size);
+  EXPECT_EQ(c.kv_cache.capacity_tokens, d.kv_cache.capacity_tokens);
+}
+
+absl::Status ParseError(const std::string& yaml) {
+  absl::StatusOr<ServerConfig> c = ParseConfigYaml(yaml, "test.yaml");
+  return c.ok() ? absl::OkStatus() : c.status();
+}
+
+TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
+  const ServerConfig c;
+  EXPECT_EQ(c.server.listen, "127.0.0.1:50051");
+  EXPECT_EQ(c.server.metrics_listen, "127.0.0.1:9400");
+  EXPECT_EQ(c.server.max_receive_message_bytes, 4194304);
+  EXPECT_EQ(c.server.shutdown_grace_seconds, 30.0);
+  EXPECT_EQ(c.server.log_level, "info");
+  EXPECT_EQ(c.model.path, "");
+  EXPECT_EQ(c.model.device, "auto");
+  EXPECT_EQ(c.scheduler.max_running_requests, 64);
+  EXPECT_EQ(c.scheduler.max_waiting_requests, 1024);
+  EXPECT_EQ(c.scheduler.prefill_chunk_tokens, 512);
+  EXPECT_EQ(c.scheduler.default_max_tokens, 256);
+  EXPECT_EQ(c.scheduler.threads, 0);
+  EXPECT_EQ(c.kv_cache.page_size, 16);
+  EXPECT_EQ(c.kv_cache.capacity_tokens, 65536);
+  EXPECT_TRUE(ValidateConfig(c).ok());
+}
+
+TEST(ConfigTest, EmptyDocumentsMeanDefaults) {
+  for (const char* yaml : {"", "\n", "# only a comment\n", "---\n", "server:\nscheduler:\n"}) {
+    absl::StatusOr<ServerConfig> c = ParseConfigYaml(yaml, "empty.yaml");
+    ASSERT_TRUE(c.ok()) << "'" << yaml << "': " << c.status();
+    ExpectDefaults(*c);
+  }
+}
+
+TEST(ConfigTest, ShippedDeployFileIsExactlyTheDefaults) {
+  absl::StatusOr<ServerConfig> c = LoadConfigFile(SPECULA_SOURCE_DIR "/deploy/config/specula.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ExpectDefaults(*c);
+}
+
+TEST(ConfigTest, EveryKeyCanBeOverridden) {
+  absl::StatusOr<ServerConfig> c = ParseConfigYaml(R"(
+server:
+  listen: "[::1]:6000"
+  metrics_listen: ""
+  max_receive_message_bytes: 1024
+  shutdown_grace_seconds: 2.5
+  log_level: debug
+model:
+  path: /models/qwen3
+  device: cpu
+scheduler:
+  max_running_requests: 8
+  max_waiting_requests: 0
+  prefill_chunk_tokens: 1
+  default_max_tokens: 4096
+  threads: 3
+kv_cache:
+  page_size: 1024
+  capacity_tokens: 1024
+)",
+                                                   "all.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->server.listen, "[::1]:6000");
+  EXPECT_EQ(c->server.metrics_listen, "");
+  EXPECT_EQ(c->server.max_receive_message_bytes, 1024);
+  EXPECT_EQ(c->server.shutdown_grace_seconds, 2.5);
+  EXPECT_EQ(c->server.log_level, "debug");
+  EXPECT_EQ(c->model.path, "/models/qwen3");
+  EXPECT_EQ(c->model.device, "cpu");
+  EXPECT_EQ(c->scheduler.max_running_requests, 8);
+  EXPECT_EQ(c->scheduler.max_waiting_requests, 0);
+  EXPECT_EQ(c->scheduler.prefill_chunk_tokens, 1);
+  EXPECT_EQ(c->scheduler.default_max_tokens, 4096);
+  EXPECT_EQ(c->scheduler.threads, 3);
+  EXPECT_EQ(c->kv_cache.page_size, 1024);
+  EXPECT_EQ(c->kv_cache.capacity_tokens, 1024);
+}
+
+TEST(ConfigTest, PartialSectionsKeepOtherDefaults) {
+  absl::StatusOr<ServerConfig> c =
+      ParseConfigYaml("scheduler:\n  threads: 2\nmodel: {device: cuda}\n", "p.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->scheduler.threads, 2);
+  EXPECT_EQ(c->model.device, "cuda");
+  EXPECT_EQ(c->scheduler.max_running_requests, 64);
+  EXPECT_EQ(c->server.listen, "127.0.0.1:50051");
+}
+
+struct BadCase {
+  std::string yaml;
+  std::string message;  // must appear in the error, after "test.yaml:<line>: "
+  int line;
+};
+
+// Every rejected value names its key path, the file and the key's line.
+TEST(ConfigTest, InvalidValuesNameTheirKeyAndLine) {
+  const BadCase cases[] = {
+      {"server:\n  listen: nohost\n", "server.listen: invalid address 'nohost'", 2},
+      {"server:\n  listen: \"\"\n", "server.listen: invalid address ''", 2},
+      {"server:\n  metrics_listen: localhost:70000\n",
+       "server.metrics_listen: invalid address 'localhost:70000'", 2},
+      {"server:\n  metrics_listen: 127.0.0.1:50051\n",
+       "server.metrics_listen: must differ from server.listen", 2},
+      {"server:\n  max_receive_message_bytes: 1023\n",
+       "server.max_receive_message_bytes: must be >= 1024, got 1023", 2},
+      {"server:\n  max_receive_message_bytes: 4294967296\n",
+       "server.max_receive_message_bytes: must be <= 2147483647, got 4294967296", 2},
+      {"server:\n  shutdown_grace_seconds: -1\n",
+       "server.shutdown_grace_seconds: must be a finite number >= 0, got -1", 2},
+      {"server:\n  shutdown_grace_seconds: .inf\n", "server.shutdown_grace_seconds: must be", 2},
+      {"server:\n  shutdown_grace_seconds: .nan\n", "server.shutdown_grace_seconds: must be", 2},
+      {"server:\n  log_level: loud\n", "server.log_level: invalid log level 'loud'", 2},
+      {"model:\n  device: gpu\n", "model.device: must be one of cpu, cuda, auto, got 'gpu'", 2},
+      {"scheduler:\n  max_running_requests: 0\n",
+       "scheduler.max_running_requests: must be >= 1, got 0", 2},
+      {"scheduler:\n  max_waiting_requests: -1\n",
+       "scheduler.max_waiting_requests: must be >= 0, got -1", 2},
+      {"scheduler:\n  prefill_chunk_tokens: 0\n",
+       "scheduler.prefill_chunk_tokens: must be >= 1, got 0", 2},
+      {"scheduler:\n  default_max_tokens: 0\n", "scheduler.default_max_tokens: must be >= 1, got 0",
+       2},
+      {"scheduler:\n  threads: -2\n", "scheduler.threads: must be >= 0, got -2", 2},
+      {"scheduler:\n  threads: 3000000000\n",
+       "scheduler.threads: must be <= 2147483647, got 3000000000", 2},
+      {"kv_cache:\n  page_size: 0\n",
+       "kv_cache.page_size: must be a power of two in [1, 1024], got 0", 2},
+      {"kv_cache:\n  page_size: 24\n", "kv_cache.page_size: must be a power of two", 2},
+      {"kv_cache:\n  page_size: 2048\n", "kv_cache.page_size: must be a power of two", 2},
+      {"kv_cache:\n  page_size: 64\n  capacity_tokens: 32\n",
+       "kv_cache.capacity_tokens: must be >= kv_cache.page_size (64), got 32", 3},
+      // The error points at the offending key even when the rule involves another one.
+      {"kv_cache:\n  capacity_tokens: 8\n", "kv_cache.capacity_tokens: must be >=", 2},
+  };
+  for (const BadCase& c : cases) {
+    absl::Status s = ParseError(c.yaml);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.yaml;
+    EXPECT_THAT(std::string(s.message()), StartsWith(absl::StrCat("test.yaml:", c.line, ": ")))
+        << c.yaml;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.message)) << c.yaml;
+  }
+}
+
+TEST(ConfigTest, WrongTypesNameTheirKey) {
+  const BadCase cases[] = {
+      {"scheduler:\n  threads: many\n", "scheduler.threads: expected an integer, got 'many'", 2},
+      {"scheduler:\n  threads: 1.5\n", "scheduler.threads: expected an integer", 2},
+      {"scheduler:\n  threads: \"4\"\n",
+       "scheduler.threads: expected an integer, got the string \"4\"", 2},
+      {"scheduler:\n  threads: true\n", "scheduler.threads: expected an integer", 2},
+      {"scheduler:\n  threads: [1, 2]\n", "scheduler.threads: expected an integer, got a sequence",
+       2},
+      {"scheduler:\n  threads:\n", "scheduler.threads: expected an integer, got null", 2},
+      {"server:\n  shutdown_grace_seconds: soon\n",
+       "server.shutdown_grace_seconds: expected a number, got 'soon'", 2},
+      {"server:\n  listen: {host: x}\n", "server.listen: expected a string", 2},
+      {"server:\n  listen:\n", "server.listen: expected a string (write \"\" for an empty one)", 2},
+      {"model:\n  path: ~\n", "model.path: expected a string", 2},
+      {"\n\nmodel: cpu\n", "model: expected a mapping, got 'cpu'", 3},
+      {"scheduler: [1]\n", "scheduler: expected a mapping, got a sequence", 1},
+      {"- a\n- b\n", "the document must be a mapping of sections, got a sequence", 1},
+      {"just text\n", "the document must be a mapping of sections", 1},
+  };
+  for (const BadCase& c : cases) {
+    absl::Status s = ParseError(c.yaml);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.yaml;
+    EXPECT_THAT(std::string(s.message()), StartsWith(absl::StrCat("test.yaml:", c.line, ": ")))
+        << c.yaml << " -> " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.message)) << c.yaml;
+  }
+}
+
+TEST(ConfigTest, UnknownKeysNameTheirFullPath) {
+  const BadCase cases[] = {
+      {"scheduler:\n  max_batch: 4\n", "unknown key 'scheduler.max_batch'", 2},
+      {"server:\n  listen: 127.0.0.1:1\n  tls: {}\n", "unknown key 'server.tls'", 3},
+      {"kv_cache:\n  page_size: 16\n  pagesize: 16\n", "unknown key 'kv_cache.pagesize'", 3},
+      // A later issue adds `sparse`; until then it is unknown like any other section.
+      {"sparse:\n  enabled: true\n", "unknown key 'sparse'", 1},
+      {"Server:\n  listen: 127.0.0.1:1\n", "unknown key 'Server'", 1},
+      {"scheduler:\n  threads: 1\n  threads: 2\n", "duplicate key 'scheduler.threads'", 3},
+  };
+  for (const BadCase& c : cases) {
+    absl::Status s = ParseError(c.yaml);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.yaml;
+    EXPECT_THAT(std::string(s.message()), StartsWith(absl::StrCat("test.yaml:", c.line, ": ")))
+        << c.yaml << " -> " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.message)) << c.yaml;
+  }
+  // The message lists what is known, to make the typo obvious.
+  EXPECT_THAT(std::string(ParseError("scheduler:\n  max_batch: 4\n").message()),
+              HasSubstr("max_running_requests"));
+}
+
+TEST(ConfigTest, MalformedYamlNamesSourceAndLine) {
+  const BadCase cases[] = {
+      {"server: {listen: a\n", "invalid YAML: end of map flow not found", 2},
+      {"server:\n  listen: a\n   bad: indent\n", "invalid YAML: illegal map value", 3},
+      {"model:\n  path: *nowhere\n", "invalid YAML: the referenced anchor is not defined", 2},
+      {"server: {}\n---\nmodel: {}\n", "expected one YAML document, found several", 3},
+  };
+  for (const BadCase& c : cases) {
+    absl::Status s = ParseError(c.yaml);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.yaml;
+    EXPECT_EQ(s.message(), absl::StrCat("test.yaml:", c.line, ": ", c.message)) << c.yaml;
+  }
+}
+
+TEST(ConfigTest, ValidateConfigChecksOverriddenValues) {
+  ServerConfig c;
+  c.scheduler.max_running_requests = 0;
+  absl::Status s = ValidateConfig(c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "scheduler.max_running_requests: must be >= 1, got 0");
+
+  c = ServerConfig();
+  c.server.listen = "0.0.0.0";
+  s = ValidateConfig(c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), StartsWith("server.listen: invalid address '0.0.0.0'"));
+
+  c = ServerConfig();
+  c.server.metrics_listen = "";  // disabled
+  c.server.listen = "[::]:0";
+  EXPECT_TRUE(ValidateConfig(c).ok());
+}
+
+TEST(ConfigTest, ParseHostPortAcceptsValidForms) {
+  struct Good {
+    const char* text;
+    const char* host;
+    int port;
+  };
+  for (const Good& g :
+       {Good{"127.0.0.1:50051", "127.0.0.1", 50051}, Good{"0.0.0.0:0", "0.0.0.0", 0},
+        Good{"localhost:65535", "localhost", 65535},
+        Good{"my-host.example.com:80", "my-host.example.com", 80},
+        Good{"[::1]:50051", "::1", 50051}, Good{"[::]:9400", "::", 9400},
+        Good{"[fe80::1%eth0]:1", "fe80::1%eth0", 1},
+        Good{"[::ffff:10.0.0.1]:7", "::ffff:10.0.0.1", 7}}) {
+    std::string host;
+    int port = -1;
+    absl::Status s = ParseHostPort(g.text, &host, &port);
+    ASSERT_TRUE(s.ok()) << g.text << ": " << s;
+    EXPECT_EQ(host, g.host);
+    EXPECT_EQ(port, g.port);
+  }
+  EXPECT_TRUE(ParseHostPort("127.0.0.1:1").ok());  // outputs are optional
+}
+
+TEST(ConfigTest, ParseHostPortRejectsBadForms) {
+  for (const char* bad :
+       {"", "50051", ":50051", "127.0.0.1", "127.0.0.1:", "127.0.0.1:65536", "127.0.0.1:-1",
+        "127.0.0.1:99999999", "127.0.0.1:5x", "::1:50051", "[::1]", "[::1]50051", "[::1:50051",
+        "[]:1", "[localhost]:1", "host name:1", "http://host:1", "[::1]:", " 127.0.0.1:1"}) {
+    absl::Status s = ParseHostPort(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "'" << bad << "'";
+    EXPECT_THAT(std::string(s.message()), HasSubstr(absl::StrCat("'", bad, "'")));
+  }
+}
+
+TEST(ConfigTest, MissingFileIsNotFoundAndNamesThePath) {
+  const std::string path = "/nonexistent/dir/specula.yaml";
+  absl::StatusOr<ServerConfig> c = LoadConfigFile(path);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr(path));
+}
+
+TEST(ConfigTest, DirectoryIsInvalidArgument) {
+  absl::StatusOr<ServerConfig> c = LoadConfigFile(SPECULA_SOURCE_DIR "/deploy/config");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("deploy/config"));
+}
+
+TEST(ConfigTest, FileErrorsNameThePathAndLine) {
+  const std::string path = ::testing::TempDir() + "/specula_config_test.yaml";
+  {
+    std::ofstream out(path);
+    out << "# comment\nscheduler:\n  threads: 2\n  max_running_requests: 0\n";
+  }
+  absl::StatusOr<ServerConfig> c = LoadConfigFile(path);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message(),
+            absl::StrCat(path, ":4: scheduler.max_running_requests: must be >= 1, got 0"));
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace specula

@@ -1,0 +1,184 @@
+// End to end: model info, health, metrics that match the traffic,
+// draining with and without enough grace, and the daemon's SIGTERM exit.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "tests/server/e2e/test_server.h"
+#include "tests/server/prometheus_scrape.h"
+
+namespace specula::testing {
+namespace {
+
+using ::grpc::health::v1::HealthCheckRequest;
+using ::grpc::health::v1::HealthCheckResponse;
+using ::testing::HasSubstr;
+
+HealthCheckResponse::ServingStatus Health(const std::string& address,
+                                          const std::string& service = "") {
+  auto stub = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  HealthCheckRequest req;
+  req.set_service(service);
+  HealthCheckResponse res;
+  grpc::Status s = stub->Check(&ctx, req, &res);
+  return s.ok() ? res.status() : HealthCheckResponse::UNKNOWN;
+}
+
+TEST(LifecycleE2eTest, ModelInfoDescribesTheModelAndLimits) {
+  auto server = StartServer([](ServerConfig& c) { c.scheduler.max_running_requests = 7; });
+  ASSERT_NE(server, nullptr);
+  auto stub = Connect(server->address());
+  grpc::ClientContext ctx;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.architecture(), "LlamaForCausalLM");
+  EXPECT_EQ(info.num_layers(), 2u);
+  EXPECT_EQ(info.vocab_size(), 512u);
+  EXPECT_EQ(info.max_context_tokens(), 4096u);
+  EXPECT_EQ(info.dtype(), "F32");
+  EXPECT_EQ(info.device(), "cpu");
+  EXPECT_GT(info.eos_token_ids_size(), 0);
+  EXPECT_EQ(info.limits().max_running_requests(), 7u);
+  EXPECT_EQ(info.limits().kv_cache_tokens(), 65536u);
+}
+
+TEST(LifecycleE2eTest, MetricsCountWhatWasSent) {
+  auto server = StartServer([](ServerConfig& c) { c.server.metrics_listen = "127.0.0.1:0"; });
+  ASSERT_NE(server, nullptr);
+  auto stub = Connect(server->address());
+  int64_t prompt_tokens = 0;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(RunGenerate(*stub, GreedyIds(PromptFor(i), 5)).status.ok());
+    prompt_tokens += static_cast<int64_t>(PromptFor(i).size());
+  }
+  v1::GenerateRequest bad = GreedyIds({1}, 5);
+  bad.mutable_sampling()->set_top_p(2);
+  EXPECT_FALSE(RunGenerate(*stub, bad).status.ok());
+  EXPECT_FALSE(RunGenerate(*stub, bad).status.ok());
+  RunGenerate(*stub, GreedyIds(PromptFor(9), 3000), {},
+              [](grpc::ClientContext& ctx, const v1::GenerateResponse&) { ctx.TryCancel(); });
+  ASSERT_TRUE(server->engine().WaitIdle(absl::Now() + absl::Seconds(30)));
+  prompt_tokens += static_cast<int64_t>(PromptFor(9).size());
+
+  Exposition m = ScrapeMetrics(server->metrics().metrics_port());
+  EXPECT_THAT(m.errors, ::testing::IsEmpty());
+  EXPECT_EQ(m.Get(R"(specula_requests_total{code="OK",finish_reason="length"})"), 3);
+  EXPECT_EQ(m.Get(R"(specula_requests_total{code="INVALID_ARGUMENT",finish_reason="none"})"), 2);
+  EXPECT_EQ(m.Get(R"(specula_requests_total{code="CANCELLED",finish_reason="cancelled"})"), 1);
+  EXPECT_EQ(m.Get("specula_prompt_tokens_total"), prompt_tokens);
+  const double cancelled_tokens = m.Get("specula_generation_tokens_total") - 15;
+  EXPECT_GE(cancelled_tokens, 1) << "the cancelled stream produced at least its first token";
+  EXPECT_EQ(m.Get("specula_time_to_first_token_seconds_count"), 4);
+  EXPECT_EQ(m.Get("specula_time_between_tokens_seconds_count"), 12 + cancelled_tokens - 1);
+  EXPECT_EQ(m.Get("specula_e2e_request_latency_seconds_count"), 4);
+  EXPECT_EQ(m.Get("specula_request_queue_time_seconds_count"), 4);
+  EXPECT_GE(m.Get("specula_batch_size_count"), 5);
+  EXPECT_EQ(m.Get("specula_num_requests_running"), 0);
+  EXPECT_EQ(m.Get("specula_num_requests_waiting"), 0);
+  EXPECT_EQ(m.Get("specula_kv_cache_blocks_used"), 0);
+  EXPECT_EQ(m.Get("specula_kv_cache_blocks_total"), 65536 / 16);
+}
+
+TEST(LifecycleE2eTest, DrainLetsInFlightRequestsFinishAndRefusesNewOnes) {
+  auto server = StartServer();
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(Health(server->address()), HealthCheckResponse::SERVING);
+  EXPECT_EQ(Health(server->address(), "specula.v1.Specula"), HealthCheckResponse::SERVING);
+  server->engine().SetPausedForTesting(true);
+  StreamResult in_flight;
+  std::thread client([&] {
+    auto stub = Connect(server->address());
+    in_flight = RunGenerate(*stub, GreedyIds(PromptFor(2), 20));
+  });
+  while (server->engine().load().waiting < 1) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  const std::string address = server->address();
+  int cut_off = -1;
+  std::thread drain([&] { cut_off = server->Shutdown(absl::Seconds(30)); });
+  for (int spin = 0; Health(address) == HealthCheckResponse::SERVING && spin < 1000; ++spin) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(Health(address), HealthCheckResponse::NOT_SERVING);
+  auto stub = Connect(address);
+  StreamResult late = RunGenerate(*stub, GreedyIds(PromptFor(3), 4));
+  EXPECT_EQ(late.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  server->engine().SetPausedForTesting(false);
+  drain.join();
+  client.join();
+  EXPECT_EQ(cut_off, 0);
+  ASSERT_TRUE(in_flight.status.ok()) << in_flight.status.error_message();
+  EXPECT_EQ(in_flight.tokens, Offline(PromptFor(2), 20).tokens);
+}
+
+TEST(LifecycleE2eTest, RequestsStillRunningWhenGraceExpiresEndUnavailable) {
+  auto server = StartServer();
+  ASSERT_NE(server, nullptr);
+  server->engine().SetPausedForTesting(true);
+  StreamResult in_flight;
+  std::thread client([&] {
+    auto stub = Connect(server->address());
+    in_flight = RunGenerate(*stub, GreedyIds(PromptFor(2), 20));
+  });
+  while (server->engine().load().waiting < 1) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_EQ(server->Shutdown(absl::Milliseconds(50)), 1);
+  client.join();
+  EXPECT_EQ(in_flight.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(in_flight.status.error_message(), HasSubstr("shutdown_grace_seconds"));
+  EXPECT_EQ(server->engine().load().kv_blocks_used, 0);
+}
+
+// The real daemon: started as a process, answered, SIGTERMed mid-stream, exits 0 after the
+// stream completed.
+TEST(LifecycleE2eTest, DaemonDrainsOnSigtermAndExitsZero) {
+  const std::string binary = std::string(SPECULA_BINARY_DIR) + "/server/specula-server";
+  const std::string ready = ::testing::TempDir() + "/specula-ready-" + std::to_string(getpid());
+  std::filesystem::remove(ready);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string model = "--model=" + TestModelDir();
+    const std::string ready_flag = "--ready-file=" + ready;
+    execl(binary.c_str(), binary.c_str(), model.c_str(), "--listen=127.0.0.1:0",
+          "--metrics-listen=127.0.0.1:0", "--device=cpu", "--log-level=warning",
+          ready_flag.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::string address;
+  for (int spin = 0; spin < 3000 && address.empty(); ++spin) {
+    std::ifstream f(ready);
+    std::string json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const size_t at = json.find("\"listen\": \"");
+    if (at != std::string::npos) {
+      const size_t begin = at + 11;
+      address = json.substr(begin, json.find('"', begin) - begin);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  ASSERT_FALSE(address.empty()) << "the daemon never wrote " << ready;
+  auto stub = Connect(address);
+  bool signalled = false;
+  StreamResult got = RunGenerate(*stub, GreedyIds(PromptFor(4), 1500), {},
+                                 [&](grpc::ClientContext&, const v1::GenerateResponse&) {
+                                   if (!signalled) kill(pid, SIGTERM);
+                                   signalled = true;
+                                 });
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by a signal";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_TRUE(got.status.ok()) << got.status.error_message();
+  EXPECT_EQ(got.tokens.size(), 1500u) << "the in-flight stream ran to completion";
+  std::filesystem::remove(ready);
+}
+
+}  // namespace
+}  // namespace specula::testing

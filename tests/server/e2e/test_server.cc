@@ -1,0 +1,75 @@
+#include "tests/server/e2e/test_server.h"
+
+#include "gtest/gtest.h"
+
+namespace specula::testing {
+
+std::unique_ptr<Server> StartServer(const std::function<void(ServerConfig&)>& tweak) {
+  ServerConfig config;
+  config.model.path = TestModelDir();
+  config.model.device = "cpu";
+  config.server.listen = "127.0.0.1:0";
+  // Off unless a test scrapes it: the metrics HTTP server takes ~2 s to stop (civetweb's poll).
+  config.server.metrics_listen = "";
+  config.scheduler.threads = 1;
+  if (tweak) tweak(config);
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(config);
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? *std::move(server) : nullptr;
+}
+
+std::unique_ptr<v1::Specula::Stub> Connect(const std::string& address) {
+  return v1::Specula::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
+
+StreamResult RunGenerate(
+    v1::Specula::Stub& stub, const v1::GenerateRequest& request,
+    const std::function<void(grpc::ClientContext&)>& setup,
+    const std::function<void(grpc::ClientContext&, const v1::GenerateResponse&)>& on_message) {
+  grpc::ClientContext ctx;
+  if (setup) setup(ctx);
+  StreamResult result;
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub.Generate(&ctx, request);
+  v1::GenerateResponse msg;
+  while (reader->Read(&msg)) {
+    ++result.messages;
+    for (uint32_t t : msg.token_ids()) result.tokens.push_back(static_cast<int32_t>(t));
+    result.text += msg.text();
+    if (msg.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      result.finish = msg.finish_reason();
+      result.usage = msg.usage();
+    }
+    if (on_message) on_message(ctx, msg);
+  }
+  result.status = reader->Finish();
+  return result;
+}
+
+v1::GenerateRequest GreedyIds(const std::vector<int32_t>& prompt, int max_tokens) {
+  v1::GenerateRequest r;
+  for (int32_t id : prompt) r.mutable_prompt_token_ids()->add_ids(static_cast<uint32_t>(id));
+  r.mutable_sampling()->set_temperature(0);
+  r.mutable_stopping()->set_max_tokens(max_tokens);
+  r.mutable_stopping()->set_ignore_eos(true);
+  return r;
+}
+
+GenerationResult Offline(const std::vector<int32_t>& prompt, int max_tokens) {
+  GeneratorOptions options;
+  options.threads = 1;
+  auto generator = Generator::Create(TestModelDir(), options).value();
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.sampling.temperature = 0;
+  r.stopping.max_tokens = max_tokens;
+  r.stopping.ignore_eos = true;
+  return generator->GenerateAll({r}).value()[0];
+}
+
+std::vector<int32_t> PromptFor(int i) {
+  std::vector<int32_t> prompt;
+  for (int j = 0; j < 2 + (i * 7) % 23; ++j) prompt.push_back(1 + (i * 37 + j * 11) % 500);
+  return prompt;
+}
+
+}  // namespace specula::testing

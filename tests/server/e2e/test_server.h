@@ -1,0 +1,54 @@
+// Helpers for end-to-end tests: a real Server on an ephemeral loopback port, a gRPC client, and
+// the offline engine to compare against.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/generate/generator.h"
+#include "grpcpp/grpcpp.h"
+#include "server/server.h"
+#include "specula/v1/specula.grpc.pb.h"
+
+namespace specula::testing {
+
+inline std::string TestModelDir() {
+  return std::string(SPECULA_TEST_MODELS_DIR) + "/llama3-f32";
+}
+
+// Starts a server on 127.0.0.1:0 serving the llama3-f32 test model, without the metrics endpoint;
+// `tweak` edits the config first.
+std::unique_ptr<Server> StartServer(const std::function<void(ServerConfig&)>& tweak = {});
+
+std::unique_ptr<v1::Specula::Stub> Connect(const std::string& address);
+
+// What one Generate stream delivered.
+struct StreamResult {
+  grpc::Status status;
+  std::vector<int32_t> tokens;
+  std::string text;
+  v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+  v1::Usage usage;
+  int messages = 0;
+};
+
+// Runs a Generate stream to its end. `on_message` (optional) sees every message with the
+// context, e.g. to cancel after the first.
+StreamResult RunGenerate(
+    v1::Specula::Stub& stub, const v1::GenerateRequest& request,
+    const std::function<void(grpc::ClientContext&)>& setup = {},
+    const std::function<void(grpc::ClientContext&, const v1::GenerateResponse&)>& on_message =
+        {});
+
+// A greedy request over token ids that ignores EOS, so its length is exactly max_tokens.
+v1::GenerateRequest GreedyIds(const std::vector<int32_t>& prompt, int max_tokens);
+
+// The offline engine's greedy answer to the same request (a fresh Generator, one request).
+GenerationResult Offline(const std::vector<int32_t>& prompt, int max_tokens);
+
+// Distinct prompts for request i.
+std::vector<int32_t> PromptFor(int i);
+
+}  // namespace specula::testing

@@ -1,0 +1,218 @@
+#include "server/metrics.h"
+#include "tests/server/prometheus_scrape.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <regex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace specula {
+namespace {
+
+using ::testing::HasSubstr;
+using ::specula::testing::Exposition;
+using ::specula::testing::ParseExposition;
+using ::specula::testing::ScrapeMetrics;
+
+Exposition Scrape(const ServerMetrics& metrics) { return ScrapeMetrics(metrics.metrics_port()); }
+
+void DriveTraffic(ServerMetrics& m) {
+  m.OnAdmitted("r1", 5, 0.002);
+  m.OnAdmitted("r2", 7, 0.5);
+  m.OnFirstToken(0.01);
+  m.OnFirstToken(0.03);
+  m.OnNextToken(0.0003);
+  m.OnNextToken(0.0004);
+  m.OnNextToken(0.0005);
+  m.OnStep({/*decode_rows=*/3, /*prefill_tokens=*/0, /*seconds=*/0.004});
+  m.OnStep({/*decode_rows=*/0, /*prefill_tokens=*/100, /*seconds=*/0.02});
+  RequestSummary done;
+  done.request_id = "r1";
+  done.finish = FinishReason::kStop;
+  done.code = absl::StatusCode::kOk;
+  done.e2e_seconds = 1.5;
+  m.OnFinished(done);
+  RequestSummary cancelled = done;
+  cancelled.request_id = "r2";
+  cancelled.finish = FinishReason::kCancelled;
+  cancelled.code = absl::StatusCode::kCancelled;
+  cancelled.e2e_seconds = 0.25;
+  m.OnFinished(cancelled);
+  m.RecordRejected(absl::StatusCode::kResourceExhausted);
+  m.RecordRejected(absl::StatusCode::kResourceExhausted);
+  m.RecordRejected(absl::StatusCode::kInvalidArgument);
+  m.OnLoad({/*waiting=*/3, /*running=*/2, /*kv_blocks_used=*/10, /*kv_blocks_total=*/40,
+            /*kv_page_size=*/16});
+}
+
+TEST(MetricsTest, ScrapeOverHttpIsValidAndCarriesEveryMetric) {
+  ServerMetrics metrics;
+  EXPECT_EQ(metrics.metrics_port(), 0);
+  ASSERT_TRUE(metrics.StartExposer("127.0.0.1:0").ok());
+  ASSERT_GT(metrics.metrics_port(), 0);
+  DriveTraffic(metrics);
+
+  const Exposition e = Scrape(metrics);
+  EXPECT_THAT(e.errors, ::testing::IsEmpty());
+  const std::map<std::string, std::string> expected_types = {
+      {"specula_time_to_first_token_seconds", "histogram"},
+      {"specula_time_between_tokens_seconds", "histogram"},
+      {"specula_e2e_request_latency_seconds", "histogram"},
+      {"specula_request_queue_time_seconds", "histogram"},
+      {"specula_batch_size", "histogram"},
+      {"specula_step_duration_seconds", "histogram"},
+      {"specula_num_requests_running", "gauge"},
+      {"specula_num_requests_waiting", "gauge"},
+      {"specula_kv_cache_blocks_used", "gauge"},
+      {"specula_kv_cache_blocks_total", "gauge"},
+      {"specula_kv_cache_usage_ratio", "gauge"},
+      {"specula_prompt_tokens_total", "counter"},
+      {"specula_generation_tokens_total", "counter"},
+      {"specula_requests_total", "counter"},
+  };
+  for (const auto& [name, type] : expected_types) {
+    auto it = e.types.find(name);
+    ASSERT_NE(it, e.types.end()) << name;
+    EXPECT_EQ(it->second, type) << name;
+    EXPECT_TRUE(e.helps.count(name)) << name;
+  }
+
+  EXPECT_EQ(e.Get("specula_request_queue_time_seconds_count"), 2);
+  EXPECT_NEAR(e.Get("specula_request_queue_time_seconds_sum"), 0.502, 1e-9);
+  EXPECT_EQ(e.Get("specula_time_to_first_token_seconds_count"), 2);
+  EXPECT_NEAR(e.Get("specula_time_to_first_token_seconds_sum"), 0.04, 1e-9);
+  EXPECT_EQ(e.Get("specula_time_between_tokens_seconds_count"), 3);
+  EXPECT_NEAR(e.Get("specula_time_between_tokens_seconds_sum"), 0.0012, 1e-9);
+  // Sub-millisecond TBT lands in sub-millisecond buckets.
+  EXPECT_EQ(e.Get("specula_time_between_tokens_seconds_bucket{le=\"0.0005\"}"), 3);
+  EXPECT_EQ(e.Get("specula_time_between_tokens_seconds_bucket{le=\"0.00025\"}"), 0);
+  EXPECT_EQ(e.Get("specula_e2e_request_latency_seconds_count"), 2);
+  EXPECT_NEAR(e.Get("specula_e2e_request_latency_seconds_sum"), 1.75, 1e-9);
+  EXPECT_EQ(e.Get("specula_step_duration_seconds_count"), 2);
+  // Only the step that decoded counts toward the batch size.
+  EXPECT_EQ(e.Get("specula_batch_size_count"), 1);
+  EXPECT_EQ(e.Get("specula_batch_size_sum"), 3);
+  EXPECT_EQ(e.Get("specula_batch_size_bucket{le=\"2\"}"), 0);
+  EXPECT_EQ(e.Get("specula_batch_size_bucket{le=\"4\"}"), 1);
+  EXPECT_EQ(e.Get("specula_batch_size_bucket{le=\"512\"}"), 1);
+
+  EXPECT_EQ(e.Get("specula_prompt_tokens_total"), 12);
+  EXPECT_EQ(e.Get("specula_generation_tokens_total"), 5);
+  EXPECT_EQ(e.Get("specula_num_requests_waiting"), 3);
+  EXPECT_EQ(e.Get("specula_num_requests_running"), 2);
+  EXPECT_EQ(e.Get("specula_kv_cache_blocks_used"), 10);
+  EXPECT_EQ(e.Get("specula_kv_cache_blocks_total"), 40);
+  EXPECT_DOUBLE_EQ(e.Get("specula_kv_cache_usage_ratio"), 0.25);
+
+  // prometheus-cpp writes labels sorted by name.
+  EXPECT_EQ(e.Get("specula_requests_total{code=\"OK\",finish_reason=\"stop\"}"), 1);
+  EXPECT_EQ(e.Get("specula_requests_total{code=\"CANCELLED\",finish_reason=\"cancelled\"}"), 1);
+  EXPECT_EQ(e.Get("specula_requests_total{code=\"RESOURCE_EXHAUSTED\",finish_reason=\"none\"}"), 2);
+  EXPECT_EQ(e.Get("specula_requests_total{code=\"INVALID_ARGUMENT\",finish_reason=\"none\"}"), 1);
+  // Normal outcomes exist before they first happen.
+  EXPECT_EQ(e.Get("specula_requests_total{code=\"OK\",finish_reason=\"length\"}"), 0);
+  EXPECT_EQ(e.Get("specula_requests_total{code=\"OK\",finish_reason=\"stop_sequence\"}"), 0);
+}
+
+TEST(MetricsTest, ParserRejectsMalformedExposition) {
+  EXPECT_THAT(ParseExposition("# TYPE a counter\na 1\n").errors, ::testing::IsEmpty());
+  EXPECT_THAT(ParseExposition("a 1\n").errors, ::testing::Not(::testing::IsEmpty()));
+  EXPECT_THAT(ParseExposition("# TYPE a counter\na one\n").errors,
+              ::testing::Not(::testing::IsEmpty()));
+  EXPECT_THAT(ParseExposition("# TYPE a counter\na{l=x} 1\n").errors,
+              ::testing::Not(::testing::IsEmpty()));
+  EXPECT_THAT(ParseExposition("# TYPE a counter\na 1").errors,
+              ::testing::Not(::testing::IsEmpty()));
+  EXPECT_THAT(ParseExposition("# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\n"
+                              "h_count 1\nh_sum 1\n")
+                  .errors,
+              ::testing::Not(::testing::IsEmpty()));
+}
+
+// Reads one unlabelled gauge straight from the registry (no HTTP round trip).
+double GaugeValue(const ServerMetrics& metrics, const std::string& name) {
+  for (const auto& family : metrics.registry()->Collect()) {
+    if (family.name == name && family.metric.size() == 1) return family.metric[0].gauge.value;
+  }
+  return std::nan("");
+}
+
+TEST(MetricsTest, ZeroTotalKvBlocksGivesZeroRatio) {
+  ServerMetrics metrics;
+  metrics.OnLoad({/*waiting=*/0, /*running=*/0, /*kv_blocks_used=*/0, /*kv_blocks_total=*/0,
+                  /*kv_page_size=*/16});
+  EXPECT_EQ(GaugeValue(metrics, "specula_kv_cache_usage_ratio"), 0);
+  metrics.OnLoad({/*waiting=*/0, /*running=*/1, /*kv_blocks_used=*/8, /*kv_blocks_total=*/8,
+                  /*kv_page_size=*/16});
+  EXPECT_EQ(GaugeValue(metrics, "specula_kv_cache_usage_ratio"), 1);
+}
+
+TEST(MetricsTest, RecordRejectedIsThreadSafe) {
+  ServerMetrics metrics;
+  ASSERT_TRUE(metrics.StartExposer("127.0.0.1:0").ok());
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 1000; ++i) metrics.RecordRejected(absl::StatusCode::kUnavailable);
+    });
+  }
+  // A concurrent scrape must still see a well-formed exposition.
+  const Exposition during = Scrape(metrics);
+  EXPECT_THAT(during.errors, ::testing::IsEmpty());
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(
+      Scrape(metrics).Get("specula_requests_total{code=\"UNAVAILABLE\",finish_reason=\"none\"}"),
+      4000);
+}
+
+TEST(MetricsTest, StartExposerErrors) {
+  ServerMetrics metrics;
+  absl::Status s = metrics.StartExposer("nonsense");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("'nonsense'"));
+
+  ASSERT_TRUE(metrics.StartExposer("127.0.0.1:0").ok());
+  s = metrics.StartExposer("127.0.0.1:0");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+
+  // The port is taken by the first exposer.
+  const std::string taken = absl::StrCat("127.0.0.1:", metrics.metrics_port());
+  ServerMetrics other;
+  s = other.StartExposer(taken);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(s.message()), HasSubstr(taken));
+  EXPECT_EQ(other.metrics_port(), 0);
+}
+
+TEST(MetricsTest, RegistryIsScrapableWithoutExposer) {
+  ServerMetrics metrics;
+  metrics.OnFirstToken(0.2);
+  const auto families = metrics.registry()->Collect();
+  bool found = false;
+  for (const auto& f : families) {
+    if (f.name == "specula_time_to_first_token_seconds") {
+      found = true;
+      ASSERT_EQ(f.metric.size(), 1u);
+      EXPECT_EQ(f.metric[0].histogram.sample_count, 1u);
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+}  // namespace
+}  // namespace specula

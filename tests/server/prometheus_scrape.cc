@@ -1,0 +1,172 @@
+#include "tests/server/prometheus_scrape.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <regex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace specula::testing {
+
+// GETs http://127.0.0.1:<port><path> with a plain socket; returns the whole response.
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    // HTTP/1.0 without Accept-Encoding: no chunking, no gzip, the server closes when done.
+    const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: test\r\n\r\n");
+    if (::send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size())) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) response.append(buf, n);
+    }
+  }
+  ::close(fd);
+  return response;
+}
+
+double Exposition::Get(const std::string& key) const {
+  auto it = samples.find(key);
+  return it == samples.end() ? std::nan("") : it->second;
+}
+
+namespace {
+
+bool ParseValue(const std::string& s, double* out) {
+  if (s == "+Inf")
+    *out = INFINITY;
+  else if (s == "-Inf")
+    *out = -INFINITY;
+  else if (s == "NaN")
+    *out = NAN;
+  else {
+    char* end = nullptr;
+    *out = std::strtod(s.c_str(), &end);
+    if (s.empty() || end != s.c_str() + s.size()) return false;
+  }
+  return true;
+}
+
+// The family a sample belongs to, given the declared types.
+std::string FamilyOf(const std::string& name, const std::map<std::string, std::string>& types) {
+  if (types.count(name)) return name;
+  for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+    const std::string s = suffix;
+    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) {
+      const std::string base = name.substr(0, name.size() - s.size());
+      auto it = types.find(base);
+      if (it != types.end() && (it->second == "histogram" || it->second == "summary")) return base;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+Exposition ParseExposition(const std::string& text) {
+  Exposition e;
+  static const std::regex kName("[a-zA-Z_:][a-zA-Z0-9_:]*");
+  static const std::regex kHelp(R"(# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) (.*))");
+  static const std::regex kType(
+      R"(# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped))");
+  static const std::regex kSample(
+      R"(([a-zA-Z_:][a-zA-Z0-9_:]*)(\{((?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*",?)*)\})? (\S+)( -?\d+)?)");
+  static const std::regex kLabel(R"(([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)\")");
+  if (text.empty() || text.back() != '\n') e.errors.push_back("missing final newline");
+  std::set<std::string> families_with_samples;
+  for (absl::string_view sv : absl::StrSplit(text, '\n')) {
+    const std::string line(sv);
+    if (line.empty()) continue;
+    std::smatch m;
+    if (line[0] == '#') {
+      if (std::regex_match(line, m, kHelp)) {
+        if (!e.helps.insert(m[1]).second) e.errors.push_back("second HELP: " + line);
+        if (m[2].str().empty()) e.errors.push_back("empty HELP: " + line);
+      } else if (std::regex_match(line, m, kType)) {
+        if (families_with_samples.count(m[1])) e.errors.push_back("TYPE after samples: " + line);
+        if (!e.types.emplace(m[1], m[2]).second) e.errors.push_back("second TYPE: " + line);
+      } else if (line.rfind("# HELP", 0) == 0 || line.rfind("# TYPE", 0) == 0) {
+        e.errors.push_back("malformed comment: " + line);
+      }
+      continue;
+    }
+    if (!std::regex_match(line, m, kSample)) {
+      e.errors.push_back("malformed sample: " + line);
+      continue;
+    }
+    const std::string name = m[1];
+    const std::string family = FamilyOf(name, e.types);
+    if (family.empty()) e.errors.push_back("sample without TYPE: " + line);
+    families_with_samples.insert(family);
+    double value = 0;
+    if (!ParseValue(m[4], &value)) e.errors.push_back("bad value: " + line);
+    std::string labels = m[3];
+    if (!labels.empty() && labels.back() == ',') labels.pop_back();
+    const std::string key = labels.empty() ? name : absl::StrCat(name, "{", labels, "}");
+    if (!e.samples.emplace(key, value).second) e.errors.push_back("duplicate series: " + line);
+  }
+  // Histograms: cumulative buckets ending in le="+Inf" equal to _count.
+  for (const auto& [family, type] : e.types) {
+    if (type != "histogram") continue;
+    double prev = 0;
+    bool saw_inf = false;
+    // Our histograms carry no labels besides le, so all buckets form one series; the map
+    // orders le as strings, so sort numerically.
+    std::vector<std::pair<double, double>> buckets;
+    for (const auto& [key, value] : e.samples) {
+      std::smatch m;
+      if (key.rfind(family + "_bucket{", 0) != 0) continue;
+      if (!std::regex_search(key, m, std::regex(R"(le="([^"]+)\")"))) {
+        e.errors.push_back("bucket without le: " + key);
+        continue;
+      }
+      double le = 0;
+      if (!ParseValue(m[1], &le)) e.errors.push_back("bad le: " + key);
+      if (std::isinf(le)) saw_inf = true;
+      buckets.emplace_back(le, value);
+    }
+    std::sort(buckets.begin(), buckets.end());
+    for (const auto& [le, count] : buckets) {
+      if (count < prev) e.errors.push_back(absl::StrCat(family, " buckets not cumulative"));
+      prev = count;
+    }
+    if (!saw_inf) e.errors.push_back(family + " has no +Inf bucket");
+    if (!buckets.empty() && buckets.back().second != e.Get(family + "_count")) {
+      e.errors.push_back(family + " +Inf bucket != _count");
+    }
+    if (std::isnan(e.Get(family + "_sum"))) e.errors.push_back(family + " has no _sum");
+  }
+  return e;
+}
+
+
+Exposition ScrapeMetrics(int port) {
+  const std::string response = HttpGet(port, "/metrics");
+  Exposition e;
+  const size_t body = response.find("\r\n\r\n");
+  if (response.rfind("HTTP/1.", 0) != 0 || response.find(" 200 ") == std::string::npos ||
+      body == std::string::npos) {
+    e.errors.push_back("bad HTTP response: " + response.substr(0, 200));
+    return e;
+  }
+  return ParseExposition(response.substr(body + 4));
+}
+
+}  // namespace specula::testing
