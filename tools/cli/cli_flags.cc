@@ -1,0 +1,63 @@
+#include "tools/cli/cli_flags.h"
+
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+ABSL_FLAG(bool, offline, false, "run the engine in this process instead of calling a server");
+ABSL_FLAG(std::string, server, "127.0.0.1:50051", "server address HOST:PORT (not with --offline)");
+ABSL_FLAG(double, timeout, 0, "deadline of the call in seconds (0 = none; not with --offline)");
+ABSL_FLAG(std::string, model, "",
+          "--offline: Hugging Face model directory (default: the embedded tiny model, generated "
+          "on demand)");
+ABSL_FLAG(std::string, prompt, "", "prompt text (generate, tokenize)");
+ABSL_FLAG(std::string, prompt_ids, "",
+          "comma-separated token ids: the prompt of generate instead of --prompt, or the ids "
+          "detokenize turns into text");
+ABSL_FLAG(bool, add_special_tokens, true, "let the tokenizer add BOS etc. to --prompt");
+ABSL_FLAG(bool, skip_special_tokens, false, "detokenize: leave special tokens out of the text");
+ABSL_FLAG(std::string, request_id, "", "request id for the server's logs (default: its own)");
+ABSL_FLAG(int32_t, max_tokens, 64, "most tokens to generate");
+ABSL_FLAG(float, temperature, 0.0f, "0 = greedy");
+ABSL_FLAG(float, top_p, 1.0f, "nucleus sampling mass");
+ABSL_FLAG(int32_t, top_k, 0, "top-k (0 = off)");
+ABSL_FLAG(float, min_p, 0.0f, "min-p");
+ABSL_FLAG(float, repetition_penalty, 1.0f, "HF repetition penalty (1 = off)");
+ABSL_FLAG(float, frequency_penalty, 0.0f, "OpenAI frequency penalty in [-2, 2]");
+ABSL_FLAG(float, presence_penalty, 0.0f, "OpenAI presence penalty in [-2, 2]");
+ABSL_FLAG(int64_t, seed, -1, "sampling seed (-1 = random)");
+ABSL_FLAG(int32_t, logprobs, -1,
+          "print each token's logprob and this many alternatives on stderr (-1 = off)");
+ABSL_FLAG(std::vector<std::string>, stop, {}, "stop strings (comma-separated)");
+ABSL_FLAG(std::vector<std::string>, stop_token_ids, {}, "token ids that stop (comma-separated)");
+ABSL_FLAG(bool, ignore_eos, false, "keep generating after EOS");
+ABSL_FLAG(std::string, service, "", "health: the service to check (\"\" = the whole server)");
+ABSL_FLAG(int32_t, threads, 0, "--offline: CPU threads (0 = all cores)");
+ABSL_FLAG(int64_t, kv_cache_tokens, 65536, "--offline: KV cache capacity in token positions");
+ABSL_FLAG(int32_t, page_size, 16, "--offline: tokens per KV page");
+
+namespace specula {
+
+absl::StatusOr<std::vector<int32_t>> ParseTokenIds(absl::string_view flag,
+                                                   const std::vector<std::string>& parts) {
+  std::vector<int32_t> ids;
+  ids.reserve(parts.size());
+  for (const std::string& part : parts) {
+    int32_t id;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &id) || id < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": bad token id '", part, "'"));
+    }
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+absl::StatusOr<std::vector<int32_t>> ParseTokenIds(absl::string_view flag, absl::string_view text) {
+  if (absl::StripAsciiWhitespace(text).empty()) return std::vector<int32_t>{};
+  return ParseTokenIds(flag, std::vector<std::string>(absl::StrSplit(text, ',')));
+}
+
+}  // namespace specula

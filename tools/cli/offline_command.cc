@@ -1,0 +1,113 @@
+#include "tools/cli/offline_command.h"
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_format.h"
+#include "engine/generate/generator.h"
+#include "tools/cli/cli_flags.h"
+#include "tools/default_model/default_model.h"
+
+namespace specula {
+namespace {
+
+int Fail(const absl::Status& s) {
+  std::cerr << "specula-cli: " << s << "\n";
+  return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+// Logprobs go to stderr after the text so that stdout stays exactly the generated text.
+void PrintLogprobs(const std::vector<SampledToken>& logprobs) {
+  for (const SampledToken& t : logprobs) {
+    std::cerr << absl::StrFormat("logprob token=%d %.4f", t.token, t.logprob);
+    for (const TokenLogprob& alt : t.top) {
+      std::cerr << absl::StrFormat(" %d:%.4f", alt.token, alt.logprob);
+    }
+    std::cerr << "\n";
+  }
+}
+
+}  // namespace
+
+int GenerateOffline() {
+  std::string model_dir = absl::GetFlag(FLAGS_model);
+  if (model_dir.empty()) {
+    auto dir = EnsureDefaultModel();
+    if (!dir.ok()) return Fail(dir.status());
+    model_dir = *dir;
+  }
+  GeneratorOptions options;
+  options.threads = absl::GetFlag(FLAGS_threads);
+  options.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
+  options.page_size = absl::GetFlag(FLAGS_page_size);
+  auto gen = Generator::Create(model_dir, options);
+  if (!gen.ok()) return Fail(gen.status());
+
+  GenerationRequest req;
+  if (!absl::GetFlag(FLAGS_prompt_ids).empty()) {
+    auto ids = ParseTokenIds("prompt_ids", absl::GetFlag(FLAGS_prompt_ids));
+    if (!ids.ok()) return Fail(ids.status());
+    req.prompt = std::move(*ids);
+  } else {
+    auto ids = (*gen)->tokenizer().Encode(absl::GetFlag(FLAGS_prompt),
+                                          absl::GetFlag(FLAGS_add_special_tokens));
+    if (!ids.ok()) return Fail(ids.status());
+    req.prompt = std::move(*ids);
+  }
+  auto stop_ids = ParseTokenIds("stop_token_ids", absl::GetFlag(FLAGS_stop_token_ids));
+  if (!stop_ids.ok()) return Fail(stop_ids.status());
+  req.sampling.temperature = absl::GetFlag(FLAGS_temperature);
+  req.sampling.top_p = absl::GetFlag(FLAGS_top_p);
+  req.sampling.top_k = absl::GetFlag(FLAGS_top_k);
+  req.sampling.min_p = absl::GetFlag(FLAGS_min_p);
+  req.sampling.repetition_penalty = absl::GetFlag(FLAGS_repetition_penalty);
+  req.sampling.frequency_penalty = absl::GetFlag(FLAGS_frequency_penalty);
+  req.sampling.presence_penalty = absl::GetFlag(FLAGS_presence_penalty);
+  if (absl::GetFlag(FLAGS_seed) >= 0) req.sampling.seed = absl::GetFlag(FLAGS_seed);
+  req.sampling.logprobs = absl::GetFlag(FLAGS_logprobs);
+  req.stopping.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  req.stopping.stop = absl::GetFlag(FLAGS_stop);
+  req.stopping.stop_token_ids = std::move(*stop_ids);
+  req.stopping.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
+  const size_t prompt_tokens = req.prompt.size();
+
+  const auto start = std::chrono::steady_clock::now();
+  auto id = (*gen)->Add(std::move(req));
+  if (!id.ok()) return Fail(id.status());
+  std::vector<SequenceOutput> outputs;
+  std::vector<SampledToken> logprobs;
+  size_t completion_tokens = 0;
+  FinishReason finish = FinishReason::kNone;
+  double first_token_s = 0;
+  while ((*gen)->HasWork()) {
+    outputs.clear();
+    if (absl::Status s = (*gen)->Step(&outputs); !s.ok()) return Fail(s);
+    for (SequenceOutput& o : outputs) {
+      if (completion_tokens == 0 && !o.tokens.empty()) {
+        first_token_s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      }
+      completion_tokens += o.tokens.size();
+      std::fwrite(o.text.data(), 1, o.text.size(), stdout);
+      std::fflush(stdout);
+      for (SampledToken& t : o.logprobs) logprobs.push_back(std::move(t));
+      finish = o.finish;
+    }
+  }
+  const double total_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("\n");
+  std::fflush(stdout);
+  PrintLogprobs(logprobs);
+  std::cerr << absl::StrFormat(
+      "[%s] prompt_tokens=%d completion_tokens=%d finish=%s ttft=%.1fms decode=%.1f tok/s\n",
+      model_dir, prompt_tokens, completion_tokens, FinishReasonName(finish), first_token_s * 1e3,
+      completion_tokens > 1 ? (completion_tokens - 1) / (total_s - first_token_s) : 0.0);
+  return 0;
+}
+
+}  // namespace specula

@@ -1,0 +1,250 @@
+"""A small Python client for the specula inference server (specula.v1.Specula over gRPC).
+
+Usage:
+
+    from specula_client import SpeculaClient
+
+    with SpeculaClient("127.0.0.1:50051") as client:
+        for chunk in client.generate("Hello", max_tokens=32, temperature=0):
+            print(chunk.text, end="", flush=True)
+        text = client.generate_text("Hello", max_tokens=32)
+        ids = client.tokenize("Hello").token_ids
+        print(client.detokenize(ids), client.model_info().vocab_size, client.health())
+
+Errors are the server's gRPC status: every method raises grpc.RpcError, whose .code() is e.g.
+grpc.StatusCode.INVALID_ARGUMENT (a bad parameter; .details() names it), RESOURCE_EXHAUSTED
+(queue or cache full), UNAVAILABLE (server down or draining) or DEADLINE_EXCEEDED (timeout).
+
+The generated stubs (`specula.v1`, `grpc_health.v1`) must be importable. The build writes them to
+<build>/python (CMake target specula_python_stubs; see README.md for plain protoc). If they are not
+already on sys.path, this module adds $SPECULA_PYTHON_STUBS, else <repo>/build/python.
+"""
+
+import dataclasses
+import importlib.util
+import os
+import sys
+from typing import Iterator, List, Optional, Sequence
+
+import grpc
+
+
+def _ensure_stubs_importable() -> None:
+    try:
+        if importlib.util.find_spec("specula.v1.specula_pb2") is not None:
+            return
+    except ImportError:  # no `specula` package at all
+        pass
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    candidates = [os.environ.get("SPECULA_PYTHON_STUBS"), os.path.join(repo, "build", "python")]
+    for path in candidates:
+        if path and os.path.isdir(os.path.join(path, "specula", "v1")):
+            sys.path.insert(0, path)
+            return
+    raise ImportError(
+        "specula Python stubs not found: build the CMake target specula_python_stubs and set "
+        "SPECULA_PYTHON_STUBS to <build>/python (tried: %s)" % [c for c in candidates if c])
+
+
+_ensure_stubs_importable()
+
+from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
+from specula.v1 import specula_pb2, specula_pb2_grpc  # noqa: E402
+
+# "Not given": use the client's default deadline (None means no deadline).
+_DEFAULT = object()
+
+# Service names the server registers with the health service.
+SERVER_HEALTH = ""
+SPECULA_HEALTH = "specula.v1.Specula"
+
+
+@dataclasses.dataclass
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclasses.dataclass
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    # Most likely alternatives (token_id, logprob), most likely first.
+    top: List["TokenLogprob"] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Chunk:
+    """One streamed message: the tokens new since the previous chunk and their text."""
+    text: str
+    token_ids: List[int]
+    # "STOP" (end of sequence or a stop token), "LENGTH" (max_tokens or context),
+    # "STOP_SEQUENCE" (a stop string); None except on the last chunk.
+    finish_reason: Optional[str] = None
+    # Set on the last chunk only.
+    usage: Optional[Usage] = None
+    # One per token when logprobs= was given.
+    logprobs: List[TokenLogprob] = dataclasses.field(default_factory=list)
+    request_id: str = ""
+
+
+@dataclasses.dataclass
+class Tokens:
+    token_ids: List[int]
+    # The vocabulary strings (e.g. "Ġhello").
+    tokens: List[str]
+
+
+def _usage(msg) -> Usage:
+    return Usage(msg.prompt_tokens, msg.completion_tokens)
+
+
+def _chunk(msg) -> Chunk:
+    finish = None
+    if msg.finish_reason != specula_pb2.FINISH_REASON_UNSPECIFIED:
+        finish = specula_pb2.FinishReason.Name(msg.finish_reason)
+    return Chunk(
+        text=msg.text,
+        token_ids=list(msg.token_ids),
+        finish_reason=finish,
+        usage=_usage(msg.usage) if msg.HasField("usage") else None,
+        logprobs=[
+            TokenLogprob(t.token_id, t.logprob,
+                         [TokenLogprob(a.token_id, a.logprob) for a in t.top])
+            for t in msg.logprobs
+        ],
+        request_id=msg.request_id,
+    )
+
+
+class SpeculaClient:
+    """A connection to one specula server. Thread-safe; close() (or `with`) releases it.
+
+    `timeout` (seconds) is the default deadline of every call; each method takes its own
+    `timeout=` to override it (None = no deadline).
+    """
+
+    def __init__(self, address: str = "127.0.0.1:50051", timeout: Optional[float] = None,
+                 channel: Optional[grpc.Channel] = None):
+        self.address = address
+        self.timeout = timeout
+        self._channel = channel if channel is not None else grpc.insecure_channel(address)
+        self._stub = specula_pb2_grpc.SpeculaStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "SpeculaClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _timeout(self, timeout):
+        return self.timeout if timeout is _DEFAULT else timeout
+
+    @staticmethod
+    def build_request(prompt: Optional[str] = None,
+                      prompt_token_ids: Optional[Sequence[int]] = None, *,
+                      max_tokens: Optional[int] = None, temperature: Optional[float] = None,
+                      top_p: Optional[float] = None, top_k: int = 0, min_p: float = 0.0,
+                      repetition_penalty: Optional[float] = None, frequency_penalty: float = 0.0,
+                      presence_penalty: float = 0.0, seed: Optional[int] = None,
+                      logprobs: Optional[int] = None, stop: Sequence[str] = (),
+                      stop_token_ids: Sequence[int] = (), ignore_eos: bool = False,
+                      add_special_tokens: Optional[bool] = None,
+                      request_id: str = "") -> "specula_pb2.GenerateRequest":
+        """The GenerateRequest for these arguments. Exactly one of prompt / prompt_token_ids.
+
+        Parameters left None take the server's defaults (temperature 1, top_p 1, no repetition
+        penalty, max_tokens from its config); see proto/specula/v1/specula.proto.
+        """
+        if (prompt is None) == (prompt_token_ids is None):
+            raise ValueError("give exactly one of prompt and prompt_token_ids")
+        req = specula_pb2.GenerateRequest(request_id=request_id)
+        if prompt is not None:
+            req.prompt = prompt
+            if add_special_tokens is not None:
+                req.add_special_tokens = add_special_tokens
+        else:
+            req.prompt_token_ids.ids.extend(prompt_token_ids)
+        s = req.sampling
+        if temperature is not None:
+            s.temperature = temperature
+        if top_p is not None:
+            s.top_p = top_p
+        s.top_k = top_k
+        s.min_p = min_p
+        if repetition_penalty is not None:
+            s.repetition_penalty = repetition_penalty
+        s.frequency_penalty = frequency_penalty
+        s.presence_penalty = presence_penalty
+        if seed is not None:
+            s.seed = seed
+        if logprobs is not None:
+            s.logprobs = logprobs
+        st = req.stopping
+        if max_tokens is not None:
+            st.max_tokens = max_tokens
+        st.stop.extend(stop)
+        st.stop_token_ids.extend(stop_token_ids)
+        st.ignore_eos = ignore_eos
+        return req
+
+    def generate(self, prompt: Optional[str] = None,
+                 prompt_token_ids: Optional[Sequence[int]] = None, *, timeout=_DEFAULT,
+                 **params) -> Iterator[Chunk]:
+        """Streams the completion as Chunks; the last one has finish_reason and usage.
+
+        params: see build_request. The call starts at once (bad arguments raise ValueError
+        here); gRPC errors surface while iterating. Breaking out of the loop (or closing the
+        iterator) cancels the request on the server, which then frees its KV cache.
+        """
+        req = self.build_request(prompt, prompt_token_ids, **params)
+        return self._stream(self._stub.Generate(req, timeout=self._timeout(timeout)))
+
+    @staticmethod
+    def _stream(call) -> Iterator[Chunk]:
+        try:
+            for msg in call:
+                yield _chunk(msg)
+        finally:
+            call.cancel()  # a no-op when the stream has ended
+
+    def generate_text(self, prompt: Optional[str] = None,
+                      prompt_token_ids: Optional[Sequence[int]] = None, *, timeout=_DEFAULT,
+                      **params) -> str:
+        """The whole completion text (generate() without the streaming)."""
+        return "".join(c.text for c in self.generate(prompt, prompt_token_ids, timeout=timeout,
+                                                     **params))
+
+    def tokenize(self, text: str, add_special_tokens: Optional[bool] = None, *,
+                 timeout=_DEFAULT) -> Tokens:
+        req = specula_pb2.TokenizeRequest(text=text)
+        if add_special_tokens is not None:
+            req.add_special_tokens = add_special_tokens
+        resp = self._stub.Tokenize(req, timeout=self._timeout(timeout))
+        return Tokens(list(resp.token_ids), list(resp.tokens))
+
+    def detokenize(self, token_ids: Sequence[int], skip_special_tokens: bool = False, *,
+                   timeout=_DEFAULT) -> str:
+        req = specula_pb2.DetokenizeRequest(token_ids=token_ids,
+                                            skip_special_tokens=skip_special_tokens)
+        return self._stub.Detokenize(req, timeout=self._timeout(timeout)).text
+
+    def model_info(self, *, timeout=_DEFAULT) -> "specula_pb2.ModelInfo":
+        """The model and server limits: the ModelInfo message (fields as in the .proto)."""
+        return self._stub.GetModelInfo(specula_pb2.GetModelInfoRequest(),
+                                       timeout=self._timeout(timeout))
+
+    def health(self, service: str = SERVER_HEALTH, *, timeout=_DEFAULT) -> str:
+        """"SERVING", "NOT_SERVING" (e.g. draining) or "UNKNOWN"; raises grpc.RpcError with
+        NOT_FOUND for a service the server does not know."""
+        resp = self._health.Check(health_pb2.HealthCheckRequest(service=service),
+                                  timeout=self._timeout(timeout))
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+
+    def wait_until_serving(self, timeout: float = 30.0) -> None:
+        """Blocks until the channel connects (e.g. right after starting the server)."""
+        grpc.channel_ready_future(self._channel).result(timeout=timeout)
