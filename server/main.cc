@@ -20,6 +20,7 @@
 #include "engine/common/log.h"
 #include "server/config.h"
 #include "server/server.h"
+#include "tools/common/dashed_flags.h"
 #include "tools/default_model/default_model.h"
 
 ABSL_FLAG(std::string, config, "", "YAML configuration file (see deploy/config/specula.yaml)");
@@ -40,24 +41,6 @@ ABSL_FLAG(std::string, ready_file, "",
 
 namespace specula {
 namespace {
-
-// Flags are documented with dashes (--metrics-listen); absl spells them with underscores.
-std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::string>* storage) {
-  storage->reserve(argc);
-  std::vector<char*> out;
-  for (int i = 0; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (i > 0 && arg.rfind("--", 0) == 0 && arg != "--") {
-      const size_t end = std::min(arg.find('='), arg.size());
-      for (size_t k = 2; k < end; ++k) {
-        if (arg[k] == '-') arg[k] = '_';
-      }
-    }
-    storage->push_back(std::move(arg));
-  }
-  for (std::string& s : *storage) out.push_back(s.data());
-  return out;
-}
 
 absl::StatusOr<ServerConfig> ResolveConfig() {
   ServerConfig config;
@@ -105,8 +88,7 @@ int Run(int argc, char** argv) {
       "specula-server [--config FILE] [--model DIR] [--listen HOST:PORT] "
       "[--metrics-listen HOST:PORT] [--device cpu|cuda|auto] [--log-level LEVEL]");
   std::vector<std::string> storage;
-  std::vector<char*> args = NormalizeFlagNames(argc, argv, &storage);
-  std::vector<char*> rest = absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  std::vector<char*> rest = ParseDashedCommandLine(argc, argv, &storage);
   if (rest.size() > 1) {
     return Fail(absl::InvalidArgumentError(absl::StrCat("unexpected argument: ", rest[1])));
   }

@@ -1,5 +1,11 @@
 // specula-bench: benchmarks. Results go to docs/BENCHMARKS.md with the machine and the date.
-//   specula-bench cpu [--presets tiny,100m] [--batches 1,8] [--prompt_tokens 512]
+//   specula-bench cpu [--presets tiny,100m] [--batches 1,8] [--prompt-tokens 512]
+//   specula-bench serve --server HOST:PORT [--num-prompts 200] [--input-len 128]
+//       [--output-len 128] [--concurrency C | --request-rate R [--max-concurrency C]]
+//       [--warmup N] [--json FILE] [--compare-engine [--model DIR]] [--server-pid PID]
+// Flags may be spelled with dashes or underscores.
+#include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -7,25 +13,54 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "tools/bench/cpu_bench.h"
+#include "tools/bench/serve_bench.h"
+#include "tools/common/dashed_flags.h"
 
+// cpu
 ABSL_FLAG(std::vector<std::string>, presets, std::vector<std::string>({"tiny", "100m"}),
-          "model presets (make-tiny-model --preset) to benchmark");
+          "cpu: model presets (make-tiny-model --preset) to benchmark");
 ABSL_FLAG(std::vector<std::string>, batches, std::vector<std::string>({"1", "8"}),
-          "decode batch sizes");
-ABSL_FLAG(int32_t, prompt_tokens, 512, "prompt length for the prefill measurement");
-ABSL_FLAG(int32_t, decode_tokens, 64, "tokens generated per sequence when measuring decode");
-ABSL_FLAG(int32_t, threads, 0, "CPU threads (0 = all cores)");
-ABSL_FLAG(std::string, work_dir, "", "directory for generated models (default: a temp dir)");
+          "cpu: decode batch sizes");
+ABSL_FLAG(int32_t, prompt_tokens, 512, "cpu: prompt length for the prefill measurement");
+ABSL_FLAG(int32_t, decode_tokens, 64, "cpu: tokens generated per sequence when measuring decode");
+ABSL_FLAG(std::string, work_dir, "", "cpu: directory for generated models (default: a temp dir)");
+ABSL_FLAG(int32_t, threads, 0,
+          "CPU threads of the engine (cpu; serve --compare-engine), 0 = all cores");
 
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("specula-bench cpu [flags]");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  if (args.size() < 2 || std::string(args[1]) != "cpu") {
-    std::cerr << absl::ProgramUsageMessage() << "\n";
-    return 2;
-  }
+// serve
+ABSL_FLAG(std::string, server, "127.0.0.1:50051", "serve: the server's gRPC address HOST:PORT");
+ABSL_FLAG(int32_t, num_prompts, 200, "serve: measured requests");
+ABSL_FLAG(int32_t, input_len, 128, "serve: prompt tokens per request (random ids, seeded)");
+ABSL_FLAG(int32_t, output_len, 128, "serve: output tokens per request (max_tokens, ignore_eos)");
+ABSL_FLAG(uint64_t, seed, 0, "serve: seed of the prompts and the arrival times");
+ABSL_FLAG(int32_t, concurrency, 0,
+          "serve: closed loop with this many clients sending back to back (default 64 when "
+          "--request-rate is not given)");
+ABSL_FLAG(std::string, request_rate, "",
+          "serve: Poisson arrivals at this many requests/s; 'inf' sends all at once");
+ABSL_FLAG(int32_t, max_concurrency, 0, "serve: with --request-rate, most requests in flight");
+ABSL_FLAG(int32_t, warmup, 0, "serve: requests sent first and not counted");
+ABSL_FLAG(double, timeout, 0, "serve: per-request deadline in seconds, 0 = none");
+ABSL_FLAG(std::string, json, "", "serve: write every result (and each request's timings) here");
+ABSL_FLAG(bool, compare_engine, false,
+          "serve: afterwards, run the same requests through the in-process engine at the same "
+          "batch and print served/engine tokens/s (the server must be idle and serve --model)");
+ABSL_FLAG(std::string, model, "",
+          "serve --compare-engine: the server's model directory (default: the embedded tiny "
+          "model)");
+ABSL_FLAG(int32_t, server_pid, 0,
+          "serve: pid of a server on this machine; reports its CPU time per thread name "
+          "(engine vs gRPC threads) during the run");
+
+namespace {
+
+constexpr char kUsage[] =
+    "specula-bench cpu|serve [flags]; see --help. Results go to docs/BENCHMARKS.md.";
+
+int RunCpu() {
   specula::CpuBenchOptions o;
   o.presets = absl::GetFlag(FLAGS_presets);
   o.decode_batches.clear();
@@ -42,4 +77,57 @@ int main(int argc, char** argv) {
   o.threads = absl::GetFlag(FLAGS_threads);
   o.work_dir = absl::GetFlag(FLAGS_work_dir);
   return specula::RunCpuBench(o);
+}
+
+int RunServe() {
+  specula::ServeBenchOptions o;
+  o.server = absl::GetFlag(FLAGS_server);
+  o.num_prompts = absl::GetFlag(FLAGS_num_prompts);
+  o.input_len = absl::GetFlag(FLAGS_input_len);
+  o.output_len = absl::GetFlag(FLAGS_output_len);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.concurrency = absl::GetFlag(FLAGS_concurrency);
+  o.max_concurrency = absl::GetFlag(FLAGS_max_concurrency);
+  o.warmup = absl::GetFlag(FLAGS_warmup);
+  o.timeout_seconds = absl::GetFlag(FLAGS_timeout);
+  o.json_path = absl::GetFlag(FLAGS_json);
+  o.compare_engine = absl::GetFlag(FLAGS_compare_engine);
+  o.model_dir = absl::GetFlag(FLAGS_model);
+  o.threads = absl::GetFlag(FLAGS_threads);
+  o.server_pid = absl::GetFlag(FLAGS_server_pid);
+  const std::string rate = absl::AsciiStrToLower(absl::GetFlag(FLAGS_request_rate));
+  if (rate.empty()) {
+    if (o.concurrency == 0) o.concurrency = 64;
+  } else {
+    if (o.concurrency > 0) {
+      std::cerr << "specula-bench serve: give --concurrency or --request-rate, not both "
+                   "(--max-concurrency caps the Poisson mode)\n";
+      return 2;
+    }
+    if (rate == "inf") {
+      o.request_rate = INFINITY;
+    } else if (!absl::SimpleAtod(rate, &o.request_rate) || !(o.request_rate > 0)) {
+      std::cerr << "specula-bench serve: --request-rate: want a positive number or inf, got '"
+                << rate << "'\n";
+      return 2;
+    }
+  }
+  if (o.concurrency < 0 || o.max_concurrency < 0) {
+    std::cerr << "specula-bench serve: --concurrency and --max-concurrency must be >= 0\n";
+    return 2;
+  }
+  return specula::RunServeBench(o);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<std::string> storage;
+  std::vector<char*> args = specula::ParseDashedCommandLine(argc, argv, &storage);
+  const std::string command = args.size() == 2 ? args[1] : "";
+  if (command == "cpu") return RunCpu();
+  if (command == "serve") return RunServe();
+  std::cerr << kUsage << "\n";
+  return 2;
 }

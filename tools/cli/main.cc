@@ -11,6 +11,7 @@
 #include "tools/cli/cli_flags.h"
 #include "tools/cli/offline_command.h"
 #include "tools/cli/server_commands.h"
+#include "tools/common/dashed_flags.h"
 
 namespace {
 
@@ -28,7 +29,8 @@ constexpr char kUsage[] =
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> storage;
+  std::vector<char*> args = specula::ParseDashedCommandLine(argc, argv, &storage);
   if (args.size() != 2) {
     std::cerr << kUsage << "\n";
     return 2;
