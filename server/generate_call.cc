@@ -51,8 +51,11 @@ void GenerateCall::Begin(const v1::GenerateRequest& request) {
     converted->deadline = absl::FromChrono(ctx_->deadline());
   }
   std::weak_ptr<GenerateCall> weak = weak_from_this();
-  stream_ = std::make_shared<RequestStream>([weak] {
-    if (auto call = weak.lock()) call->TrySend();
+  SendExecutor* sender = env_->sender;
+  stream_ = std::make_shared<RequestStream>([weak, sender] {
+    sender->Post([weak] {
+      if (auto call = weak.lock()) call->TrySend();
+    });
   });
   absl::StatusOr<uint64_t> handle = env_->engine->Submit(*std::move(converted), stream_);
   if (!handle.ok()) return Reject(handle.status());

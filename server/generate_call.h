@@ -1,7 +1,7 @@
 // One Generate stream: a gRPC callback reactor fed by the request's RequestStream.
 //
-// Reactions never block: the engine thread's ready-notification and OnWriteDone both call
-// TrySend, which takes everything pending (coalesced into one message) and starts one write; a
+// Reactions never block: the engine thread's ready-notification (handed to the SendExecutor, so
+// the engine thread does no socket work) and OnWriteDone both call TrySend, which takes everything pending (coalesced into one message) and starts one write; a
 // write in flight makes later notifications no-ops until it completes. The call finishes only
 // when the engine closes the stream, so KV is always freed before the client hears the end.
 //
@@ -19,6 +19,7 @@
 #include "engine/serve/engine.h"
 #include "grpcpp/grpcpp.h"
 #include "server/metrics.h"
+#include "server/send_executor.h"
 #include "specula/v1/specula.pb.h"
 
 namespace specula {
@@ -27,6 +28,7 @@ namespace specula {
 struct CallEnv {
   Engine* engine = nullptr;
   ServerMetrics* metrics = nullptr;  // may be null
+  SendExecutor* sender = nullptr;    // runs sends the engine thread asks for
   int32_t default_max_tokens = 256;
   int64_t max_request_bytes = 4 << 20;
   std::atomic<bool> draining{false};

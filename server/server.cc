@@ -109,6 +109,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
 
   s->env_.engine = s->engine_.get();
   s->env_.metrics = s->metrics_.get();
+  s->env_.sender = &s->sender_;
   s->env_.default_max_tokens = config.scheduler.default_max_tokens;
   s->env_.max_request_bytes = config.server.max_receive_message_bytes;
   s->service_ = std::make_unique<SpeculaService>(&s->env_, model_info);

@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -20,13 +21,25 @@ constexpr size_t kAlignment = 64;
 // Rows per parallel task so that each task has enough work to amortize the hand-off.
 int64_t RowsPerTask(int64_t cols) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols)); }
 
+// Small products run on one thread: handing them to OpenBLAS's workers costs more than it saves,
+// and an idle worker spins (sched_yield) for a while after every call, taking a core from the
+// rest of the process. A product is worth the workers when its weights are big enough that
+// streaming them is bandwidth-bound (GEMV at batch 1), or when it has enough arithmetic.
+// Measured on the tiny model at 64 streams: 12.5K tok/s single-threaded vs 11.0K with two
+// threads, at 1.56 instead of 1.85 cores (docs/BENCHMARKS.md).
+constexpr int64_t kParallelWeightElements = int64_t{1} << 18;  // 1 MiB of fp32
+constexpr int64_t kParallelMacs = int64_t{1} << 22;
+
+// OpenBLAS's thread count is process-wide; remember the last setting to skip redundant calls.
+std::atomic<int> blas_threads{-1};
+
+void UseBlasThreads(int n) {
+  if (blas_threads.exchange(n, std::memory_order_relaxed) != n) openblas_set_num_threads(n);
+}
+
 }  // namespace
 
-CpuBackend::CpuBackend(int num_threads) : pool_(num_threads) {
-  // GEMMs run on OpenBLAS's own threads; keep them to the same budget. The setting is
-  // process-wide, so the last backend created decides.
-  openblas_set_num_threads(pool_.num_threads());
-}
+CpuBackend::CpuBackend(int num_threads) : pool_(num_threads) {}
 
 absl::StatusOr<DeviceBuffer> CpuBackend::Allocate(size_t bytes) {
   const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
@@ -64,6 +77,9 @@ void CpuBackend::Gemm(const Mat& x, const Weight& w, const Weight& bias, Mat* y)
   CHECK_EQ(y->cols, w.out);
   CHECK_EQ(x.rows, y->rows);
   if (x.rows == 0) return;
+  const bool parallel =
+      w.in * w.out >= kParallelWeightElements || x.rows * w.in * w.out >= kParallelMacs;
+  UseBlasThreads(parallel ? pool_.num_threads() : 1);
   if (x.rows == 1) {  // batch-1 decode: GEMV streams the weights once, at memory bandwidth
     cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(w.out), static_cast<int>(w.in),
                 1.0f, w.buffer.as<float>(), static_cast<int>(w.in), x.data, 1, 0.0f, y->data, 1);

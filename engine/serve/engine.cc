@@ -291,18 +291,16 @@ void Engine::Finish(Request& r, absl::Status status, FinishReason finish) {
 }
 
 void Engine::PublishLoad() {
-  EngineLoad load;
-  {
-    std::lock_guard lock(mu_);
-    pending_ = static_cast<int32_t>(submitted_.size() + waiting_.size());
-    running_count_ = static_cast<int32_t>(running_.size());
-    load_.waiting = pending_;
-    load_.running = running_count_;
-    load_.kv_blocks_used = generator_->kv_pool().used_blocks();
-    load = load_;
-    if (pending_ == 0 && running_count_ == 0) idle_.notify_all();
-  }
-  if (observer_) observer_->OnLoad(load);
+  std::lock_guard lock(mu_);
+  pending_ = static_cast<int32_t>(submitted_.size() + waiting_.size());
+  running_count_ = static_cast<int32_t>(running_.size());
+  load_.waiting = pending_;
+  load_.running = running_count_;
+  load_.kv_blocks_used = generator_->kv_pool().used_blocks();
+  // Under the lock, so that whoever WaitIdle() releases already sees the observer's view (e.g.
+  // the running gauge at 0). Observers are cheap and never call back into the engine.
+  if (observer_) observer_->OnLoad(load_);
+  if (pending_ == 0 && running_count_ == 0) idle_.notify_all();
 }
 
 }  // namespace specula

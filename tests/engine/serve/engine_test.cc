@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "gtest/gtest.h"
 
@@ -186,6 +187,10 @@ TEST(EngineTest, CancelWaitingAndRunningFreesTheirKv) {
 
   engine->SetPausedForTesting(false);
   running.WaitForData();
+  // load() is published after each step; the first token arrives inside one.
+  for (int spin = 0; engine->load().running < 1 && spin < 1000; ++spin) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   EXPECT_GT(engine->load().kv_blocks_used, 0);
   engine->Cancel(a, absl::CancelledError("client went away"));
   const StreamChunk& r = running.WaitDone();

@@ -33,6 +33,19 @@ HealthCheckResponse::ServingStatus Health(const std::string& address,
   return s.ok() ? res.status() : HealthCheckResponse::UNKNOWN;
 }
 
+// Pauses the engine and starts a stream on another thread; returns once the request is queued.
+std::thread StartQueuedStream(Server& server, v1::GenerateRequest request, StreamResult* result) {
+  server.engine().SetPausedForTesting(true);
+  std::thread client([&server, request, result] {
+    auto stub = Connect(server.address());
+    *result = RunGenerate(*stub, request);
+  });
+  while (server.engine().load().waiting < 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return client;
+}
+
 TEST(LifecycleE2eTest, ModelInfoDescribesTheModelAndLimits) {
   auto server = StartServer([](ServerConfig& c) { c.scheduler.max_running_requests = 7; });
   ASSERT_NE(server, nullptr);
@@ -93,13 +106,8 @@ TEST(LifecycleE2eTest, DrainLetsInFlightRequestsFinishAndRefusesNewOnes) {
   ASSERT_NE(server, nullptr);
   EXPECT_EQ(Health(server->address()), HealthCheckResponse::SERVING);
   EXPECT_EQ(Health(server->address(), "specula.v1.Specula"), HealthCheckResponse::SERVING);
-  server->engine().SetPausedForTesting(true);
   StreamResult in_flight;
-  std::thread client([&] {
-    auto stub = Connect(server->address());
-    in_flight = RunGenerate(*stub, GreedyIds(PromptFor(2), 20));
-  });
-  while (server->engine().load().waiting < 1) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  std::thread client = StartQueuedStream(*server, GreedyIds(PromptFor(2), 20), &in_flight);
   const std::string address = server->address();
   int cut_off = -1;
   std::thread drain([&] { cut_off = server->Shutdown(absl::Seconds(30)); });
@@ -121,13 +129,8 @@ TEST(LifecycleE2eTest, DrainLetsInFlightRequestsFinishAndRefusesNewOnes) {
 TEST(LifecycleE2eTest, RequestsStillRunningWhenGraceExpiresEndUnavailable) {
   auto server = StartServer();
   ASSERT_NE(server, nullptr);
-  server->engine().SetPausedForTesting(true);
   StreamResult in_flight;
-  std::thread client([&] {
-    auto stub = Connect(server->address());
-    in_flight = RunGenerate(*stub, GreedyIds(PromptFor(2), 20));
-  });
-  while (server->engine().load().waiting < 1) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  std::thread client = StartQueuedStream(*server, GreedyIds(PromptFor(2), 20), &in_flight);
   EXPECT_EQ(server->Shutdown(absl::Milliseconds(50)), 1);
   client.join();
   EXPECT_EQ(in_flight.status.error_code(), grpc::StatusCode::UNAVAILABLE);
