@@ -9,10 +9,10 @@
 
 namespace specula {
 
-SendExecutor::SendExecutor(absl::Duration max_delay)
-    : max_delay_(max_delay),
-      idle_thread_([this] { IdleLoop(); }),
-      fallback_thread_([this] { FallbackLoop(); }) {}
+SendExecutor::SendExecutor(absl::Duration max_delay, bool idle_worker)
+    : max_delay_(max_delay), fallback_thread_([this] { FallbackLoop(); }) {
+  if (idle_worker) idle_thread_ = std::thread([this] { IdleLoop(); });
+}
 
 SendExecutor::~SendExecutor() {
   {
@@ -21,7 +21,7 @@ SendExecutor::~SendExecutor() {
   }
   work_.notify_all();
   fallback_.notify_all();
-  idle_thread_.join();
+  if (idle_thread_.joinable()) idle_thread_.join();
   fallback_thread_.join();
 }
 
@@ -37,6 +37,11 @@ void SendExecutor::Post(std::function<void()> task) {
     work_.notify_one();
     fallback_.notify_one();
   }
+}
+
+bool SendExecutor::idle_priority() const {
+  std::lock_guard lock(mu_);
+  return idle_priority_;
 }
 
 int64_t SendExecutor::fallback_batches() const {
@@ -62,10 +67,10 @@ void SendExecutor::RunBatch(std::unique_lock<std::mutex>& lock) {
 void SendExecutor::IdleLoop() {
   pthread_setname_np(pthread_self(), "specula-send");
   sched_param param{};
-  if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &param) != 0) {
-    Log(LogLevel::kDebug, "send_thread_priority", {{"sched_idle", false}});
-  }
+  const bool idle = pthread_setschedparam(pthread_self(), SCHED_IDLE, &param) == 0;
+  if (!idle) Log(LogLevel::kDebug, "send_thread_priority", {{"sched_idle", false}});
   std::unique_lock lock(mu_);
+  idle_priority_ = idle;
   while (true) {
     work_.wait(lock, [&] { return stop_ || (!queue_.empty() && !running_batch_); });
     if (stop_) return;  // the fallback thread finishes the queue

@@ -22,7 +22,8 @@ namespace specula {
 
 class SendExecutor {
  public:
-  explicit SendExecutor(absl::Duration max_delay = absl::Milliseconds(5));
+  // `idle_worker` false leaves only the fallback thread (tests of the starvation guard).
+  explicit SendExecutor(absl::Duration max_delay = absl::Milliseconds(5), bool idle_worker = true);
   // Runs what is queued, then joins.
   ~SendExecutor();
   SendExecutor(const SendExecutor&) = delete;
@@ -33,6 +34,8 @@ class SendExecutor {
 
   // Batches run by the fallback because the idle-priority worker had not run them in time.
   int64_t fallback_batches() const;
+  // Whether the worker got SCHED_IDLE (it runs at normal priority where that is refused).
+  bool idle_priority() const;
 
  private:
   void IdleLoop();
@@ -49,6 +52,7 @@ class SendExecutor {
   uint64_t batches_taken_ = 0;
   int64_t fallback_batches_ = 0;
   bool running_batch_ = false;
+  bool idle_priority_ = false;
   bool stop_ = false;
   std::thread idle_thread_;
   std::thread fallback_thread_;
