@@ -41,10 +41,12 @@ void GenerateCall::Reject(const absl::Status& status) {
 }
 
 void GenerateCall::Begin(const v1::GenerateRequest& request) {
-  request_id_ = request.request_id();
+  // Logged with rejections before its length is checked: never more than the allowed length.
+  request_id_ = request.request_id().substr(0, kMaxRequestIdBytes);
   if (absl::Status s = CheckAdmission(*env_, request); !s.ok()) return Reject(s);
-  absl::StatusOr<EngineRequest> converted = ToEngineRequest(
-      request, env_->engine->generator().tokenizer(), env_->default_max_tokens);
+  absl::StatusOr<EngineRequest> converted =
+      ToEngineRequest(request, env_->engine->generator().tokenizer(), env_->default_max_tokens,
+                      env_->max_total_tokens);
   if (!converted.ok()) return Reject(converted.status());
   request_id_ = converted->request_id;
   if (ctx_->deadline() != std::chrono::system_clock::time_point::max()) {

@@ -30,6 +30,7 @@ struct CallEnv {
   ServerMetrics* metrics = nullptr;  // may be null
   SendExecutor* sender = nullptr;    // runs sends the engine thread asks for
   int32_t default_max_tokens = 256;
+  int64_t max_total_tokens = 0;  // prompt + output: min(model context, KV cache capacity)
   int64_t max_request_bytes = 4 << 20;
   std::atomic<bool> draining{false};
 };

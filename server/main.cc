@@ -1,8 +1,8 @@
 // specula-server: the daemon. Configuration comes from --config (YAML) with flag overrides; with
 // no model given it serves the embedded default (a tiny generated model). SIGTERM or SIGINT
 // drains: health NOT_SERVING, new calls UNAVAILABLE, in-flight requests get
-// server.shutdown_grace_seconds to finish; exit code 0. A second signal exits at once.
-#include <pthread.h>
+// server.shutdown_grace_seconds to finish; exit code 0. A second signal exits at once (code 1).
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -77,6 +77,20 @@ absl::Status WriteReadyFile(const std::string& path, const Server& server) {
   return absl::OkStatus();
 }
 
+int signal_pipe[2] = {-1, -1};
+
+void OnSignal(int sig) {
+  const char c = static_cast<char>(sig);
+  (void)!write(signal_pipe[1], &c, 1);
+}
+
+int WaitForSignal() {
+  char c = 0;
+  while (read(signal_pipe[0], &c, 1) != 1) {
+  }
+  return c;
+}
+
 int Fail(const absl::Status& s) {
   Log(LogLevel::kError, "startup_failed",
       {{"status", absl::StatusCodeToString(s.code())}, {"error", s.message()}});
@@ -93,12 +107,18 @@ int Run(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError(absl::StrCat("unexpected argument: ", rest[1])));
   }
 
-  // Signals go to one thread that waits for them; every thread created later inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // A handler rather than a blocked mask: threads started before main (OpenBLAS starts its
+  // workers from a library constructor) would otherwise take SIGTERM with the default action.
+  // The handler only writes the signal number to a pipe; a signal during startup waits there.
+  if (pipe2(signal_pipe, O_CLOEXEC) != 0) {
+    return Fail(absl::InternalError("cannot create the signal pipe"));
+  }
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
 
   absl::StatusOr<ServerConfig> config = ResolveConfig();
   if (!config.ok()) return Fail(config.status());
@@ -113,14 +133,14 @@ int Run(int argc, char** argv) {
     }
   }
 
-  int sig = 0;
-  sigwait(&signals, &sig);
+  const int sig = WaitForSignal();
   Log(LogLevel::kInfo, "signal", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
-  // A second signal while draining means "now".
-  std::thread impatient([signals]() mutable {
-    int again = 0;
-    sigwait(&signals, &again);
-    Log(LogLevel::kWarning, "second_signal_exiting_now");
+  // A second signal while draining means "now". No Log here: its lock may be held by a writer
+  // stuck on a blocked stderr, which is one reason an operator sends the second signal.
+  std::thread impatient([] {
+    WaitForSignal();
+    static constexpr char kMessage[] = "specula-server: second signal, exiting now\n";
+    (void)!write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
     _exit(1);
   });
   impatient.detach();

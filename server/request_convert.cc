@@ -1,5 +1,6 @@
 #include "server/request_convert.h"
 
+#include <algorithm>
 #include <limits>
 #include <random>
 
@@ -43,7 +44,8 @@ std::string NewRequestId() {
 
 absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                               const Tokenizer& tokenizer,
-                                              int32_t default_max_tokens) {
+                                              int32_t default_max_tokens,
+                                              int64_t max_total_tokens) {
   EngineRequest out;
   if (request.request_id().size() > kMaxRequestIdBytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -73,7 +75,7 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
     if (request.prompt_token_ids().ids().empty()) {
       return absl::InvalidArgumentError("prompt_token_ids is empty");
     }
-    if (absl::Status s = ConvertIds(request.prompt_token_ids().ids(), "prompt_token_ids.ids",
+    if (absl::Status s = ConvertIds(request.prompt_token_ids().ids(), "prompt_token_ids",
                                     &g.prompt);
         !s.ok()) {
       return s;
@@ -82,7 +84,14 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
 
   ConvertSampling(request.sampling(), &g.sampling);
   const v1::StoppingCriteria& stop = request.stopping();
-  g.stopping.max_tokens = stop.has_max_tokens() ? stop.max_tokens() : default_max_tokens;
+  if (stop.has_max_tokens()) {
+    g.stopping.max_tokens = stop.max_tokens();
+  } else {
+    // At least 1, so a prompt that fills the context still gets the context error.
+    const int64_t room = max_total_tokens - static_cast<int64_t>(g.prompt.size());
+    g.stopping.max_tokens =
+        static_cast<int32_t>(std::clamp<int64_t>(room, 1, default_max_tokens));
+  }
   g.stopping.stop.assign(stop.stop().begin(), stop.stop().end());
   if (absl::Status s = ConvertIds(stop.stop_token_ids(), "stopping.stop_token_ids",
                                   &g.stopping.stop_token_ids);

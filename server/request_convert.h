@@ -20,10 +20,14 @@ inline constexpr size_t kMaxRequestIdBytes = 256;
 // tokenizes `prompt`, and fills the engine request. Value checks that need the model (ids below
 // the vocabulary, context length, sampling ranges) are the engine's, at Submit. Messages name the
 // API field, e.g. "prompt_token_ids[2] = 4294967295 is outside the vocabulary".
-// An empty request_id gets a fresh one.
+// An empty request_id gets a fresh one. Without stopping.max_tokens the request may generate
+// `default_max_tokens`, cut to what fits in `max_total_tokens` (the model's context, or the KV
+// cache if smaller) after its prompt: a client that did not ask for a length is not refused for
+// one it did not choose.
 absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                               const Tokenizer& tokenizer,
-                                              int32_t default_max_tokens);
+                                              int32_t default_max_tokens,
+                                              int64_t max_total_tokens);
 
 // A new request id: "req-" and 16 random hex digits.
 std::string NewRequestId();

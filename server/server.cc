@@ -111,6 +111,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
   s->env_.metrics = s->metrics_.get();
   s->env_.sender = &s->sender_;
   s->env_.default_max_tokens = config.scheduler.default_max_tokens;
+  s->env_.max_total_tokens =
+      std::min<int64_t>(model_info.max_context_tokens(), model_info.limits().kv_cache_tokens());
   s->env_.max_request_bytes = config.server.max_receive_message_bytes;
   s->service_ = std::make_unique<SpeculaService>(&s->env_, model_info);
 
@@ -123,6 +125,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
   // naming the key; beyond that gRPC itself answers RESOURCE_EXHAUSTED without buffering them.
   builder.SetMaxReceiveMessageSize(static_cast<int>(
       std::min<int64_t>(INT_MAX, 2 * config.server.max_receive_message_bytes)));
+  // A second daemon on the same port must fail to start, not silently share the connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Find clients that vanished without closing (their streams would otherwise generate until
+  // max_tokens for nobody): ping idle connections every 60 s, give up after 20 s.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
   builder.RegisterService(s->service_.get());
   s->grpc_server_ = builder.BuildAndStart();
   if (s->grpc_server_ == nullptr || port == 0) {

@@ -79,6 +79,14 @@ absl::Status Generator::Validate(const GenerationRequest& r) const {
   return absl::OkStatus();
 }
 
+bool Generator::HasRoomFor(const GenerationRequest& request) const {
+  if (static_cast<int32_t>(running_.size()) >= options_.max_running) return false;
+  const int64_t total = std::min<int64_t>(
+      static_cast<int64_t>(request.prompt.size()) + request.stopping.max_tokens,
+      model_->config().max_position_embeddings);
+  return kv_.free_blocks() >= kv_.BlocksFor(total);
+}
+
 absl::StatusOr<uint64_t> Generator::Add(GenerationRequest request) {
   RETURN_IF_ERROR(Validate(request));
   if (static_cast<int32_t>(running_.size()) >= options_.max_running) {

@@ -61,6 +61,9 @@ class Generator {
   // Admits a request and reserves its KV for prompt + max_tokens: RESOURCE_EXHAUSTED when the
   // pool cannot hold it now, or when max_running sequences run already.
   absl::StatusOr<uint64_t> Add(GenerationRequest request);
+  // Whether Add would admit `request` now (a free running slot and enough free KV), without
+  // validating or copying it.
+  bool HasRoomFor(const GenerationRequest& request) const;
   // Retires a sequence now and frees its KV; its output reports kCancelled. NOT_FOUND if unknown.
   absl::Status Cancel(uint64_t id, SequenceOutput* out);
 

@@ -15,9 +15,7 @@ struct Engine::Request {
   std::shared_ptr<RequestStream> stream;
   int64_t prompt_tokens = 0;
   absl::Time submitted;
-  // Set once admitted.
-  uint64_t sequence_id = 0;
-  double queue_seconds = -1;
+  double queue_seconds = -1;  // set once admitted
   // Output so far.
   int64_t completion_tokens = 0;
   double ttft_seconds = -1;
@@ -55,9 +53,9 @@ absl::StatusOr<uint64_t> Engine::Submit(EngineRequest request,
   if (!accepting_ || stop_) {
     return absl::UnavailableError("the server is shutting down and takes no new requests");
   }
-  const int32_t free_slots =
+  const int64_t free_slots =
       std::max(0, generator_->options().max_running - running_count_);
-  if (pending_ >= options_.max_waiting + free_slots) {
+  if (pending_ >= int64_t{options_.max_waiting} + free_slots) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "the request queue is full: %d requests wait (scheduler.max_waiting_requests = %d) and "
         "%d run; retry later",
@@ -144,7 +142,7 @@ void Engine::Loop() {
     if (!paused) {
       Admit();
       if (generator_->HasWork()) {
-        if (absl::Status s = RunStep(); !s.ok()) FailRunning(s);
+        if (absl::Status s = RunStep(); !s.ok()) FailRunning(s, FinishReason::kNone);
       }
     }
     PublishLoad();
@@ -161,7 +159,7 @@ void Engine::Loop() {
     Finish(*waiting_.front(), reason, FinishReason::kCancelled);
     waiting_.pop_front();
   }
-  FailRunning(reason);
+  FailRunning(reason, FinishReason::kCancelled);
   PublishLoad();
 }
 
@@ -212,7 +210,9 @@ void Engine::RetireExpired(absl::Time now) {
 void Engine::Admit() {
   while (!waiting_.empty()) {
     Request& r = *waiting_.front();
-    // A copy: on RESOURCE_EXHAUSTED the request stays queued, in order.
+    // Checked first so a long prompt waiting at the head is not copied every step.
+    if (!generator_->HasRoomFor(r.request.generation)) return;
+    // A copy: should Add still refuse, the request stays queued, in order.
     absl::StatusOr<uint64_t> id = generator_->Add(r.request.generation);
     if (absl::IsResourceExhausted(id.status())) return;
     if (!id.ok()) {
@@ -220,7 +220,6 @@ void Engine::Admit() {
       waiting_.pop_front();
       continue;
     }
-    r.sequence_id = *id;
     r.queue_seconds = Seconds(absl::Now() - r.submitted);
     if (observer_) observer_->OnAdmitted(r.request.request_id, r.prompt_tokens, r.queue_seconds);
     running_.emplace(*id, std::move(waiting_.front()));
@@ -264,11 +263,11 @@ absl::Status Engine::RunStep() {
   return absl::OkStatus();
 }
 
-void Engine::FailRunning(const absl::Status& status) {
+void Engine::FailRunning(const absl::Status& status, FinishReason finish) {
   for (auto& [id, r] : running_) {
     SequenceOutput ignored;
     CHECK(generator_->Cancel(id, &ignored).ok());
-    Finish(*r, status, FinishReason::kCancelled);
+    Finish(*r, status, finish);
   }
   running_.clear();
 }

@@ -81,7 +81,8 @@ class Engine {
   void Admit();
   absl::Status RunStep();
   void Finish(Request& r, absl::Status status, FinishReason finish);
-  void FailRunning(const absl::Status& status);
+  // Ends every running request with `status`: kCancelled for shutdown, kNone for failures.
+  void FailRunning(const absl::Status& status, FinishReason finish);
   void CancelRequest(uint64_t handle, const absl::Status& reason);
   void PublishLoad();
 

@@ -121,9 +121,11 @@ TEST(EngineTest, ConcurrentRequestsMatchTheOfflineGenerator) {
   auto engine = MakeEngine(gen_options, EngineOptions{}, &observer);
   const auto reqs = MixedRequests(12);
   std::vector<Collector> collectors(reqs.size());
+  engine->SetPausedForTesting(true);  // all queued before the first step: they batch
   for (size_t i = 0; i < reqs.size(); ++i) {
     ASSERT_TRUE(engine->Submit(Named(reqs[i]), collectors[i].stream()).ok());
   }
+  engine->SetPausedForTesting(false);
   auto offline = Generator::Create(ModelDir(), GeneratorOptions{}).value();
   int64_t total_tokens = 0, total_prompt = 0;
   for (size_t i = 0; i < reqs.size(); ++i) {
@@ -187,6 +189,8 @@ TEST(EngineTest, CancelWaitingAndRunningFreesTheirKv) {
 
   engine->SetPausedForTesting(false);
   running.WaitForData();
+  // Paused, the request cannot run to its end before the cancellation lands.
+  engine->SetPausedForTesting(true);
   // load() is published after each step; the first token arrives inside one.
   for (int spin = 0; engine->load().running < 1 && spin < 1000; ++spin) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -261,6 +265,7 @@ TEST(EngineTest, ShutdownEndsEveryRequestWithTheReason) {
   ASSERT_TRUE(engine->Submit(Named(Greedy({1, 2, 3}, 4000)), running.stream()).ok());
   ASSERT_TRUE(engine->Submit(Named(Greedy({1, 2, 3}, 4000)), waiting.stream()).ok());
   running.WaitForData();
+  engine->SetPausedForTesting(true);  // so neither can finish before the shutdown
   engine->Shutdown(absl::UnavailableError("shutting down"));
   EXPECT_TRUE(absl::IsUnavailable(running.WaitDone().status));
   EXPECT_TRUE(absl::IsUnavailable(waiting.WaitDone().status));

@@ -32,7 +32,7 @@ std::vector<BadCase> BadCases() {
       {"id_at_vocab", [](auto& r) { r.mutable_prompt_token_ids()->set_ids(1, 512); },
        "prompt_token_ids[1]"},
       {"id_beyond_int32", [](auto& r) { r.mutable_prompt_token_ids()->set_ids(0, 4000000000u); },
-       "prompt_token_ids.ids[0]"},
+       "prompt_token_ids[0]"},
       {"beyond_context", [](auto& r) { r.mutable_stopping()->set_max_tokens(4095); },
        "context"},
       {"zero_max_tokens", [](auto& r) { r.mutable_stopping()->set_max_tokens(0); },

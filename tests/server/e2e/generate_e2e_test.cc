@@ -59,6 +59,22 @@ TEST(GenerateE2eTest, TextPromptIsTokenizedByTheServer) {
   EXPECT_EQ(dres.text(), got.text);
 }
 
+TEST(GenerateE2eTest, DefaultMaxTokensIsCutToTheContext) {
+  auto server = StartServer();  // default_max_tokens 256, context 4096
+  ASSERT_NE(server, nullptr);
+  auto stub = Connect(server->address());
+  std::vector<int32_t> prompt(4090, 7);
+  v1::GenerateRequest req = GreedyIds(prompt, 1);
+  req.mutable_stopping()->clear_max_tokens();
+  StreamResult got = RunGenerate(*stub, req);
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  EXPECT_EQ(got.tokens.size(), 6u);
+  EXPECT_EQ(got.finish, v1::LENGTH);
+  // An explicit max_tokens that does not fit is still the client's error.
+  req.mutable_stopping()->set_max_tokens(7);
+  EXPECT_EQ(RunGenerate(*stub, req).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 TEST(GenerateE2eTest, ThirtyTwoConcurrentStreamsEachMatchTheirSoloRun) {
   auto server = StartServer();
   ASSERT_NE(server, nullptr);

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
@@ -40,9 +41,10 @@ std::thread StartQueuedStream(Server& server, v1::GenerateRequest request, Strea
     auto stub = Connect(server.address());
     *result = RunGenerate(*stub, request);
   });
-  while (server.engine().load().waiting < 1) {
+  for (int spin = 0; server.engine().load().waiting < 1 && spin < 5000; ++spin) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+  EXPECT_EQ(server.engine().load().waiting, 1) << "the request never reached the queue";
   return client;
 }
 
@@ -154,6 +156,14 @@ TEST(LifecycleE2eTest, DaemonDrainsOnSigtermAndExitsZero) {
           ready_flag.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
+  // Whatever fails below, the daemon does not outlive the test.
+  bool reaped = false;
+  auto reap = absl::MakeCleanup([&] {
+    if (!reaped) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  });
   std::string address;
   for (int spin = 0; spin < 3000 && address.empty(); ++spin) {
     std::ifstream f(ready);
@@ -176,6 +186,7 @@ TEST(LifecycleE2eTest, DaemonDrainsOnSigtermAndExitsZero) {
                                  });
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  reaped = true;
   ASSERT_TRUE(WIFEXITED(status)) << "killed by a signal";
   EXPECT_EQ(WEXITSTATUS(status), 0);
   EXPECT_TRUE(got.status.ok()) << got.status.error_message();
