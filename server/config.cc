@@ -76,6 +76,10 @@ std::optional<Violation> FindViolation(const ServerConfig& c) {
   if (absl::StatusOr<LogLevel> level = ParseLogLevel(s.log_level); !level.ok()) {
     return Violation{"server.log_level", std::string(level.status().message())};
   }
+  if (s.send_priority != "idle" && s.send_priority != "normal") {
+    return Violation{"server.send_priority",
+                     absl::StrCat("must be one of idle, normal, got '", s.send_priority, "'")};
+  }
   const std::string& device = c.model.device;
   if (device != "cpu" && device != "cuda" && device != "auto") {
     return Violation{"model.device",
@@ -257,7 +261,8 @@ absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
                           {"metrics_listen", String(&s.metrics_listen)},
                           {"max_receive_message_bytes", Int(&s.max_receive_message_bytes)},
                           {"shutdown_grace_seconds", Double(&s.shutdown_grace_seconds)},
-                          {"log_level", String(&s.log_level)}})},
+                          {"log_level", String(&s.log_level)},
+                          {"send_priority", String(&s.send_priority)}})},
       {"model", Section({{"path", String(&m.path)}, {"device", String(&m.device)}})},
       {"scheduler", Section({{"max_running_requests", Int(&sc.max_running_requests)},
                              {"max_waiting_requests", Int(&sc.max_waiting_requests)},

@@ -18,6 +18,7 @@ struct ServerSection {
   int64_t max_receive_message_bytes = 4194304;    // >= 1024, fits in int
   double shutdown_grace_seconds = 30;             // >= 0
   std::string log_level = "info";                 // as accepted by ParseLogLevel
+  std::string send_priority = "idle";             // idle | normal (server/send_executor.h)
 };
 
 struct ModelSection {

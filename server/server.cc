@@ -4,8 +4,8 @@
 #include <climits>
 
 #include "absl/strings/str_format.h"
-#include "engine/common/log.h"
 #include "engine/common/dtype.h"
+#include "engine/common/log.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 
@@ -49,8 +49,7 @@ v1::ModelInfo MakeModelInfo(const ServerConfig& c, const Generator& g) {
   v1::ServerLimits* limits = info.mutable_limits();
   limits->set_max_running_requests(static_cast<uint32_t>(c.scheduler.max_running_requests));
   limits->set_max_waiting_requests(static_cast<uint32_t>(c.scheduler.max_waiting_requests));
-  limits->set_max_receive_message_bytes(
-      static_cast<uint32_t>(c.server.max_receive_message_bytes));
+  limits->set_max_receive_message_bytes(static_cast<uint32_t>(c.server.max_receive_message_bytes));
   limits->set_kv_cache_tokens(static_cast<uint64_t>(g.kv_pool().num_blocks()) *
                               g.kv_pool().page_size());
   limits->set_prefill_chunk_tokens(static_cast<uint32_t>(c.scheduler.prefill_chunk_tokens));
@@ -59,7 +58,7 @@ v1::ModelInfo MakeModelInfo(const ServerConfig& c, const Generator& g) {
 
 std::string JoinHostPort(const std::string& host, int port) {
   return host.find(':') != std::string::npos ? absl::StrFormat("[%s]:%d", host, port)
-                                              : absl::StrFormat("%s:%d", host, port);
+                                             : absl::StrFormat("%s:%d", host, port);
 }
 
 }  // namespace
@@ -102,14 +101,16 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
   }
   s->observers_ = std::make_unique<ObserverList>(
       std::vector<EngineObserver*>{s->metrics_.get(), &s->request_log_});
+  s->sender_ = std::make_unique<SendExecutor>(config.server.send_priority == "normal"
+                                                  ? SendExecutor::Priority::kNormal
+                                                  : SendExecutor::Priority::kIdle);
   EngineOptions engine_options;
   engine_options.max_waiting = config.scheduler.max_waiting_requests;
-  s->engine_ = std::make_unique<Engine>(*std::move(generator), engine_options,
-                                        s->observers_.get());
+  s->engine_ = std::make_unique<Engine>(*std::move(generator), engine_options, s->observers_.get());
 
   s->env_.engine = s->engine_.get();
   s->env_.metrics = s->metrics_.get();
-  s->env_.sender = &s->sender_;
+  s->env_.sender = s->sender_.get();
   s->env_.default_max_tokens = config.scheduler.default_max_tokens;
   s->env_.max_total_tokens =
       std::min<int64_t>(model_info.max_context_tokens(), model_info.limits().kv_cache_tokens());
@@ -123,8 +124,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
   builder.AddListeningPort(config.server.listen, grpc::InsecureServerCredentials(), &port);
   // Twice our limit, so requests between the two reach CheckAdmission and get INVALID_ARGUMENT
   // naming the key; beyond that gRPC itself answers RESOURCE_EXHAUSTED without buffering them.
-  builder.SetMaxReceiveMessageSize(static_cast<int>(
-      std::min<int64_t>(INT_MAX, 2 * config.server.max_receive_message_bytes)));
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::min<int64_t>(INT_MAX, 2 * config.server.max_receive_message_bytes)));
   // A second daemon on the same port must fail to start, not silently share the connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Find clients that vanished without closing (their streams would otherwise generate until
@@ -135,9 +136,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
   s->grpc_server_ = builder.BuildAndStart();
   if (s->grpc_server_ == nullptr || port == 0) {
     s->engine_->Shutdown(absl::UnavailableError("startup failed"));
-    return absl::UnavailableError(
-        absl::StrFormat("server.listen: cannot listen on %s (address in use or not local?)",
-                        config.server.listen));
+    return absl::UnavailableError(absl::StrFormat(
+        "server.listen: cannot listen on %s (address in use or not local?)", config.server.listen));
   }
   std::string host;
   if (absl::Status st = ParseHostPort(config.server.listen, &host); !st.ok()) return st;
@@ -158,7 +158,8 @@ int Server::Shutdown(absl::Duration grace) {
   engine_->StopAccepting();
   const EngineLoad load = engine_->load();
   Log(LogLevel::kInfo, "draining",
-      {{"running", load.running}, {"waiting", load.waiting},
+      {{"running", load.running},
+       {"waiting", load.waiting},
        {"grace_seconds", absl::ToDoubleSeconds(grace)}});
   int cut_off = 0;
   if (!engine_->WaitIdle(absl::Now() + grace)) {

@@ -49,7 +49,7 @@ class Server {
   std::unique_ptr<ServerMetrics> metrics_;
   RequestLog request_log_;
   std::unique_ptr<ObserverList> observers_;
-  SendExecutor sender_;  // outlives the engine, which posts to it
+  std::unique_ptr<SendExecutor> sender_;  // outlives the engine, which posts to it
   std::unique_ptr<Engine> engine_;
   CallEnv env_;
   std::unique_ptr<SpeculaService> service_;

@@ -24,6 +24,7 @@ void ExpectDefaults(const ServerConfig& c) {
   EXPECT_EQ(c.server.max_receive_message_bytes, d.server.max_receive_message_bytes);
   EXPECT_EQ(c.server.shutdown_grace_seconds, d.server.shutdown_grace_seconds);
   EXPECT_EQ(c.server.log_level, d.server.log_level);
+  EXPECT_EQ(c.server.send_priority, d.server.send_priority);
   EXPECT_EQ(c.model.path, d.model.path);
   EXPECT_EQ(c.model.device, d.model.device);
   EXPECT_EQ(c.scheduler.max_running_requests, d.scheduler.max_running_requests);
@@ -47,6 +48,7 @@ TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.server.max_receive_message_bytes, 4194304);
   EXPECT_EQ(c.server.shutdown_grace_seconds, 30.0);
   EXPECT_EQ(c.server.log_level, "info");
+  EXPECT_EQ(c.server.send_priority, "idle");
   EXPECT_EQ(c.model.path, "");
   EXPECT_EQ(c.model.device, "auto");
   EXPECT_EQ(c.scheduler.max_running_requests, 64);
@@ -81,6 +83,7 @@ server:
   max_receive_message_bytes: 1024
   shutdown_grace_seconds: 2.5
   log_level: debug
+  send_priority: normal
 model:
   path: /models/qwen3
   device: cpu
@@ -101,6 +104,7 @@ kv_cache:
   EXPECT_EQ(c->server.max_receive_message_bytes, 1024);
   EXPECT_EQ(c->server.shutdown_grace_seconds, 2.5);
   EXPECT_EQ(c->server.log_level, "debug");
+  EXPECT_EQ(c->server.send_priority, "normal");
   EXPECT_EQ(c->model.path, "/models/qwen3");
   EXPECT_EQ(c->model.device, "cpu");
   EXPECT_EQ(c->scheduler.max_running_requests, 8);
@@ -146,6 +150,8 @@ TEST(ConfigTest, InvalidValuesNameTheirKeyAndLine) {
       {"server:\n  shutdown_grace_seconds: .inf\n", "server.shutdown_grace_seconds: must be", 2},
       {"server:\n  shutdown_grace_seconds: .nan\n", "server.shutdown_grace_seconds: must be", 2},
       {"server:\n  log_level: loud\n", "server.log_level: invalid log level 'loud'", 2},
+      {"server:\n  send_priority: high\n",
+       "server.send_priority: must be one of idle, normal, got 'high'", 2},
       {"model:\n  device: gpu\n", "model.device: must be one of cpu, cuda, auto, got 'gpu'", 2},
       {"scheduler:\n  max_running_requests: 0\n",
        "scheduler.max_running_requests: must be >= 1, got 0", 2},
