@@ -1,0 +1,252 @@
+#include "engine/kv/host_kv_store.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "engine/common/check.h"
+
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
+
+namespace specula {
+
+HostKvSequence::HostKvSequence(HostKvSequence&& other) noexcept { *this = std::move(other); }
+
+HostKvSequence& HostKvSequence::operator=(HostKvSequence&& other) noexcept {
+  if (this != &other) {
+    // Overwriting a live sequence would leak its pages.
+    CHECK(empty()) << "host kv: move-assigning over a sequence that still holds pages";
+    store_ = other.store_;
+    num_layers_ = other.num_layers_;
+    num_kv_heads_ = other.num_kv_heads_;
+    pages_per_head_ = other.pages_per_head_;
+    capacity_tokens_ = other.capacity_tokens_;
+    pages_ = std::move(other.pages_);
+    other.Clear();
+  }
+  return *this;
+}
+
+void HostKvSequence::Clear() {
+  store_ = nullptr;
+  num_layers_ = 0;
+  num_kv_heads_ = 0;
+  pages_per_head_ = 0;
+  capacity_tokens_ = 0;
+  pages_.clear();
+}
+
+absl::Span<const PageId> HostKvSequence::pages(int32_t layer, int32_t head) const {
+  CHECK(layer >= 0 && layer < num_layers_ && head >= 0 && head < num_kv_heads_)
+      << "layer " << layer << " head " << head;
+  const size_t begin = (static_cast<size_t>(layer) * num_kv_heads_ + head) * pages_per_head_;
+  return absl::MakeConstSpan(pages_.data() + begin, pages_per_head_);
+}
+
+PageId HostKvSequence::page(int32_t layer, int32_t head, int32_t index) const {
+  CHECK(index >= 0 && index < pages_per_head_) << "page index " << index;
+  return pages(layer, head)[index];
+}
+
+absl::StatusOr<std::unique_ptr<HostKvStore>> HostKvStore::Create(
+    const HostKvStoreOptions& options) {
+  if (options.num_layers <= 0 || options.num_kv_heads <= 0 || options.head_dim <= 0 ||
+      options.page_size <= 0 || options.capacity_tokens <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "host kv store: layers, kv heads, head_dim, page_size and capacity_tokens must be "
+        "positive (got %d, %d, %d, %d, %d)",
+        options.num_layers, options.num_kv_heads, options.head_dim, options.page_size,
+        options.capacity_tokens));
+  }
+  const int64_t per_head = (options.capacity_tokens + options.page_size - 1) / options.page_size;
+  // 128-bit so absurd configurations are reported instead of wrapping around.
+  const unsigned __int128 pages =
+      static_cast<unsigned __int128>(per_head) * options.num_layers * options.num_kv_heads;
+  if (pages > static_cast<unsigned __int128>(std::numeric_limits<PageId>::max())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "host kv store: %d tokens x %d layers x %d kv heads needs more pages than a 32-bit "
+        "page id can name; lower capacity_tokens or raise page_size",
+        options.capacity_tokens, options.num_layers, options.num_kv_heads));
+  }
+  const unsigned __int128 bytes128 = pages * 2 * static_cast<unsigned __int128>(options.page_size) *
+                                     options.head_dim * sizeof(float);
+  if (bytes128 > std::numeric_limits<size_t>::max() / 2) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "host kv store: cannot allocate %.0f bytes (%d pages): beyond the address space",
+        static_cast<double>(bytes128), static_cast<int64_t>(pages)));
+  }
+
+  std::unique_ptr<HostKvStore> store(new HostKvStore());
+  store->options_ = options;
+  store->pages_per_head_capacity_ = static_cast<int32_t>(per_head);
+  store->capacity_pages_ = static_cast<int32_t>(pages);
+  const size_t bytes = static_cast<size_t>(bytes128);
+#ifdef __linux__
+  // mmap: page-aligned (so also 64-byte aligned for SIMD) and registrable with cudaHostRegister
+  // by a device backend. Not pre-faulted: resident memory grows with use up to the capacity.
+  void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (data == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("host kv store: cannot map %d bytes (%d pages of %d bytes): %s", bytes,
+                        store->capacity_pages_, store->page_bytes(), std::strerror(errno)));
+  }
+  store->mmapped_ = true;
+#else
+  void* data = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (data == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("host kv store: cannot allocate %d bytes (%d pages of %d bytes)", bytes,
+                        store->capacity_pages_, store->page_bytes()));
+  }
+#endif
+  store->data_ = data;
+  store->bytes_ = bytes;
+  store->refcount_.assign(store->capacity_pages_, 0);
+  store->free_.reserve(store->capacity_pages_);
+  // Hand out low ids first: nicer to read in logs and tests.
+  for (PageId p = store->capacity_pages_ - 1; p >= 0; --p) store->free_.push_back(p);
+  return store;
+}
+
+HostKvStore::~HostKvStore() {
+  if (data_ == nullptr) return;
+#ifdef __linux__
+  if (mmapped_) {
+    munmap(data_, bytes_);
+    return;
+  }
+#endif
+  std::free(data_);
+}
+
+float* HostKvStore::PageBase(PageId page) const {
+  CHECK(page >= 0 && page < capacity_pages_) << "host kv: page " << page << " out of range";
+  return static_cast<float*>(data_) + static_cast<size_t>(page) * page_floats();
+}
+
+int32_t HostKvStore::used_pages() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return capacity_pages_ - static_cast<int32_t>(free_.size());
+}
+
+absl::Status HostKvStore::NotEnoughPagesLocked(int64_t tokens, int64_t needed_pages) const {
+  const int64_t heads = static_cast<int64_t>(num_layers()) * num_kv_heads();
+  const int64_t free_pages = static_cast<int64_t>(free_.size());
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "host KV store full: %d tokens need %d new pages (%d per layer and KV head x %d), but "
+      "only %d of %d pages are free (room for %d more tokens)",
+      tokens, needed_pages, needed_pages / heads, heads, free_pages, capacity_pages_,
+      free_pages / heads * page_size()));
+}
+
+void HostKvStore::TakePagesLocked(int64_t n, PageId* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const PageId p = free_.back();
+    free_.pop_back();
+    refcount_[p] = 1;
+    out[i] = p;
+  }
+}
+
+absl::StatusOr<HostKvSequence> HostKvStore::Reserve(int64_t tokens) {
+  HostKvSequence empty;
+  return ReserveWithPrefix(empty, 0, tokens);
+}
+
+absl::StatusOr<HostKvSequence> HostKvStore::ReserveWithPrefix(const HostKvSequence& prefix,
+                                                              int64_t prefix_pages,
+                                                              int64_t tokens) {
+  CHECK(prefix.empty() || prefix.store_ == this) << "host kv: prefix from another store";
+  if (tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("host kv: negative token count %d", tokens));
+  }
+  if (prefix_pages < 0 || prefix_pages > prefix.pages_per_head()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("host kv: cannot share %d prefix pages of a sequence with %d per head",
+                        prefix_pages, prefix.pages_per_head()));
+  }
+  const int64_t per_head = PagesFor(tokens);
+  if (per_head < prefix_pages) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "host kv: %d tokens fill %d pages per head, fewer than the %d shared prefix pages", tokens,
+        per_head, prefix_pages));
+  }
+  const int64_t heads = static_cast<int64_t>(num_layers()) * num_kv_heads();
+  const int64_t new_per_head = per_head - prefix_pages;
+  const int64_t needed = new_per_head * heads;
+
+  HostKvSequence seq;
+  std::lock_guard<std::mutex> lock(mu_);
+  // Checked before any page is taken: all or nothing. `needed` fits in free_ implies every
+  // count below fits in 32 bits.
+  if (needed > static_cast<int64_t>(free_.size())) return NotEnoughPagesLocked(tokens, needed);
+  seq.store_ = this;
+  seq.num_layers_ = num_layers();
+  seq.num_kv_heads_ = num_kv_heads();
+  seq.pages_per_head_ = static_cast<int32_t>(per_head);
+  seq.capacity_tokens_ = tokens;
+  seq.pages_.resize(static_cast<size_t>(per_head * heads));
+  for (int64_t lh = 0; lh < heads; ++lh) {
+    PageId* out = seq.pages_.data() + lh * per_head;
+    const PageId* shared = prefix.pages_.data() + lh * prefix.pages_per_head();
+    for (int64_t i = 0; i < prefix_pages; ++i) {
+      CHECK_GT(refcount_[shared[i]], 0) << "host kv: prefix page " << shared[i] << " is free";
+      ++refcount_[shared[i]];
+      out[i] = shared[i];
+    }
+    TakePagesLocked(new_per_head, out + prefix_pages);
+  }
+  return seq;
+}
+
+void HostKvStore::DropReferenceLocked(PageId page) {
+  CHECK(page >= 0 && page < capacity_pages_) << "host kv: page " << page << " out of range";
+  CHECK_GT(refcount_[page], 0) << "host kv: page " << page << " released more than held";
+  if (--refcount_[page] == 0) free_.push_back(page);
+}
+
+void HostKvStore::Release(HostKvSequence& sequence) {
+  if (sequence.empty()) return;
+  CHECK(sequence.store_ == this) << "host kv: releasing a sequence into another store";
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (PageId p : sequence.pages_) DropReferenceLocked(p);
+  }
+  sequence.Clear();
+}
+
+void HostKvStore::Retain(PageId page) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CHECK(page >= 0 && page < capacity_pages_) << "host kv: page " << page << " out of range";
+  CHECK_GT(refcount_[page], 0) << "host kv: retaining free page " << page;
+  ++refcount_[page];
+}
+
+void HostKvStore::ReleasePage(PageId page) {
+  std::lock_guard<std::mutex> lock(mu_);
+  DropReferenceLocked(page);
+}
+
+int32_t HostKvStore::refcount(PageId page) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  CHECK(page >= 0 && page < capacity_pages_) << "host kv: page " << page << " out of range";
+  return refcount_[page];
+}
+
+void HostKvStore::WriteToken(const HostKvSequence& sequence, int32_t layer, int32_t head,
+                             int64_t pos, const float* k, const float* v) {
+  CHECK(sequence.store_ == this) << "host kv: writing through a sequence of another store";
+  CHECK(pos >= 0 && pos < sequence.capacity_tokens())
+      << "host kv: position " << pos << " outside the reserved " << sequence.capacity_tokens();
+  const PageId page = sequence.page(layer, head, static_cast<int32_t>(pos / page_size()));
+  const size_t offset = static_cast<size_t>(pos % page_size()) * head_dim();
+  std::memcpy(K(page) + offset, k, head_dim() * sizeof(float));
+  std::memcpy(V(page) + offset, v, head_dim() * sizeof(float));
+}
+
+}  // namespace specula

@@ -1,0 +1,78 @@
+#include "engine/kv/top_pages.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace specula {
+namespace {
+
+// The specification, spelled out slowly: stable sort by score descending (so ties keep the lower
+// index first), take k, order by index.
+std::vector<int32_t> BruteForce(const std::vector<float>& scores, int32_t k) {
+  std::vector<int32_t> idx(scores.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
+  idx.resize(std::min<size_t>(idx.size(), k));
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
+TEST(TopPagesTest, MatchesBruteForceIncludingTies) {
+  std::mt19937 rng(42);
+  std::vector<int32_t> out;
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int n = static_cast<int>(rng() % 200);
+    // Few distinct values in half the trials so ties are common.
+    const int levels = trial % 2 == 0 ? 4 : 1 << 20;
+    std::vector<float> scores(n);
+    for (float& s : scores) s = static_cast<float>(static_cast<int>(rng() % levels)) - 2.0f;
+    const int32_t k = static_cast<int32_t>(rng() % (n + 3));
+    SelectTopPages(scores, k, &out);
+    ASSERT_EQ(out, BruteForce(scores, k)) << "trial " << trial << " n " << n << " k " << k;
+  }
+}
+
+TEST(TopPagesTest, AllTiedTakesTheLowestIndices) {
+  std::vector<float> scores(10, 1.5f);
+  std::vector<int32_t> out;
+  SelectTopPages(scores, 4, &out);
+  EXPECT_EQ(out, (std::vector<int32_t>{0, 1, 2, 3}));
+}
+
+TEST(TopPagesTest, EdgeSizes) {
+  const std::vector<float> scores = {3.0f, -1.0f, 7.0f};
+  std::vector<int32_t> out = {99, 98};  // replaced, not appended to
+  SelectTopPages(scores, 0, &out);
+  EXPECT_TRUE(out.empty());
+  SelectTopPages(scores, 3, &out);
+  EXPECT_EQ(out, (std::vector<int32_t>{0, 1, 2}));
+  SelectTopPages(scores, 100, &out);
+  EXPECT_EQ(out, (std::vector<int32_t>{0, 1, 2}));
+  SelectTopPages(scores, 1, &out);
+  EXPECT_EQ(out, (std::vector<int32_t>{2}));
+  SelectTopPages({}, 5, &out);
+  EXPECT_TRUE(out.empty());
+}
+
+TEST(TopPagesTest, InfinitiesAndNanRankSanely) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> scores = {nan, -inf, 0.0f, inf, nan, 1.0f};
+  std::vector<int32_t> out;
+  SelectTopPages(scores, 2, &out);
+  EXPECT_EQ(out, (std::vector<int32_t>{3, 5}));
+  SelectTopPages(scores, 4, &out);
+  EXPECT_EQ(out, (std::vector<int32_t>{1, 2, 3, 5}));
+  SelectTopPages(scores, 5, &out);
+  EXPECT_EQ(out, (std::vector<int32_t>{0, 1, 2, 3, 5}));
+}
+
+}  // namespace
+}  // namespace specula
