@@ -1,30 +1,18 @@
 #include "tools/bench/serve_client.h"
 
-#include <sys/resource.h>
-
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "tools/bench/serve_procstat.h"
 
 namespace specula {
 namespace {
 
 namespace pb = ::specula::v1;
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-double ProcessCpuSeconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  auto tv = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
-  return tv(u.ru_utime) + tv(u.ru_stime);
-}
+using Clock = BenchClock;
 
 std::chrono::system_clock::time_point DeadlineIn(double seconds) {
   return std::chrono::system_clock::now() +

@@ -1,26 +1,14 @@
 #include "tools/bench/serve_engine.h"
 
-#include <sys/resource.h>
-
 #include <chrono>
 
 #include "absl/strings/str_format.h"
+#include "tools/bench/serve_procstat.h"
 
 namespace specula {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-double ProcessCpuSeconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  auto tv = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
-  return tv(u.ru_utime) + tv(u.ru_stime);
-}
+using Clock = BenchClock;
 
 absl::Status CheckModel(const ModelConfig& c, const ExpectedModel& e) {
   if (c.vocab_size == e.vocab_size && c.num_hidden_layers == e.num_layers &&

@@ -1,5 +1,6 @@
 #include "tools/bench/serve_procstat.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -10,6 +11,13 @@
 #include "absl/strings/str_cat.h"
 
 namespace specula {
+
+double ProcessCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto tv = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
+  return tv(u.ru_utime) + tv(u.ru_stime);
+}
 
 absl::StatusOr<std::map<std::string, double>> ThreadCpuByName(int pid) {
   namespace fs = std::filesystem;

@@ -2,12 +2,22 @@
 // --server-pid` uses it to split a co-located server's CPU between its engine threads and gRPC's.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <string>
 
 #include "absl/status/statusor.h"
 
 namespace specula {
+
+using BenchClock = std::chrono::steady_clock;
+
+inline double Seconds(BenchClock::time_point from, BenchClock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// User + system CPU seconds of this process so far.
+double ProcessCpuSeconds();
 
 // Seconds of user + system time so far, summed over the live threads of each name.
 absl::StatusOr<std::map<std::string, double>> ThreadCpuByName(int pid);

@@ -151,11 +151,14 @@ int GenerateRemote() {
     }
     std::cerr << "\n";
   }
+  // Over the whole call: the server may coalesce tokens into few messages, so a rate over the
+  // gaps between messages would read as arbitrarily fast.
   std::cerr << absl::StrFormat(
-      "[%s] prompt_tokens=%d completion_tokens=%d finish=%s ttft=%.1fms decode=%.1f tok/s\n",
+      "[%s] prompt_tokens=%d completion_tokens=%d finish=%s ttft=%.1fms total=%.1fms "
+      "(%.1f tok/s)\n",
       absl::GetFlag(FLAGS_server), usage.prompt_tokens(), usage.completion_tokens(),
-      pb::FinishReason_Name(finish), first_token_s * 1e3,
-      completion_tokens > 1 ? (completion_tokens - 1) / (total_s - first_token_s) : 0.0);
+      pb::FinishReason_Name(finish), first_token_s * 1e3, total_s * 1e3,
+      total_s > 0 ? completion_tokens / total_s : 0.0);
   return 0;
 }
 
