@@ -146,6 +146,7 @@ int Run(int argc, char** argv) {
   impatient.detach();
   (*server)->Shutdown(absl::Seconds(config->server.shutdown_grace_seconds));
   server->reset();
+  FlushAsyncLog();
   return 0;
 }
 

@@ -8,7 +8,7 @@ namespace specula {
 void RequestLog::OnAdmitted(const std::string& request_id, int64_t prompt_tokens,
                             double queue_seconds) {
   if (!LogEnabled(LogLevel::kDebug)) return;
-  Log(LogLevel::kDebug, "request_admitted",
+  LogAsync(LogLevel::kDebug, "request_admitted",
       {{"request_id", request_id},
        {"prompt_tokens", prompt_tokens},
        {"queue_ms", queue_seconds * 1e3}});
@@ -19,7 +19,8 @@ void RequestLog::OnFinished(const RequestSummary& s) {
   const double decode_tps =
       s.completion_tokens > 1 && decode_seconds > 0 ? (s.completion_tokens - 1) / decode_seconds
                                                     : 0;
-  Log(s.code == absl::StatusCode::kOk || s.code == absl::StatusCode::kCancelled ||
+  // Async: this runs on the engine thread, which must not wait on a slow or blocked stderr.
+  LogAsync(s.code == absl::StatusCode::kOk || s.code == absl::StatusCode::kCancelled ||
               s.code == absl::StatusCode::kDeadlineExceeded
           ? LogLevel::kInfo
           : LogLevel::kWarning,

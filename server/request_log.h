@@ -1,5 +1,6 @@
 // One info-level log line per request that reached the engine (rejections are logged where they
-// happen, in the call), with the numbers an operator greps for.
+// happen, in the call), with the numbers an operator greps for. Written asynchronously
+// (LogAsync): these run on the engine thread.
 #pragma once
 
 #include "engine/serve/engine_observer.h"

@@ -5,7 +5,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <ctime>
+#include <condition_variable>
 #include <mutex>
+#include <thread>
+#include <vector>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -113,6 +116,19 @@ void WriteStderr(const std::string& line) {
   }
 }
 
+// Writes one finished line (no newline yet) to the sink or stderr, under the log lock.
+void WriteLine(std::string line) {
+  std::lock_guard<std::mutex> lock(SinkMutex());
+  LogSink& sink = Sink();
+  if (sink) {
+    sink(line);
+    return;
+  }
+  line.push_back('\n');
+  WriteStderr(line);
+}
+
+
 }  // namespace
 
 absl::string_view LogLevelName(LogLevel level) {
@@ -181,16 +197,78 @@ std::string FormatLogLine(std::chrono::system_clock::time_point time, LogLevel l
 
 void Log(LogLevel level, absl::string_view event, std::initializer_list<LogField> fields) {
   if (!LogEnabled(level)) return;
-  std::string line = FormatLogLine(std::chrono::system_clock::now(), level, event, fields);
-  std::lock_guard<std::mutex> lock(SinkMutex());
-  LogSink& sink = Sink();
-  if (sink) {
-    sink(line);
-    return;
-  }
-  line.push_back('\n');
-  WriteStderr(line);
+  WriteLine(FormatLogLine(std::chrono::system_clock::now(), level, event, fields));
 }
+
+namespace {
+
+// The background writer of LogAsync. Created on first use and never destroyed, so lines queued
+// by threads that outlive main's objects still have somewhere to go.
+class AsyncLogWriter {
+ public:
+  static AsyncLogWriter& Get() {
+    static AsyncLogWriter* writer = new AsyncLogWriter;
+    return *writer;
+  }
+
+  void Post(std::string line) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.size() >= kAsyncLogQueueLines) {
+      ++dropped_;
+      return;
+    }
+    queue_.push_back(std::move(line));
+    ++posted_;
+    work_.notify_one();
+  }
+
+  void Flush() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t target = posted_;
+    done_.wait(lock, [&] { return written_ >= target; });
+  }
+
+ private:
+  AsyncLogWriter() { std::thread([this] { Loop(); }).detach(); }
+
+  void Loop() {
+    std::vector<std::string> batch;
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      work_.wait(lock, [&] { return !queue_.empty(); });
+      batch.swap(queue_);
+      const uint64_t dropped = std::exchange(dropped_, 0);
+      lock.unlock();
+      for (std::string& line : batch) WriteLine(std::move(line));
+      if (dropped > 0) {
+        WriteLine(FormatLogLine(std::chrono::system_clock::now(), LogLevel::kWarning,
+                                "log_lines_dropped", {{"lines", dropped}}));
+      }
+      lock.lock();
+      written_ += batch.size();
+      batch.clear();
+      done_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable work_;
+  std::condition_variable done_;
+  std::vector<std::string> queue_;
+  uint64_t dropped_ = 0;
+  uint64_t posted_ = 0;
+  uint64_t written_ = 0;
+};
+
+}  // namespace
+
+void LogAsync(LogLevel level, absl::string_view event, std::initializer_list<LogField> fields) {
+  if (!LogEnabled(level)) return;
+  AsyncLogWriter::Get().Post(
+      FormatLogLine(std::chrono::system_clock::now(), level, event, fields));
+}
+
+void FlushAsyncLog() { AsyncLogWriter::Get().Flush(); }
 
 void SetLogSinkForTesting(LogSink sink) {
   std::lock_guard<std::mutex> lock(SinkMutex());

@@ -94,6 +94,16 @@ class LogField {
 // Writes `ts=... level=... event=<event> <fields...>` as one line, if `level` is enabled.
 void Log(LogLevel level, absl::string_view event, std::initializer_list<LogField> fields = {});
 
+// Like Log, but the caller only formats the line and queues it; a background thread writes it.
+// For hot threads (the engine's) that must never wait on a slow or blocked stderr. When more
+// than kAsyncLogQueueLines wait, new lines are dropped and a `log_lines_dropped` line says how
+// many once the writer catches up.
+void LogAsync(LogLevel level, absl::string_view event,
+              std::initializer_list<LogField> fields = {});
+inline constexpr size_t kAsyncLogQueueLines = 4096;
+// Blocks until every line queued by LogAsync before the call has been written.
+void FlushAsyncLog();
+
 // The line Log would write (without the trailing newline), for a given time. Exposed so tests
 // can check exact output.
 std::string FormatLogLine(std::chrono::system_clock::time_point time, LogLevel level,

@@ -1,6 +1,7 @@
 #include "engine/common/log.h"
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <regex>
@@ -171,6 +172,53 @@ TEST_F(LogTest, ConcurrentLinesNeverInterleave) {
   for (int t = 0; t < kThreads; ++t) {
     for (int i = 0; i < kPerThread; ++i) EXPECT_EQ(seen[t][i], 1);
   }
+}
+
+TEST_F(LogTest, AsyncLinesArriveInOrderAfterFlush) {
+  for (int i = 0; i < 100; ++i) LogAsync(LogLevel::kInfo, "async", {{"i", i}});
+  LogAsync(LogLevel::kDebug, "below_the_level");
+  FlushAsyncLog();
+  ASSERT_EQ(lines_.size(), 100u);
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_THAT(lines_[i], ::testing::EndsWith(absl::StrCat("event=async i=", i)));
+  }
+}
+
+TEST(LogAsyncTest, ABlockedSinkNeverBlocksTheCallerAndDropsAreReported) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::vector<std::string> lines;
+  SetLogSinkForTesting([&](absl::string_view line) {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return release; });  // a stderr that does not drain
+    lines.emplace_back(line);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const size_t total = kAsyncLogQueueLines * 2 + 10;
+  for (size_t i = 0; i < total; ++i) LogAsync(LogLevel::kWarning, "flood", {{"i", i}});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5))
+      << "callers returned although nothing could be written";
+  {
+    std::lock_guard lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  FlushAsyncLog();
+  SetLogSinkForTesting(nullptr);
+  // Every line is accounted for: written, or counted in a log_lines_dropped report.
+  size_t written = 0, dropped = 0;
+  const std::regex report(R"(.* event=log_lines_dropped lines=(\d+))");
+  for (const std::string& line : lines) {
+    std::smatch m;
+    if (std::regex_match(line, m, report)) {
+      dropped += std::stoul(m[1]);
+    } else {
+      ++written;
+    }
+  }
+  EXPECT_GT(dropped, 0u) << "the queue is bounded";
+  EXPECT_EQ(written + dropped, total);
 }
 
 }  // namespace
