@@ -94,6 +94,30 @@ struct AttentionBatch {
   float scale = 1.0f;
 };
 
+// A pool of single-head pages, each K [page_size][head_dim] then V [page_size][head_dim]: the
+// host KV store and the sparse working set. Page p starts at base + p * page_elems(). A dense
+// layer's KvLayerView is such a pool too, page (block b, KV head h) being b * num_kv_heads + h.
+struct PagePoolView {
+  void* base = nullptr;
+  DType dtype = DType::kF32;
+  int32_t page_size = 0;
+  int32_t head_dim = 0;
+  size_t page_elems() const { return static_cast<size_t>(2) * page_size * head_dim; }
+};
+
+// Decode attention over a chosen set of pages: for query row r and KV head h, the pages
+// pages[page_begin[r * num_kv_heads + h] .. page_begin[r * num_kv_heads + h + 1]), in the order
+// given (attention reads keys in that order), each with its first page_tokens[i] tokens valid.
+// No causal mask: every chosen token precedes or is the row's own position.
+struct SparseAttentionBatch {
+  absl::Span<const int32_t> page_begin;   // rows * num_kv_heads + 1 offsets into pages
+  absl::Span<const int32_t> pages;        // page ids in the pool
+  absl::Span<const int32_t> page_tokens;  // valid tokens of each entry of `pages`, >= 1
+  int32_t num_heads = 0;                  // query heads
+  int32_t num_kv_heads = 0;
+  float scale = 1.0f;
+};
+
 // Where each new token's K/V goes: block id and slot within the page.
 struct KvWrite {
   absl::Span<const int32_t> blocks;   // per token
@@ -138,6 +162,10 @@ class Backend {
   // Causal softmax attention of q [tokens, num_heads * head_dim] over paged KV; out like q.
   virtual void PagedAttention(const Mat& q, const AttentionBatch& batch,
                               const KvLayerView& layer, Mat* out) = 0;
+  // Softmax attention of decode rows q [rows, num_heads * head_dim] over the pages `batch` picks
+  // from `pool`; out like q. Given every page of a sequence in order, equals PagedAttention.
+  virtual void SparseDecodeAttention(const Mat& q, const SparseAttentionBatch& batch,
+                                     const PagePoolView& pool, Mat* out) = 0;
 };
 
 }  // namespace specula

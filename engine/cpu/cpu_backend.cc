@@ -196,6 +196,37 @@ void CpuBackend::WriteKv(const Mat& k, const Mat& v, const KvWrite& where,
   }
 }
 
+namespace {
+
+// Softmax attention of one query head over n keys, visited in order: key(j) and value(j) give
+// row j's K and V. Shared by the dense and sparse paths so that, given the same keys in the
+// same order, they compute bit-identical results.
+template <typename KeyFn, typename ValueFn>
+void AttendOneHead(const float* qv, int32_t n, int32_t hd, float scale, KeyFn key, ValueFn value,
+                   std::vector<float>* scores, std::vector<float>* acc, float* out) {
+  scores->resize(n);
+  float max_score = -INFINITY;
+  for (int32_t j = 0; j < n; ++j) {
+    const float* k = key(j);
+    float dot = 0.0f;
+    for (int32_t c = 0; c < hd; ++c) dot += qv[c] * k[c];
+    (*scores)[j] = dot * scale;
+    max_score = std::max(max_score, (*scores)[j]);
+  }
+  double denom = 0.0;
+  acc->assign(hd, 0.0f);
+  for (int32_t j = 0; j < n; ++j) {
+    const float p = std::exp((*scores)[j] - max_score);
+    denom += p;
+    const float* v = value(j);
+    for (int32_t c = 0; c < hd; ++c) (*acc)[c] += p * v[c];
+  }
+  const float inv = static_cast<float>(1.0 / denom);
+  for (int32_t c = 0; c < hd; ++c) out[c] = (*acc)[c] * inv;
+}
+
+}  // namespace
+
 void CpuBackend::PagedAttention(const Mat& q, const AttentionBatch& batch,
                                 const KvLayerView& layer, Mat* out) {
   CHECK(layer.dtype == DType::kF32);
@@ -224,34 +255,54 @@ void CpuBackend::PagedAttention(const Mat& q, const AttentionBatch& batch,
       const int32_t kv_h = h / group;
       const AttentionSeq& seq = batch.seqs[tk.seq];
       const int32_t n_keys = seq.kv_len - seq.q_len + tk.row + 1;
-      const float* qv = q.row(seq.q_begin + tk.row) + static_cast<int64_t>(h) * hd;
       const int32_t* blocks = batch.blocks.data() + seq.block_begin;
-      scores.resize(n_keys);
-      float max_score = -INFINITY;
-      for (int32_t j = 0; j < n_keys; ++j) {
-        const float* page =
-            base + (static_cast<size_t>(blocks[j / ps]) * layer.num_kv_heads + kv_h) *
-                       layer.page_elems();
-        const float* key = page + static_cast<int64_t>(j % ps) * hd;
-        float dot = 0.0f;
-        for (int32_t c = 0; c < hd; ++c) dot += qv[c] * key[c];
-        scores[j] = dot * batch.scale;
-        max_score = std::max(max_score, scores[j]);
+      auto page = [&](int32_t j) {
+        return base + (static_cast<size_t>(blocks[j / ps]) * layer.num_kv_heads + kv_h) *
+                          layer.page_elems();
+      };
+      AttendOneHead(
+          q.row(seq.q_begin + tk.row) + static_cast<int64_t>(h) * hd, n_keys, hd, batch.scale,
+          [&](int32_t j) { return page(j) + static_cast<int64_t>(j % ps) * hd; },
+          [&](int32_t j) { return page(j) + (static_cast<int64_t>(ps) + j % ps) * hd; }, &scores,
+          &acc, out->row(seq.q_begin + tk.row) + static_cast<int64_t>(h) * hd);
+    }
+  });
+}
+
+void CpuBackend::SparseDecodeAttention(const Mat& q, const SparseAttentionBatch& batch,
+                                       const PagePoolView& pool, Mat* out) {
+  CHECK(pool.dtype == DType::kF32);
+  const int32_t hd = pool.head_dim;
+  const int32_t ps = pool.page_size;
+  const int32_t heads = batch.num_heads;
+  const int32_t group = heads / batch.num_kv_heads;
+  CHECK_EQ(batch.page_begin.size(), static_cast<size_t>(q.rows * batch.num_kv_heads + 1));
+  CHECK_EQ(batch.pages.size(), batch.page_tokens.size());
+  const auto* base = static_cast<const float*>(pool.base);
+  pool_.ParallelFor(q.rows * heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    std::vector<float> acc(hd);
+    // Token j of the selection -> (page entry, offset), rebuilt per (row, KV head).
+    std::vector<std::pair<int32_t, int32_t>> where;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t row = task / heads;
+      const int32_t h = static_cast<int32_t>(task % heads);
+      const int64_t list = row * batch.num_kv_heads + h / group;
+      where.clear();
+      for (int32_t e = batch.page_begin[list]; e < batch.page_begin[list + 1]; ++e) {
+        CHECK(batch.page_tokens[e] >= 1 && batch.page_tokens[e] <= ps);
+        for (int32_t t = 0; t < batch.page_tokens[e]; ++t) where.emplace_back(e, t);
       }
-      double denom = 0.0;
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int32_t j = 0; j < n_keys; ++j) {
-        const float p = std::exp(scores[j] - max_score);
-        denom += p;
-        const float* page =
-            base + (static_cast<size_t>(blocks[j / ps]) * layer.num_kv_heads + kv_h) *
-                       layer.page_elems();
-        const float* value = page + (static_cast<int64_t>(ps) + j % ps) * hd;
-        for (int32_t c = 0; c < hd; ++c) acc[c] += p * value[c];
-      }
-      float* o = out->row(seq.q_begin + tk.row) + static_cast<int64_t>(h) * hd;
-      const float inv = static_cast<float>(1.0 / denom);
-      for (int32_t c = 0; c < hd; ++c) o[c] = acc[c] * inv;
+      CHECK(!where.empty()) << "sparse attention row " << row << " has no keys";
+      auto page = [&](int32_t j) {
+        return base + static_cast<size_t>(batch.pages[where[j].first]) * pool.page_elems();
+      };
+      AttendOneHead(
+          q.row(row) + static_cast<int64_t>(h) * hd, static_cast<int32_t>(where.size()), hd,
+          batch.scale,
+          [&](int32_t j) { return page(j) + static_cast<int64_t>(where[j].second) * hd; },
+          [&](int32_t j) { return page(j) + (static_cast<int64_t>(ps) + where[j].second) * hd; },
+          &scores, &acc, out->row(row) + static_cast<int64_t>(h) * hd);
     }
   });
 }

@@ -33,6 +33,8 @@ class CpuBackend : public Backend {
                const KvLayerView& layer) override;
   void PagedAttention(const Mat& q, const AttentionBatch& batch, const KvLayerView& layer,
                       Mat* out) override;
+  void SparseDecodeAttention(const Mat& q, const SparseAttentionBatch& batch,
+                             const PagePoolView& pool, Mat* out) override;
 
  private:
   ThreadPool pool_;
