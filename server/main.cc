@@ -20,6 +20,7 @@
 #include "engine/common/log.h"
 #include "server/config.h"
 #include "server/server.h"
+#include "server/status.h"
 #include "tools/common/dashed_flags.h"
 #include "tools/default_model/default_model.h"
 
@@ -93,7 +94,7 @@ int WaitForSignal() {
 
 int Fail(const absl::Status& s) {
   Log(LogLevel::kError, "startup_failed",
-      {{"status", absl::StatusCodeToString(s.code())}, {"error", s.message()}});
+      {{"status", StatusCodeName(s.code())}, {"error", s.message()}});
   return 1;
 }
 

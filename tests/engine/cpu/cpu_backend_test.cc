@@ -8,17 +8,12 @@
 
 #include "engine/kv/kv_pool.h"
 #include "gtest/gtest.h"
+#include "tests/engine/cpu/random_vector.h"
 
 namespace specula {
 namespace {
 
-std::vector<float> RandomVector(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using ::specula::testing::RandomVector;
 
 class CpuBackendTest : public ::testing::Test {
  protected:

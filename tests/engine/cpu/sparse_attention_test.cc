@@ -2,23 +2,17 @@
 // (the "full budget equals dense" invariant at the op level), and with a subset it is exact
 // softmax attention over just the chosen tokens.
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/kv/kv_pool.h"
 #include "gtest/gtest.h"
+#include "tests/engine/cpu/random_vector.h"
 
 namespace specula {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using ::specula::testing::RandomVector;
 
 // Decode rows of several sequences over one dense layer, plus the pool view of the same memory.
 struct DecodeSetup {
@@ -34,8 +28,8 @@ struct DecodeSetup {
     uint32_t seed = 5;
     for (int len : kv_lens) {
       blocks.push_back(pool.Allocate(pool.BlocksFor(len)).value());
-      auto k = Random(len * kKvHeads * kHeadDim, seed++);
-      auto v = Random(len * kKvHeads * kHeadDim, seed++);
+      auto k = RandomVector(len * kKvHeads * kHeadDim, seed++);
+      auto v = RandomVector(len * kKvHeads * kHeadDim, seed++);
       std::vector<int32_t> wb, wo;
       for (int t = 0; t < len; ++t) {
         wb.push_back(blocks.back()[t / kPage]);
@@ -44,7 +38,7 @@ struct DecodeSetup {
       backend.WriteKv(Mat(k.data(), len, kKvHeads * kHeadDim),
                       Mat(v.data(), len, kKvHeads * kHeadDim), KvWrite{wb, wo}, layer);
     }
-    q = Random(kv_lens.size() * kHeads * kHeadDim, 99);
+    q = RandomVector(kv_lens.size() * kHeads * kHeadDim, 99);
   }
   int rows() const { return static_cast<int>(kv_lens.size()); }
   PagePoolView Pool() {

@@ -9,20 +9,13 @@
 
 #include "gtest/gtest.h"
 #include "tests/engine/generate/forward_helpers.h"
+#include "tests/engine/generate/greedy_request.h"
 
 namespace specula {
 namespace {
 
+using ::specula::testing::Greedy;
 using ::specula::testing::TestModelDir;
-
-GenerationRequest Greedy(std::vector<int32_t> prompt, int max_tokens) {
-  GenerationRequest r;
-  r.prompt = std::move(prompt);
-  r.sampling.temperature = 0;
-  r.stopping.max_tokens = max_tokens;
-  r.stopping.ignore_eos = true;
-  return r;
-}
 
 std::vector<GenerationRequest> MixedRequests() {
   std::vector<GenerationRequest> reqs;

@@ -8,9 +8,12 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "tests/engine/generate/greedy_request.h"
 
 namespace specula {
 namespace {
+
+using ::specula::testing::Greedy;
 
 std::string ModelDir() { return std::string(SPECULA_TEST_MODELS_DIR) + "/llama3-f32"; }
 
@@ -80,15 +83,6 @@ class CountingObserver : public EngineObserver {
   std::atomic<int> admitted{0}, finished{0}, ok{0}, max_batch{0};
   std::atomic<int64_t> tokens{0}, prompt{0};
 };
-
-GenerationRequest Greedy(std::vector<int32_t> prompt, int max_tokens) {
-  GenerationRequest r;
-  r.prompt = std::move(prompt);
-  r.sampling.temperature = 0;
-  r.stopping.max_tokens = max_tokens;
-  r.stopping.ignore_eos = true;
-  return r;
-}
 
 std::vector<GenerationRequest> MixedRequests(int n) {
   std::vector<GenerationRequest> reqs;

@@ -1,6 +1,7 @@
 #include "tests/server/e2e/test_server.h"
 
 #include "gtest/gtest.h"
+#include "tests/engine/generate/greedy_request.h"
 
 namespace specula::testing {
 
@@ -58,12 +59,7 @@ GenerationResult Offline(const std::vector<int32_t>& prompt, int max_tokens) {
   GeneratorOptions options;
   options.threads = 1;
   auto generator = Generator::Create(TestModelDir(), options).value();
-  GenerationRequest r;
-  r.prompt = prompt;
-  r.sampling.temperature = 0;
-  r.stopping.max_tokens = max_tokens;
-  r.stopping.ignore_eos = true;
-  return generator->GenerateAll({r}).value()[0];
+  return generator->GenerateAll({Greedy(prompt, max_tokens)}).value()[0];
 }
 
 std::vector<int32_t> PromptFor(int i) {
