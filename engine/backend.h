@@ -124,6 +124,16 @@ struct KvWrite {
   absl::Span<const int32_t> offsets;  // per token, in [0, page_size)
 };
 
+// Copies between pinned host memory and backend memory that prefetch threads call concurrently
+// with the engine thread's compute (on CUDA each copier owns a copy stream). Copy returns when
+// the bytes have arrived; the direction follows from the addresses (either side may be host or
+// backend memory).
+class PageCopier {
+ public:
+  virtual ~PageCopier() = default;
+  virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -135,6 +145,8 @@ class Backend {
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   // Waits for all queued work (a no-op on the CPU).
   virtual void Synchronize() = 0;
+  // A copier for one thread's use; many may exist at once.
+  virtual std::unique_ptr<PageCopier> CreatePageCopier() = 0;
 
   // `data` is fp32 [out, in] on the host; the backend keeps its own copy in its weight format.
   virtual absl::StatusOr<Weight> UploadWeight(const float* data, int64_t out, int64_t in) = 0;

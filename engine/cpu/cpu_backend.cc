@@ -51,6 +51,17 @@ absl::StatusOr<DeviceBuffer> CpuBackend::Allocate(size_t bytes) {
   return DeviceBuffer(p, bytes, [](void* q) { std::free(q); });
 }
 
+namespace {
+class MemcpyPageCopier : public PageCopier {
+ public:
+  void Copy(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+};
+}  // namespace
+
+std::unique_ptr<PageCopier> CpuBackend::CreatePageCopier() {
+  return std::make_unique<MemcpyPageCopier>();
+}
+
 void CpuBackend::CopyToDevice(void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);
 }

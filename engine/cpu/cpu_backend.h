@@ -19,6 +19,7 @@ class CpuBackend : public Backend {
   void CopyToDevice(void* dst, const void* src, size_t bytes) override;
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
   void Synchronize() override {}
+  std::unique_ptr<PageCopier> CreatePageCopier() override;
   absl::StatusOr<Weight> UploadWeight(const float* data, int64_t out, int64_t in) override;
 
   void Gemm(const Mat& x, const Weight& w, const Weight& bias, Mat* y) override;

@@ -45,6 +45,15 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
   kv.page_size = options.page_size;
   kv.num_blocks = static_cast<int32_t>(options.kv_cache_tokens / options.page_size);
   ASSIGN_OR_RETURN(g->kv_, KvPool::Create(*g->backend_, kv));
+  if (options.sparse.enabled) {
+    SparseModelShape shape;
+    shape.layers = kv.num_layers;
+    shape.heads = static_cast<int32_t>(c.num_attention_heads);
+    shape.kv_heads = kv.num_kv_heads;
+    shape.head_dim = kv.head_dim;
+    ASSIGN_OR_RETURN(g->sparse_,
+                     SparseKvCache::Create(options.sparse, shape, *g->backend_, g->kv_));
+  }
   // The largest step: every running sequence decodes while a full prefill chunk runs.
   RETURN_IF_ERROR(g->model_->Reserve(options.prefill_chunk_tokens + options.max_running,
                                      options.max_running));
@@ -69,6 +78,20 @@ absl::Status Generator::Validate(const GenerationRequest& r) const {
         "prompt (%d tokens) + stopping.max_tokens (%d) exceeds the model's context of %d tokens",
         r.prompt.size(), r.stopping.max_tokens, c.max_position_embeddings));
   }
+  if (r.sparse.budget_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sparse.budget_tokens must be >= 0, got %d", r.sparse.budget_tokens));
+  }
+  if (r.sparse.mode == SparseMode::kDense && r.sparse.budget_tokens > 0) {
+    return absl::InvalidArgumentError("sparse.budget_tokens is set but sparse.mode is DENSE");
+  }
+  if (sparse_ == nullptr &&
+      (r.sparse.mode == SparseMode::kSparse || r.sparse.budget_tokens > 0)) {
+    return absl::FailedPreconditionError(
+        "this request asks for the sparse KV cache, but the server runs with "
+        "sparse.enabled: false");
+  }
+  if (UsesSparse(r)) return sparse_->CheckCapacity(total, r.sparse.budget_tokens);
   if (kv_.BlocksFor(total) > kv_.num_blocks()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "prompt (%d tokens) + stopping.max_tokens (%d) exceeds the KV cache capacity of %d "
@@ -79,12 +102,36 @@ absl::Status Generator::Validate(const GenerationRequest& r) const {
   return absl::OkStatus();
 }
 
+int64_t Generator::TotalTokens(const GenerationRequest& r) const {
+  return std::min<int64_t>(static_cast<int64_t>(r.prompt.size()) + r.stopping.max_tokens,
+                           model_->config().max_position_embeddings);
+}
+
+bool Generator::UsesSparse(const GenerationRequest& r) const {
+  if (sparse_ == nullptr || r.sparse.mode == SparseMode::kDense) return false;
+  return r.sparse.mode == SparseMode::kSparse ||
+         TotalTokens(r) >= sparse_->options().effective_min_context_tokens();
+}
+
 bool Generator::HasRoomFor(const GenerationRequest& request) const {
   if (static_cast<int32_t>(running_.size()) >= options_.max_running) return false;
-  const int64_t total = std::min<int64_t>(
-      static_cast<int64_t>(request.prompt.size()) + request.stopping.max_tokens,
-      model_->config().max_position_embeddings);
+  const int64_t total = TotalTokens(request);
+  if (UsesSparse(request)) return sparse_->HasRoomFor(total, request.sparse.budget_tokens);
   return kv_.free_blocks() >= kv_.BlocksFor(total);
+}
+
+int64_t Generator::host_pages_used() const {
+  return sparse_ == nullptr ? 0 : sparse_->host_pages_used();
+}
+int64_t Generator::host_pages_capacity() const {
+  return sparse_ == nullptr ? 0 : sparse_->host_pages_capacity();
+}
+int64_t Generator::device_slots_used() const {
+  return sparse_ == nullptr ? 0 : sparse_->device_slots_used();
+}
+
+KvStats Generator::FinalKvStats(const Sequence& s) const {
+  return s.sparse_kv() == nullptr ? KvStats() : sparse_->Stats(*s.sparse_kv());
 }
 
 absl::StatusOr<uint64_t> Generator::Add(GenerationRequest request) {
@@ -98,7 +145,14 @@ absl::StatusOr<uint64_t> Generator::Add(GenerationRequest request) {
                                         model_->config().max_position_embeddings);
   // Reserving the whole lifetime's KV up front means a running sequence never fails for lack
   // of cache.
-  ASSIGN_OR_RETURN(seq->blocks(), kv_.Allocate(kv_.BlocksFor(seq->max_total_tokens())));
+  if (UsesSparse(seq->request())) {
+    ASSIGN_OR_RETURN(std::shared_ptr<WorkingSet> ws,
+                     sparse_->Admit(seq->max_total_tokens(), seq->request().sparse.budget_tokens,
+                                    static_cast<int64_t>(seq->request().prompt.size())));
+    seq->set_sparse_kv(std::move(ws));
+  } else {
+    ASSIGN_OR_RETURN(seq->blocks(), kv_.Allocate(kv_.BlocksFor(seq->max_total_tokens())));
+  }
   running_.emplace(id, std::move(seq));
   return id;
 }
@@ -106,7 +160,11 @@ absl::StatusOr<uint64_t> Generator::Add(GenerationRequest request) {
 void Generator::Retire(uint64_t id) {
   auto it = running_.find(id);
   CHECK(it != running_.end());
-  kv_.Free(it->second->blocks());
+  if (it->second->sparse_kv() != nullptr) {
+    sparse_->Release(*it->second->sparse_kv());
+  } else {
+    kv_.Free(it->second->blocks());
+  }
   running_.erase(it);
 }
 
@@ -117,6 +175,7 @@ absl::Status Generator::Cancel(uint64_t id, SequenceOutput* out) {
   }
   out->id = id;
   it->second->Finish(FinishReason::kCancelled, out);
+  out->kv_stats = FinalKvStats(*it->second);
   Retire(id);
   return absl::OkStatus();
 }
@@ -135,7 +194,33 @@ absl::Status Generator::Step(std::vector<SequenceOutput>* outputs) {
   std::vector<Planned> plan;
   int64_t prefill_budget = options_.prefill_chunk_tokens;
 
+  auto add_sparse_rows = [&](Sequence* s, int64_t n, bool prefill) {
+    SparseRows r;
+    r.ws = s->sparse_kv().get();
+    r.q_begin = static_cast<int32_t>(batch_.tokens.size());
+    r.q_len = static_cast<int32_t>(n);
+    r.start = static_cast<int32_t>(s->kv_len());
+    r.prefill = prefill;
+    for (int64_t i = 0; i < n; ++i) {
+      batch_.tokens.push_back(s->TokenAt(r.start + i));
+      batch_.positions.push_back(static_cast<int32_t>(r.start + i));
+    }
+    (prefill ? batch_.sparse_prefill : batch_.sparse_decode).push_back(r);
+    return r.q_begin + r.q_len - 1;
+  };
   auto add_rows = [&](Sequence* s, int64_t n, bool prefill) {
+    if (prefill) {
+      last_step_.prefill_tokens += static_cast<int32_t>(n);
+    } else {
+      ++last_step_.decode_rows;
+    }
+    const bool sample = !prefill || n == s->prefill_remaining();
+    if (s->sparse_kv() != nullptr) {
+      const int32_t last_row = add_sparse_rows(s, n, prefill);
+      if (sample) batch_.logit_rows.push_back(last_row);
+      plan.push_back({s, n, prefill, sample});
+      return;
+    }
     const int64_t start = s->kv_len();
     AttentionSeq a;
     a.q_begin = static_cast<int32_t>(batch_.tokens.size());
@@ -153,30 +238,36 @@ absl::Status Generator::Step(std::vector<SequenceOutput>* outputs) {
       batch_.write_offsets.push_back(static_cast<int32_t>(pos % ps));
     }
     batch_.seqs.push_back(a);
-    if (prefill) {
-      last_step_.prefill_tokens += static_cast<int32_t>(n);
-    } else {
-      ++last_step_.decode_rows;
-    }
-    const bool sample = !prefill || n == s->prefill_remaining();
     if (sample) batch_.logit_rows.push_back(a.q_begin + a.q_len - 1);
     plan.push_back({s, n, prefill, sample});
   };
 
   // Decode first: every running sequence gets its token each step, so TBT stays bounded while
-  // long prompts are prefilled a chunk at a time.
-  for (auto& [id, s] : running_) {
-    if (!s->in_prefill()) add_rows(s.get(), 1, false);
-  }
+  // long prompts are prefilled a chunk at a time. The batch holds dense sequences first, then
+  // sparse ones, decodes before prefills in each (ForwardBatch's order); the sampling order follows
+  // `plan`, so the grouping does not change who gets which prefill budget.
+  std::vector<std::pair<Sequence*, int64_t>> prefills;
   for (auto& [id, s] : running_) {
     if (prefill_budget == 0) break;
     if (!s->in_prefill()) continue;
     const int64_t n = std::min(prefill_budget, s->prefill_remaining());
-    add_rows(s.get(), n, true);
+    prefills.emplace_back(s.get(), n);
     prefill_budget -= n;
   }
+  auto decoding = [](const Sequence& s, bool sparse) {
+    return !s.in_prefill() && (s.sparse_kv() != nullptr) == sparse;
+  };
+  for (bool sparse : {false, true}) {
+    for (auto& [id, s] : running_) {
+      if (decoding(*s, sparse)) add_rows(s.get(), 1, false);
+    }
+    for (auto& [s, n] : prefills) {
+      if ((s->sparse_kv() != nullptr) == sparse) add_rows(s, n, true);
+    }
+  }
 
-  RETURN_IF_ERROR(model_->Forward(batch_, kv_, &logits_));
+  RETURN_IF_ERROR(model_->Forward(batch_, kv_, sparse_.get(), &logits_));
+  if (sparse_ != nullptr) last_step_.sparse = sparse_->TakeStepStats();
 
   const int64_t vocab = model_->config().vocab_size;
   size_t row = 0;
@@ -188,6 +279,7 @@ absl::Status Generator::Step(std::vector<SequenceOutput>* outputs) {
     out.id = p.seq->id();
     p.seq->Accept(absl::Span<float>(logits_.data() + row * vocab, vocab), &out);
     ++row;
+    if (out.finish != FinishReason::kNone) out.kv_stats = FinalKvStats(*p.seq);
     if (out.finish != FinishReason::kNone) done.push_back(out.id);
     outputs->push_back(std::move(out));
   }

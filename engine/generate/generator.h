@@ -28,12 +28,14 @@ struct GeneratorOptions {
   int32_t prefill_chunk_tokens = 512;  // most prompt tokens per step (over all sequences)
   int32_t max_running = 64;            // most sequences in one step
   int32_t threads = 0;                 // CPU threads, 0 = all cores
+  SparseOptions sparse;                // sparse KV cache with host backing (DESIGN.md §4)
 };
 
 // What the last Step() did.
 struct StepStats {
   int32_t decode_rows = 0;     // sequences that decoded one token
   int32_t prefill_tokens = 0;  // prompt tokens run through the model
+  SparseStepStats sparse;      // what the sparse KV cache did in this step
 };
 
 struct GenerationResult {
@@ -55,6 +57,14 @@ class Generator {
   const GeneratorOptions& options() const { return options_; }
   const absl::flat_hash_set<int32_t>& eos_ids() const { return eos_ids_; }
   const KvPool& kv_pool() const { return kv_; }
+  // Sparse KV accounting; all 0 when sparse.enabled is false. Host pages count one page per
+  // (layer, KV head); device slots are pages of the KV pool held by sparse working sets.
+  int64_t host_pages_used() const;
+  int64_t host_pages_capacity() const;
+  int64_t device_slots_used() const;
+  // Whether `request` would run on the sparse cache (its sparse.mode, else prompt + max_tokens
+  // against sparse.min_context_tokens).
+  bool UsesSparse(const GenerationRequest& request) const;
 
   // Checks a request against the model (ids, lengths, sampling values) without admitting it.
   absl::Status Validate(const GenerationRequest& request) const;
@@ -84,12 +94,16 @@ class Generator {
  private:
   Generator() = default;
   void Retire(uint64_t id);
+  // The final output's kv_stats.
+  KvStats FinalKvStats(const Sequence& s) const;
+  int64_t TotalTokens(const GenerationRequest& r) const;
 
   GeneratorOptions options_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   KvPool kv_ = KvPool();
+  std::unique_ptr<SparseKvCache> sparse_;  // null unless sparse.enabled; after kv_ (uses it)
   absl::flat_hash_set<int32_t> eos_ids_;
   std::map<uint64_t, std::unique_ptr<Sequence>> running_;  // ordered: admission order
   uint64_t next_id_ = 1;

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "engine/kv/sparse_options.h"
+#include "engine/kv/working_set.h"
 #include "engine/sampling/sampler.h"
 #include "engine/sampling/sampling_params.h"
 #include "engine/sampling/stop_matcher.h"
@@ -20,6 +22,7 @@ struct GenerationRequest {
   std::vector<int32_t> prompt;  // token ids, non-empty
   SamplingParams sampling;
   StoppingCriteria stopping;
+  SparseRequestOptions sparse;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kStopSequence, kCancelled };
@@ -32,6 +35,8 @@ struct SequenceOutput {
   std::string text;                   // new text, safe to show (complete UTF-8, no stop string)
   std::vector<SampledToken> logprobs; // per new token, when asked
   FinishReason finish = FinishReason::kNone;
+  // Set on a sequence's last output (finished or cancelled): what the KV cache did for it.
+  std::optional<KvStats> kv_stats;
 };
 
 class Sequence {
@@ -57,6 +62,9 @@ class Sequence {
   void AdvanceKv(int64_t n, bool prefill);
 
   std::vector<int32_t>& blocks() { return blocks_; }
+  // The sparse cache's working set when this sequence runs sparse, else null (dense blocks).
+  const std::shared_ptr<WorkingSet>& sparse_kv() const { return sparse_kv_; }
+  void set_sparse_kv(std::shared_ptr<WorkingSet> ws) { sparse_kv_ = std::move(ws); }
   // The most tokens this sequence can ever hold: prompt + max_tokens, capped by the model.
   int64_t max_total_tokens() const;
 
@@ -74,6 +82,7 @@ class Sequence {
   int64_t max_context_;
   std::vector<int32_t> generated_;
   std::vector<int32_t> blocks_;
+  std::shared_ptr<WorkingSet> sparse_kv_;
   int64_t prefilled_ = 0;
   int64_t kv_len_ = 0;
   Sampler sampler_;

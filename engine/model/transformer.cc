@@ -16,6 +16,8 @@ void ForwardBatch::Clear() {
   blocks.clear();
   write_blocks.clear();
   write_offsets.clear();
+  sparse_prefill.clear();
+  sparse_decode.clear();
   logit_rows.clear();
 }
 
@@ -33,10 +35,11 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights, Backend& back
   inv_freq_ = RopeInverseFrequencies(config_);
 }
 
-// Floats of scratch per token: x, h, qkv, attn, gate_up, act.
+// Floats of scratch per token: x, h, qkv, attn, gate_up, act, and the cross_layer prediction's
+// h and qkv.
 static int64_t WorkspaceFloatsPerToken(const ModelConfig& c) {
   return 2 * c.hidden_size + (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() +
-         3 * c.intermediate_size;
+         3 * c.intermediate_size + c.hidden_size + (c.q_dim() + 2 * c.kv_dim());
 }
 
 absl::Status Transformer::Reserve(int64_t tokens, int64_t logit_rows) {
@@ -51,10 +54,12 @@ absl::Status Transformer::Reserve(int64_t tokens, int64_t logit_rows) {
   return absl::OkStatus();
 }
 
-absl::Status Transformer::ValidateBatch(const ForwardBatch& b, const KvPool& kv) const {
+absl::Status Transformer::ValidateBatch(const ForwardBatch& b, const KvPool& kv,
+                                        const SparseKvCache* sparse) const {
   const size_t T = b.tokens.size();
+  const size_t dense = b.write_blocks.size();
   if (T == 0) return absl::InvalidArgumentError("forward: empty batch");
-  if (b.positions.size() != T || b.write_blocks.size() != T || b.write_offsets.size() != T) {
+  if (b.positions.size() != T || dense > T || b.write_offsets.size() != dense) {
     return absl::InvalidArgumentError("forward: positions / write slots do not match the tokens");
   }
   for (size_t i = 0; i < T; ++i) {
@@ -62,6 +67,8 @@ absl::Status Transformer::ValidateBatch(const ForwardBatch& b, const KvPool& kv)
       return absl::InvalidArgumentError(absl::StrFormat(
           "token id %d is outside the vocabulary [0, %d)", b.tokens[i], config_.vocab_size));
     }
+  }
+  for (size_t i = 0; i < dense; ++i) {
     if (b.write_blocks[i] < 0 || b.write_blocks[i] >= kv.num_blocks() || b.write_offsets[i] < 0 ||
         b.write_offsets[i] >= kv.page_size()) {
       return absl::InvalidArgumentError(absl::StrFormat("forward: bad KV slot for row %d", i));
@@ -84,8 +91,26 @@ absl::Status Transformer::ValidateBatch(const ForwardBatch& b, const KvPool& kv)
     }
     next_row += a.q_len;
   }
+  if (next_row != static_cast<int64_t>(dense)) {
+    return absl::InvalidArgumentError("forward: attention sequences do not cover the dense rows");
+  }
+  if ((!b.sparse_prefill.empty() || !b.sparse_decode.empty()) && sparse == nullptr) {
+    return absl::InvalidArgumentError("forward: sparse rows without a sparse KV cache");
+  }
+  for (const auto* runs : {&b.sparse_decode, &b.sparse_prefill}) {
+    for (const SparseRows& r : *runs) {
+      const bool decode = runs == &b.sparse_decode;
+      if (r.ws == nullptr || r.q_begin != next_row || r.q_len <= 0 || (decode && r.q_len != 1) ||
+          r.prefill == decode || b.positions[r.q_begin] != r.start ||
+          r.q_begin + r.q_len > static_cast<int64_t>(T) ||
+          r.start + r.q_len > r.ws->host().capacity_tokens()) {
+        return absl::InvalidArgumentError("forward: inconsistent sparse row metadata");
+      }
+      next_row += r.q_len;
+    }
+  }
   if (next_row != static_cast<int64_t>(T)) {
-    return absl::InvalidArgumentError("forward: attention sequences do not cover every row");
+    return absl::InvalidArgumentError("forward: the batch's sequences do not cover every row");
   }
   for (int32_t r : b.logit_rows) {
     if (r < 0 || r >= static_cast<int64_t>(T)) {
@@ -95,12 +120,40 @@ absl::Status Transformer::ValidateBatch(const ForwardBatch& b, const KvPool& kv)
   return absl::OkStatus();
 }
 
-absl::Status Transformer::Forward(const ForwardBatch& batch, KvPool& kv,
+void Transformer::PredictSparseLayer(int64_t next, const ForwardBatch& batch, const Mat& x,
+                                     Mat h, Mat qkv, SparseKvCache& sparse) {
+  const ModelConfig& c = config_;
+  const int32_t hd = static_cast<int32_t>(c.head_dim);
+  const int32_t heads = static_cast<int32_t>(c.num_attention_heads);
+  const int64_t first = batch.sparse_decode.front().q_begin;
+  const int64_t n = static_cast<int64_t>(batch.sparse_decode.size());
+  const LayerWeights& w = weights_.layers[next];
+  h = h.Rows(0, n);
+  qkv = qkv.Rows(0, n);
+  backend_.RmsNorm(x.Rows(first, n), w.input_norm, static_cast<float>(c.rms_norm_eps), &h);
+  backend_.Gemm(h, w.qkv, w.qkv_bias, &qkv);
+  Mat q = qkv.Cols(0, c.q_dim());
+  if (c.qk_norm) {
+    for (int32_t i = 0; i < heads; ++i) {
+      Mat qh = q.Cols(static_cast<int64_t>(i) * hd, hd);
+      backend_.RmsNorm(qh, w.q_norm, static_cast<float>(c.rms_norm_eps), &qh);
+    }
+  }
+  backend_.Rope(&q, heads, hd, absl::MakeConstSpan(batch.positions).subspan(first, n), inv_freq_);
+  std::vector<float> host(static_cast<size_t>(n * c.q_dim()));
+  backend_.Synchronize();
+  for (int64_t r = 0; r < n; ++r) {
+    backend_.CopyToHost(host.data() + r * c.q_dim(), q.row(r), c.q_dim() * sizeof(float));
+  }
+  sparse.PredictLayer(static_cast<int32_t>(next), batch.sparse_decode, host);
+}
+
+absl::Status Transformer::Forward(const ForwardBatch& batch, KvPool& kv, SparseKvCache* sparse,
                                   std::vector<float>* logits) {
   const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(batch.tokens.size());
   const int64_t n_out = static_cast<int64_t>(batch.logit_rows.size());
-  RETURN_IF_ERROR(ValidateBatch(batch, kv));
+  RETURN_IF_ERROR(ValidateBatch(batch, kv, sparse));
   RETURN_IF_ERROR(Reserve(T, n_out));
 
   const int64_t H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), I = c.intermediate_size;
@@ -117,6 +170,7 @@ absl::Status Transformer::Forward(const ForwardBatch& batch, KvPool& kv,
   };
   Mat x = take(T, H), h = take(T, H), qkv = take(T, qd + 2 * kvd), attn = take(T, qd);
   Mat gate_up = take(T, 2 * I), act = take(T, I);
+  Mat predict_h = take(T, H), predict_qkv = take(T, qd + 2 * kvd);
   Mat q = qkv.Cols(0, qd), k = qkv.Cols(qd, kvd), v = qkv.Cols(qd + kvd, kvd);
 
   AttentionBatch ab;
@@ -125,11 +179,18 @@ absl::Status Transformer::Forward(const ForwardBatch& batch, KvPool& kv,
   ab.num_heads = heads;
   ab.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   KvWrite where{batch.write_blocks, batch.write_offsets};
+  const int64_t dense_rows = batch.dense_rows();
+  const bool predict_layers = sparse != nullptr && !batch.sparse_decode.empty() &&
+                              sparse->wants_layer_prediction();
 
   backend_.Embed(batch.tokens, weights_.embed, &x);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& w = weights_.layers[l];
     const KvLayerView layer = kv.Layer(static_cast<int32_t>(l));
+    if (predict_layers && l + 1 < c.num_hidden_layers) {
+      // Before this layer's work, so the prefetch overlaps it.
+      PredictSparseLayer(l + 1, batch, x, predict_h, predict_qkv, *sparse);
+    }
     backend_.RmsNorm(x, w.input_norm, eps, &h);
     backend_.Gemm(h, w.qkv, w.qkv_bias, &qkv);
     if (c.qk_norm) {  // Qwen3: RMSNorm over each head's vector, before RoPE
@@ -144,8 +205,14 @@ absl::Status Transformer::Forward(const ForwardBatch& batch, KvPool& kv,
     }
     backend_.Rope(&q, heads, hd, batch.positions, inv_freq_);
     backend_.Rope(&k, kv_heads, hd, batch.positions, inv_freq_);
-    backend_.WriteKv(k, v, where, layer);
-    backend_.PagedAttention(q, ab, layer, &attn);
+    if (dense_rows > 0) {
+      backend_.WriteKv(k.Rows(0, dense_rows), v.Rows(0, dense_rows), where, layer);
+      backend_.PagedAttention(q, ab, layer, &attn);
+    }
+    if (sparse != nullptr) {
+      sparse->Prefill(static_cast<int32_t>(l), batch.sparse_prefill, q, k, v, &attn);
+      sparse->Decode(static_cast<int32_t>(l), batch.sparse_decode, q, k, v, &attn);
+    }
     backend_.Gemm(attn, w.o, Weight{}, &h);
     backend_.Add(&x, h);
     backend_.RmsNorm(x, w.post_attn_norm, eps, &h);

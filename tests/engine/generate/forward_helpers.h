@@ -69,7 +69,7 @@ class SingleSequenceRunner {
       if (all_rows || i == n - 1) b.logit_rows.push_back(i);
     }
     std::vector<float> logits;
-    EXPECT_TRUE(model_->Forward(b, pool_, &logits).ok());
+    EXPECT_TRUE(model_->Forward(b, pool_, nullptr, &logits).ok());
     len_ += n;
     return logits;
   }

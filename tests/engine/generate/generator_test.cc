@@ -212,10 +212,10 @@ TEST(TransformerTest, InconsistentBatchMetadataIsInvalidArgument) {
   good.seqs = {AttentionSeq{0, 2, 2, 0}};
   good.logit_rows = {1};
   std::vector<float> logits;
-  ASSERT_TRUE(model->Forward(good, pool, &logits).ok());
+  ASSERT_TRUE(model->Forward(good, pool, nullptr, &logits).ok());
 
   auto expect_invalid = [&](ForwardBatch b, const char* what) {
-    EXPECT_EQ(model->Forward(b, pool, &logits).code(), absl::StatusCode::kInvalidArgument) << what;
+    EXPECT_EQ(model->Forward(b, pool, nullptr, &logits).code(), absl::StatusCode::kInvalidArgument) << what;
   };
   ForwardBatch b = good;
   b.seqs[0].kv_len = 1;  // fewer keys than queries

@@ -1,0 +1,65 @@
+#include "engine/kv/sparse_options.h"
+
+#include "absl/strings/str_format.h"
+
+namespace specula {
+
+const char* SpeculationModeName(SpeculationMode m) {
+  switch (m) {
+    case SpeculationMode::kNone: return "none";
+    case SpeculationMode::kCrossStep: return "cross_step";
+    case SpeculationMode::kCrossLayer: return "cross_layer";
+    case SpeculationMode::kBoth: return "both";
+  }
+  return "?";
+}
+
+absl::StatusOr<SpeculationMode> ParseSpeculationMode(std::string_view name) {
+  for (SpeculationMode m : {SpeculationMode::kNone, SpeculationMode::kCrossStep,
+                            SpeculationMode::kCrossLayer, SpeculationMode::kBoth}) {
+    if (name == SpeculationModeName(m)) return m;
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "unknown speculation mode '%s' (none|cross_step|cross_layer|both)", name));
+}
+
+const char* MissPolicyName(MissPolicy p) {
+  return p == MissPolicy::kFetch ? "fetch" : "skip";
+}
+
+absl::StatusOr<MissPolicy> ParseMissPolicy(std::string_view name) {
+  if (name == "fetch") return MissPolicy::kFetch;
+  if (name == "skip") return MissPolicy::kSkip;
+  return absl::InvalidArgumentError(
+      absl::StrFormat("unknown miss policy '%s' (fetch|skip)", name));
+}
+
+absl::Status ValidateSparseOptions(const SparseOptions& o) {
+  auto bad = [](const char* key, auto value, const char* want) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sparse.%s = %d: %s", key, value, want));
+  };
+  if (o.budget_tokens <= 0) return bad("budget_tokens", o.budget_tokens, "must be positive");
+  if (o.sink_tokens < 0) return bad("sink_tokens", o.sink_tokens, "must be >= 0");
+  if (o.recent_tokens < 0) return bad("recent_tokens", o.recent_tokens, "must be >= 0");
+  if (o.min_context_tokens < -1) {
+    return bad("min_context_tokens", o.min_context_tokens, "must be >= 0 (or -1: 2x budget)");
+  }
+  if (o.prefetch_threads < 1 || o.prefetch_threads > 64) {
+    return bad("prefetch_threads", o.prefetch_threads, "must be in [1, 64]");
+  }
+  if (o.prefetch_extra_tokens < -1) {
+    return bad("prefetch_extra_tokens", o.prefetch_extra_tokens,
+               "must be >= 0 (or -1: budget / 4)");
+  }
+  if (o.host_capacity_tokens <= 0) {
+    return bad("host_capacity_tokens", o.host_capacity_tokens, "must be positive");
+  }
+  if (o.selector != "quest" && o.selector != "exact") {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sparse.selector = '%s': unknown selector (quest|exact)", o.selector));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace specula

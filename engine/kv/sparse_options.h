@@ -1,0 +1,95 @@
+// Options and statistics of the sparse KV cache (DESIGN.md §4), shared by the engine, the server
+// config and the API. Plain data: no threads, no device.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace specula {
+
+// Which predictors feed the prefetch executor.
+//   cross_step:  the query of layer l at step t ranks layer l's pages; the pages just below the
+//                budget's cut are staged for step t+1 (consecutive steps' sets overlap).
+//   cross_layer: layer l's input through layer l+1's norm and W_q ranks layer l+1's pages
+//                while layer l computes.
+enum class SpeculationMode { kNone, kCrossStep, kCrossLayer, kBoth };
+// What a selected page that is not resident does at use:
+//   fetch: copied now (exact; the wait is counted as stall time);
+//   skip:  left out of this step's attention and staged in the background for the next step.
+enum class MissPolicy { kFetch, kSkip };
+
+const char* SpeculationModeName(SpeculationMode m);  // none|cross_step|cross_layer|both
+absl::StatusOr<SpeculationMode> ParseSpeculationMode(std::string_view name);
+const char* MissPolicyName(MissPolicy p);  // fetch|skip
+absl::StatusOr<MissPolicy> ParseMissPolicy(std::string_view name);
+
+struct SparseOptions {
+  bool enabled = false;
+  // Selected pages per (layer, KV head), in tokens (rounded up to whole pages); sinks and the
+  // recent window come on top of it.
+  int64_t budget_tokens = 2048;
+  int32_t sink_tokens = 16;     // first tokens, always attended (rounded up to pages)
+  int32_t recent_tokens = 256;  // last tokens, always attended (rounded up to pages)
+  std::string selector = "quest";  // quest | exact
+  SpeculationMode speculation = SpeculationMode::kCrossStep;
+  MissPolicy miss_policy = MissPolicy::kFetch;
+  // Requests whose prompt + max_tokens is below this run dense; -1 = 2 * budget_tokens.
+  int64_t min_context_tokens = -1;
+  int32_t prefetch_threads = 1;
+  // Extra device slots per (layer, KV head) that cross_step fills with the pages ranked just
+  // below the budget, in tokens (rounded up to pages); -1 = budget_tokens / 4.
+  int64_t prefetch_extra_tokens = -1;
+  // Host store capacity: token positions per (layer, KV head) over all sparse requests.
+  int64_t host_capacity_tokens = 262144;
+
+  int64_t effective_min_context_tokens() const {
+    return min_context_tokens >= 0 ? min_context_tokens : 2 * budget_tokens;
+  }
+  int64_t effective_prefetch_extra_tokens() const {
+    return prefetch_extra_tokens >= 0 ? prefetch_extra_tokens : budget_tokens / 4;
+  }
+};
+
+// INVALID_ARGUMENT naming the `sparse.<key>` at fault.
+absl::Status ValidateSparseOptions(const SparseOptions& options);
+
+// Per-request override (GenerateRequest.sparse).
+enum class SparseMode { kDefault, kDense, kSparse };
+struct SparseRequestOptions {
+  SparseMode mode = SparseMode::kDefault;
+  int64_t budget_tokens = 0;  // 0 = the server's sparse.budget_tokens
+};
+
+// What the sparse cache did for one request (the final response's kv_stats). Counted over
+// selected pages only (sinks and the recent window are always resident and never counted).
+struct KvStats {
+  bool sparse = false;          // false: the request ran dense and the counters are 0
+  int64_t budget_tokens = 0;    // the budget it ran with
+  int64_t pages_hit = 0;        // selected pages resident at use without a synchronous fetch
+  int64_t pages_missed = 0;     // selected pages fetched synchronously or skipped
+  int64_t bytes_prefetched = 0; // bytes the prefetch executor copied for this request
+  int64_t bytes_fetched = 0;    // bytes copied synchronously on misses
+  double stall_seconds = 0;     // decode time spent waiting for pages
+  double hit_rate() const {
+    const int64_t n = pages_hit + pages_missed;
+    return n == 0 ? 1.0 : static_cast<double>(pages_hit) / static_cast<double>(n);
+  }
+};
+
+// What the sparse cache did during one engine step, over all requests (for metrics).
+struct SparseStepStats {
+  int64_t pages_hit = 0;
+  int64_t pages_missed = 0;
+  int64_t bytes_prefetched = 0;
+  int64_t bytes_fetched = 0;
+  double stall_seconds = 0;
+  // Issue -> ready time of each prefetch copy that completed since the previous step.
+  std::vector<double> prefetch_latencies_seconds;
+};
+
+}  // namespace specula

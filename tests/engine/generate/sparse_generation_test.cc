@@ -1,0 +1,258 @@
+// The Generator on the sparse KV cache: invariant 1 (a budget covering the context equals dense,
+// for every architecture and speculation mode), small budgets, and that every host page and
+// device slot comes back (invariant 3 at the engine level).
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "engine/generate/generator.h"
+#include "gtest/gtest.h"
+#include "tests/engine/generate/forward_helpers.h"
+#include "tests/engine/generate/greedy_request.h"
+
+namespace specula {
+namespace {
+
+using ::specula::testing::AllTestModels;
+using ::specula::testing::Greedy;
+using ::specula::testing::TestModelDir;
+
+// Prompts around page boundaries (page 16): shorter than a page, exactly pages, and long enough
+// that pages leave the recent window during prefill and during decode.
+std::vector<GenerationRequest> Requests() {
+  std::vector<GenerationRequest> reqs;
+  for (int len : {5, 64, 131}) {
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < len; ++j) prompt.push_back(1 + (len * 17 + j * 29) % 300);
+    GenerationRequest r = Greedy(prompt, 40);
+    r.sampling.logprobs = 4;
+    reqs.push_back(r);
+  }
+  return reqs;
+}
+
+GeneratorOptions Options(bool sparse, SpeculationMode mode, MissPolicy miss, int64_t budget) {
+  GeneratorOptions o;
+  o.prefill_chunk_tokens = 48;  // prompts span several steps, mixed with decode
+  o.kv_cache_tokens = 8192;
+  o.sparse.enabled = sparse;
+  o.sparse.budget_tokens = budget;
+  o.sparse.sink_tokens = 16;
+  o.sparse.recent_tokens = 32;
+  o.sparse.min_context_tokens = 0;
+  o.sparse.speculation = mode;
+  o.sparse.miss_policy = miss;
+  o.sparse.prefetch_extra_tokens = 32;
+  o.sparse.host_capacity_tokens = 4096;
+  return o;
+}
+
+// `tolerance` on logprobs: the sparse path reads the same keys in the same order as the dense
+// one, so only GEMMs seeing rows in another batch order can move the last bits.
+void ExpectSameOutput(const GenerationResult& dense, const GenerationResult& sparse,
+                      const std::string& what, double tolerance = 1e-6) {
+  ASSERT_EQ(dense.tokens, sparse.tokens) << what;
+  ASSERT_EQ(dense.logprobs.size(), sparse.logprobs.size()) << what;
+  for (size_t t = 0; t < dense.logprobs.size(); ++t) {
+    EXPECT_NEAR(dense.logprobs[t].logprob, sparse.logprobs[t].logprob, tolerance) << what << " t=" << t;
+    ASSERT_EQ(dense.logprobs[t].top.size(), sparse.logprobs[t].top.size());
+    for (size_t i = 0; i < dense.logprobs[t].top.size(); ++i) {
+      EXPECT_EQ(dense.logprobs[t].top[i].token, sparse.logprobs[t].top[i].token);
+      EXPECT_NEAR(dense.logprobs[t].top[i].logprob, sparse.logprobs[t].top[i].logprob,
+                  tolerance)
+          << what << " t=" << t << " alt " << i;
+    }
+  }
+}
+
+class FullBudgetTest
+    : public ::testing::TestWithParam<std::tuple<std::string, SpeculationMode, MissPolicy>> {};
+
+TEST_P(FullBudgetTest, EqualsDense) {
+  const auto& [model, mode, miss] = GetParam();
+  // 256 tokens cover the longest context (131 + 40): every page is selected. The requests run
+  // batched exactly as the dense ones do, so even the GEMMs see the same rows.
+  auto dense_gen =
+      Generator::Create(TestModelDir(model), Options(false, mode, miss, 256)).value();
+  auto sparse_gen =
+      Generator::Create(TestModelDir(model), Options(true, mode, miss, 256)).value();
+  auto dense = dense_gen->GenerateAll(Requests()).value();
+  auto sparse = sparse_gen->GenerateAll(Requests()).value();
+  for (size_t i = 0; i < dense.size(); ++i) {
+    ExpectSameOutput(dense[i], sparse[i], model + " request " + std::to_string(i));
+  }
+  EXPECT_EQ(sparse_gen->host_pages_used(), 0);
+  EXPECT_EQ(sparse_gen->device_slots_used(), 0);
+  EXPECT_EQ(sparse_gen->kv_pool().used_blocks(), 0);
+}
+
+std::string FullBudgetName(
+    const ::testing::TestParamInfo<std::tuple<std::string, SpeculationMode, MissPolicy>>& info) {
+  std::string name = std::get<0>(info.param) + "_" +
+                     SpeculationModeName(std::get<1>(info.param)) + "_" +
+                     MissPolicyName(std::get<2>(info.param));
+  for (char& c : name) {
+    if (c == '-') c = '_';
+  }
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllArchitectures, FullBudgetTest,
+    ::testing::Combine(::testing::ValuesIn(AllTestModels()),
+                       ::testing::Values(SpeculationMode::kNone, SpeculationMode::kCrossStep,
+                                         SpeculationMode::kCrossLayer, SpeculationMode::kBoth),
+                       ::testing::Values(MissPolicy::kFetch, MissPolicy::kSkip)),
+    FullBudgetName);
+
+TEST(SparseGenerationTest, DenseAndSparseRequestsShareABatch) {
+  // One request forced dense inside a sparse server: the batch mixes both kinds of rows.
+  auto gen = Generator::Create(TestModelDir("qwen3-f32"),
+                               Options(true, SpeculationMode::kBoth, MissPolicy::kFetch, 256))
+                 .value();
+  auto reqs = Requests();
+  reqs[1].sparse.mode = SparseMode::kDense;
+  auto mixed = gen->GenerateAll(reqs).value();
+  auto dense_gen = Generator::Create(TestModelDir("qwen3-f32"),
+                                     Options(false, SpeculationMode::kNone, MissPolicy::kFetch, 1))
+                       .value();
+  auto dense = dense_gen->GenerateAll(Requests()).value();
+  for (size_t i = 0; i < dense.size(); ++i) {
+    // Mixed batches put the dense request's rows first: a different GEMM row order.
+    ExpectSameOutput(dense[i], mixed[i], "request " + std::to_string(i), 1e-4);
+  }
+}
+
+// Runs requests to the end by hand to see each sequence's final kv_stats.
+std::vector<KvStats> RunCollectingStats(Generator& gen, const std::vector<GenerationRequest>& r) {
+  std::vector<uint64_t> ids;
+  for (const auto& req : r) ids.push_back(gen.Add(req).value());
+  std::vector<KvStats> stats(r.size());
+  std::vector<SequenceOutput> outs;
+  while (gen.HasWork()) {
+    outs.clear();
+    EXPECT_TRUE(gen.Step(&outs).ok());
+    for (const SequenceOutput& o : outs) {
+      if (o.finish == FinishReason::kNone) {
+        EXPECT_FALSE(o.kv_stats.has_value());
+        continue;
+      }
+      EXPECT_TRUE(o.kv_stats.has_value());
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (ids[i] == o.id) stats[i] = *o.kv_stats;
+      }
+    }
+  }
+  return stats;
+}
+
+TEST(SparseGenerationTest, SmallBudgetCountsHitsAndMissesAndFreesEverything) {
+  for (MissPolicy miss : {MissPolicy::kFetch, MissPolicy::kSkip}) {
+    auto gen = Generator::Create(TestModelDir("llama3-f32"),
+                                 Options(true, SpeculationMode::kCrossStep, miss, 32))
+                   .value();
+    auto reqs = Requests();
+    const std::vector<KvStats> stats = RunCollectingStats(*gen, reqs);
+    // The 131-token prompt has candidates beyond the 2-page budget: pages are selected, and
+    // every selection is a hit or a miss.
+    const KvStats& s = stats[2];
+    EXPECT_TRUE(s.sparse);
+    EXPECT_EQ(s.budget_tokens, 32);
+    EXPECT_GT(s.pages_hit + s.pages_missed, 0);
+    EXPECT_GE(s.hit_rate(), 0.0);
+    EXPECT_LE(s.hit_rate(), 1.0);
+    EXPECT_GE(s.stall_seconds, 0.0);
+    EXPECT_EQ(gen->host_pages_used(), 0);
+    EXPECT_EQ(gen->device_slots_used(), 0);
+    EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
+  }
+}
+
+TEST(SparseGenerationTest, DenseRequestsReportNotSparse) {
+  auto gen = Generator::Create(TestModelDir("llama3-f32"),
+                               Options(true, SpeculationMode::kCrossStep, MissPolicy::kFetch, 32))
+                 .value();
+  auto reqs = Requests();
+  for (auto& r : reqs) r.sparse.mode = SparseMode::kDense;
+  for (const KvStats& s : RunCollectingStats(*gen, reqs)) {
+    EXPECT_FALSE(s.sparse);
+    EXPECT_EQ(s.pages_hit + s.pages_missed, 0);
+  }
+}
+
+TEST(SparseGenerationTest, CancelReturnsHostPagesAndSlots) {
+  auto gen = Generator::Create(TestModelDir("llama3-f32"),
+                               Options(true, SpeculationMode::kBoth, MissPolicy::kFetch, 32))
+                 .value();
+  std::vector<uint64_t> ids;
+  for (const auto& r : Requests()) ids.push_back(gen->Add(r).value());
+  EXPECT_GT(gen->host_pages_used(), 0);
+  EXPECT_GT(gen->device_slots_used(), 0);
+  std::vector<SequenceOutput> outs;
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(gen->Step(&outs).ok());  // mid-prefill and decode
+  for (uint64_t id : ids) {
+    SequenceOutput out;
+    ASSERT_TRUE(gen->Cancel(id, &out).ok());
+    ASSERT_TRUE(out.kv_stats.has_value());
+    EXPECT_TRUE(out.kv_stats->sparse);
+  }
+  EXPECT_EQ(gen->host_pages_used(), 0);
+  EXPECT_EQ(gen->device_slots_used(), 0);
+  EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
+}
+
+TEST(SparseGenerationTest, MinContextChoosesDenseOrSparse) {
+  GeneratorOptions o = Options(true, SpeculationMode::kCrossStep, MissPolicy::kFetch, 32);
+  o.sparse.min_context_tokens = 100;
+  auto gen = Generator::Create(TestModelDir("llama3-f32"), o).value();
+  auto reqs = Requests();  // 5 + 40, 64 + 40, 131 + 40 tokens
+  EXPECT_FALSE(gen->UsesSparse(reqs[0]));
+  EXPECT_TRUE(gen->UsesSparse(reqs[1]));
+  EXPECT_TRUE(gen->UsesSparse(reqs[2]));
+  reqs[2].sparse.mode = SparseMode::kDense;
+  EXPECT_FALSE(gen->UsesSparse(reqs[2]));
+  reqs[0].sparse.mode = SparseMode::kSparse;
+  EXPECT_TRUE(gen->UsesSparse(reqs[0]));
+}
+
+TEST(SparseGenerationTest, BadSparseRequestsAreRejected) {
+  auto dense_only = Generator::Create(TestModelDir("llama3-f32"), GeneratorOptions{}).value();
+  GenerationRequest r = Greedy({1, 2, 3}, 4);
+  r.sparse.mode = SparseMode::kSparse;
+  EXPECT_EQ(dense_only->Validate(r).code(), absl::StatusCode::kFailedPrecondition);
+  r.sparse.mode = SparseMode::kDefault;
+  r.sparse.budget_tokens = 64;
+  EXPECT_EQ(dense_only->Validate(r).code(), absl::StatusCode::kFailedPrecondition);
+
+  auto gen = Generator::Create(TestModelDir("llama3-f32"),
+                               Options(true, SpeculationMode::kCrossStep, MissPolicy::kFetch, 32))
+                 .value();
+  r.sparse.budget_tokens = -1;
+  EXPECT_EQ(gen->Validate(r).code(), absl::StatusCode::kInvalidArgument);
+  r.sparse.mode = SparseMode::kDense;
+  r.sparse.budget_tokens = 64;
+  EXPECT_EQ(gen->Validate(r).code(), absl::StatusCode::kInvalidArgument);
+  // More than the host store holds can never run.
+  GeneratorOptions small = Options(true, SpeculationMode::kCrossStep, MissPolicy::kFetch, 32);
+  small.sparse.host_capacity_tokens = 1024;
+  auto small_gen = Generator::Create(TestModelDir("llama3-f32"), small).value();
+  GenerationRequest big = Greedy(std::vector<int32_t>(1000, 7), 200);
+  big.sparse.mode = SparseMode::kSparse;
+  const absl::Status s = small_gen->Validate(big);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("host_capacity_tokens"), std::string::npos) << s;
+}
+
+TEST(SparseGenerationTest, FullHostStoreIsResourceExhaustedAtAdmission) {
+  GeneratorOptions o = Options(true, SpeculationMode::kNone, MissPolicy::kFetch, 32);
+  o.sparse.host_capacity_tokens = 256;
+  auto gen = Generator::Create(TestModelDir("llama3-f32"), o).value();
+  GenerationRequest r = Greedy(std::vector<int32_t>(150, 9), 50);  // 200 of 256 tokens
+  ASSERT_TRUE(gen->Add(r).ok());
+  EXPECT_FALSE(gen->HasRoomFor(r));
+  EXPECT_EQ(gen->Add(r).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace specula
