@@ -266,8 +266,12 @@ void SparseKvCache::RetireWindowPages(int32_t layer, WorkingSet& ws, int32_t new
       int32_t j;
       {
         std::lock_guard<std::mutex> lock(ws.mu);
-        // Keep pages predicted for this step; a page that finds no slot is fetched if needed.
-        j = ws.ClaimLocked(lh(layer, h), p, ws.decode_step);
+        // A cross_layer prediction may have staged it from the host already (it was written
+        // back when it filled).
+        if (ws.FindLocked(lh(layer, h), p) >= 0) continue;
+        // Never evict a page the previous step used or one predicted for this step; a page
+        // that finds no slot is fetched if it is ever selected.
+        j = ws.ClaimLocked(lh(layer, h), p, ws.decode_step - 1);
       }
       if (j < 0) continue;
       copier_->Copy(SlotPage(layer, ws, ws.cache_slot(j), h), SlotPage(layer, ws, ws.ring_slot(p), h),
@@ -295,7 +299,8 @@ void SparseKvCache::TopCandidates(int32_t layer, int32_t head, const WorkingSet&
 
 void SparseKvCache::Resolve(int32_t layer, int32_t head, WorkingSet& ws, int32_t pos,
                             const float* queries, std::vector<int32_t>* attend_pages,
-                            std::vector<int32_t>* attend_tokens, std::vector<int32_t>* predicted,
+                            std::vector<int32_t>* attend_tokens,
+                            std::vector<int32_t>* attend_logical, std::vector<int32_t>* predicted,
                             std::vector<int32_t>* skipped) {
   const WorkingSetGeometry& g = ws.geometry();
   const int32_t ps = page_size_;
@@ -379,12 +384,20 @@ void SparseKvCache::Resolve(int32_t layer, int32_t head, WorkingSet& ws, int32_t
   auto add = [&](int32_t slot, int32_t page) {
     attend_pages->push_back(PoolPageId(ws, slot, head));
     attend_tokens->push_back(page == current ? pos % ps + 1 : ps);
+    attend_logical->push_back(page);
   };
   for (int32_t p = 0; p < std::min(g.sink_pages, current + 1); ++p) add(ws.sink_slot(p), p);
   for (size_t i = 0; i < selected.size(); ++i) {
     if (resident[i] >= 0) add(ws.cache_slot(resident[i]), selected[i]);
   }
   for (int32_t p = candidate_end; p <= current; ++p) add(ws.ring_slot(p), p);
+}
+
+void SparseKvCache::BeginDecodeStep(absl::Span<const SparseRows> rows) {
+  for (const SparseRows& r : rows) {
+    ++r.ws->decode_step;
+    r.ws->published_step.store(r.ws->decode_step);
+  }
 }
 
 void SparseKvCache::Decode(int32_t layer, absl::Span<const SparseRows> rows, const Mat& q,
@@ -403,10 +416,6 @@ void SparseKvCache::Decode(int32_t layer, absl::Span<const SparseRows> rows, con
     WorkingSet& ws = *r.ws;
     const WorkingSetGeometry& g = ws.geometry();
     CHECK_GE(ws.window_begin, 0) << "decode before the prompt was prefilled";
-    if (layer == 0) {
-      ++ws.decode_step;
-      ws.published_step.store(ws.decode_step);
-    }
     const int32_t current = r.start / ps;
     RetireWindowPages(layer, ws, std::max(g.sink_pages, current - g.window_pages));
     if (layer == shape_.layers - 1) ws.window_begin = std::max(g.sink_pages, current - g.window_pages);
@@ -437,7 +446,7 @@ void SparseKvCache::Decode(int32_t layer, absl::Span<const SparseRows> rows, con
   for (size_t i = 0; i < rows.size(); ++i) {
     backend_.CopyToHost(q_host.data() + i * q.cols, q.row(first_row + i), q.cols * sizeof(float));
   }
-  std::vector<int32_t> page_begin{0}, pages, tokens, predicted, skipped;
+  std::vector<int32_t> page_begin{0}, pages, tokens, logical, predicted, skipped;
   for (size_t i = 0; i < rows.size(); ++i) {
     const SparseRows& r = rows[i];
     WorkingSet& ws = *r.ws;
@@ -447,7 +456,7 @@ void SparseKvCache::Decode(int32_t layer, absl::Span<const SparseRows> rows, con
       predicted.clear();
       skipped.clear();
       const float* queries = q_host.data() + i * q.cols + static_cast<size_t>(h) * group * hd;
-      Resolve(layer, h, ws, r.start, queries, &pages, &tokens, &predicted, &skipped);
+      Resolve(layer, h, ws, r.start, queries, &pages, &tokens, &logical, &predicted, &skipped);
       page_begin.push_back(static_cast<int32_t>(pages.size()));
       if (!predicted.empty() || !skipped.empty()) {
         task.pages.resize(shape_.kv_heads);
@@ -471,6 +480,16 @@ void SparseKvCache::Decode(int32_t layer, absl::Span<const SparseRows> rows, con
     }
   }
 
+  if (observer_) {
+    AttendedPages seen;
+    seen.layer = layer;
+    for (const SparseRows& r : rows) seen.rows.push_back(r.ws);
+    seen.page_begin = page_begin;
+    seen.logical = logical;
+    seen.pool_pages = pages;
+    seen.tokens = tokens;
+    observer_(seen);
+  }
   SparseAttentionBatch sb;
   sb.page_begin = page_begin;
   sb.pages = pages;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -47,6 +48,16 @@ struct RecallProbe {
   int64_t samples = 0;
 };
 
+// What one decode attention reads, for tests that check slot contents (invariant 2).
+struct AttendedPages {
+  int32_t layer = 0;
+  std::vector<const WorkingSet*> rows;
+  std::vector<int32_t> page_begin;  // rows * kv_heads + 1 offsets into the lists below
+  std::vector<int32_t> logical;     // page index within the sequence
+  std::vector<int32_t> pool_pages;  // the device page read (KvPool layer page id)
+  std::vector<int32_t> tokens;      // valid tokens read from it
+};
+
 class SparseKvCache {
  public:
   // `device` (the KV pool the working sets' slots come from) and `backend` must outlive it.
@@ -73,6 +84,9 @@ class SparseKvCache {
   void Release(WorkingSet& ws);
   KvStats Stats(const WorkingSet& ws) const;
 
+  // Starts a decode step for these decode rows (before any layer): predictions and residency are
+  // stamped with the step number.
+  void BeginDecodeStep(absl::Span<const SparseRows> rows);
   // Forward-pass hooks for one layer. q, k, v, out are the whole batch's matrices (RoPE done);
   // `rows` name the sparse sequences' rows in them.
   void Prefill(int32_t layer, absl::Span<const SparseRows> rows, const Mat& q, const Mat& k,
@@ -98,6 +112,10 @@ class SparseKvCache {
   // the share of its mass on the attended tokens to the probe. Slow.
   void set_recall_probe(RecallProbe* probe) { recall_ = probe; }
   void WaitForPrefetches() { executor_->WaitIdle(); }
+  // Test hook, called on the engine thread right before each decode attention.
+  void set_attention_observer(std::function<void(const AttendedPages&)> observer) {
+    observer_ = std::move(observer);
+  }
 
  private:
   SparseKvCache(const SparseOptions& options, const SparseModelShape& shape, int32_t page_size,
@@ -117,7 +135,8 @@ class SparseKvCache {
   // prediction for the next step.
   void Resolve(int32_t layer, int32_t head, WorkingSet& ws, int32_t pos, const float* queries,
                std::vector<int32_t>* attend_pages, std::vector<int32_t>* attend_tokens,
-               std::vector<int32_t>* predicted, std::vector<int32_t>* skipped);
+               std::vector<int32_t>* attend_logical, std::vector<int32_t>* predicted,
+               std::vector<int32_t>* skipped);
   // Scores candidates [S, candidate_end) of (layer, head) and returns the top `k` (ascending).
   void TopCandidates(int32_t layer, int32_t head, const WorkingSet& ws, int32_t candidate_end,
                      const float* queries, int32_t k, std::vector<float>* scores,
@@ -145,6 +164,7 @@ class SparseKvCache {
   std::vector<double> latencies_;       // guarded by latency_mu_
   int64_t step_bytes_prefetched_ = 0;  // guarded by latency_mu_
   RecallProbe* recall_ = nullptr;
+  std::function<void(const AttendedPages&)> observer_;
   std::unique_ptr<PrefetchExecutor> executor_;  // last: its threads stop first
 };
 

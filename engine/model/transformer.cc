@@ -183,6 +183,7 @@ absl::Status Transformer::Forward(const ForwardBatch& batch, KvPool& kv, SparseK
   const bool predict_layers = sparse != nullptr && !batch.sparse_decode.empty() &&
                               sparse->wants_layer_prediction();
 
+  if (sparse != nullptr) sparse->BeginDecodeStep(batch.sparse_decode);
   backend_.Embed(batch.tokens, weights_.embed, &x);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& w = weights_.layers[l];
