@@ -62,6 +62,8 @@ class Generator {
   int64_t host_pages_used() const;
   int64_t host_pages_capacity() const;
   int64_t device_slots_used() const;
+  // The sparse cache (null unless sparse.enabled), for benchmarks' probes.
+  SparseKvCache* sparse_cache() { return sparse_.get(); }
   // Whether `request` would run on the sparse cache (its sparse.mode, else prompt + max_tokens
   // against sparse.min_context_tokens).
   bool UsesSparse(const GenerationRequest& request) const;

@@ -3,6 +3,8 @@
 //   specula-bench serve --server HOST:PORT [--num-prompts 200] [--input-len 128]
 //       [--output-len 128] [--concurrency C | --request-rate R [--max-concurrency C]]
 //       [--warmup N] [--json FILE] [--compare-engine [--model DIR]] [--server-pid PID]
+//   specula-bench sparse [--retrieval-dir tests/fixtures/retrieval_model] [--contexts 256,512]
+//       [--budgets 1,0.5,0.25,0.125] [--tbt-contexts 8192,32768] [--tbt-decode-tokens 32]
 // Flags may be spelled with dashes or underscores.
 #include <algorithm>
 #include <cmath>
@@ -17,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "tools/bench/cpu_bench.h"
 #include "tools/bench/serve_bench.h"
+#include "tools/bench/sparse_bench.h"
 #include "tools/common/dashed_flags.h"
 
 // cpu
@@ -55,10 +58,58 @@ ABSL_FLAG(int32_t, server_pid, 0,
           "serve: pid of a server on this machine; reports its CPU time per thread name "
           "(engine vs gRPC threads) during the run");
 
+// sparse
+ABSL_FLAG(std::string, retrieval_dir, "tests/fixtures/retrieval_model",
+          "sparse: the retrieval model with its eval_<ctx>.json sets; '' skips the quality part");
+ABSL_FLAG(std::vector<std::string>, contexts, {},
+          "sparse: eval context lengths to run (default: every eval file)");
+ABSL_FLAG(std::vector<std::string>, budgets,
+          std::vector<std::string>({"1", "0.5", "0.25", "0.125"}),
+          "sparse: budgets as fractions of the context (1 = full)");
+ABSL_FLAG(std::vector<std::string>, tbt_contexts, std::vector<std::string>({"8192", "32768"}),
+          "sparse: contexts of the batch-1 TBT / memory measurement (none: skip it)");
+ABSL_FLAG(int32_t, tbt_decode_tokens, 32, "sparse: decode steps timed per TBT measurement");
+
 namespace {
 
 constexpr char kUsage[] =
-    "specula-bench cpu|serve [flags]; see --help. Results go to docs/BENCHMARKS.md.";
+    "specula-bench cpu|serve|sparse [flags]; see --help. Results go to docs/BENCHMARKS.md.";
+
+template <typename T>
+bool ParseList(const char* flag, const std::vector<std::string>& in, std::vector<T>* out) {
+  for (const std::string& s : in) {
+    if (s == "none") continue;
+    double v = 0;
+    if (!absl::SimpleAtod(s, &v) || !(v > 0)) {
+      std::cerr << "specula-bench: --" << flag << ": bad value '" << s << "'\n";
+      return false;
+    }
+    out->push_back(static_cast<T>(v));
+  }
+  return true;
+}
+
+int RunSparse() {
+  specula::SparseBenchOptions o;
+  o.retrieval_dir = absl::GetFlag(FLAGS_retrieval_dir);
+  o.budgets.clear();
+  o.tbt_contexts.clear();
+  if (!ParseList("contexts", absl::GetFlag(FLAGS_contexts), &o.contexts) ||
+      !ParseList("budgets", absl::GetFlag(FLAGS_budgets), &o.budgets) ||
+      !ParseList("tbt-contexts", absl::GetFlag(FLAGS_tbt_contexts), &o.tbt_contexts)) {
+    return 2;
+  }
+  for (double b : o.budgets) {
+    if (b > 1) {
+      std::cerr << "specula-bench: --budgets are fractions of the context, at most 1\n";
+      return 2;
+    }
+  }
+  o.tbt_decode_tokens = absl::GetFlag(FLAGS_tbt_decode_tokens);
+  o.threads = absl::GetFlag(FLAGS_threads);
+  o.work_dir = absl::GetFlag(FLAGS_work_dir);
+  return specula::RunSparseBench(o);
+}
 
 int RunCpu() {
   specula::CpuBenchOptions o;
@@ -128,6 +179,7 @@ int main(int argc, char** argv) {
   const std::string command = args.size() == 2 ? args[1] : "";
   if (command == "cpu") return RunCpu();
   if (command == "serve") return RunServe();
+  if (command == "sparse") return RunSparse();
   std::cerr << kUsage << "\n";
   return 2;
 }

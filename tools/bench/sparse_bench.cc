@@ -1,0 +1,365 @@
+#include "tools/bench/sparse_bench.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <random>
+#include <regex>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/common/status_macros.h"
+#include "engine/generate/generator.h"
+#include "nlohmann/json.hpp"
+#include "tools/make_tiny_model/tiny_model_writer.h"
+
+namespace specula {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr int32_t kPageSize = 16;
+constexpr int32_t kSinkTokens = 16;
+constexpr int32_t kRecentTokens = 16;
+
+struct Example {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> answer;
+};
+
+absl::StatusOr<std::vector<Example>> LoadEval(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path.string()));
+  nlohmann::json j;
+  try {
+    in >> j;
+    std::vector<Example> out;
+    for (const auto& e : j.at("examples")) {
+      out.push_back({e.at("prompt_ids").get<std::vector<int32_t>>(),
+                     e.at("answer_ids").get<std::vector<int32_t>>()});
+    }
+    return out;
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": ", e.what()));
+  }
+}
+
+int64_t RssBytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+GeneratorOptions BaseOptions(int threads, int64_t kv_tokens, int32_t max_running) {
+  GeneratorOptions o;
+  o.page_size = kPageSize;
+  o.kv_cache_tokens = kv_tokens;
+  o.prefill_chunk_tokens = 2048;
+  o.max_running = max_running;
+  o.threads = threads;
+  return o;
+}
+
+SparseOptions Sparse(int64_t budget, SpeculationMode mode, int64_t host_tokens) {
+  SparseOptions s;
+  s.enabled = true;
+  s.budget_tokens = budget;
+  s.sink_tokens = kSinkTokens;
+  s.recent_tokens = kRecentTokens;
+  s.speculation = mode;
+  s.miss_policy = MissPolicy::kFetch;
+  s.min_context_tokens = 0;
+  s.host_capacity_tokens = host_tokens;
+  return s;
+}
+
+struct QualityRow {
+  double accuracy = 0;        // exact match of the whole answer
+  double token_accuracy = 0;  // answer tokens right, position by position
+  double recall = -1;         // attention mass attended; -1 for dense
+  KvStats kv;                 // summed over examples
+  int64_t decode_tokens = 0;
+  double seconds = 0;
+};
+
+// Runs every example batched, greedy, max_tokens = answer length.
+absl::StatusOr<QualityRow> RunExamples(const std::string& model, const GeneratorOptions& options,
+                                       const std::vector<Example>& examples) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Generator> gen, Generator::Create(model, options));
+  RecallProbe probe;
+  if (gen->sparse_cache() != nullptr) gen->sparse_cache()->set_recall_probe(&probe);
+  std::map<uint64_t, size_t> index;
+  std::vector<std::vector<int32_t>> got(examples.size());
+  for (size_t i = 0; i < examples.size(); ++i) {
+    GenerationRequest r;
+    r.prompt = examples[i].prompt;
+    r.sampling.temperature = 0;
+    r.stopping.max_tokens = static_cast<int32_t>(examples[i].answer.size());
+    r.stopping.ignore_eos = true;
+    ASSIGN_OR_RETURN(uint64_t id, gen->Add(std::move(r)));
+    index[id] = i;
+  }
+  QualityRow row;
+  const auto t0 = Clock::now();
+  std::vector<SequenceOutput> outs;
+  while (gen->HasWork()) {
+    outs.clear();
+    RETURN_IF_ERROR(gen->Step(&outs));
+    for (const SequenceOutput& o : outs) {
+      auto& g = got[index.at(o.id)];
+      g.insert(g.end(), o.tokens.begin(), o.tokens.end());
+      if (o.kv_stats) {
+        row.kv.pages_hit += o.kv_stats->pages_hit;
+        row.kv.pages_missed += o.kv_stats->pages_missed;
+        row.kv.bytes_fetched += o.kv_stats->bytes_fetched;
+        row.kv.bytes_prefetched += o.kv_stats->bytes_prefetched;
+        row.kv.stall_seconds += o.kv_stats->stall_seconds;
+      }
+    }
+  }
+  row.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  int64_t right = 0, tokens = 0, exact = 0;
+  for (size_t i = 0; i < examples.size(); ++i) {
+    const auto& want = examples[i].answer;
+    bool all = got[i].size() == want.size();
+    for (size_t t = 0; t < want.size(); ++t) {
+      const bool ok = t < got[i].size() && got[i][t] == want[t];
+      right += ok;
+      all = all && ok;
+    }
+    tokens += static_cast<int64_t>(want.size());
+    exact += all;
+    row.decode_tokens += static_cast<int64_t>(want.size()) - 1;  // the first comes from prefill
+  }
+  row.accuracy = 100.0 * exact / examples.size();
+  row.token_accuracy = 100.0 * right / tokens;
+  if (probe.samples > 0) row.recall = probe.mass_sum / probe.samples;
+  return row;
+}
+
+std::string BudgetName(double fraction) {
+  return fraction >= 1.0 ? "full" : absl::StrFormat("%.1f%%", 100 * fraction);
+}
+
+int64_t BudgetTokens(double fraction, int64_t context) {
+  if (fraction >= 1.0) return context + 64;
+  return std::max<int64_t>(kPageSize, static_cast<int64_t>(std::lround(fraction * context)));
+}
+
+int RunQuality(const SparseBenchOptions& o) {
+  std::map<int, fs::path> evals;
+  const std::regex name("eval_([0-9]+)\\.json");
+  for (const auto& e : fs::directory_iterator(o.retrieval_dir)) {
+    std::smatch m;
+    const std::string file = e.path().filename().string();
+    if (std::regex_match(file, m, name)) evals[std::stoi(m[1])] = e.path();
+  }
+  if (!o.contexts.empty()) {
+    std::map<int, fs::path> chosen;
+    for (int c : o.contexts) {
+      if (!evals.contains(c)) {
+        std::cerr << "specula-bench sparse: no eval_" << c << ".json in " << o.retrieval_dir
+                  << "\n";
+        return 2;
+      }
+      chosen[c] = evals[c];
+    }
+    evals = chosen;
+  }
+  if (evals.empty()) {
+    std::cerr << "specula-bench sparse: no eval_<ctx>.json files in " << o.retrieval_dir << "\n";
+    return 2;
+  }
+  std::cout << absl::StrFormat(
+      "### Quality (retrieval model, selector quest, sink %d + recent %d tokens, page %d, "
+      "miss_policy fetch, speculation cross_step)\n\n",
+      kSinkTokens, kRecentTokens, kPageSize);
+  std::cout << "| context | budget | accuracy % | token acc. % | attention recall | hit rate | "
+               "KB fetched+prefetched / token | stall ms / token |\n"
+               "|---|---|---|---|---|---|---|---|\n";
+  int rc = 0;
+  for (const auto& [ctx, path] : evals) {
+    auto examples = LoadEval(path);
+    if (!examples.ok()) {
+      std::cerr << "specula-bench sparse: " << examples.status() << "\n";
+      return 1;
+    }
+    const int64_t tokens = static_cast<int64_t>(examples->size()) * (ctx + 64);
+    const int32_t n = static_cast<int32_t>(examples->size());
+    auto dense = RunExamples(o.retrieval_dir, BaseOptions(o.threads, tokens, n), *examples);
+    if (!dense.ok()) {
+      std::cerr << "specula-bench sparse: dense " << ctx << ": " << dense.status() << "\n";
+      return 1;
+    }
+    std::cout << absl::StrFormat("| %d | dense | %.1f | %.1f | 1 | - | - | - |\n", ctx,
+                                 dense->accuracy, dense->token_accuracy);
+    for (double f : o.budgets) {
+      GeneratorOptions g = BaseOptions(o.threads, tokens, n);
+      g.sparse = Sparse(BudgetTokens(f, ctx), SpeculationMode::kCrossStep, tokens);
+      auto r = RunExamples(o.retrieval_dir, g, *examples);
+      if (!r.ok()) {
+        std::cerr << "specula-bench sparse: " << ctx << " " << BudgetName(f) << ": "
+                  << r.status() << "\n";
+        rc = 1;
+        continue;
+      }
+      const double per_token = std::max<int64_t>(1, r->decode_tokens);
+      std::cout << absl::StrFormat(
+          "| %d | %s (%d tok) | %.1f | %.1f | %.3f | %.3f | %.1f | %.3f |\n", ctx, BudgetName(f),
+          g.sparse.budget_tokens, r->accuracy, r->token_accuracy, r->recall, r->kv.hit_rate(),
+          (r->kv.bytes_fetched + r->kv.bytes_prefetched) / per_token / 1024.0,
+          1e3 * r->kv.stall_seconds / per_token);
+    }
+  }
+
+  // Speculation modes at the longest context, for the smaller budgets.
+  const auto& [ctx, path] = *evals.rbegin();
+  auto examples = LoadEval(path);
+  if (!examples.ok()) return 1;
+  const int64_t tokens = static_cast<int64_t>(examples->size()) * (ctx + 64);
+  const int32_t n = static_cast<int32_t>(examples->size());
+  std::cout << absl::StrFormat(
+      "\n### Prefetch per speculation mode (context %d, %d requests batched)\n\n"
+      "| budget | speculation | hit rate | KB prefetched / token | KB fetched on miss / token | "
+      "stall ms / token | decode tok/s |\n|---|---|---|---|---|---|---|\n",
+      ctx, n);
+  for (double f : o.budgets) {
+    if (f >= 1.0) continue;
+    for (SpeculationMode m : {SpeculationMode::kNone, SpeculationMode::kCrossStep,
+                              SpeculationMode::kCrossLayer, SpeculationMode::kBoth}) {
+      GeneratorOptions g = BaseOptions(o.threads, tokens, n);
+      g.sparse = Sparse(BudgetTokens(f, ctx), m, tokens);
+      auto r = RunExamples(o.retrieval_dir, g, *examples);
+      if (!r.ok()) {
+        rc = 1;
+        continue;
+      }
+      const double per_token = std::max<int64_t>(1, r->decode_tokens);
+      std::cout << absl::StrFormat("| %s | %s | %.3f | %.1f | %.1f | %.3f | %.0f |\n",
+                                   BudgetName(f), SpeculationModeName(m), r->kv.hit_rate(),
+                                   r->kv.bytes_prefetched / per_token / 1024.0,
+                                   r->kv.bytes_fetched / per_token / 1024.0,
+                                   1e3 * r->kv.stall_seconds / per_token,
+                                   r->decode_tokens / r->seconds);
+    }
+  }
+  std::cout << "\n";
+  return rc;
+}
+
+struct CostRow {
+  double tbt_ms = 0;
+  int64_t device_kv_bytes = 0;
+  int64_t index_bytes = 0;
+  int64_t host_rss_bytes = 0;
+  int64_t host_capacity_bytes = 0;
+};
+
+// One request of `context` random tokens at batch 1: mean time between decode tokens.
+absl::StatusOr<CostRow> RunLong(const std::string& model, const GeneratorOptions& options,
+                                int context, int decode_tokens) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Generator> gen, Generator::Create(model, options));
+  std::mt19937 rng(7);
+  GenerationRequest r;
+  for (int i = 0; i < context; ++i) {
+    r.prompt.push_back(std::uniform_int_distribution<int32_t>(3, 500)(rng));
+  }
+  r.sampling.temperature = 0;
+  r.stopping.max_tokens = decode_tokens + 1;
+  r.stopping.ignore_eos = true;
+  const int64_t rss_before = RssBytes();
+  RETURN_IF_ERROR(gen->Add(std::move(r)).status());
+  std::vector<SequenceOutput> outs;
+  while (gen->HasWork() && outs.empty()) RETURN_IF_ERROR(gen->Step(&outs));  // prefill
+  CostRow row;
+  row.host_rss_bytes = RssBytes() - rss_before;
+  const ModelConfig& c = gen->model_config();
+  row.device_kv_bytes =
+      static_cast<int64_t>(gen->kv_pool().used_blocks()) * gen->kv_pool().bytes_per_block();
+  if (SparseKvCache* s = gen->sparse_cache()) {
+    row.index_bytes = static_cast<int64_t>(s->index_bytes_per_page()) *
+                      ((context + kPageSize - 1) / kPageSize) * c.num_hidden_layers *
+                      c.num_key_value_heads;
+    row.host_capacity_bytes = static_cast<int64_t>(s->store().bytes());
+  }
+  int steps = 0;
+  const auto t0 = Clock::now();
+  while (gen->HasWork()) {
+    outs.clear();
+    RETURN_IF_ERROR(gen->Step(&outs));
+    ++steps;
+  }
+  row.tbt_ms = 1e3 * std::chrono::duration<double>(Clock::now() - t0).count() / steps;
+  return row;
+}
+
+int RunCost(const SparseBenchOptions& o) {
+  const fs::path work = o.work_dir.empty()
+                            ? fs::temp_directory_path() / absl::StrCat("specula-sparse-", getpid())
+                            : fs::path(o.work_dir);
+  int max_context = 0;
+  for (int c : o.tbt_contexts) max_context = std::max(max_context, c);
+  TinyModelOptions t;
+  t.out_dir = (work / "tiny-long").string();
+  t.arch = TinyArch::kLlama;
+  t.preset = "tiny";
+  t.max_position_embeddings = max_context + o.tbt_decode_tokens + 64;
+  if (absl::Status s = WriteTinyModel(t); !s.ok()) {
+    std::cerr << "specula-bench sparse: " << s << "\n";
+    return 1;
+  }
+  std::cout << "### Cost at long context (generated tiny llama: 2 layers, 4 heads, 2 KV heads, "
+               "head_dim 16; batch 1; selector quest, cross_step, fetch)\n\n"
+               "| context | run | TBT ms | TBT / dense | device KV MB | selection index MB | "
+               "host RSS growth MB | host capacity MB |\n|---|---|---|---|---|---|---|---|\n";
+  int rc = 0;
+  for (int ctx : o.tbt_contexts) {
+    const int64_t total = ctx + o.tbt_decode_tokens + 64;
+    auto dense = RunLong(t.out_dir, BaseOptions(o.threads, total, 1), ctx, o.tbt_decode_tokens);
+    if (!dense.ok()) {
+      std::cerr << "specula-bench sparse: dense " << ctx << ": " << dense.status() << "\n";
+      return 1;
+    }
+    std::cout << absl::StrFormat("| %d | dense | %.3f | 1 | %.2f | - | - | - |\n", ctx,
+                                 dense->tbt_ms, dense->device_kv_bytes / 1e6);
+    for (double f : o.budgets) {
+      if (f >= 1.0) continue;
+      GeneratorOptions g = BaseOptions(o.threads, total, 1);
+      g.sparse = Sparse(BudgetTokens(f, ctx), SpeculationMode::kCrossStep, total);
+      auto r = RunLong(t.out_dir, g, ctx, o.tbt_decode_tokens);
+      if (!r.ok()) {
+        std::cerr << "specula-bench sparse: " << ctx << ": " << r.status() << "\n";
+        rc = 1;
+        continue;
+      }
+      std::cout << absl::StrFormat("| %d | sparse %s | %.3f | %.2f | %.2f | %.3f | %.1f | %.1f |\n",
+                                   ctx, BudgetName(f), r->tbt_ms, r->tbt_ms / dense->tbt_ms,
+                                   r->device_kv_bytes / 1e6, r->index_bytes / 1e6,
+                                   r->host_rss_bytes / 1e6, r->host_capacity_bytes / 1e6);
+    }
+  }
+  std::cout << "\n";
+  if (o.work_dir.empty()) fs::remove_all(work);
+  return rc;
+}
+
+}  // namespace
+
+int RunSparseBench(const SparseBenchOptions& o) {
+  int rc = 0;
+  if (!o.retrieval_dir.empty()) rc = RunQuality(o);
+  if (!o.tbt_contexts.empty()) rc = std::max(rc, RunCost(o));
+  return rc;
+}
+
+}  // namespace specula
