@@ -78,9 +78,9 @@ absl::Status Generator::Validate(const GenerationRequest& r) const {
         "prompt (%d tokens) + stopping.max_tokens (%d) exceeds the model's context of %d tokens",
         r.prompt.size(), r.stopping.max_tokens, c.max_position_embeddings));
   }
-  if (r.sparse.budget_tokens < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("sparse.budget_tokens must be >= 0, got %d", r.sparse.budget_tokens));
+  if (r.sparse.budget_tokens < 0 || r.sparse.budget_tokens > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "sparse.budget_tokens must be in [0, 2^30], got %d", r.sparse.budget_tokens));
   }
   if (r.sparse.mode == SparseMode::kDense && r.sparse.budget_tokens > 0) {
     return absl::InvalidArgumentError("sparse.budget_tokens is set but sparse.mode is DENSE");

@@ -39,21 +39,29 @@ absl::Status ValidateSparseOptions(const SparseOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrFormat("sparse.%s = %d: %s", key, value, want));
   };
-  if (o.budget_tokens <= 0) return bad("budget_tokens", o.budget_tokens, "must be positive");
-  if (o.sink_tokens < 0) return bad("sink_tokens", o.sink_tokens, "must be >= 0");
-  if (o.recent_tokens < 0) return bad("recent_tokens", o.recent_tokens, "must be >= 0");
+  // Caps keep page and slot counts inside int32 (and far beyond any real context).
+  constexpr int64_t kMaxTokens = int64_t{1} << 30;
+  if (o.budget_tokens <= 0 || o.budget_tokens > kMaxTokens) {
+    return bad("budget_tokens", o.budget_tokens, "must be in [1, 2^30]");
+  }
+  if (o.sink_tokens < 0 || o.sink_tokens > kMaxTokens) {
+    return bad("sink_tokens", o.sink_tokens, "must be in [0, 2^30]");
+  }
+  if (o.recent_tokens < 0 || o.recent_tokens > kMaxTokens) {
+    return bad("recent_tokens", o.recent_tokens, "must be in [0, 2^30]");
+  }
   if (o.min_context_tokens < -1) {
     return bad("min_context_tokens", o.min_context_tokens, "must be >= 0 (or -1: 2x budget)");
   }
   if (o.prefetch_threads < 1 || o.prefetch_threads > 64) {
     return bad("prefetch_threads", o.prefetch_threads, "must be in [1, 64]");
   }
-  if (o.prefetch_extra_tokens < -1) {
+  if (o.prefetch_extra_tokens < -1 || o.prefetch_extra_tokens > kMaxTokens) {
     return bad("prefetch_extra_tokens", o.prefetch_extra_tokens,
-               "must be >= 0 (or -1: budget / 4)");
+               "must be in [0, 2^30] (or -1: budget / 4)");
   }
-  if (o.host_capacity_tokens <= 0) {
-    return bad("host_capacity_tokens", o.host_capacity_tokens, "must be positive");
+  if (o.host_capacity_tokens <= 0 || o.host_capacity_tokens > kMaxTokens) {
+    return bad("host_capacity_tokens", o.host_capacity_tokens, "must be in [1, 2^30]");
   }
   if (o.selector != "quest" && o.selector != "exact") {
     return absl::InvalidArgumentError(

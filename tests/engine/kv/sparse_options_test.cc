@@ -1,0 +1,62 @@
+// The sparse section's values: names round-trip, and every bad value names its key.
+#include "engine/kv/sparse_options.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace specula {
+namespace {
+
+TEST(SparseOptionsTest, NamesRoundTrip) {
+  for (SpeculationMode m : {SpeculationMode::kNone, SpeculationMode::kCrossStep,
+                            SpeculationMode::kCrossLayer, SpeculationMode::kBoth}) {
+    EXPECT_EQ(ParseSpeculationMode(SpeculationModeName(m)).value(), m);
+  }
+  for (MissPolicy p : {MissPolicy::kFetch, MissPolicy::kSkip}) {
+    EXPECT_EQ(ParseMissPolicy(MissPolicyName(p)).value(), p);
+  }
+  EXPECT_EQ(ParseSpeculationMode("cross-step").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseMissPolicy("drop").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SparseOptionsTest, DefaultsAreValidAndDerivedValuesFollowTheBudget) {
+  SparseOptions o;
+  EXPECT_TRUE(ValidateSparseOptions(o).ok());
+  EXPECT_EQ(o.effective_min_context_tokens(), 2 * o.budget_tokens);
+  EXPECT_EQ(o.effective_prefetch_extra_tokens(), o.budget_tokens / 4);
+  o.min_context_tokens = 0;
+  o.prefetch_extra_tokens = 0;
+  EXPECT_EQ(o.effective_min_context_tokens(), 0);
+  EXPECT_EQ(o.effective_prefetch_extra_tokens(), 0);
+}
+
+TEST(SparseOptionsTest, BadValuesNameTheirKey) {
+  struct Case {
+    const char* key;
+    void (*apply)(SparseOptions&);
+  };
+  const Case cases[] = {
+      {"budget_tokens", [](SparseOptions& o) { o.budget_tokens = 0; }},
+      {"budget_tokens", [](SparseOptions& o) { o.budget_tokens = int64_t{1} << 40; }},
+      {"sink_tokens", [](SparseOptions& o) { o.sink_tokens = -1; }},
+      {"recent_tokens", [](SparseOptions& o) { o.recent_tokens = -5; }},
+      {"min_context_tokens", [](SparseOptions& o) { o.min_context_tokens = -2; }},
+      {"prefetch_threads", [](SparseOptions& o) { o.prefetch_threads = 0; }},
+      {"prefetch_threads", [](SparseOptions& o) { o.prefetch_threads = 65; }},
+      {"prefetch_extra_tokens", [](SparseOptions& o) { o.prefetch_extra_tokens = -3; }},
+      {"host_capacity_tokens", [](SparseOptions& o) { o.host_capacity_tokens = 0; }},
+      {"selector", [](SparseOptions& o) { o.selector = "lowrank"; }},
+  };
+  for (const Case& c : cases) {
+    SparseOptions o;
+    c.apply(o);
+    const absl::Status s = ValidateSparseOptions(o);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.key;
+    EXPECT_NE(s.message().find(std::string("sparse.") + c.key), std::string::npos) << s;
+  }
+}
+
+}  // namespace
+}  // namespace specula
