@@ -15,6 +15,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/log.h"
@@ -40,6 +41,19 @@ std::optional<Violation> CheckRange(absl::string_view key, T value, T min, T max
     return Violation{std::string(key), absl::StrCat("must be <= ", max, ", got ", value)};
   }
   return std::nullopt;
+}
+
+// ValidateSparseOptions says "sparse.<key> = <value>: <what is wanted>"; restated in this file's
+// "<key>: <what is wanted>, got <value>" form so the parser can add the key's line.
+Violation SparseViolation(absl::string_view message) {
+  const size_t eq = message.find(" = ");
+  const size_t colon = eq == absl::string_view::npos ? eq : message.find(": ", eq + 3);
+  if (!absl::StartsWith(message, "sparse.") || colon == absl::string_view::npos) {
+    return Violation{"sparse", std::string(message)};
+  }
+  return Violation{
+      std::string(message.substr(0, eq)),
+      absl::StrCat(message.substr(colon + 2), ", got ", message.substr(eq + 3, colon - eq - 3))};
 }
 
 std::optional<Violation> CheckAddress(absl::string_view key, absl::string_view value) {
@@ -105,6 +119,16 @@ std::optional<Violation> FindViolation(const ServerConfig& c) {
     return Violation{"kv_cache.capacity_tokens",
                      absl::StrCat("must be >= kv_cache.page_size (", kv.page_size, "), got ",
                                   kv.capacity_tokens)};
+  }
+  // Checked whether or not sparse.enabled: a bad value should not wait for the day it is switched
+  // on to be noticed.
+  if (absl::Status st = ValidateSparseOptions(c.sparse.options); !st.ok()) {
+    return SparseViolation(st.message());
+  }
+  if (c.sparse.page_size.has_value() && *c.sparse.page_size != kv.page_size) {
+    return Violation{"sparse.page_size",
+                     absl::StrCat("must equal kv_cache.page_size (", kv.page_size,
+                                  ": sparse pages are KV cache pages), got ", *c.sparse.page_size)};
   }
   return std::nullopt;
 }
@@ -188,6 +212,39 @@ class ConfigReader {
     };
   }
 
+  template <typename T>
+  Handler OptionalInt(std::optional<T>* out) {
+    return [this, out](const YAML::Node& v, const std::string& path) -> absl::Status {
+      T x{};
+      if (absl::Status s = Int(&x)(v, path); !s.ok()) return s;
+      *out = x;
+      return absl::OkStatus();
+    };
+  }
+
+  Handler Bool(bool* out) {
+    return [this, out](const YAML::Node& v, const std::string& path) -> absl::Status {
+      bool x = false;
+      if (!v.IsScalar() || v.Tag() == "!" || !YAML::convert<bool>::decode(v, x)) {
+        return TypeError(path, "true or false", v);
+      }
+      *out = x;
+      return absl::OkStatus();
+    };
+  }
+
+  // A string naming an enum value, turned into it by `parse` (whose error message is kept).
+  template <typename T, typename Parse>
+  Handler Enum(T* out, Parse parse) {
+    return [this, out, parse](const YAML::Node& v, const std::string& path) -> absl::Status {
+      if (!v.IsScalar()) return TypeError(path, "a string", v);
+      absl::StatusOr<T> x = parse(v.Scalar());
+      if (!x.ok()) return Error(LineOf(path), path, x.status().message());
+      *out = *x;
+      return absl::OkStatus();
+    };
+  }
+
   Handler Double(double* out) {
     return [this, out](const YAML::Node& v, const std::string& path) -> absl::Status {
       double x = 0;
@@ -256,6 +313,7 @@ absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
   ModelSection& m = c->model;
   SchedulerSection& sc = c->scheduler;
   KvCacheSection& kv = c->kv_cache;
+  SparseOptions& sp = c->sparse.options;
   const std::vector<Field> sections = {
       {"server", Section({{"listen", String(&s.listen)},
                           {"metrics_listen", String(&s.metrics_listen)},
@@ -271,6 +329,18 @@ absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
                              {"threads", Int(&sc.threads)}})},
       {"kv_cache",
        Section({{"page_size", Int(&kv.page_size)}, {"capacity_tokens", Int(&kv.capacity_tokens)}})},
+      {"sparse", Section({{"enabled", Bool(&sp.enabled)},
+                          {"budget_tokens", Int(&sp.budget_tokens)},
+                          {"sink_tokens", Int(&sp.sink_tokens)},
+                          {"recent_tokens", Int(&sp.recent_tokens)},
+                          {"selector", String(&sp.selector)},
+                          {"speculation", Enum(&sp.speculation, ParseSpeculationMode)},
+                          {"miss_policy", Enum(&sp.miss_policy, ParseMissPolicy)},
+                          {"min_context_tokens", Int(&sp.min_context_tokens)},
+                          {"prefetch_threads", Int(&sp.prefetch_threads)},
+                          {"prefetch_extra_tokens", Int(&sp.prefetch_extra_tokens)},
+                          {"host_capacity_tokens", Int(&sp.host_capacity_tokens)},
+                          {"page_size", OptionalInt(&c->sparse.page_size)}})},
   };
   return ReadMapping(root, "", sections);
 }

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/kv/sparse_options.h"
 
 namespace specula {
 
@@ -39,11 +41,23 @@ struct KvCacheSection {
   int64_t capacity_tokens = 65536;  // >= page_size
 };
 
+// The sparse KV cache (DESIGN.md §4). The keys are SparseOptions' members under the same names;
+// their values are checked by the engine's ValidateSparseOptions, so server and engine cannot
+// disagree on what is valid.
+struct SparseSection {
+  SparseOptions options;
+  // Tokens per page. Sparse pages are KV cache pages, so this only restates kv_cache.page_size:
+  // when given it must equal it (a config written for another page size fails loudly instead of
+  // running with a budget the operator did not size).
+  std::optional<int> page_size;
+};
+
 struct ServerConfig {
   ServerSection server;
   ModelSection model;
   SchedulerSection scheduler;
   KvCacheSection kv_cache;
+  SparseSection sparse;
 };
 
 // Parses a YAML document; an empty document means all defaults. Unknown keys, wrong types and

@@ -19,6 +19,7 @@
 #include "engine/serve/engine.h"
 #include "grpcpp/grpcpp.h"
 #include "server/metrics.h"
+#include "server/request_convert.h"
 #include "server/send_executor.h"
 #include "specula/v1/specula.pb.h"
 
@@ -30,7 +31,7 @@ struct CallEnv {
   ServerMetrics* metrics = nullptr;  // may be null
   SendExecutor* sender = nullptr;    // runs sends the engine thread asks for
   int32_t default_max_tokens = 256;
-  int64_t max_total_tokens = 0;  // prompt + output: min(model context, KV cache capacity)
+  TotalTokenLimits max_total_tokens;  // prompt + output, for the default output length
   int64_t max_request_bytes = 4 << 20;
   std::atomic<bool> draining{false};
 };

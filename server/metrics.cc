@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 
+#include <cmath>
 #include <exception>
 #include <utility>
 #include <vector>
@@ -37,6 +38,15 @@ const prometheus::Histogram::BucketBoundaries& TokenBuckets() {
       0.00005, 0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005,
       0.0075,  0.01,   0.015,   0.02,   0.025,   0.03,  0.04,   0.05,  0.075, 0.1,
       0.15,    0.2,    0.3,     0.5,    0.75,    1,     2.5,    5,     10};
+  return *b;
+}
+
+// Issue -> ready of one host -> device prefetch copy: a few KiB over PCIe take microseconds, a
+// batch behind a busy copy engine milliseconds; a second means the executor is far behind.
+const prometheus::Histogram::BucketBoundaries& PrefetchBuckets() {
+  static const auto* b = new prometheus::Histogram::BucketBoundaries{
+      0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
+      0.005,   0.01,     0.025,   0.05,   0.1,     0.25,   0.5,   1};
   return *b;
 }
 
@@ -140,6 +150,44 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
   for (const char* finish : {"stop", "length", "stop_sequence"}) {
     requests_->Add({{"finish_reason", finish}, {"code", "OK"}});
   }
+
+  prefetch_hits_ = AddCounter(r, "specula_prefetch_hits_total",
+                              "Selected KV pages (one layer's and KV head's page) that were on "
+                              "the device when sparse attention needed them, without a "
+                              "synchronous copy.");
+  prefetch_misses_ = AddCounter(r, "specula_prefetch_misses_total",
+                                "Selected KV pages that were not on the device when sparse "
+                                "attention needed them (fetched synchronously or skipped, per "
+                                "sparse.miss_policy).");
+  prefetch_hit_ratio_ = AddGauge(
+      r, "specula_prefetch_hit_ratio",
+      absl::StrCat("Prefetch hit ratio hits / (hits + misses) over the pages of the last ",
+                   kHitRatioWindowSteps,
+                   " engine steps that selected pages; keeps its value while no sparse request "
+                   "runs, NaN before the first. For a time window use rate() of "
+                   "specula_prefetch_hits_total and specula_prefetch_misses_total."));
+  prefetch_hit_ratio_->Set(std::nan(""));
+  prefetch_bytes_ = AddCounter(r, "specula_prefetch_bytes_total",
+                               "Bytes the prefetch executor copied host -> device ahead of need.");
+  prefetch_latency_ = AddHistogram(r, "specula_prefetch_latency_seconds",
+                                   "Time from issuing a prefetch copy until it was ready on the "
+                                   "device.",
+                                   PrefetchBuckets());
+  decode_stall_ = AddCounter(r, "specula_decode_stall_seconds_total",
+                             "Decode time spent waiting for KV pages that were not on the device "
+                             "(synchronous fetches on misses).");
+  decode_fetch_bytes_ = AddCounter(r, "specula_decode_fetch_bytes_total",
+                                   "Bytes copied host -> device synchronously on misses.");
+  kv_host_pages_used_ = AddGauge(r, "specula_kv_host_pages_used",
+                                 "Host KV store pages (one layer's and KV head's "
+                                 "kv_cache.page_size tokens) held by sparse requests.");
+  kv_host_pages_capacity_ =
+      AddGauge(r, "specula_kv_host_pages_capacity",
+               "Host KV store pages in total (sparse.host_capacity_tokens per layer and KV head); "
+               "0 when sparse.enabled is false.");
+  kv_device_slots_used_ = AddGauge(r, "specula_kv_device_slots_used",
+                                   "KV cache pages on the device held by sparse working sets "
+                                   "(selected pages, sinks, recent window, prefetch slots).");
 }
 
 ServerMetrics::~ServerMetrics() = default;
@@ -165,6 +213,31 @@ void ServerMetrics::OnStep(const StepSummary& step) {
   ObserveIfValid(step_duration_, step.seconds);
 }
 
+void ServerMetrics::OnSparseStep(const SparseStepStats& sparse) {
+  prefetch_hits_->Increment(static_cast<double>(sparse.pages_hit));
+  prefetch_misses_->Increment(static_cast<double>(sparse.pages_missed));
+  prefetch_bytes_->Increment(static_cast<double>(sparse.bytes_prefetched));
+  decode_fetch_bytes_->Increment(static_cast<double>(sparse.bytes_fetched));
+  decode_stall_->Increment(sparse.stall_seconds);
+  for (double seconds : sparse.prefetch_latencies_seconds) {
+    ObserveIfValid(prefetch_latency_, seconds);
+  }
+
+  // Steps that only prefetched (nothing selected) would dilute the window without saying anything
+  // about hits.
+  if (sparse.pages_hit + sparse.pages_missed == 0) return;
+  hit_window_.emplace_back(sparse.pages_hit, sparse.pages_missed);
+  window_hits_ += sparse.pages_hit;
+  window_misses_ += sparse.pages_missed;
+  if (hit_window_.size() > static_cast<size_t>(kHitRatioWindowSteps)) {
+    window_hits_ -= hit_window_.front().first;
+    window_misses_ -= hit_window_.front().second;
+    hit_window_.pop_front();
+  }
+  prefetch_hit_ratio_->Set(static_cast<double>(window_hits_) /
+                           static_cast<double>(window_hits_ + window_misses_));
+}
+
 void ServerMetrics::OnFinished(const RequestSummary& summary) {
   ObserveIfValid(e2e_, summary.e2e_seconds);
   requests_
@@ -181,6 +254,9 @@ void ServerMetrics::OnLoad(const EngineLoad& load) {
   kv_usage_ratio_->Set(load.kv_blocks_total > 0 ? static_cast<double>(load.kv_blocks_used) /
                                                       static_cast<double>(load.kv_blocks_total)
                                                 : 0.0);
+  kv_host_pages_used_->Set(static_cast<double>(load.host_pages_used));
+  kv_host_pages_capacity_->Set(static_cast<double>(load.host_pages_capacity));
+  kv_device_slots_used_->Set(static_cast<double>(load.device_slots_used));
 }
 
 void ServerMetrics::RecordRejected(absl::StatusCode code) {

@@ -6,6 +6,8 @@
 // lock is needed beyond the one guarding the exposer's start.
 #pragma once
 
+#include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -23,6 +25,9 @@ namespace specula {
 
 class ServerMetrics : public EngineObserver {
  public:
+  // specula_prefetch_hit_ratio is over this many of the most recent steps that selected pages.
+  static constexpr int kHitRatioWindowSteps = 256;
+
   ServerMetrics();
   ~ServerMetrics() override;
   ServerMetrics(const ServerMetrics&) = delete;
@@ -33,6 +38,7 @@ class ServerMetrics : public EngineObserver {
   void OnFirstToken(double ttft_seconds) override;
   void OnNextToken(double tbt_seconds) override;
   void OnStep(const StepSummary& step) override;
+  void OnSparseStep(const SparseStepStats& sparse) override;
   void OnFinished(const RequestSummary& summary) override;
   void OnLoad(const EngineLoad& load) override;
 
@@ -65,6 +71,23 @@ class ServerMetrics : public EngineObserver {
   prometheus::Counter* prompt_tokens_;
   prometheus::Counter* generation_tokens_;
   prometheus::Family<prometheus::Counter>* requests_;
+
+  // Sparse KV cache.
+  prometheus::Counter* prefetch_hits_;
+  prometheus::Counter* prefetch_misses_;
+  prometheus::Gauge* prefetch_hit_ratio_;
+  prometheus::Counter* prefetch_bytes_;
+  prometheus::Histogram* prefetch_latency_;
+  prometheus::Counter* decode_stall_;
+  prometheus::Counter* decode_fetch_bytes_;
+  prometheus::Gauge* kv_host_pages_used_;
+  prometheus::Gauge* kv_host_pages_capacity_;
+  prometheus::Gauge* kv_device_slots_used_;
+  // specula_prefetch_hit_ratio's window: (hits, misses) of the last kHitRatioWindowSteps steps
+  // that selected pages, and their sums. Engine thread only.
+  std::deque<std::pair<int64_t, int64_t>> hit_window_;
+  int64_t window_hits_ = 0;
+  int64_t window_misses_ = 0;
 
   mutable std::mutex exposer_mu_;
   std::unique_ptr<prometheus::Exposer> exposer_;

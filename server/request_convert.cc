@@ -35,6 +35,28 @@ void ConvertSampling(const v1::SamplingParams& in, SamplingParams* out) {
   if (in.has_logprobs()) out->logprobs = in.logprobs();
 }
 
+absl::Status ConvertSparse(const v1::SparseOptions& in, SparseRequestOptions* out) {
+  switch (in.mode()) {
+    case v1::SPARSE_MODE_DEFAULT:
+      out->mode = SparseMode::kDefault;
+      break;
+    case v1::SPARSE_MODE_DENSE:
+      out->mode = SparseMode::kDense;
+      break;
+    case v1::SPARSE_MODE_SPARSE:
+      out->mode = SparseMode::kSparse;
+      break;
+    default:
+      // proto3 enums are open: a newer client's value arrives as a bare number.
+      return absl::InvalidArgumentError(
+          absl::StrFormat("sparse.mode = %d is not a SparseMode (0 DEFAULT, 1 DENSE, 2 SPARSE)",
+                          static_cast<int>(in.mode())));
+  }
+  // Whether the budget fits the mode and the server is the engine's to say (Generator::Validate).
+  out->budget_tokens = in.budget_tokens();
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string NewRequestId() {
@@ -45,7 +67,7 @@ std::string NewRequestId() {
 absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                               const Tokenizer& tokenizer,
                                               int32_t default_max_tokens,
-                                              int64_t max_total_tokens) {
+                                              const TotalTokenLimits& limits) {
   EngineRequest out;
   if (request.request_id().size() > kMaxRequestIdBytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -83,14 +105,24 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
   }
 
   ConvertSampling(request.sampling(), &g.sampling);
+  if (absl::Status s = ConvertSparse(request.sparse(), &g.sparse); !s.ok()) return s;
   const v1::StoppingCriteria& stop = request.stopping();
   if (stop.has_max_tokens()) {
     g.stopping.max_tokens = stop.max_tokens();
   } else {
     // At least 1, so a prompt that fills the context still gets the context error.
-    const int64_t room = max_total_tokens - static_cast<int64_t>(g.prompt.size());
-    g.stopping.max_tokens =
-        static_cast<int32_t>(std::clamp<int64_t>(room, 1, default_max_tokens));
+    auto fit = [&](int64_t limit) {
+      const int64_t room = limit - static_cast<int64_t>(g.prompt.size());
+      return static_cast<int32_t>(std::clamp<int64_t>(room, 1, default_max_tokens));
+    };
+    g.stopping.max_tokens = fit(limits.dense);
+    if (limits.sparse > 0 && g.sparse.mode != SparseMode::kDense) {
+      // Sparse requests keep their KV in the host store, not the device cache: try the length
+      // that fits there, and keep it if that length is one the engine runs sparse.
+      const int32_t dense_tokens = g.stopping.max_tokens;
+      g.stopping.max_tokens = fit(limits.sparse);
+      if (!limits.uses_sparse(g)) g.stopping.max_tokens = dense_tokens;
+    }
   }
   g.stopping.stop.assign(stop.stop().begin(), stop.stop().end());
   if (absl::Status s = ConvertIds(stop.stop_token_ids(), "stopping.stop_token_ids",
@@ -137,6 +169,18 @@ void FillResponse(const StreamChunk& chunk, const std::string& request_id,
     response->mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(chunk.prompt_tokens));
     response->mutable_usage()->set_completion_tokens(
         static_cast<uint32_t>(chunk.completion_tokens));
+    if (chunk.kv_stats.has_value()) {
+      const KvStats& k = *chunk.kv_stats;
+      v1::KvStats* out = response->mutable_kv_stats();
+      out->set_sparse(k.sparse);
+      out->set_budget_tokens(static_cast<uint64_t>(k.budget_tokens));
+      out->set_pages_hit(static_cast<uint64_t>(k.pages_hit));
+      out->set_pages_missed(static_cast<uint64_t>(k.pages_missed));
+      out->set_bytes_prefetched(static_cast<uint64_t>(k.bytes_prefetched));
+      out->set_bytes_fetched(static_cast<uint64_t>(k.bytes_fetched));
+      out->set_stall_seconds(k.stall_seconds);
+      out->set_hit_rate(k.hit_rate());
+    }
   }
 }
 

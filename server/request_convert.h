@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -20,20 +21,30 @@ inline constexpr size_t kMaxRequestIdBytes = 256;
 // tokenizes `prompt`, and fills the engine request. Value checks that need the model (ids below
 // the vocabulary, context length, sampling ranges) are the engine's, at Submit. Messages name the
 // API field, e.g. "prompt_token_ids[2] = 4294967295 is outside the vocabulary".
+// How many tokens (prompt + output) a request can hold, for the default output length.
+struct TotalTokenLimits {
+  int64_t dense = 0;   // min(model context, KV cache capacity)
+  int64_t sparse = 0;  // min(model context, host KV store); 0 when the server has no sparse cache
+  // Whether the engine would run this request sparse (Generator::UsesSparse); required when
+  // `sparse` > 0.
+  std::function<bool(const GenerationRequest&)> uses_sparse;
+};
+
 // An empty request_id gets a fresh one. Without stopping.max_tokens the request may generate
-// `default_max_tokens`, cut to what fits in `max_total_tokens` (the model's context, or the KV
-// cache if smaller) after its prompt: a client that did not ask for a length is not refused for
-// one it did not choose.
+// `default_max_tokens`, cut to what fits after its prompt in the limit of the path it runs on
+// (`limits.sparse` if the engine runs it sparse with that length, else `limits.dense`): a client
+// that did not ask for a length is not refused for one it did not choose, and a sparse request
+// longer than the device KV cache is not cut to one token.
 absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                               const Tokenizer& tokenizer,
                                               int32_t default_max_tokens,
-                                              int64_t max_total_tokens);
+                                              const TotalTokenLimits& limits);
 
 // A new request id: "req-" and 16 random hex digits.
 std::string NewRequestId();
 
-// Fills one stream message from what the engine produced since the last one. Sets finish_reason
-// and usage when `chunk.done`.
+// Fills one stream message from what the engine produced since the last one. Sets finish_reason,
+// usage and kv_stats when `chunk.done`.
 void FillResponse(const StreamChunk& chunk, const std::string& request_id,
                   v1::GenerateResponse* response);
 

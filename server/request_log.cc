@@ -19,21 +19,35 @@ void RequestLog::OnFinished(const RequestSummary& s) {
   const double decode_tps =
       s.completion_tokens > 1 && decode_seconds > 0 ? (s.completion_tokens - 1) / decode_seconds
                                                     : 0;
+  const LogLevel level = s.code == absl::StatusCode::kOk ||
+                                 s.code == absl::StatusCode::kCancelled ||
+                                 s.code == absl::StatusCode::kDeadlineExceeded
+                             ? LogLevel::kInfo
+                             : LogLevel::kWarning;
+  const double ttft_ms = s.ttft_seconds >= 0 ? s.ttft_seconds * 1e3 : -1.0;
   // Async: this runs on the engine thread, which must not wait on a slow or blocked stderr.
-  LogAsync(s.code == absl::StatusCode::kOk || s.code == absl::StatusCode::kCancelled ||
-              s.code == absl::StatusCode::kDeadlineExceeded
-          ? LogLevel::kInfo
-          : LogLevel::kWarning,
-      "request_finished",
-      {{"request_id", s.request_id},
-       {"status", StatusCodeName(s.code)},
-       {"finish_reason", FinishReasonName(s.finish)},
-       {"prompt_tokens", s.prompt_tokens},
-       {"completion_tokens", s.completion_tokens},
-       {"queue_ms", s.queue_seconds * 1e3},
-       {"ttft_ms", s.ttft_seconds >= 0 ? s.ttft_seconds * 1e3 : -1.0},
-       {"e2e_ms", s.e2e_seconds * 1e3},
-       {"decode_tokens_per_s", decode_tps}});
+  // Sparse requests add what the sparse KV cache did; dense lines stay as short as before.
+  std::vector<LogField> fields = {{"request_id", s.request_id},
+                                  {"status", StatusCodeName(s.code)},
+                                  {"finish_reason", FinishReasonName(s.finish)},
+                                  {"prompt_tokens", s.prompt_tokens},
+                                  {"completion_tokens", s.completion_tokens},
+                                  {"queue_ms", s.queue_seconds * 1e3},
+                                  {"ttft_ms", ttft_ms},
+                                  {"e2e_ms", s.e2e_seconds * 1e3},
+                                  {"decode_tokens_per_s", decode_tps}};
+  if (s.kv_stats.has_value() && s.kv_stats->sparse) {
+    const KvStats& k = *s.kv_stats;
+    fields.insert(fields.end(), {{"sparse", true},
+                                 {"budget_tokens", k.budget_tokens},
+                                 {"pages_hit", k.pages_hit},
+                                 {"pages_missed", k.pages_missed},
+                                 {"hit_rate", k.hit_rate()},
+                                 {"bytes_prefetched", k.bytes_prefetched},
+                                 {"bytes_fetched", k.bytes_fetched},
+                                 {"stall_ms", k.stall_seconds * 1e3}});
+  }
+  LogAsync(level, "request_finished", fields);
 }
 
 }  // namespace specula

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <climits>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/common/dtype.h"
 #include "engine/common/log.h"
@@ -26,6 +28,9 @@ absl::StatusOr<GeneratorOptions> ToGeneratorOptions(const ServerConfig& c) {
   o.prefill_chunk_tokens = c.scheduler.prefill_chunk_tokens;
   o.max_running = c.scheduler.max_running_requests;
   o.threads = c.scheduler.threads;
+  // Sparse pages are KV pool pages: page_size above is theirs too (ValidateConfig checked that
+  // sparse.page_size, if given, agrees).
+  o.sparse = c.sparse.options;
   return o;
 }
 
@@ -53,6 +58,17 @@ v1::ModelInfo MakeModelInfo(const ServerConfig& c, const Generator& g) {
   limits->set_kv_cache_tokens(static_cast<uint64_t>(g.kv_pool().num_blocks()) *
                               g.kv_pool().page_size());
   limits->set_prefill_chunk_tokens(static_cast<uint32_t>(c.scheduler.prefill_chunk_tokens));
+  const SparseOptions& sp = g.options().sparse;
+  v1::SparseConfig* sparse = info.mutable_sparse();
+  sparse->set_enabled(sp.enabled);
+  sparse->set_budget_tokens(static_cast<uint64_t>(sp.budget_tokens));
+  sparse->set_sink_tokens(static_cast<uint32_t>(sp.sink_tokens));
+  sparse->set_recent_tokens(static_cast<uint32_t>(sp.recent_tokens));
+  sparse->set_selector(sp.selector);
+  sparse->set_speculation(SpeculationModeName(sp.speculation));
+  sparse->set_miss_policy(MissPolicyName(sp.miss_policy));
+  sparse->set_min_context_tokens(static_cast<uint64_t>(sp.effective_min_context_tokens()));
+  sparse->set_page_size(static_cast<uint32_t>(g.kv_pool().page_size()));
   return info;
 }
 
@@ -77,8 +93,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
   absl::StatusOr<std::unique_ptr<Generator>> generator =
       Generator::Create(config.model.path, *gen_options);
   if (!generator.ok()) {
+    // Sparse cache errors name their sparse.* key themselves; the rest are about the model.
+    const absl::string_view msg = generator.status().message();
     return absl::Status(generator.status().code(),
-                        absl::StrCat("model.path: ", generator.status().message()));
+                        absl::StartsWith(msg, "sparse.") ? std::string(msg)
+                                                         : absl::StrCat("model.path: ", msg));
   }
   Log(LogLevel::kInfo, "model_loaded",
       {{"path", config.model.path},
@@ -87,6 +106,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
        {"device", "cpu"},
        {"kv_cache_tokens", static_cast<int64_t>((*generator)->kv_pool().num_blocks()) *
                                (*generator)->kv_pool().page_size()},
+       {"sparse", config.sparse.options.enabled},
        {"seconds", absl::ToDoubleSeconds(absl::Now() - load_start)}});
   const v1::ModelInfo model_info = MakeModelInfo(config, **generator);
 
@@ -112,8 +132,22 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
   s->env_.metrics = s->metrics_.get();
   s->env_.sender = s->sender_.get();
   s->env_.default_max_tokens = config.scheduler.default_max_tokens;
-  s->env_.max_total_tokens =
+  s->env_.max_total_tokens.dense =
       std::min<int64_t>(model_info.max_context_tokens(), model_info.limits().kv_cache_tokens());
+  const Generator& g = s->engine_->generator();
+  if (g.host_pages_capacity() > 0) {
+    // host_pages_capacity counts one page per layer and KV head; a request needs one of each.
+    const ModelConfig& m = g.model_config();
+    const int64_t host_tokens = g.host_pages_capacity() /
+                                (int64_t{m.num_hidden_layers} * m.num_key_value_heads) *
+                                g.kv_pool().page_size();
+    s->env_.max_total_tokens.sparse =
+        std::min<int64_t>(model_info.max_context_tokens(), host_tokens);
+    // UsesSparse reads only what never changes after loading, so gRPC threads may call it.
+    s->env_.max_total_tokens.uses_sparse = [&g](const GenerationRequest& r) {
+      return g.UsesSparse(r);
+    };
+  }
   s->env_.max_request_bytes = config.server.max_receive_message_bytes;
   s->service_ = std::make_unique<SpeculaService>(&s->env_, model_info);
 

@@ -178,7 +178,7 @@ void LogField::AppendTo(std::string* out) const {
 }
 
 std::string FormatLogLine(std::chrono::system_clock::time_point time, LogLevel level,
-                          absl::string_view event, std::initializer_list<LogField> fields) {
+                          absl::string_view event, absl::Span<const LogField> fields) {
   std::string line;
   line.reserve(128);
   line.append("ts=");
@@ -195,9 +195,15 @@ std::string FormatLogLine(std::chrono::system_clock::time_point time, LogLevel l
   return line;
 }
 
+std::string FormatLogLine(std::chrono::system_clock::time_point time, LogLevel level,
+                          absl::string_view event, std::initializer_list<LogField> fields) {
+  return FormatLogLine(time, level, event, absl::MakeConstSpan(fields.begin(), fields.size()));
+}
+
 void Log(LogLevel level, absl::string_view event, std::initializer_list<LogField> fields) {
   if (!LogEnabled(level)) return;
-  WriteLine(FormatLogLine(std::chrono::system_clock::now(), level, event, fields));
+  WriteLine(FormatLogLine(std::chrono::system_clock::now(), level, event,
+                          absl::MakeConstSpan(fields.begin(), fields.size())));
 }
 
 namespace {
@@ -263,6 +269,10 @@ class AsyncLogWriter {
 }  // namespace
 
 void LogAsync(LogLevel level, absl::string_view event, std::initializer_list<LogField> fields) {
+  LogAsync(level, event, absl::MakeConstSpan(fields.begin(), fields.size()));
+}
+
+void LogAsync(LogLevel level, absl::string_view event, absl::Span<const LogField> fields) {
   if (!LogEnabled(level)) return;
   AsyncLogWriter::Get().Post(
       FormatLogLine(std::chrono::system_clock::now(), level, event, fields));

@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace specula {
 
@@ -100,6 +101,8 @@ void Log(LogLevel level, absl::string_view event, std::initializer_list<LogField
 // many once the writer catches up.
 void LogAsync(LogLevel level, absl::string_view event,
               std::initializer_list<LogField> fields = {});
+// For lines whose fields are assembled at run time.
+void LogAsync(LogLevel level, absl::string_view event, absl::Span<const LogField> fields);
 inline constexpr size_t kAsyncLogQueueLines = 4096;
 // Blocks until every line queued by LogAsync before the call has been written.
 void FlushAsyncLog();
@@ -108,6 +111,8 @@ void FlushAsyncLog();
 // can check exact output.
 std::string FormatLogLine(std::chrono::system_clock::time_point time, LogLevel level,
                           absl::string_view event, std::initializer_list<LogField> fields);
+std::string FormatLogLine(std::chrono::system_clock::time_point time, LogLevel level,
+                          absl::string_view event, absl::Span<const LogField> fields);
 
 // Receives each line (without the trailing newline) instead of stderr; called under the log
 // lock, so it need not be thread-safe but must not log. An empty function restores stderr.

@@ -39,7 +39,13 @@ absl::StatusOr<std::unique_ptr<SparseKvCache>> SparseKvCache::Create(
   host.head_dim = shape.head_dim;
   host.page_size = device.page_size();
   host.capacity_tokens = options.host_capacity_tokens;
-  ASSIGN_OR_RETURN(c->store_, HostKvStore::Create(host));
+  auto store = HostKvStore::Create(host);
+  if (!store.ok()) {
+    return absl::Status(store.status().code(),
+                        absl::StrFormat("sparse.host_capacity_tokens = %d: %s",
+                                        options.host_capacity_tokens, store.status().message()));
+  }
+  c->store_ = std::move(*store);
   ASSIGN_OR_RETURN(c->selector_, MakePageSelector(options.selector, *c->store_));
   c->copier_ = backend.CreatePageCopier();
   SparseKvCache* self = c.get();

@@ -20,11 +20,18 @@ struct Engine::Request {
   int64_t completion_tokens = 0;
   double ttft_seconds = -1;
   absl::Time last_token;
+  // From the sequence's last output (finished or cancelled in the generator).
+  std::optional<KvStats> kv_stats;
 };
 
 namespace {
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+bool HadSparseActivity(const SparseStepStats& s) {
+  return s.pages_hit > 0 || s.pages_missed > 0 || s.bytes_prefetched > 0 || s.bytes_fetched > 0 ||
+         s.stall_seconds > 0 || !s.prefetch_latencies_seconds.empty();
+}
 
 }  // namespace
 
@@ -34,6 +41,7 @@ Engine::Engine(std::unique_ptr<Generator> generator, EngineOptions options,
   CHECK(generator_ != nullptr);
   load_.kv_blocks_total = generator_->kv_pool().num_blocks();
   load_.kv_page_size = generator_->kv_pool().page_size();
+  load_.host_pages_capacity = generator_->host_pages_capacity();
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -173,8 +181,7 @@ void Engine::CancelRequest(uint64_t handle, const absl::Status& reason) {
   }
   for (auto it = running_.begin(); it != running_.end(); ++it) {
     if (it->second->handle != handle) continue;
-    SequenceOutput ignored;
-    CHECK(generator_->Cancel(it->first, &ignored).ok());
+    CancelSequence(it->first, *it->second);
     Finish(*it->second, reason, FinishReason::kCancelled);
     running_.erase(it);
     return;
@@ -200,8 +207,7 @@ void Engine::RetireExpired(absl::Time now) {
       ++it;
       continue;
     }
-    SequenceOutput ignored;
-    CHECK(generator_->Cancel(it->first, &ignored).ok());
+    CancelSequence(it->first, *it->second);
     Finish(*it->second, deadline_status(*it->second), FinishReason::kCancelled);
     it = running_.erase(it);
   }
@@ -239,6 +245,9 @@ absl::Status Engine::RunStep() {
     step.prefill_tokens = generator_->last_step().prefill_tokens;
     step.seconds = Seconds(now - start);
     observer_->OnStep(step);
+    if (HadSparseActivity(generator_->last_step().sparse)) {
+      observer_->OnSparseStep(generator_->last_step().sparse);
+    }
   }
   for (const SequenceOutput& out : outputs_) {
     auto it = running_.find(out.id);
@@ -254,6 +263,7 @@ absl::Status Engine::RunStep() {
       r.last_token = now;
     }
     r.stream->Append(out);
+    if (out.kv_stats.has_value()) r.kv_stats = out.kv_stats;
     if (out.finish != FinishReason::kNone) {
       // The generator has retired it and freed its KV already.
       Finish(r, absl::OkStatus(), out.finish);
@@ -265,11 +275,16 @@ absl::Status Engine::RunStep() {
 
 void Engine::FailRunning(const absl::Status& status, FinishReason finish) {
   for (auto& [id, r] : running_) {
-    SequenceOutput ignored;
-    CHECK(generator_->Cancel(id, &ignored).ok());
+    CancelSequence(id, *r);
     Finish(*r, status, finish);
   }
   running_.clear();
+}
+
+void Engine::CancelSequence(uint64_t id, Request& r) {
+  SequenceOutput last;
+  CHECK(generator_->Cancel(id, &last).ok());
+  if (last.kv_stats.has_value()) r.kv_stats = last.kv_stats;
 }
 
 void Engine::Finish(Request& r, absl::Status status, FinishReason finish) {
@@ -284,9 +299,10 @@ void Engine::Finish(Request& r, absl::Status status, FinishReason finish) {
     s.queue_seconds = r.queue_seconds >= 0 ? r.queue_seconds : Seconds(now - r.submitted);
     s.ttft_seconds = r.ttft_seconds;
     s.e2e_seconds = Seconds(now - r.submitted);
+    s.kv_stats = r.kv_stats;
     observer_->OnFinished(s);
   }
-  r.stream->Close(std::move(status), finish, r.prompt_tokens, r.completion_tokens);
+  r.stream->Close(std::move(status), finish, r.prompt_tokens, r.completion_tokens, r.kv_stats);
 }
 
 void Engine::PublishLoad() {
@@ -296,6 +312,8 @@ void Engine::PublishLoad() {
   load_.waiting = pending_;
   load_.running = running_count_;
   load_.kv_blocks_used = generator_->kv_pool().used_blocks();
+  load_.host_pages_used = generator_->host_pages_used();
+  load_.device_slots_used = generator_->device_slots_used();
   // Under the lock, so that whoever WaitIdle() releases already sees the observer's view (e.g.
   // the running gauge at 0). Observers are cheap and never call back into the engine.
   if (observer_) observer_->OnLoad(load_);

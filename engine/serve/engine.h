@@ -80,6 +80,8 @@ class Engine {
   void RetireExpired(absl::Time now);
   void Admit();
   absl::Status RunStep();
+  // Retires a running sequence in the generator (freeing its KV) and keeps its kv_stats.
+  void CancelSequence(uint64_t id, Request& r);
   void Finish(Request& r, absl::Status status, FinishReason finish);
   // Ends every running request with `status`: kCancelled for shutdown, kNone for failures.
   void FailRunning(const absl::Status& status, FinishReason finish);

@@ -6,11 +6,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "engine/generate/sequence.h"
+#include "engine/kv/sparse_options.h"
 
 namespace specula {
 
@@ -24,6 +26,8 @@ struct RequestSummary {
   double queue_seconds = 0;   // submit -> admission (or -> leaving, if never admitted)
   double ttft_seconds = -1;   // submit -> first token; -1 when no token was produced
   double e2e_seconds = 0;     // submit -> leaving
+  // What the KV cache did for it; unset when it was never admitted.
+  std::optional<KvStats> kv_stats;
 };
 
 // One forward pass of the continuous-batching loop.
@@ -40,6 +44,12 @@ struct EngineLoad {
   int64_t kv_blocks_used = 0;
   int64_t kv_blocks_total = 0;
   int32_t kv_page_size = 0;  // tokens per block
+  // Sparse KV cache (all 0 when sparse.enabled is false): host pages (one layer's and one KV
+  // head's kv_page_size tokens) held by requests, the host store's size, and KV pool pages held
+  // by sparse working sets on the device.
+  int64_t host_pages_used = 0;
+  int64_t host_pages_capacity = 0;
+  int64_t device_slots_used = 0;
 };
 
 class EngineObserver {
@@ -53,6 +63,8 @@ class EngineObserver {
   // A request produced a token after its first: the time since its previous token.
   virtual void OnNextToken(double tbt_seconds) {}
   virtual void OnStep(const StepSummary& step) {}
+  // After OnStep, for a step in which the sparse KV cache selected, copied or waited for pages.
+  virtual void OnSparseStep(const SparseStepStats& sparse) {}
   virtual void OnFinished(const RequestSummary& summary) {}
   virtual void OnLoad(const EngineLoad& load) {}
 };
@@ -74,6 +86,9 @@ class ObserverList : public EngineObserver {
   }
   void OnStep(const StepSummary& step) override {
     for (auto* o : observers_) o->OnStep(step);
+  }
+  void OnSparseStep(const SparseStepStats& sparse) override {
+    for (auto* o : observers_) o->OnSparseStep(sparse);
   }
   void OnFinished(const RequestSummary& summary) override {
     for (auto* o : observers_) o->OnFinished(summary);

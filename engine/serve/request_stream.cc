@@ -23,7 +23,7 @@ void RequestStream::Append(const SequenceOutput& out) {
 }
 
 void RequestStream::Close(absl::Status status, FinishReason finish, int64_t prompt_tokens,
-                          int64_t completion_tokens) {
+                          int64_t completion_tokens, std::optional<KvStats> kv_stats) {
   std::unique_lock lock(mu_);
   if (closed_) return;
   closed_ = true;
@@ -32,6 +32,7 @@ void RequestStream::Close(absl::Status status, FinishReason finish, int64_t prom
   pending_.finish = finish;
   pending_.prompt_tokens = prompt_tokens;
   pending_.completion_tokens = completion_tokens;
+  pending_.kv_stats = kv_stats;
   Notify(lock);
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,8 @@ struct StreamChunk {
   FinishReason finish = FinishReason::kNone;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  // What the KV cache did for the request (last chunk; unset if it was never admitted).
+  std::optional<KvStats> kv_stats;
 };
 
 class RequestStream {
@@ -40,7 +43,7 @@ class RequestStream {
   // Producer. Appends after Close are ignored.
   void Append(const SequenceOutput& out);
   void Close(absl::Status status, FinishReason finish, int64_t prompt_tokens,
-             int64_t completion_tokens);
+             int64_t completion_tokens, std::optional<KvStats> kv_stats = std::nullopt);
 
   // Consumer. Moves everything pending (and the end, once closed) into `*chunk` and returns true;
   // returns false when nothing is pending and arms `on_ready` for the next Append or Close.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -34,6 +35,20 @@ void ExpectDefaults(const ServerConfig& c) {
   EXPECT_EQ(c.scheduler.threads, d.scheduler.threads);
   EXPECT_EQ(c.kv_cache.page_size, d.kv_cache.page_size);
   EXPECT_EQ(c.kv_cache.capacity_tokens, d.kv_cache.capacity_tokens);
+  const SparseOptions& s = c.sparse.options;
+  const SparseOptions& ds = d.sparse.options;
+  EXPECT_EQ(s.enabled, ds.enabled);
+  EXPECT_EQ(s.budget_tokens, ds.budget_tokens);
+  EXPECT_EQ(s.sink_tokens, ds.sink_tokens);
+  EXPECT_EQ(s.recent_tokens, ds.recent_tokens);
+  EXPECT_EQ(s.selector, ds.selector);
+  EXPECT_EQ(s.speculation, ds.speculation);
+  EXPECT_EQ(s.miss_policy, ds.miss_policy);
+  EXPECT_EQ(s.min_context_tokens, ds.min_context_tokens);
+  EXPECT_EQ(s.prefetch_threads, ds.prefetch_threads);
+  EXPECT_EQ(s.prefetch_extra_tokens, ds.prefetch_extra_tokens);
+  EXPECT_EQ(s.host_capacity_tokens, ds.host_capacity_tokens);
+  EXPECT_EQ(c.sparse.page_size, d.sparse.page_size);
 }
 
 absl::Status ParseError(const std::string& yaml) {
@@ -58,6 +73,18 @@ TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.scheduler.threads, 0);
   EXPECT_EQ(c.kv_cache.page_size, 16);
   EXPECT_EQ(c.kv_cache.capacity_tokens, 65536);
+  EXPECT_FALSE(c.sparse.options.enabled);
+  EXPECT_EQ(c.sparse.options.budget_tokens, 2048);
+  EXPECT_EQ(c.sparse.options.sink_tokens, 16);
+  EXPECT_EQ(c.sparse.options.recent_tokens, 256);
+  EXPECT_EQ(c.sparse.options.selector, "quest");
+  EXPECT_EQ(c.sparse.options.speculation, SpeculationMode::kCrossStep);
+  EXPECT_EQ(c.sparse.options.miss_policy, MissPolicy::kFetch);
+  EXPECT_EQ(c.sparse.options.min_context_tokens, -1);
+  EXPECT_EQ(c.sparse.options.prefetch_threads, 1);
+  EXPECT_EQ(c.sparse.options.prefetch_extra_tokens, -1);
+  EXPECT_EQ(c.sparse.options.host_capacity_tokens, 262144);
+  EXPECT_FALSE(c.sparse.page_size.has_value());
   EXPECT_TRUE(ValidateConfig(c).ok());
 }
 
@@ -96,6 +123,19 @@ scheduler:
 kv_cache:
   page_size: 1024
   capacity_tokens: 1024
+sparse:
+  enabled: true
+  budget_tokens: 4096
+  sink_tokens: 0
+  recent_tokens: 64
+  selector: exact
+  speculation: both
+  miss_policy: skip
+  min_context_tokens: 0
+  prefetch_threads: 4
+  prefetch_extra_tokens: 0
+  host_capacity_tokens: 1048576
+  page_size: 1024
 )",
                                                    "all.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -114,6 +154,38 @@ kv_cache:
   EXPECT_EQ(c->scheduler.threads, 3);
   EXPECT_EQ(c->kv_cache.page_size, 1024);
   EXPECT_EQ(c->kv_cache.capacity_tokens, 1024);
+  const SparseOptions& s = c->sparse.options;
+  EXPECT_TRUE(s.enabled);
+  EXPECT_EQ(s.budget_tokens, 4096);
+  EXPECT_EQ(s.sink_tokens, 0);
+  EXPECT_EQ(s.recent_tokens, 64);
+  EXPECT_EQ(s.selector, "exact");
+  EXPECT_EQ(s.speculation, SpeculationMode::kBoth);
+  EXPECT_EQ(s.miss_policy, MissPolicy::kSkip);
+  EXPECT_EQ(s.min_context_tokens, 0);
+  EXPECT_EQ(s.prefetch_threads, 4);
+  EXPECT_EQ(s.prefetch_extra_tokens, 0);
+  EXPECT_EQ(s.host_capacity_tokens, 1048576);
+  EXPECT_EQ(c->sparse.page_size, 1024);
+}
+
+TEST(ConfigTest, SparseEnumsTakeEveryName) {
+  for (const char* mode : {"none", "cross_step", "cross_layer", "both"}) {
+    absl::StatusOr<ServerConfig> c =
+        ParseConfigYaml(absl::StrCat("sparse:\n  speculation: ", mode, "\n"), "s.yaml");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_STREQ(SpeculationModeName(c->sparse.options.speculation), mode);
+  }
+  for (const char* policy : {"fetch", "skip"}) {
+    absl::StatusOr<ServerConfig> c =
+        ParseConfigYaml(absl::StrCat("sparse:\n  miss_policy: ", policy, "\n"), "s.yaml");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_STREQ(MissPolicyName(c->sparse.options.miss_policy), policy);
+  }
+  // sparse.page_size may restate kv_cache.page_size, including its default.
+  absl::StatusOr<ServerConfig> c = ParseConfigYaml("sparse:\n  page_size: 16\n", "s.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->sparse.page_size, 16);
 }
 
 TEST(ConfigTest, PartialSectionsKeepOtherDefaults) {
@@ -172,6 +244,18 @@ TEST(ConfigTest, InvalidValuesNameTheirKeyAndLine) {
        "kv_cache.capacity_tokens: must be >= kv_cache.page_size (64), got 32", 3},
       // The error points at the offending key even when the rule involves another one.
       {"kv_cache:\n  capacity_tokens: 8\n", "kv_cache.capacity_tokens: must be >=", 2},
+      // Names the parser knows; the value rules of sparse are SparseValuesAreTheEnginesRules'.
+      {"sparse:\n  speculation: always\n",
+       "sparse.speculation: unknown speculation mode 'always' (none|cross_step|cross_layer|both)",
+       2},
+      {"sparse:\n  miss_policy: wait\n",
+       "sparse.miss_policy: unknown miss policy 'wait' (fetch|skip)", 2},
+      {"sparse:\n  sink_tokens: 3000000000\n",
+       "sparse.sink_tokens: must be <= 2147483647, got 3000000000", 2},
+      // Sparse pages are KV cache pages: a different page size is a mistake, named with both keys.
+      {"kv_cache:\n  page_size: 32\nsparse:\n  page_size: 16\n",
+       "sparse.page_size: must equal kv_cache.page_size (32", 4},
+      {"sparse:\n  page_size: 0\n", "sparse.page_size: must equal kv_cache.page_size (16", 2},
   };
   for (const BadCase& c : cases) {
     absl::Status s = ParseError(c.yaml);
@@ -179,6 +263,47 @@ TEST(ConfigTest, InvalidValuesNameTheirKeyAndLine) {
     EXPECT_THAT(std::string(s.message()), StartsWith(absl::StrCat("test.yaml:", c.line, ": ")))
         << c.yaml;
     EXPECT_THAT(std::string(s.message()), HasSubstr(c.message)) << c.yaml;
+  }
+}
+
+// Sparse values are checked by the engine's ValidateSparseOptions (one rule book for the server and
+// the engine), whose "sparse.<key> = <value>: <rule>" the config error restates in this file's
+// "file:line: sparse.<key>: <rule>, got <value>" form.
+TEST(ConfigTest, SparseValuesAreTheEnginesRules) {
+  struct Case {
+    std::string key;
+    std::string value;  // as YAML and as the engine prints it
+    std::function<void(SparseOptions&)> set;
+  };
+  const Case cases[] = {
+      {"budget_tokens", "0", [](SparseOptions& o) { o.budget_tokens = 0; }},
+      {"budget_tokens", "-8", [](SparseOptions& o) { o.budget_tokens = -8; }},
+      {"sink_tokens", "-1", [](SparseOptions& o) { o.sink_tokens = -1; }},
+      {"recent_tokens", "-1", [](SparseOptions& o) { o.recent_tokens = -1; }},
+      {"min_context_tokens", "-2", [](SparseOptions& o) { o.min_context_tokens = -2; }},
+      {"prefetch_threads", "0", [](SparseOptions& o) { o.prefetch_threads = 0; }},
+      {"prefetch_threads", "65", [](SparseOptions& o) { o.prefetch_threads = 65; }},
+      {"prefetch_extra_tokens", "-2", [](SparseOptions& o) { o.prefetch_extra_tokens = -2; }},
+      {"host_capacity_tokens", "0", [](SparseOptions& o) { o.host_capacity_tokens = 0; }},
+      {"selector", "'magic'", [](SparseOptions& o) { o.selector = "magic"; }},
+  };
+  for (const Case& c : cases) {
+    SparseOptions options;
+    c.set(options);
+    const absl::Status engine = ValidateSparseOptions(options);
+    ASSERT_FALSE(engine.ok()) << c.key << " = " << c.value;
+    const std::string prefix = absl::StrCat("sparse.", c.key, " = ", c.value, ": ");
+    ASSERT_THAT(std::string(engine.message()), StartsWith(prefix))
+        << "ValidateSparseOptions changed its message format; update SparseViolation";
+    const std::string rule = std::string(engine.message()).substr(prefix.size());
+
+    const std::string yaml = absl::StrCat(
+        "kv_cache:\n  page_size: 16\nsparse:\n  enabled: true\n  ", c.key, ": ", c.value, "\n");
+    absl::Status s = ParseError(yaml);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << yaml;
+    EXPECT_EQ(s.message(),
+              absl::StrCat("test.yaml:5: sparse.", c.key, ": ", rule, ", got ", c.value))
+        << yaml;
   }
 }
 
@@ -197,6 +322,13 @@ TEST(ConfigTest, WrongTypesNameTheirKey) {
       {"server:\n  listen: {host: x}\n", "server.listen: expected a string", 2},
       {"server:\n  listen:\n", "server.listen: expected a string (write \"\" for an empty one)", 2},
       {"model:\n  path: ~\n", "model.path: expected a string", 2},
+      {"sparse:\n  enabled: maybe\n", "sparse.enabled: expected true or false, got 'maybe'", 2},
+      {"sparse:\n  enabled: \"true\"\n",
+       "sparse.enabled: expected true or false, got the string \"true\"", 2},
+      {"sparse:\n  enabled: 1\n", "sparse.enabled: expected true or false", 2},
+      {"sparse:\n  budget_tokens: lots\n", "sparse.budget_tokens: expected an integer", 2},
+      {"sparse:\n  speculation: [a]\n", "sparse.speculation: expected a string, got a sequence", 2},
+      {"sparse:\n  page_size: 16.0\n", "sparse.page_size: expected an integer", 2},
       {"\n\nmodel: cpu\n", "model: expected a mapping, got 'cpu'", 3},
       {"scheduler: [1]\n", "scheduler: expected a mapping, got a sequence", 1},
       {"- a\n- b\n", "the document must be a mapping of sections, got a sequence", 1},
@@ -216,8 +348,7 @@ TEST(ConfigTest, UnknownKeysNameTheirFullPath) {
       {"scheduler:\n  max_batch: 4\n", "unknown key 'scheduler.max_batch'", 2},
       {"server:\n  listen: 127.0.0.1:1\n  tls: {}\n", "unknown key 'server.tls'", 3},
       {"kv_cache:\n  page_size: 16\n  pagesize: 16\n", "unknown key 'kv_cache.pagesize'", 3},
-      // A later issue adds `sparse`; until then it is unknown like any other section.
-      {"sparse:\n  enabled: true\n", "unknown key 'sparse'", 1},
+      {"sparse:\n  enable: true\n", "unknown key 'sparse.enable'", 2},
       {"Server:\n  listen: 127.0.0.1:1\n", "unknown key 'Server'", 1},
       {"scheduler:\n  threads: 1\n  threads: 2\n", "duplicate key 'scheduler.threads'", 3},
   };
@@ -259,6 +390,21 @@ TEST(ConfigTest, ValidateConfigChecksOverriddenValues) {
   s = ValidateConfig(c);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), StartsWith("server.listen: invalid address '0.0.0.0'"));
+
+  c = ServerConfig();
+  c.sparse.options.budget_tokens = 0;
+  s = ValidateConfig(c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), StartsWith("sparse.budget_tokens: "));
+  EXPECT_THAT(std::string(s.message()), ::testing::EndsWith(", got 0"));
+
+  c = ServerConfig();
+  c.kv_cache.page_size = 64;
+  c.sparse.page_size = 16;
+  s = ValidateConfig(c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              StartsWith("sparse.page_size: must equal kv_cache.page_size (64"));
 
   c = ServerConfig();
   c.server.metrics_listen = "";  // disabled

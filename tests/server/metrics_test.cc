@@ -31,6 +31,14 @@ using ::specula::testing::ScrapeMetrics;
 
 Exposition Scrape(const ServerMetrics& metrics) { return ScrapeMetrics(metrics.metrics_port()); }
 
+// Reads one unlabelled gauge straight from the registry (no HTTP round trip).
+double GaugeValue(const ServerMetrics& metrics, const std::string& name) {
+  for (const auto& family : metrics.registry()->Collect()) {
+    if (family.name == name && family.metric.size() == 1) return family.metric[0].gauge.value;
+  }
+  return std::nan("");
+}
+
 void DriveTraffic(ServerMetrics& m) {
   m.OnAdmitted("r1", 5, 0.002);
   m.OnAdmitted("r2", 7, 0.5);
@@ -56,8 +64,24 @@ void DriveTraffic(ServerMetrics& m) {
   m.RecordRejected(absl::StatusCode::kResourceExhausted);
   m.RecordRejected(absl::StatusCode::kResourceExhausted);
   m.RecordRejected(absl::StatusCode::kInvalidArgument);
+  SparseStepStats sparse;
+  sparse.pages_hit = 30;
+  sparse.pages_missed = 10;
+  sparse.bytes_prefetched = 3 * 8192;
+  sparse.bytes_fetched = 8192;
+  sparse.stall_seconds = 0.002;
+  sparse.prefetch_latencies_seconds = {0.00002, 0.0003};
+  m.OnSparseStep(sparse);
+  sparse.pages_hit = 6;
+  sparse.pages_missed = 2;
+  sparse.bytes_prefetched = 8192;
+  sparse.bytes_fetched = 0;
+  sparse.stall_seconds = 0.0005;
+  sparse.prefetch_latencies_seconds = {0.2};
+  m.OnSparseStep(sparse);
   m.OnLoad({/*waiting=*/3, /*running=*/2, /*kv_blocks_used=*/10, /*kv_blocks_total=*/40,
-            /*kv_page_size=*/16});
+            /*kv_page_size=*/16, /*host_pages_used=*/12, /*host_pages_capacity=*/100,
+            /*device_slots_used=*/5});
 }
 
 TEST(MetricsTest, ScrapeOverHttpIsValidAndCarriesEveryMetric) {
@@ -84,6 +108,16 @@ TEST(MetricsTest, ScrapeOverHttpIsValidAndCarriesEveryMetric) {
       {"specula_prompt_tokens_total", "counter"},
       {"specula_generation_tokens_total", "counter"},
       {"specula_requests_total", "counter"},
+      {"specula_prefetch_hits_total", "counter"},
+      {"specula_prefetch_misses_total", "counter"},
+      {"specula_prefetch_hit_ratio", "gauge"},
+      {"specula_prefetch_bytes_total", "counter"},
+      {"specula_prefetch_latency_seconds", "histogram"},
+      {"specula_decode_stall_seconds_total", "counter"},
+      {"specula_decode_fetch_bytes_total", "counter"},
+      {"specula_kv_host_pages_used", "gauge"},
+      {"specula_kv_host_pages_capacity", "gauge"},
+      {"specula_kv_device_slots_used", "gauge"},
   };
   for (const auto& [name, type] : expected_types) {
     auto it = e.types.find(name);
@@ -127,6 +161,55 @@ TEST(MetricsTest, ScrapeOverHttpIsValidAndCarriesEveryMetric) {
   // Normal outcomes exist before they first happen.
   EXPECT_EQ(e.Get("specula_requests_total{code=\"OK\",finish_reason=\"length\"}"), 0);
   EXPECT_EQ(e.Get("specula_requests_total{code=\"OK\",finish_reason=\"stop_sequence\"}"), 0);
+
+  EXPECT_EQ(e.Get("specula_prefetch_hits_total"), 36);
+  EXPECT_EQ(e.Get("specula_prefetch_misses_total"), 12);
+  EXPECT_DOUBLE_EQ(e.Get("specula_prefetch_hit_ratio"), 0.75);
+  EXPECT_EQ(e.Get("specula_prefetch_bytes_total"), 4 * 8192);
+  EXPECT_EQ(e.Get("specula_decode_fetch_bytes_total"), 8192);
+  EXPECT_NEAR(e.Get("specula_decode_stall_seconds_total"), 0.0025, 1e-12);
+  EXPECT_EQ(e.Get("specula_prefetch_latency_seconds_count"), 3);
+  EXPECT_NEAR(e.Get("specula_prefetch_latency_seconds_sum"), 0.20032, 1e-12);
+  // Buckets start at 10 us and end at 1 s.
+  EXPECT_EQ(e.Get("specula_prefetch_latency_seconds_bucket{le=\"1e-05\"}"), 0);
+  EXPECT_EQ(e.Get("specula_prefetch_latency_seconds_bucket{le=\"2.5e-05\"}"), 1);
+  EXPECT_EQ(e.Get("specula_prefetch_latency_seconds_bucket{le=\"0.0005\"}"), 2);
+  EXPECT_EQ(e.Get("specula_prefetch_latency_seconds_bucket{le=\"0.1\"}"), 2);
+  EXPECT_EQ(e.Get("specula_prefetch_latency_seconds_bucket{le=\"1\"}"), 3);
+  EXPECT_EQ(e.Get("specula_kv_host_pages_used"), 12);
+  EXPECT_EQ(e.Get("specula_kv_host_pages_capacity"), 100);
+  EXPECT_EQ(e.Get("specula_kv_device_slots_used"), 5);
+}
+
+TEST(MetricsTest, PrefetchHitRatioIsOverTheRecentStepsThatSelectedPages) {
+  ServerMetrics metrics;
+  auto ratio = [&] { return GaugeValue(metrics, "specula_prefetch_hit_ratio"); };
+  auto step = [&](int64_t hits, int64_t misses) {
+    SparseStepStats s;
+    s.pages_hit = hits;
+    s.pages_missed = misses;
+    metrics.OnSparseStep(s);
+  };
+  // No sparse step yet: no ratio to speak of (and no false "0% hits" alert).
+  EXPECT_TRUE(std::isnan(ratio()));
+  step(1, 3);
+  EXPECT_DOUBLE_EQ(ratio(), 0.25);
+  // Weighted by pages, not by steps.
+  step(11, 1);
+  EXPECT_DOUBLE_EQ(ratio(), 0.75);
+  // A step that only prefetched says nothing about hits: the ratio stays.
+  SparseStepStats prefetch_only;
+  prefetch_only.bytes_prefetched = 4096;
+  metrics.OnSparseStep(prefetch_only);
+  EXPECT_DOUBLE_EQ(ratio(), 0.75);
+  // A full window of all-miss steps pushes the earlier ones out...
+  for (int i = 0; i < ServerMetrics::kHitRatioWindowSteps; ++i) step(0, 2);
+  EXPECT_EQ(ratio(), 0);
+  // ...and one all-hit step is then one step of the window.
+  step(2, 0);
+  EXPECT_DOUBLE_EQ(ratio(), 1.0 / ServerMetrics::kHitRatioWindowSteps);
+  for (int i = 0; i < ServerMetrics::kHitRatioWindowSteps; ++i) step(5, 0);
+  EXPECT_EQ(ratio(), 1);
 }
 
 TEST(MetricsTest, ParserRejectsMalformedExposition) {
@@ -142,14 +225,6 @@ TEST(MetricsTest, ParserRejectsMalformedExposition) {
                               "h_count 1\nh_sum 1\n")
                   .errors,
               ::testing::Not(::testing::IsEmpty()));
-}
-
-// Reads one unlabelled gauge straight from the registry (no HTTP round trip).
-double GaugeValue(const ServerMetrics& metrics, const std::string& name) {
-  for (const auto& family : metrics.registry()->Collect()) {
-    if (family.name == name && family.metric.size() == 1) return family.metric[0].gauge.value;
-  }
-  return std::nan("");
 }
 
 TEST(MetricsTest, ZeroTotalKvBlocksGivesZeroRatio) {

@@ -1,9 +1,10 @@
 """End-to-end test of the clients against the real server.
 
-Starts `specula-server` on ephemeral ports with the embedded default model, then checks that the
-Python client (tools/python/specula_client.py), `specula-cli` in server mode and
-`specula-cli generate --offline` agree, that errors and deadlines come back as the right gRPC
-status, and that SIGTERM drains the server and exits 0.
+Starts `specula-server` on ephemeral ports with the embedded default model (its sparse KV cache
+on for the requests that ask for it), then checks that the Python client
+(tools/python/specula_client.py), `specula-cli` in server mode and `specula-cli generate
+--offline` agree, that sparse requests report kv_stats, that errors and deadlines come back as
+the right gRPC status, and that SIGTERM drains the server and exits 0.
 
 Environment (CTest sets it, see CMakeLists.txt): SPECULA_SERVER, SPECULA_CLI (binaries),
 SPECULA_PYTHON_STUBS (<build>/python), SPECULA_CLIENT_DIR (tools/python). Run by hand:
@@ -35,6 +36,20 @@ CLI = os.environ.get("SPECULA_CLI", os.path.join(_REPO, "build", "tools", "specu
 READY_TIMEOUT_S = 120
 PROMPT = "The quick brown fox"
 MAX_TOKENS = 24
+# A working set of 4 pages (16-token sink, recent window and 32-token budget) is far below this
+# prompt, so a sparse request selects pages. min_context_tokens keeps requests that do not ask
+# for sparse dense, so the other tests see the dense engine (and agree with --offline).
+SPARSE_BUDGET = 32
+CONFIG = """
+sparse:
+  enabled: true
+  budget_tokens: %d
+  sink_tokens: 16
+  recent_tokens: 16
+  min_context_tokens: 1000000
+  host_capacity_tokens: 16384
+""" % SPARSE_BUDGET
+LONG_PROMPT = " ".join(["the quick brown fox jumps over the lazy dog"] * 12)
 
 
 class ClientE2ETest(unittest.TestCase):
@@ -48,9 +63,12 @@ class ClientE2ETest(unittest.TestCase):
         ready = os.path.join(cls.tmp, "ready.json")
         cls.log_path = os.path.join(cls.tmp, "server.log")
         cls.log = open(cls.log_path, "wb")
+        config = os.path.join(cls.tmp, "specula.yaml")
+        with open(config, "w") as f:
+            f.write(CONFIG)
         cls.server = subprocess.Popen(
-            [SERVER, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-             "--ready-file", ready, "--device", "cpu"],
+            [SERVER, "--config", config, "--listen", "127.0.0.1:0", "--metrics-listen",
+             "127.0.0.1:0", "--ready-file", ready, "--device", "cpu"],
             stdout=cls.log, stderr=subprocess.STDOUT, env=cls.env)
         try:
             cls.addresses = cls._wait_ready(ready)
@@ -156,6 +174,43 @@ class ClientE2ETest(unittest.TestCase):
                                            ignore_eos=True))
         self.assertEqual(sum(len(c.token_ids) for c in chunks), 3)
         self.assertEqual(chunks[-1].finish_reason, "LENGTH")
+
+    def test_sparse_request_returns_kv_stats(self):
+        chunks = list(self.client.generate(LONG_PROMPT, max_tokens=16, temperature=0.0,
+                                           ignore_eos=True, sparse_mode="sparse"))
+        self.assertTrue(all(c.kv_stats is None for c in chunks[:-1]))
+        stats = chunks[-1].kv_stats
+        self.assertIsNotNone(stats)
+        self.assertTrue(stats.sparse)
+        self.assertEqual(stats.budget_tokens, SPARSE_BUDGET)
+        self.assertGreater(stats.pages_hit + stats.pages_missed, 0)
+        self.assertGreaterEqual(stats.hit_rate, 0.0)
+        self.assertLessEqual(stats.hit_rate, 1.0)
+        self.assertGreaterEqual(stats.stall_seconds, 0.0)
+
+        # The request's own budget, and dense on request.
+        last = list(self.client.generate(LONG_PROMPT, max_tokens=4, temperature=0.0,
+                                         sparse_mode="sparse", budget_tokens=64))[-1]
+        self.assertEqual(last.kv_stats.budget_tokens, 64)
+        last = list(self.client.generate(LONG_PROMPT, max_tokens=4, temperature=0.0,
+                                         sparse_mode="dense"))[-1]
+        self.assertFalse(last.kv_stats.sparse)
+        with self.assertRaises(ValueError):
+            self.client.generate(PROMPT, sparse_mode="sometimes")
+
+        r = self.cli("generate", "--prompt=" + LONG_PROMPT, "--max-tokens=8", "--temperature=0",
+                     "--sparse-mode=sparse", "--budget-tokens=%d" % SPARSE_BUDGET)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("kv_stats sparse=true budget_tokens=%d " % SPARSE_BUDGET, r.stderr)
+        self.assertIn("hit_rate=", r.stderr)
+        r = self.cli("generate", "--prompt=" + PROMPT, "--sparse-mode=sometimes")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--sparse-mode", r.stderr)
+
+        info = self.client.model_info()
+        self.assertTrue(info.sparse.enabled)
+        self.assertEqual(info.sparse.budget_tokens, SPARSE_BUDGET)
+        self.assertRegex(self.cli_ok("info"), r"(?m)^sparse_enabled:\s+true$")
 
     # --- tokenizer ------------------------------------------------------------------------
 

@@ -1,10 +1,13 @@
 #include "tools/cli/cli_flags.h"
 
+#include <cstdint>
+
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 
 ABSL_FLAG(bool, offline, false, "run the engine in this process instead of calling a server");
@@ -34,6 +37,10 @@ ABSL_FLAG(int32_t, logprobs, -1,
 ABSL_FLAG(std::vector<std::string>, stop, {}, "stop strings (comma-separated)");
 ABSL_FLAG(std::vector<std::string>, stop_token_ids, {}, "token ids that stop (comma-separated)");
 ABSL_FLAG(bool, ignore_eos, false, "keep generating after EOS");
+ABSL_FLAG(std::string, sparse_mode, "default",
+          "KV cache attention: default (the server decides), dense or sparse");
+ABSL_FLAG(int64_t, budget_tokens, 0,
+          "sparse: selected tokens per layer and KV head (0 = the server's sparse.budget_tokens)");
 ABSL_FLAG(std::string, service, "", "health: the service to check (\"\" = the whole server)");
 ABSL_FLAG(int32_t, threads, 0, "--offline: CPU threads (0 = all cores)");
 ABSL_FLAG(int64_t, kv_cache_tokens, 65536, "--offline: KV cache capacity in token positions");
@@ -58,6 +65,36 @@ absl::StatusOr<std::vector<int32_t>> ParseTokenIds(absl::string_view flag,
 absl::StatusOr<std::vector<int32_t>> ParseTokenIds(absl::string_view flag, absl::string_view text) {
   if (absl::StripAsciiWhitespace(text).empty()) return std::vector<int32_t>{};
   return ParseTokenIds(flag, std::vector<std::string>(absl::StrSplit(text, ',')));
+}
+
+absl::StatusOr<SparseRequestOptions> SparseFlags() {
+  SparseRequestOptions out;
+  const std::string mode = absl::GetFlag(FLAGS_sparse_mode);
+  if (mode == "default") {
+    out.mode = SparseMode::kDefault;
+  } else if (mode == "dense") {
+    out.mode = SparseMode::kDense;
+  } else if (mode == "sparse") {
+    out.mode = SparseMode::kSparse;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sparse-mode: must be default, dense or sparse, got '", mode, "'"));
+  }
+  out.budget_tokens = absl::GetFlag(FLAGS_budget_tokens);
+  if (out.budget_tokens < 0 || out.budget_tokens > UINT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--budget-tokens: must be in [0, 4294967295] (0 = the server's), got ", out.budget_tokens));
+  }
+  return out;
+}
+
+std::string FormatKvStats(const KvStats& k) {
+  if (!k.sparse) return "kv_stats sparse=false";
+  return absl::StrFormat(
+      "kv_stats sparse=true budget_tokens=%d pages_hit=%d pages_missed=%d hit_rate=%.3f "
+      "bytes_prefetched=%d bytes_fetched=%d stall=%.2fms",
+      k.budget_tokens, k.pages_hit, k.pages_missed, k.hit_rate(), k.bytes_prefetched,
+      k.bytes_fetched, k.stall_seconds * 1e3);
 }
 
 }  // namespace specula

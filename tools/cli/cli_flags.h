@@ -9,6 +9,7 @@
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/kv/sparse_options.h"
 
 ABSL_DECLARE_FLAG(bool, offline);
 ABSL_DECLARE_FLAG(std::string, server);
@@ -32,6 +33,8 @@ ABSL_DECLARE_FLAG(int32_t, logprobs);
 ABSL_DECLARE_FLAG(std::vector<std::string>, stop);
 ABSL_DECLARE_FLAG(std::vector<std::string>, stop_token_ids);
 ABSL_DECLARE_FLAG(bool, ignore_eos);
+ABSL_DECLARE_FLAG(std::string, sparse_mode);
+ABSL_DECLARE_FLAG(int64_t, budget_tokens);
 ABSL_DECLARE_FLAG(std::string, service);
 ABSL_DECLARE_FLAG(int32_t, threads);
 ABSL_DECLARE_FLAG(int64_t, kv_cache_tokens);
@@ -43,5 +46,13 @@ namespace specula {
 absl::StatusOr<std::vector<int32_t>> ParseTokenIds(absl::string_view flag, absl::string_view text);
 absl::StatusOr<std::vector<int32_t>> ParseTokenIds(absl::string_view flag,
                                                    const std::vector<std::string>& parts);
+
+// --sparse-mode and --budget-tokens as the request's sparse options. INVALID_ARGUMENT naming the
+// flag for an unknown mode or a negative budget (whether the server accepts the pair is its call).
+absl::StatusOr<SparseRequestOptions> SparseFlags();
+
+// The stderr line describing what the KV cache did for the request, e.g.
+// "kv_stats sparse=true budget_tokens=2048 pages_hit=97 pages_missed=23 hit_rate=0.808 ...".
+std::string FormatKvStats(const KvStats& stats);
 
 }  // namespace specula

@@ -18,6 +18,7 @@ namespace {
 constexpr char kUsage[] =
     "specula-cli COMMAND [flags]\n"
     "  generate    --prompt TEXT | --prompt_ids 1,2,3 [--max_tokens N --temperature T ...]\n"
+    "              [--sparse-mode default|dense|sparse --budget-tokens N]\n"
     "              streams the completion (--offline: run the engine in-process)\n"
     "  tokenize    --prompt TEXT\n"
     "  detokenize  --prompt_ids 1,2,3\n"

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,10 +41,20 @@ int GenerateOffline() {
     if (!dir.ok()) return Fail(dir.status());
     model_dir = *dir;
   }
+  auto sparse = SparseFlags();
+  if (!sparse.ok()) return Fail(sparse.status());
   GeneratorOptions options;
   options.threads = absl::GetFlag(FLAGS_threads);
   options.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
   options.page_size = absl::GetFlag(FLAGS_page_size);
+  if (sparse->mode == SparseMode::kSparse) {
+    // In-process there is no server configuration to defer to: --sparse-mode sparse switches the
+    // sparse cache on, its host store as large as the device cache (--kv_cache_tokens), so the
+    // one request fits wherever it would fit dense.
+    options.sparse.enabled = true;
+    options.sparse.host_capacity_tokens = options.kv_cache_tokens;
+    if (sparse->budget_tokens > 0) options.sparse.budget_tokens = sparse->budget_tokens;
+  }
   auto gen = Generator::Create(model_dir, options);
   if (!gen.ok()) return Fail(gen.status());
 
@@ -73,6 +84,7 @@ int GenerateOffline() {
   req.stopping.stop = absl::GetFlag(FLAGS_stop);
   req.stopping.stop_token_ids = std::move(*stop_ids);
   req.stopping.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
+  req.sparse = *sparse;
   const size_t prompt_tokens = req.prompt.size();
 
   const auto start = std::chrono::steady_clock::now();
@@ -82,6 +94,7 @@ int GenerateOffline() {
   std::vector<SampledToken> logprobs;
   size_t completion_tokens = 0;
   FinishReason finish = FinishReason::kNone;
+  std::optional<KvStats> kv_stats;
   double first_token_s = 0;
   while ((*gen)->HasWork()) {
     outputs.clear();
@@ -96,6 +109,7 @@ int GenerateOffline() {
       std::fflush(stdout);
       for (SampledToken& t : o.logprobs) logprobs.push_back(std::move(t));
       finish = o.finish;
+      if (o.kv_stats.has_value()) kv_stats = o.kv_stats;
     }
   }
   const double total_s =
@@ -107,6 +121,9 @@ int GenerateOffline() {
       "[%s] prompt_tokens=%d completion_tokens=%d finish=%s ttft=%.1fms decode=%.1f tok/s\n",
       model_dir, prompt_tokens, completion_tokens, FinishReasonName(finish), first_token_s * 1e3,
       completion_tokens > 1 ? (completion_tokens - 1) / (total_s - first_token_s) : 0.0);
+  if (kv_stats.has_value()) {
+    std::cerr << absl::StrFormat("[%s] %s\n", model_dir, FormatKvStats(*kv_stats));
+  }
   return 0;
 }
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,22 @@ absl::StatusOr<pb::GenerateRequest> BuildGenerateRequest() {
   for (const std::string& stop : absl::GetFlag(FLAGS_stop)) st->add_stop(stop);
   st->mutable_stop_token_ids()->Add(stop_ids->begin(), stop_ids->end());
   st->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+
+  auto sparse = SparseFlags();
+  if (!sparse.ok()) return sparse.status();
+  switch (sparse->mode) {
+    case SparseMode::kDefault:
+      break;
+    case SparseMode::kDense:
+      req.mutable_sparse()->set_mode(pb::SPARSE_MODE_DENSE);
+      break;
+    case SparseMode::kSparse:
+      req.mutable_sparse()->set_mode(pb::SPARSE_MODE_SPARSE);
+      break;
+  }
+  if (sparse->budget_tokens > 0) {
+    req.mutable_sparse()->set_budget_tokens(static_cast<uint32_t>(sparse->budget_tokens));
+  }
   return req;
 }
 
@@ -121,6 +138,7 @@ int GenerateRemote() {
   std::vector<pb::TokenLogprobs> logprobs;
   pb::FinishReason finish = pb::FINISH_REASON_UNSPECIFIED;
   pb::Usage usage;
+  std::optional<pb::KvStats> kv_stats;
   size_t completion_tokens = 0;
   double first_token_s = 0;
   while (reader->Read(&msg)) {
@@ -134,6 +152,7 @@ int GenerateRemote() {
     for (pb::TokenLogprobs& t : *msg.mutable_logprobs()) logprobs.push_back(std::move(t));
     if (msg.finish_reason() != pb::FINISH_REASON_UNSPECIFIED) finish = msg.finish_reason();
     if (msg.has_usage()) usage = msg.usage();
+    if (msg.has_kv_stats()) kv_stats = msg.kv_stats();
   }
   const grpc::Status status = reader->Finish();
   const double total_s =
@@ -159,6 +178,17 @@ int GenerateRemote() {
       absl::GetFlag(FLAGS_server), usage.prompt_tokens(), usage.completion_tokens(),
       pb::FinishReason_Name(finish), first_token_s * 1e3, total_s * 1e3,
       total_s > 0 ? completion_tokens / total_s : 0.0);
+  if (kv_stats.has_value()) {
+    KvStats k;
+    k.sparse = kv_stats->sparse();
+    k.budget_tokens = static_cast<int64_t>(kv_stats->budget_tokens());
+    k.pages_hit = static_cast<int64_t>(kv_stats->pages_hit());
+    k.pages_missed = static_cast<int64_t>(kv_stats->pages_missed());
+    k.bytes_prefetched = static_cast<int64_t>(kv_stats->bytes_prefetched());
+    k.bytes_fetched = static_cast<int64_t>(kv_stats->bytes_fetched());
+    k.stall_seconds = kv_stats->stall_seconds();
+    std::cerr << absl::StrFormat("[%s] %s\n", absl::GetFlag(FLAGS_server), FormatKvStats(k));
+  }
   return 0;
 }
 
@@ -199,6 +229,7 @@ int InfoRemote() {
       pb::Specula::NewStub(Channel())->GetModelInfo(ctx.get(), pb::GetModelInfoRequest(), &info);
   if (!status.ok()) return Fail(status);
   const pb::ServerLimits& l = info.limits();
+  const pb::SparseConfig& sp = info.sparse();
   std::cout << absl::StrFormat(
       "model_path:                %s\n"
       "architecture:              %s\n"
@@ -216,12 +247,23 @@ int InfoRemote() {
       "max_waiting_requests:      %d\n"
       "max_receive_message_bytes: %d\n"
       "kv_cache_tokens:           %d\n"
-      "prefill_chunk_tokens:      %d\n",
+      "prefill_chunk_tokens:      %d\n"
+      "sparse_enabled:            %s\n"
+      "sparse_budget_tokens:      %d\n"
+      "sparse_sink_tokens:        %d\n"
+      "sparse_recent_tokens:      %d\n"
+      "sparse_selector:           %s\n"
+      "sparse_speculation:        %s\n"
+      "sparse_miss_policy:        %s\n"
+      "sparse_min_context_tokens: %d\n"
+      "sparse_page_size:          %d\n",
       info.model_path(), info.architecture(), info.num_layers(), info.num_attention_heads(),
       info.num_key_value_heads(), info.head_dim(), info.hidden_size(), info.vocab_size(),
       info.max_context_tokens(), info.dtype(), info.device(),
       absl::StrJoin(info.eos_token_ids(), ","), l.max_running_requests(), l.max_waiting_requests(),
-      l.max_receive_message_bytes(), l.kv_cache_tokens(), l.prefill_chunk_tokens());
+      l.max_receive_message_bytes(), l.kv_cache_tokens(), l.prefill_chunk_tokens(),
+      sp.enabled() ? "true" : "false", sp.budget_tokens(), sp.sink_tokens(), sp.recent_tokens(),
+      sp.selector(), sp.speculation(), sp.miss_policy(), sp.min_context_tokens(), sp.page_size());
   return 0;
 }
 

@@ -10,6 +10,8 @@ Usage:
         text = client.generate_text("Hello", max_tokens=32)
         ids = client.tokenize("Hello").token_ids
         print(client.detokenize(ids), client.model_info().vocab_size, client.health())
+        last = list(client.generate("Hello", max_tokens=32, sparse_mode="sparse"))[-1]
+        print(last.kv_stats.hit_rate)   # what the sparse KV cache did for the request
 
 Errors are the server's gRPC status: every method raises grpc.RpcError, whose .code() is e.g.
 grpc.StatusCode.INVALID_ARGUMENT (a bad parameter; .details() names it), RESOURCE_EXHAUSTED
@@ -74,6 +76,29 @@ class TokenLogprob:
 
 
 @dataclasses.dataclass
+class KvStats:
+    """What the KV cache did for one request (the last chunk's kv_stats).
+
+    Counted over the selected pages (one layer's and one KV head's page of tokens); the attention
+    sinks and the recent window are always on the device and not counted.
+    """
+    # False when the request ran dense; the counters are then 0.
+    sparse: bool
+    # The budget it ran with, in tokens per layer and KV head.
+    budget_tokens: int
+    # Selected pages already on the device when attention needed them.
+    pages_hit: int
+    # Selected pages that were not (fetched synchronously or skipped, per the server's
+    # sparse.miss_policy).
+    pages_missed: int
+    bytes_prefetched: int
+    bytes_fetched: int
+    stall_seconds: float
+    # pages_hit / (pages_hit + pages_missed); 1.0 when no page was selected.
+    hit_rate: float
+
+
+@dataclasses.dataclass
 class Chunk:
     """One streamed message: the tokens new since the previous chunk and their text."""
     text: str
@@ -86,6 +111,8 @@ class Chunk:
     # One per token when logprobs= was given.
     logprobs: List[TokenLogprob] = dataclasses.field(default_factory=list)
     request_id: str = ""
+    # Set on the last chunk only.
+    kv_stats: Optional[KvStats] = None
 
 
 @dataclasses.dataclass
@@ -97,6 +124,18 @@ class Tokens:
 
 def _usage(msg) -> Usage:
     return Usage(msg.prompt_tokens, msg.completion_tokens)
+
+
+def _kv_stats(msg) -> KvStats:
+    return KvStats(sparse=msg.sparse, budget_tokens=msg.budget_tokens, pages_hit=msg.pages_hit,
+                   pages_missed=msg.pages_missed, bytes_prefetched=msg.bytes_prefetched,
+                   bytes_fetched=msg.bytes_fetched, stall_seconds=msg.stall_seconds,
+                   hit_rate=msg.hit_rate)
+
+
+# sparse_mode= values and their wire enum names.
+_SPARSE_MODES = {"default": "SPARSE_MODE_DEFAULT", "dense": "SPARSE_MODE_DENSE",
+                 "sparse": "SPARSE_MODE_SPARSE"}
 
 
 def _chunk(msg) -> Chunk:
@@ -114,6 +153,7 @@ def _chunk(msg) -> Chunk:
             for t in msg.logprobs
         ],
         request_id=msg.request_id,
+        kv_stats=_kv_stats(msg.kv_stats) if msg.HasField("kv_stats") else None,
     )
 
 
@@ -154,14 +194,23 @@ class SpeculaClient:
                       logprobs: Optional[int] = None, stop: Sequence[str] = (),
                       stop_token_ids: Sequence[int] = (), ignore_eos: bool = False,
                       add_special_tokens: Optional[bool] = None,
-                      request_id: str = "") -> "specula_pb2.GenerateRequest":
+                      request_id: str = "", sparse_mode: str = "default",
+                      budget_tokens: int = 0) -> "specula_pb2.GenerateRequest":
         """The GenerateRequest for these arguments. Exactly one of prompt / prompt_token_ids.
 
         Parameters left None take the server's defaults (temperature 1, top_p 1, no repetition
         penalty, max_tokens from its config); see proto/specula/v1/specula.proto.
+        sparse_mode: "default" (the server decides from its `sparse:` config), "dense" or
+        "sparse" (FAILED_PRECONDITION on a server without the sparse KV cache). budget_tokens:
+        selected tokens per layer and KV head for a sparse request; 0 = the server's default.
         """
         if (prompt is None) == (prompt_token_ids is None):
             raise ValueError("give exactly one of prompt and prompt_token_ids")
+        if sparse_mode not in _SPARSE_MODES:
+            raise ValueError("sparse_mode must be one of %s, got %r"
+                             % (", ".join(_SPARSE_MODES), sparse_mode))
+        if budget_tokens < 0:
+            raise ValueError("budget_tokens must be >= 0, got %d" % budget_tokens)
         req = specula_pb2.GenerateRequest(request_id=request_id)
         if prompt is not None:
             req.prompt = prompt
@@ -190,12 +239,15 @@ class SpeculaClient:
         st.stop.extend(stop)
         st.stop_token_ids.extend(stop_token_ids)
         st.ignore_eos = ignore_eos
+        if sparse_mode != "default" or budget_tokens:
+            req.sparse.mode = specula_pb2.SparseMode.Value(_SPARSE_MODES[sparse_mode])
+            req.sparse.budget_tokens = budget_tokens
         return req
 
     def generate(self, prompt: Optional[str] = None,
                  prompt_token_ids: Optional[Sequence[int]] = None, *, timeout=_DEFAULT,
                  **params) -> Iterator[Chunk]:
-        """Streams the completion as Chunks; the last one has finish_reason and usage.
+        """Streams the completion as Chunks; the last one has finish_reason, usage and kv_stats.
 
         params: see build_request. The call starts at once (bad arguments raise ValueError
         here); gRPC errors surface while iterating. Breaking out of the loop (or closing the

@@ -4,7 +4,9 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -50,6 +52,7 @@ class Collector {
           all_.finish = c.finish;
           all_.prompt_tokens = c.prompt_tokens;
           all_.completion_tokens = c.completion_tokens;
+          all_.kv_stats = c.kv_stats;
         }
         if (!until_done) return;
         continue;
@@ -76,12 +79,21 @@ class CountingObserver : public EngineObserver {
   void OnFirstToken(double ttft) override { tokens++; }
   void OnNextToken(double tbt) override { tokens++; }
   void OnStep(const StepSummary& s) override { max_batch = std::max(max_batch.load(), s.decode_rows); }
+  void OnSparseStep(const SparseStepStats& s) override {
+    sparse_steps++;
+    sparse_pages_hit += s.pages_hit;
+    sparse_pages_missed += s.pages_missed;
+  }
   void OnFinished(const RequestSummary& s) override {
     finished++;
     if (s.code == absl::StatusCode::kOk) ok++;
+    std::lock_guard lock(mu);
+    summaries[s.request_id] = s;
   }
-  std::atomic<int> admitted{0}, finished{0}, ok{0}, max_batch{0};
-  std::atomic<int64_t> tokens{0}, prompt{0};
+  std::atomic<int> admitted{0}, finished{0}, ok{0}, max_batch{0}, sparse_steps{0};
+  std::atomic<int64_t> tokens{0}, prompt{0}, sparse_pages_hit{0}, sparse_pages_missed{0};
+  std::mutex mu;
+  std::map<std::string, RequestSummary> summaries;  // by request id
 };
 
 std::vector<GenerationRequest> MixedRequests(int n) {
@@ -268,6 +280,98 @@ TEST(EngineTest, ShutdownEndsEveryRequestWithTheReason) {
   Collector after;
   EXPECT_TRUE(absl::IsUnavailable(
       engine->Submit(Named(Greedy({1, 2, 3}, 4)), after.stream()).status()));
+}
+
+// A tiny working set (sinks, recent window and budget of one or two 16-token pages) under
+// 200-token prompts, so every decode step selects pages; every request runs sparse unless it
+// asks for dense.
+GeneratorOptions SparseOptionsForTest() {
+  GeneratorOptions o;
+  o.sparse.enabled = true;
+  o.sparse.budget_tokens = 32;
+  o.sparse.sink_tokens = 16;
+  o.sparse.recent_tokens = 16;
+  o.sparse.min_context_tokens = 0;
+  o.sparse.host_capacity_tokens = 8192;
+  return o;
+}
+
+std::vector<int32_t> LongPrompt(int n) {
+  std::vector<int32_t> prompt;
+  for (int j = 0; j < n; ++j) prompt.push_back(1 + (j * 11) % 500);
+  return prompt;
+}
+
+TEST(EngineTest, KvStatsReachTheStreamTheSummaryAndTheObserver) {
+  CountingObserver observer;
+  auto engine = MakeEngine(SparseOptionsForTest(), EngineOptions{}, &observer);
+  EXPECT_GT(engine->load().host_pages_capacity, 0);
+  GenerationRequest dense_request = Greedy(LongPrompt(200), 8);
+  dense_request.sparse.mode = SparseMode::kDense;
+  Collector sparse, dense;
+  ASSERT_TRUE(engine->Submit(Named(Greedy(LongPrompt(200), 8), "s"), sparse.stream()).ok());
+  ASSERT_TRUE(engine->Submit(Named(dense_request, "d"), dense.stream()).ok());
+
+  const StreamChunk& s = sparse.WaitDone();
+  ASSERT_TRUE(s.status.ok()) << s.status;
+  ASSERT_TRUE(s.kv_stats.has_value());
+  EXPECT_TRUE(s.kv_stats->sparse);
+  EXPECT_EQ(s.kv_stats->budget_tokens, 32);
+  EXPECT_GT(s.kv_stats->pages_hit + s.kv_stats->pages_missed, 0);
+  const StreamChunk& d = dense.WaitDone();
+  ASSERT_TRUE(d.status.ok()) << d.status;
+  ASSERT_TRUE(d.kv_stats.has_value());
+  EXPECT_FALSE(d.kv_stats->sparse);
+
+  ASSERT_TRUE(engine->WaitIdle(absl::Now() + absl::Seconds(10)));
+  // The only sparse request's counters are the steps' counters.
+  EXPECT_GT(observer.sparse_steps.load(), 0);
+  EXPECT_EQ(observer.sparse_pages_hit.load(), s.kv_stats->pages_hit);
+  EXPECT_EQ(observer.sparse_pages_missed.load(), s.kv_stats->pages_missed);
+  {
+    std::lock_guard lock(observer.mu);
+    ASSERT_TRUE(observer.summaries["s"].kv_stats.has_value());
+    EXPECT_EQ(observer.summaries["s"].kv_stats->pages_hit, s.kv_stats->pages_hit);
+    ASSERT_TRUE(observer.summaries["d"].kv_stats.has_value());
+    EXPECT_FALSE(observer.summaries["d"].kv_stats->sparse);
+  }
+  const EngineLoad load = engine->load();
+  EXPECT_EQ(load.host_pages_used, 0);
+  EXPECT_EQ(load.device_slots_used, 0);
+  EXPECT_EQ(load.kv_blocks_used, 0);
+}
+
+TEST(EngineTest, CancelledSparseRequestsReportKvStatsAndReturnTheirPages) {
+  CountingObserver observer;
+  auto engine = MakeEngine(SparseOptionsForTest(), EngineOptions{}, &observer);
+  Collector running, queued;
+  const uint64_t a =
+      engine->Submit(Named(Greedy(LongPrompt(200), 3000), "running"), running.stream()).value();
+  running.WaitForData();
+  engine->SetPausedForTesting(true);
+  for (int spin = 0; engine->load().running < 1 && spin < 1000; ++spin) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_GT(engine->load().host_pages_used, 0);
+  EXPECT_GT(engine->load().device_slots_used, 0);
+  const uint64_t b =
+      engine->Submit(Named(Greedy(LongPrompt(200), 8), "queued"), queued.stream()).value();
+  engine->Cancel(a, absl::CancelledError("client went away"));
+  engine->Cancel(b, absl::CancelledError("client went away"));
+  EXPECT_TRUE(absl::IsCancelled(running.WaitDone().status));
+  EXPECT_TRUE(absl::IsCancelled(queued.WaitDone().status));
+  ASSERT_TRUE(engine->WaitIdle(absl::Now() + absl::Seconds(10)));
+  {
+    std::lock_guard lock(observer.mu);
+    // The running one was cancelled in the generator, whose last output carries its stats; the
+    // queued one never held a page.
+    ASSERT_TRUE(observer.summaries["running"].kv_stats.has_value());
+    EXPECT_TRUE(observer.summaries["running"].kv_stats->sparse);
+    EXPECT_FALSE(observer.summaries["queued"].kv_stats.has_value());
+  }
+  EXPECT_EQ(engine->load().host_pages_used, 0);
+  EXPECT_EQ(engine->load().device_slots_used, 0);
+  EXPECT_EQ(engine->load().kv_blocks_used, 0);
 }
 
 }  // namespace

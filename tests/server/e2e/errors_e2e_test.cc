@@ -52,6 +52,15 @@ std::vector<BadCase> BadCases() {
        "stopping.stop_token_ids"},
       {"long_request_id", [](auto& r) { r.set_request_id(std::string(300, 'x')); },
        "request_id"},
+      {"unknown_sparse_mode",
+       [](auto& r) { r.mutable_sparse()->set_mode(static_cast<v1::SparseMode>(9)); },
+       "sparse.mode"},
+      {"budget_with_dense_mode",
+       [](auto& r) {
+         r.mutable_sparse()->set_mode(v1::SPARSE_MODE_DENSE);
+         r.mutable_sparse()->set_budget_tokens(64);
+       },
+       "sparse.budget_tokens"},
   };
 }
 

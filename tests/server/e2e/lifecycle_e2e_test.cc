@@ -64,6 +64,16 @@ TEST(LifecycleE2eTest, ModelInfoDescribesTheModelAndLimits) {
   EXPECT_GT(info.eos_token_ids_size(), 0);
   EXPECT_EQ(info.limits().max_running_requests(), 7u);
   EXPECT_EQ(info.limits().kv_cache_tokens(), 65536u);
+  // The sparse section's defaults (off), with the derived minimum context spelled out.
+  EXPECT_FALSE(info.sparse().enabled());
+  EXPECT_EQ(info.sparse().budget_tokens(), 2048u);
+  EXPECT_EQ(info.sparse().sink_tokens(), 16u);
+  EXPECT_EQ(info.sparse().recent_tokens(), 256u);
+  EXPECT_EQ(info.sparse().selector(), "quest");
+  EXPECT_EQ(info.sparse().speculation(), "cross_step");
+  EXPECT_EQ(info.sparse().miss_policy(), "fetch");
+  EXPECT_EQ(info.sparse().min_context_tokens(), 4096u);
+  EXPECT_EQ(info.sparse().page_size(), 16u);
 }
 
 TEST(LifecycleE2eTest, MetricsCountWhatWasSent) {

@@ -1,5 +1,7 @@
 #include "tests/server/e2e/test_server.h"
 
+#include <thread>
+
 #include "gtest/gtest.h"
 #include "tests/engine/generate/greedy_request.h"
 
@@ -40,6 +42,7 @@ StreamResult RunGenerate(
       result.finish = msg.finish_reason();
       result.usage = msg.usage();
     }
+    if (msg.has_kv_stats()) result.kv_stats = msg.kv_stats();
     if (on_message) on_message(ctx, msg);
   }
   result.status = reader->Finish();
@@ -66,6 +69,43 @@ std::vector<int32_t> PromptFor(int i) {
   std::vector<int32_t> prompt;
   for (int j = 0; j < 2 + (i * 7) % 23; ++j) prompt.push_back(1 + (i * 37 + j * 11) % 500);
   return prompt;
+}
+
+std::vector<StreamResult> RunHundredCancellingTen(
+    Server& server, const std::function<v1::GenerateRequest(int i, int max_tokens)>& make_request) {
+  constexpr int kStreams = 100;
+  std::vector<StreamResult> results(kStreams);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kStreams; ++i) {
+    clients.emplace_back([&, i] {
+      auto stub = Connect(server.address());
+      const v1::GenerateRequest request = make_request(i, MaxTokensOfHundred(i));
+      if (CancelledOfHundred(i)) {
+        // Long enough to be cancelled mid-way: the client cancels after its first tokens.
+        results[i] = RunGenerate(*stub, request, {},
+                                 [](grpc::ClientContext& ctx, const v1::GenerateResponse& m) {
+                                   if (m.token_ids_size() > 0) ctx.TryCancel();
+                                 });
+      } else {
+        results[i] = RunGenerate(*stub, request);
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  int cancelled_count = 0;
+  for (int i = 0; i < kStreams; ++i) {
+    if (CancelledOfHundred(i)) {
+      EXPECT_EQ(results[i].status.error_code(), grpc::StatusCode::CANCELLED) << i;
+      EXPECT_LT(results[i].tokens.size(), 3000u) << i;
+      ++cancelled_count;
+      continue;
+    }
+    EXPECT_TRUE(results[i].status.ok()) << i << ": " << results[i].status.error_message();
+    EXPECT_EQ(results[i].tokens.size(), static_cast<size_t>(MaxTokensOfHundred(i))) << i;
+  }
+  EXPECT_EQ(cancelled_count, 10);
+  EXPECT_TRUE(server.engine().WaitIdle(absl::Now() + absl::Seconds(60)));
+  return results;
 }
 
 }  // namespace specula::testing

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@ struct StreamResult {
   std::string text;
   v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
   v1::Usage usage;
+  std::optional<v1::KvStats> kv_stats;  // from the last message, when it had them
   int messages = 0;
 };
 
@@ -50,5 +52,16 @@ GenerationResult Offline(const std::vector<int32_t>& prompt, int max_tokens);
 
 // Distinct prompts for request i.
 std::vector<int32_t> PromptFor(int i);
+
+// The 10-of-100 cancellation scenario: 100 concurrent streams, of which the ten with
+// CancelledOfHundred(i) ask for 3000 tokens and are cancelled by their client after their first
+// tokens, the others ask for MaxTokensOfHundred(i). `make_request(i, max_tokens)` builds stream
+// i's request. Checks that the cancelled ten end CANCELLED early and every other stream ends OK
+// with exactly its max_tokens tokens, then waits until the engine is idle; returns every stream's
+// result for checks of their content.
+inline bool CancelledOfHundred(int i) { return i % 10 == 3; }
+inline int MaxTokensOfHundred(int i) { return CancelledOfHundred(i) ? 3000 : 6 + i % 13; }
+std::vector<StreamResult> RunHundredCancellingTen(
+    Server& server, const std::function<v1::GenerateRequest(int i, int max_tokens)>& make_request);
 
 }  // namespace specula::testing
