@@ -109,7 +109,8 @@ int64_t Generator::TotalTokens(const GenerationRequest& r) const {
 
 bool Generator::UsesSparse(const GenerationRequest& r) const {
   if (sparse_ == nullptr || r.sparse.mode == SparseMode::kDense) return false;
-  return r.sparse.mode == SparseMode::kSparse ||
+  // A request that names a budget asks for the sparse cache, whatever its length.
+  return r.sparse.mode == SparseMode::kSparse || r.sparse.budget_tokens > 0 ||
          TotalTokens(r) >= sparse_->options().effective_min_context_tokens();
 }
 
@@ -131,7 +132,9 @@ int64_t Generator::device_slots_used() const {
 }
 
 KvStats Generator::FinalKvStats(const Sequence& s) const {
-  return s.sparse_kv() == nullptr ? KvStats() : sparse_->Stats(*s.sparse_kv());
+  if (s.sparse_kv() == nullptr) return KvStats();
+  sparse_->Quiesce(*s.sparse_kv());  // copies still landing count for this request too
+  return sparse_->Stats(*s.sparse_kv());
 }
 
 absl::StatusOr<uint64_t> Generator::Add(GenerationRequest request) {

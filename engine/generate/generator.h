@@ -64,8 +64,8 @@ class Generator {
   int64_t device_slots_used() const;
   // The sparse cache (null unless sparse.enabled), for benchmarks' probes.
   SparseKvCache* sparse_cache() { return sparse_.get(); }
-  // Whether `request` would run on the sparse cache (its sparse.mode, else prompt + max_tokens
-  // against sparse.min_context_tokens).
+  // Whether `request` would run on the sparse cache: sparse.mode SPARSE, or DEFAULT with a
+  // budget_tokens set or prompt + max_tokens >= sparse.min_context_tokens.
   bool UsesSparse(const GenerationRequest& request) const;
 
   // Checks a request against the model (ids, lengths, sampling values) without admitting it.
@@ -96,7 +96,7 @@ class Generator {
  private:
   Generator() = default;
   void Retire(uint64_t id);
-  // The final output's kv_stats.
+  // The final output's kv_stats (waits for the sequence's prefetch copies in flight).
   KvStats FinalKvStats(const Sequence& s) const;
   int64_t TotalTokens(const GenerationRequest& r) const;
 

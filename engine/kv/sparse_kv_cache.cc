@@ -69,15 +69,21 @@ int64_t SparseKvCache::EffectiveBudget(int64_t requested) const {
   return requested > 0 ? requested : options_.budget_tokens;
 }
 
-WorkingSetGeometry SparseKvCache::Geometry(int64_t budget_tokens) const {
+WorkingSetGeometry SparseKvCache::Geometry(int64_t total_tokens, int64_t budget_tokens) const {
   WorkingSetGeometry g;
   g.layers = shape_.layers;
   g.kv_heads = shape_.kv_heads;
   g.page_size = page_size_;
   g.sink_pages = PagesOf(options_.sink_tokens, page_size_);
   g.window_pages = PagesOf(options_.recent_tokens, page_size_);
-  g.budget_pages = PagesOf(EffectiveBudget(budget_tokens), page_size_);
-  g.cache_slots = g.budget_pages + PagesOf(options_.effective_prefetch_extra_tokens(), page_size_);
+  const int64_t budget = EffectiveBudget(budget_tokens);
+  const int64_t extra = options_.prefetch_extra_tokens >= 0 ? options_.prefetch_extra_tokens
+                                                            : budget / 4;
+  // No more slots than the request can ever have candidates: full pages before the window.
+  const int32_t max_candidates =
+      std::max(0, PagesOf(total_tokens, page_size_) - 1 - g.window_pages - g.sink_pages);
+  g.budget_pages = std::min(PagesOf(budget, page_size_), max_candidates);
+  g.cache_slots = std::min(g.budget_pages + PagesOf(extra, page_size_), max_candidates);
   return g;
 }
 
@@ -88,7 +94,7 @@ absl::Status SparseKvCache::CheckCapacity(int64_t total_tokens, int64_t budget_t
         "(sparse.host_capacity_tokens)",
         total_tokens, static_cast<int64_t>(store_->pages_per_head_capacity()) * page_size_));
   }
-  const int32_t slots = Geometry(budget_tokens).slots_per_head();
+  const int32_t slots = Geometry(total_tokens, budget_tokens).slots_per_head();
   if (slots > device_.num_blocks()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "a sparse working set with budget %d tokens needs %d KV cache pages of %d tokens "
@@ -102,14 +108,14 @@ absl::Status SparseKvCache::CheckCapacity(int64_t total_tokens, int64_t budget_t
 bool SparseKvCache::HasRoomFor(int64_t total_tokens, int64_t budget_tokens) const {
   const int64_t host_pages = store_->PagesFor(total_tokens) * shape_.layers * shape_.kv_heads;
   return store_->free_pages() >= host_pages &&
-         device_.free_blocks() >= Geometry(budget_tokens).slots_per_head();
+         device_.free_blocks() >= Geometry(total_tokens, budget_tokens).slots_per_head();
 }
 
 absl::StatusOr<std::shared_ptr<WorkingSet>> SparseKvCache::Admit(int64_t total_tokens,
                                                                  int64_t budget_tokens,
                                                                  int64_t prompt_tokens) {
   RETURN_IF_ERROR(CheckCapacity(total_tokens, budget_tokens));
-  const WorkingSetGeometry g = Geometry(budget_tokens);
+  const WorkingSetGeometry g = Geometry(total_tokens, budget_tokens);
   if (device_.free_blocks() < g.slots_per_head()) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "KV cache full: a sparse working set needs %d pages, %d of %d free", g.slots_per_head(),
@@ -129,13 +135,20 @@ absl::StatusOr<std::shared_ptr<WorkingSet>> SparseKvCache::Admit(int64_t total_t
   return ws;
 }
 
+void SparseKvCache::Quiesce(WorkingSet& ws) {
+  std::unique_lock<std::mutex> lock(ws.mu);
+  ws.closing = true;
+  ws.cv.wait(lock, [&] { return ws.active_tasks == 0; });
+  CHECK_EQ(ws.loading_locked(), 0);
+}
+
+bool SparseKvCache::Owns(const WorkingSet* ws) const {
+  return std::any_of(live_.begin(), live_.end(),
+                     [&](const std::shared_ptr<WorkingSet>& p) { return p.get() == ws; });
+}
+
 void SparseKvCache::Release(WorkingSet& ws) {
-  {
-    std::unique_lock<std::mutex> lock(ws.mu);
-    ws.closing = true;
-    ws.cv.wait(lock, [&] { return ws.active_tasks == 0; });
-    CHECK_EQ(ws.loading_locked(), 0);
-  }
+  Quiesce(ws);
   store_->Release(ws.mutable_host());
   device_.Free(ws.device_blocks());
   const WorkingSetGeometry& g = ws.geometry();
@@ -330,22 +343,39 @@ void SparseKvCache::Resolve(int32_t layer, int32_t head, WorkingSet& ws, int32_t
   }
 
   const int32_t l_h = lh(layer, head);
-  std::vector<int32_t> resident;  // cache slot per selected page, -1 = skipped
-  resident.reserve(selected.size());
+  std::vector<int32_t> resident(selected.size(), -1);  // cache slot per selected page
   {
     std::unique_lock<std::mutex> lock(ws.mu);
-    for (int32_t p : selected) {
-      bool hit = true;
+    ws.resolved_step[layer] = ws.decode_step;
+    // First pin every selected page already mapped (ready, or loading for a prediction), so
+    // fetching a miss below can never evict a page this step selected. At most B pins of C >= B
+    // slots: a miss always finds a slot, or a loading one that will finish.
+    std::vector<bool> mapped(selected.size(), false);
+    for (size_t i = 0; i < selected.size(); ++i) {
+      const int32_t j = ws.FindLocked(l_h, selected[i]);
+      if (j < 0) continue;
+      mapped[i] = true;
+      WorkingSet::CacheSlot& s = ws.slot_locked(l_h, j);
+      s.pin = ws.active_pin;
+      s.last_use = std::max(s.last_use, ws.decode_step);
+    }
+    for (size_t i = 0; i < selected.size(); ++i) {
+      const int32_t p = selected[i];
       double waited = 0;
       int32_t j;
       while (true) {
         j = ws.FindLocked(l_h, p);
         if (j >= 0 && ws.slot_locked(l_h, j).state == WorkingSet::SlotState::kReady) break;
+        if (options_.miss_policy == MissPolicy::kSkip) {
+          // Not resident now: attend without it. A loading page is on its way already.
+          if (j < 0) skipped->push_back(p);
+          j = -1;
+          break;
+        }
         if (j < 0) {
-          if (options_.miss_policy == MissPolicy::kSkip) break;
           j = ws.ClaimLocked(l_h, p, std::numeric_limits<uint64_t>::max());
           if (j >= 0) {
-            hit = false;
+            ws.slot_locked(l_h, j).pin = ws.active_pin;
             const double t0 = MonotonicSeconds();
             lock.unlock();
             copier_->Copy(SlotPage(layer, ws, ws.cache_slot(j), head),
@@ -365,24 +395,16 @@ void SparseKvCache::Resolve(int32_t layer, int32_t head, WorkingSet& ws, int32_t
       }
       ws.stats.stall_seconds += waited;
       step_.stall_seconds += waited;
-      if (j < 0) {  // skipped
-        ++ws.stats.pages_missed;
-        ++step_.pages_missed;
-        skipped->push_back(p);
-        resident.push_back(-1);
-        continue;
+      if (j >= 0) {
+        WorkingSet::CacheSlot& s = ws.slot_locked(l_h, j);
+        s.pin = ws.active_pin;
+        s.last_use = std::max(s.last_use, ws.decode_step);
+        resident[i] = j;
       }
-      WorkingSet::CacheSlot& s = ws.slot_locked(l_h, j);
-      s.pin = ws.active_pin;
-      s.last_use = std::max(s.last_use, ws.decode_step);
-      resident.push_back(j);
-      if (hit) {
-        ++ws.stats.pages_hit;
-        ++step_.pages_hit;
-      } else {
-        ++ws.stats.pages_missed;
-        ++step_.pages_missed;
-      }
+      // A hit was resident (or being prefetched) when the step asked for it.
+      const bool hit = mapped[i] && j >= 0;
+      ++(hit ? ws.stats.pages_hit : ws.stats.pages_missed);
+      ++(hit ? step_.pages_hit : step_.pages_missed);
     }
   }
 
@@ -486,8 +508,8 @@ void SparseKvCache::Decode(int32_t layer, absl::Span<const SparseRows> rows, con
     }
   }
 
+  AttendedPages seen;
   if (observer_) {
-    AttendedPages seen;
     seen.layer = layer;
     for (const SparseRows& r : rows) seen.rows.push_back(r.ws);
     seen.page_begin = page_begin;
@@ -511,6 +533,10 @@ void SparseKvCache::Decode(int32_t layer, absl::Span<const SparseRows> rows, con
   Mat o = out->Rows(first_row, rows.size());
   backend_.SparseDecodeAttention(q.Rows(first_row, rows.size()), sb, pool, &o);
   backend_.Synchronize();
+  if (observer_) {
+    seen.after = true;
+    observer_(seen);
+  }
 
   // The attention is done: its slots may be replaced again.
   for (const SparseRows& r : rows) {
@@ -551,39 +577,53 @@ void SparseKvCache::SubmitQueries(int32_t layer, const std::shared_ptr<WorkingSe
   executor_->Submit(std::move(task));
 }
 
+bool SparseKvCache::StaleLocked(const WorkingSet& ws, const PrefetchTask& task) const {
+  // Worthless: the sequence is going away, its step has passed, or the layer has already
+  // resolved the step the prediction was for (a late cross_layer prediction).
+  return ws.closing || ws.published_step.load() > task.target_step ||
+         ws.resolved_step[task.layer] >= task.target_step;
+}
+
 void SparseKvCache::RunTask(PrefetchTask& task, PageCopier& copier) {
   WorkingSet& ws = *task.ws;
   {
     std::lock_guard<std::mutex> lock(ws.mu);
-    if (ws.closing) return;
+    if (StaleLocked(ws, task)) return;
     ++ws.active_tasks;
   }
   const WorkingSetGeometry& g = ws.geometry();
   const int32_t group = shape_.heads / shape_.kv_heads;
-  if (task.pages.empty()) {
-    task.pages.resize(shape_.kv_heads);
-    std::vector<float> scores;
-    for (int32_t h = 0; h < shape_.kv_heads; ++h) {
+  std::vector<double> latencies;
+  int64_t bytes = 0;
+  std::vector<float> scores;
+  std::unique_lock<std::mutex> lock(ws.mu, std::defer_lock);
+  const bool score = !task.queries.empty();  // else the engine ranked the pages already
+  if (score) task.pages.assign(shape_.kv_heads, {});
+  for (int32_t h = 0; h < static_cast<int32_t>(task.pages.size()); ++h) {
+    if (score) {
+      // Reads only summaries of candidate pages, which cannot change until release.
       TopCandidates(task.layer, h, ws, task.candidate_end,
                     task.queries.data() + static_cast<size_t>(h) * group * shape_.head_dim,
                     g.cache_slots, &scores, &task.pages[h]);
     }
-  }
-  std::vector<double> latencies;
-  int64_t bytes = 0;
-  std::unique_lock<std::mutex> lock(ws.mu);
-  for (int32_t h = 0; h < static_cast<int32_t>(task.pages.size()); ++h) {
     const int32_t l_h = lh(task.layer, h);
+    lock.lock();
+    if (StaleLocked(ws, task)) {
+      lock.unlock();
+      break;
+    }
+    // Stamp the predicted pages already resident first, so staging the others cannot evict them.
     for (int32_t p : task.pages[h]) {
-      // A prediction for a step that has passed is worthless; a closing sequence wants none.
-      if (ws.closing || ws.published_step.load() > task.target_step) break;
-      int32_t j = ws.FindLocked(l_h, p);
+      const int32_t j = ws.FindLocked(l_h, p);
       if (j >= 0) {
         WorkingSet::CacheSlot& s = ws.slot_locked(l_h, j);
         s.last_use = std::max(s.last_use, task.target_step);
-        continue;
       }
-      j = ws.ClaimLocked(l_h, p, task.target_step);
+    }
+    for (int32_t p : task.pages[h]) {
+      if (StaleLocked(ws, task)) break;
+      if (ws.FindLocked(l_h, p) >= 0) continue;
+      const int32_t j = ws.ClaimLocked(l_h, p, task.target_step);
       if (j < 0) break;  // every slot holds something at least as recent
       lock.unlock();
       copier.Copy(SlotPage(task.layer, ws, ws.cache_slot(j), h),
@@ -594,7 +634,9 @@ void SparseKvCache::RunTask(PrefetchTask& task, PageCopier& copier) {
       bytes += static_cast<int64_t>(store_->page_bytes());
       latencies.push_back(MonotonicSeconds() - task.issued_seconds);
     }
+    lock.unlock();
   }
+  lock.lock();
   --ws.active_tasks;
   ws.cv.notify_all();
   lock.unlock();

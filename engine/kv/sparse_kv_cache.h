@@ -51,6 +51,7 @@ struct RecallProbe {
 // What one decode attention reads, for tests that check slot contents (invariant 2).
 struct AttendedPages {
   int32_t layer = 0;
+  bool after = false;  // called once before the attention reads them and once after
   std::vector<const WorkingSet*> rows;
   std::vector<int32_t> page_begin;  // rows * kv_heads + 1 offsets into the lists below
   std::vector<int32_t> logical;     // page index within the sequence
@@ -70,7 +71,8 @@ class SparseKvCache {
   int32_t page_size() const { return page_size_; }
   // The budget a request runs with (its override, else the configured one), in tokens.
   int64_t EffectiveBudget(int64_t requested_budget_tokens) const;
-  WorkingSetGeometry Geometry(int64_t budget_tokens) const;
+  // The working set of a request of `total_tokens` (prompt + max_tokens).
+  WorkingSetGeometry Geometry(int64_t total_tokens, int64_t budget_tokens) const;
 
   // INVALID_ARGUMENT when `total_tokens` can never fit the host store or the working set can
   // never fit the device pool.
@@ -80,8 +82,11 @@ class SparseKvCache {
   // are not free now (nothing is held then).
   absl::StatusOr<std::shared_ptr<WorkingSet>> Admit(int64_t total_tokens, int64_t budget_tokens,
                                                     int64_t prompt_tokens);
-  // Waits for the sequence's copies in flight, then returns its host pages and device slots.
+  // Stops new prefetches for the sequence and waits for those running, so its stats are final.
+  void Quiesce(WorkingSet& ws);
+  // Quiesces, then returns the sequence's host pages and device slots.
   void Release(WorkingSet& ws);
+  bool Owns(const WorkingSet* ws) const;
   KvStats Stats(const WorkingSet& ws) const;
 
   // Starts a decode step for these decode rows (before any layer): predictions and residency are
@@ -112,7 +117,7 @@ class SparseKvCache {
   // the share of its mass on the attended tokens to the probe. Slow.
   void set_recall_probe(RecallProbe* probe) { recall_ = probe; }
   void WaitForPrefetches() { executor_->WaitIdle(); }
-  // Test hook, called on the engine thread right before each decode attention.
+  // Test hook, called on the engine thread right before and right after each decode attention.
   void set_attention_observer(std::function<void(const AttendedPages&)> observer) {
     observer_ = std::move(observer);
   }
@@ -144,6 +149,7 @@ class SparseKvCache {
   void SubmitQueries(int32_t layer, const std::shared_ptr<WorkingSet>& ws, uint64_t target_step,
                      const float* queries, int32_t candidate_end);
   void RunTask(PrefetchTask& task, PageCopier& copier);
+  bool StaleLocked(const WorkingSet& ws, const PrefetchTask& task) const;
   void MeasureRecall(int32_t layer, const WorkingSet& ws, int32_t pos, const float* q_row,
                      absl::Span<const int32_t> page_begin, absl::Span<const int32_t> pages,
                      absl::Span<const int32_t> tokens, int64_t list_base);

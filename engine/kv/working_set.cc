@@ -10,6 +10,7 @@ WorkingSet::WorkingSet(const WorkingSetGeometry& geometry, HostKvSequence host,
       prompt_tokens_(prompt_tokens) {
   CHECK_EQ(static_cast<int32_t>(blocks_.size()), g_.slots_per_head());
   heads_.resize(static_cast<size_t>(g_.layers) * g_.kv_heads);
+  resolved_step.assign(g_.layers, 0);
   for (HeadState& h : heads_) {
     h.page_to_slot.assign(host_.pages_per_head(), -1);
     h.slots.resize(g_.cache_slots);

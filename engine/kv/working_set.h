@@ -91,6 +91,9 @@ class WorkingSet {
   std::atomic<int64_t> bytes_prefetched{0};
   std::atomic<uint64_t> published_step{0};  // decode_step, for prefetch staleness checks
   int32_t active_tasks = 0;  // prefetch tasks working on this sequence; under mu
+  // Per layer, the last decode step Resolve ran (under mu): a prediction for that step or an
+  // earlier one is too late to help.
+  std::vector<uint64_t> resolved_step;
   bool closing = false;      // set by Release; under mu
 
  private:

@@ -1,5 +1,6 @@
 #include "engine/model/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_format.h"
@@ -97,15 +98,24 @@ absl::Status Transformer::ValidateBatch(const ForwardBatch& b, const KvPool& kv,
   if ((!b.sparse_prefill.empty() || !b.sparse_decode.empty()) && sparse == nullptr) {
     return absl::InvalidArgumentError("forward: sparse rows without a sparse KV cache");
   }
+  std::vector<const WorkingSet*> seen;
   for (const auto* runs : {&b.sparse_decode, &b.sparse_prefill}) {
     for (const SparseRows& r : *runs) {
       const bool decode = runs == &b.sparse_decode;
-      if (r.ws == nullptr || r.q_begin != next_row || r.q_len <= 0 || (decode && r.q_len != 1) ||
-          r.prefill == decode || b.positions[r.q_begin] != r.start ||
-          r.q_begin + r.q_len > static_cast<int64_t>(T) ||
-          r.start + r.q_len > r.ws->host().capacity_tokens()) {
+      if (r.ws == nullptr || !sparse->Owns(r.ws) || r.q_begin != next_row || r.q_len <= 0 ||
+          (decode && r.q_len != 1) || r.prefill == decode ||
+          r.q_begin + r.q_len > static_cast<int64_t>(T) || b.positions[r.q_begin] != r.start ||
+          r.start + r.q_len > r.ws->host().capacity_tokens() ||
+          (decode && r.ws->window_begin < 0) || (!decode && r.start + r.q_len > r.ws->prompt_tokens()) ||
+          std::find(seen.begin(), seen.end(), r.ws) != seen.end()) {
         return absl::InvalidArgumentError("forward: inconsistent sparse row metadata");
       }
+      for (int32_t i = 1; i < r.q_len; ++i) {
+        if (b.positions[r.q_begin + i] != r.start + i) {
+          return absl::InvalidArgumentError("forward: sparse rows' positions are not consecutive");
+        }
+      }
+      seen.push_back(r.ws);
       next_row += r.q_len;
     }
   }

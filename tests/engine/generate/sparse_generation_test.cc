@@ -106,6 +106,48 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(MissPolicy::kFetch, MissPolicy::kSkip)),
     FullBudgetName);
 
+// Under `fetch` the attended pages depend only on the real queries, so a small budget gives the
+// same output with or without speculation: a prefetch that corrupted a slot, or a stale copy,
+// would show. This runs the prediction paths the full-budget matrix never needs.
+TEST(SparseGenerationTest, SpeculationNeverChangesTheOutputUnderFetch) {
+  for (const char* model : {"llama3-f32", "qwen3-bf16"}) {
+    auto run = [&](SpeculationMode mode) {
+      GeneratorOptions o = Options(true, mode, MissPolicy::kFetch, 32);
+      o.sparse.prefetch_threads = 2;
+      auto gen = Generator::Create(TestModelDir(model), o).value();
+      auto out = gen->GenerateAll(Requests()).value();
+      EXPECT_EQ(gen->host_pages_used(), 0);
+      EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
+      return out;
+    };
+    const auto none = run(SpeculationMode::kNone);
+    for (SpeculationMode mode : {SpeculationMode::kCrossStep, SpeculationMode::kCrossLayer,
+                                 SpeculationMode::kBoth}) {
+      const auto with = run(mode);
+      for (size_t i = 0; i < none.size(); ++i) {
+        ExpectSameOutput(none[i], with[i],
+                         std::string(model) + " " + SpeculationModeName(mode) + " request " +
+                             std::to_string(i),
+                         0.0);
+      }
+    }
+  }
+}
+
+TEST(SparseGenerationTest, NoSinksNoWindowFullBudgetEqualsDense) {
+  GeneratorOptions o = Options(true, SpeculationMode::kBoth, MissPolicy::kFetch, 256);
+  o.sparse.sink_tokens = 0;
+  o.sparse.recent_tokens = 0;
+  auto sparse = Generator::Create(TestModelDir("mistral-f32"), o).value()->GenerateAll(Requests());
+  auto dense = Generator::Create(TestModelDir("mistral-f32"),
+                                 Options(false, SpeculationMode::kNone, MissPolicy::kFetch, 1))
+                   .value()
+                   ->GenerateAll(Requests());
+  for (size_t i = 0; i < dense->size(); ++i) {
+    ExpectSameOutput((*dense)[i], (*sparse)[i], "request " + std::to_string(i));
+  }
+}
+
 TEST(SparseGenerationTest, DenseAndSparseRequestsShareABatch) {
   // One request forced dense inside a sparse server: the batch mixes both kinds of rows.
   auto gen = Generator::Create(TestModelDir("qwen3-f32"),
@@ -182,15 +224,17 @@ TEST(SparseGenerationTest, DenseRequestsReportNotSparse) {
 }
 
 TEST(SparseGenerationTest, CancelReturnsHostPagesAndSlots) {
-  auto gen = Generator::Create(TestModelDir("llama3-f32"),
-                               Options(true, SpeculationMode::kBoth, MissPolicy::kFetch, 32))
-                 .value();
+  GeneratorOptions o = Options(true, SpeculationMode::kBoth, MissPolicy::kFetch, 32);
+  o.prefill_chunk_tokens = 16;
+  auto gen = Generator::Create(TestModelDir("llama3-f32"), o).value();
   std::vector<uint64_t> ids;
   for (const auto& r : Requests()) ids.push_back(gen->Add(r).value());
   EXPECT_GT(gen->host_pages_used(), 0);
   EXPECT_GT(gen->device_slots_used(), 0);
   std::vector<SequenceOutput> outs;
-  for (int i = 0; i < 12; ++i) ASSERT_TRUE(gen->Step(&outs).ok());  // mid-prefill and decode
+  // 16 prompt tokens a step: after 6 steps the 5-token prompt decodes, the 64-token one has
+  // just finished prefill and the 131-token one is mid-prefill.
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(gen->Step(&outs).ok());
   for (uint64_t id : ids) {
     SequenceOutput out;
     ASSERT_TRUE(gen->Cancel(id, &out).ok());
@@ -250,8 +294,38 @@ TEST(SparseGenerationTest, FullHostStoreIsResourceExhaustedAtAdmission) {
   auto gen = Generator::Create(TestModelDir("llama3-f32"), o).value();
   GenerationRequest r = Greedy(std::vector<int32_t>(150, 9), 50);  // 200 of 256 tokens
   ASSERT_TRUE(gen->Add(r).ok());
+  const int64_t host = gen->host_pages_used();
+  const int32_t blocks = gen->kv_pool().used_blocks();
   EXPECT_FALSE(gen->HasRoomFor(r));
   EXPECT_EQ(gen->Add(r).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(gen->host_pages_used(), host);  // nothing taken by the failed admission
+  EXPECT_EQ(gen->kv_pool().used_blocks(), blocks);
+}
+
+TEST(SparseGenerationTest, FullDevicePoolIsResourceExhaustedAndKeepsNoHostPages) {
+  // Host room for many requests, device room for one working set.
+  GeneratorOptions o = Options(true, SpeculationMode::kNone, MissPolicy::kFetch, 32);
+  o.kv_cache_tokens = 10 * 16;  // a working set takes 1 + 3 + 2 + 1 = 7 blocks
+  auto gen = Generator::Create(TestModelDir("llama3-f32"), o).value();
+  GenerationRequest r = Greedy(std::vector<int32_t>(300, 9), 20);
+  r.sparse.mode = SparseMode::kSparse;
+  ASSERT_TRUE(gen->Add(r).ok());
+  const int64_t host = gen->host_pages_used();
+  EXPECT_FALSE(gen->HasRoomFor(r));
+  EXPECT_EQ(gen->Add(r).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(gen->host_pages_used(), host);
+}
+
+TEST(SparseGenerationTest, WorkingSetIsSizedToTheRequest) {
+  // A short request does not hold the full budget's slots: no more than it can have candidates.
+  auto gen = Generator::Create(TestModelDir("llama3-f32"),
+                               Options(true, SpeculationMode::kNone, MissPolicy::kFetch, 1024))
+                 .value();
+  GenerationRequest r = Greedy(std::vector<int32_t>(40, 9), 8);  // 3 pages
+  r.sparse.mode = SparseMode::kSparse;
+  ASSERT_TRUE(gen->Add(r).ok());
+  // 1 sink + (2 window + 1) ring pages, and no cache slot: 3 pages leave no candidate.
+  EXPECT_EQ(gen->kv_pool().used_blocks(), 4);
 }
 
 }  // namespace

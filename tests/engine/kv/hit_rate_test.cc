@@ -174,6 +174,19 @@ TEST(HitRateTest, CrossLayerPredictsTheNextLayersPages) {
   EXPECT_EQ(without.stats.pages_hit, 0);
 }
 
+TEST(HitRateTest, FetchingAMissNeverEvictsAPageSelectedInTheSameStep) {
+  // Budget 2 pages + 1 spare. Step 3 needs 25 (a miss) and 30 (resident, least recently
+  // used): fetching 25 must evict 40, not 30.
+  SparseOptions o = Options(SpeculationMode::kNone, 1);
+  o.budget_tokens = 2 * kPageSize;
+  const std::vector<std::vector<int32_t>> needed = {{10, 30}, {20, 40}, {25, 30}};
+  const SequenceRun r = RunSequence(
+      o, 3, [&](int32_t t) { return needed[t]; },
+      [](int32_t) { return std::vector<int32_t>{}; });
+  EXPECT_EQ(r.hits_per_step, (std::vector<int64_t>{0, 0, 1}));
+  EXPECT_EQ(r.stats.pages_missed, 5);
+}
+
 TEST(HitRateTest, AttentionReadsExactlyTheSelectedPagesPlusSinksAndWindow) {
   HarnessShape shape;
   shape.page_size = kPageSize;

@@ -5,6 +5,7 @@
 // A copy landing in a slot being read, or a stale copy landing in a slot reused by another
 // sequence, breaks a checksum; ThreadSanitizer (the *_tsan build of this test) reports any
 // unsynchronized access on top.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -68,11 +69,30 @@ TEST_P(PrefetchStressTest, PagesReadAlwaysHoldTheirPositions) {
 
   int64_t checked_pages = 0;
   std::vector<float> want_k(16), want_v(16);
+  // Before and after each attention: a copy landing while it reads would show on one side.
   h.cache().set_attention_observer([&](const AttendedPages& a) {
     const KvLayerView dev = h.pool().Layer(a.layer);
     for (size_t row = 0; row < a.rows.size(); ++row) {
+      const WorkingSetGeometry& g = a.rows[row]->geometry();
+      const int32_t pos = h.position(a.rows[row]);
+      const int32_t current = pos / shape.page_size;
+      const int32_t candidates = std::max(0, current - g.window_pages - g.sink_pages);
+      const int32_t expected = std::min(g.sink_pages, current + 1) +
+                               std::min(g.budget_pages, candidates) +
+                               std::max(0, current + 1 - std::max(g.sink_pages,
+                                                                  current - g.window_pages));
       for (int32_t head = 0; head < shape.kv_heads; ++head) {
         const size_t list = row * shape.kv_heads + head;
+        const int32_t attended = a.page_begin[list + 1] - a.page_begin[list];
+        // Sinks + the budget's pages + the window; `skip` may leave selected pages out.
+        if (cfg.miss == MissPolicy::kFetch) {
+          ASSERT_EQ(attended, expected) << "position " << pos;
+        } else {
+          ASSERT_LE(attended, expected) << "position " << pos;
+        }
+        for (int32_t e = a.page_begin[list] + 1; e < a.page_begin[list + 1]; ++e) {
+          ASSERT_LT(a.logical[e - 1], a.logical[e]) << "pages not in position order";
+        }
         for (int32_t e = a.page_begin[list]; e < a.page_begin[list + 1]; ++e) {
           const float* page = static_cast<const float*>(dev.base) +
                               static_cast<size_t>(a.pool_pages[e]) * dev.page_elems();
