@@ -77,8 +77,7 @@ WorkingSetGeometry SparseKvCache::Geometry(int64_t total_tokens, int64_t budget_
   g.sink_pages = PagesOf(options_.sink_tokens, page_size_);
   g.window_pages = PagesOf(options_.recent_tokens, page_size_);
   const int64_t budget = EffectiveBudget(budget_tokens);
-  const int64_t extra = options_.prefetch_extra_tokens >= 0 ? options_.prefetch_extra_tokens
-                                                            : budget / 4;
+  const int64_t extra = options_.effective_prefetch_extra_tokens(budget);
   // No more slots than the request can ever have candidates: full pages before the window.
   const int32_t max_candidates =
       std::max(0, PagesOf(total_tokens, page_size_) - 1 - g.window_pages - g.sink_pages);

@@ -42,7 +42,7 @@ struct SparseOptions {
   int64_t min_context_tokens = -1;
   int32_t prefetch_threads = 1;
   // Extra device slots per (layer, KV head) that cross_step fills with the pages ranked just
-  // below the budget, in tokens (rounded up to pages); -1 = budget_tokens / 4.
+  // below the budget, in tokens (rounded up to pages); -1 = a quarter of the request's budget.
   int64_t prefetch_extra_tokens = -1;
   // Host store capacity: token positions per (layer, KV head) over all sparse requests.
   int64_t host_capacity_tokens = 262144;
@@ -50,8 +50,9 @@ struct SparseOptions {
   int64_t effective_min_context_tokens() const {
     return min_context_tokens >= 0 ? min_context_tokens : 2 * budget_tokens;
   }
-  int64_t effective_prefetch_extra_tokens() const {
-    return prefetch_extra_tokens >= 0 ? prefetch_extra_tokens : budget_tokens / 4;
+  // For a request running with `budget` tokens.
+  int64_t effective_prefetch_extra_tokens(int64_t budget) const {
+    return prefetch_extra_tokens >= 0 ? prefetch_extra_tokens : budget / 4;
   }
 };
 
