@@ -25,6 +25,7 @@ PrefetchExecutor::~PrefetchExecutor() {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
     queue_.clear();
+    urgent_.clear();
   }
   cv_.notify_all();
   for (std::thread& t : threads_) t.join();
@@ -33,18 +34,19 @@ PrefetchExecutor::~PrefetchExecutor() {
 void PrefetchExecutor::Submit(PrefetchTask task) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (queue_.size() >= max_queued_) {
-      queue_.pop_front();
+    std::deque<PrefetchTask>& q = task.urgent ? urgent_ : queue_;
+    if (q.size() >= max_queued_) {
+      q.pop_front();
       ++dropped_;
     }
-    queue_.push_back(std::move(task));
+    q.push_back(std::move(task));
   }
   cv_.notify_one();
 }
 
 void PrefetchExecutor::WaitIdle() {
   std::unique_lock<std::mutex> lock(mu_);
-  idle_cv_.wait(lock, [&] { return queue_.empty() && running_ == 0; });
+  idle_cv_.wait(lock, [&] { return queue_.empty() && urgent_.empty() && running_ == 0; });
 }
 
 int64_t PrefetchExecutor::dropped() const {
@@ -55,10 +57,11 @@ int64_t PrefetchExecutor::dropped() const {
 void PrefetchExecutor::Loop(PageCopier* copier) {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty() || !urgent_.empty(); });
     if (stop_) return;
-    PrefetchTask task = std::move(queue_.front());
-    queue_.pop_front();
+    std::deque<PrefetchTask>& q = urgent_.empty() ? queue_ : urgent_;
+    PrefetchTask task = std::move(q.front());
+    q.pop_front();
     ++running_;
     lock.unlock();
     run_(task, *copier);

@@ -29,6 +29,9 @@ struct PrefetchTask {
   std::vector<float> queries;
   int32_t candidate_end = 0;
   double issued_seconds = 0;  // MonotonicSeconds() at Submit
+  // For the step running now (cross_layer): served before predictions for the next step, which
+  // would otherwise make it stale in the queue.
+  bool urgent = false;
 };
 
 class PrefetchExecutor {
@@ -54,7 +57,8 @@ class PrefetchExecutor {
   mutable std::mutex mu_;
   std::condition_variable cv_;       // work arrived or stopping
   std::condition_variable idle_cv_;  // a task ended
-  std::deque<PrefetchTask> queue_;
+  std::deque<PrefetchTask> queue_;   // for the next step
+  std::deque<PrefetchTask> urgent_;  // for the running step; served first
   int32_t running_ = 0;
   int64_t dropped_ = 0;
   bool stop_ = false;

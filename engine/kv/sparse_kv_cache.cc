@@ -17,6 +17,12 @@ int32_t PagesOf(int64_t tokens, int32_t page_size) {
   return static_cast<int32_t>((tokens + page_size - 1) / page_size);
 }
 
+// Slot recency stamps, in half steps: a cross_step prediction for step t ranks below a real use
+// at t and below a cross_layer prediction for t (computed from step t's own hidden state), which
+// may therefore replace it; nothing replaces a page used or cross_layer-predicted at t for t.
+uint64_t PredictStamp(uint64_t step) { return 2 * step; }
+uint64_t UseStamp(uint64_t step) { return 2 * step + 1; }
+
 // Predictions queued beyond this are stale before they run; the oldest are dropped.
 constexpr size_t kMaxQueuedPredictions = 4096;
 constexpr size_t kMaxLatencySamples = 65536;
@@ -289,13 +295,13 @@ void SparseKvCache::RetireWindowPages(int32_t layer, WorkingSet& ws, int32_t new
         if (ws.FindLocked(lh(layer, h), p) >= 0) continue;
         // Never evict a page the previous step used or one predicted for this step; a page
         // that finds no slot is fetched if it is ever selected.
-        j = ws.ClaimLocked(lh(layer, h), p, ws.decode_step - 1);
+        j = ws.ClaimLocked(lh(layer, h), p, UseStamp(ws.decode_step - 1));
       }
       if (j < 0) continue;
       copier_->Copy(SlotPage(layer, ws, ws.cache_slot(j), h), SlotPage(layer, ws, ws.ring_slot(p), h),
                     store_->page_bytes());
       std::lock_guard<std::mutex> lock(ws.mu);
-      ws.slot_locked(lh(layer, h), j).last_use = ws.decode_step;
+      ws.slot_locked(lh(layer, h), j).last_use = UseStamp(ws.decode_step - 1);
       ws.FinishLoadLocked(lh(layer, h), j);
     }
   }
@@ -356,7 +362,7 @@ void SparseKvCache::Resolve(int32_t layer, int32_t head, WorkingSet& ws, int32_t
       mapped[i] = true;
       WorkingSet::CacheSlot& s = ws.slot_locked(l_h, j);
       s.pin = ws.active_pin;
-      s.last_use = std::max(s.last_use, ws.decode_step);
+      s.last_use = std::max(s.last_use, UseStamp(ws.decode_step));
     }
     for (size_t i = 0; i < selected.size(); ++i) {
       const int32_t p = selected[i];
@@ -397,7 +403,7 @@ void SparseKvCache::Resolve(int32_t layer, int32_t head, WorkingSet& ws, int32_t
       if (j >= 0) {
         WorkingSet::CacheSlot& s = ws.slot_locked(l_h, j);
         s.pin = ws.active_pin;
-        s.last_use = std::max(s.last_use, ws.decode_step);
+        s.last_use = std::max(s.last_use, UseStamp(ws.decode_step));
         resident[i] = j;
       }
       // A hit was resident (or being prefetched) when the step asked for it.
@@ -559,14 +565,16 @@ void SparseKvCache::PredictLayer(int32_t layer, absl::Span<const SparseRows> row
     const int32_t candidate_end =
         std::max(g.sink_pages, rows[i].start / page_size_ - g.window_pages);
     if (candidate_end - g.sink_pages <= g.budget_pages) continue;  // all fit: nothing to guess
-    SubmitQueries(layer, Owner(ws), ws.decode_step, queries.data() + i * width, candidate_end);
+    SubmitQueries(layer, Owner(ws), ws.decode_step, queries.data() + i * width, candidate_end,
+                  /*urgent=*/true);
   }
 }
 
 void SparseKvCache::SubmitQueries(int32_t layer, const std::shared_ptr<WorkingSet>& ws,
                                   uint64_t target_step, const float* queries,
-                                  int32_t candidate_end) {
+                                  int32_t candidate_end, bool urgent) {
   PrefetchTask task;
+  task.urgent = urgent;
   task.ws = ws;
   task.layer = layer;
   task.target_step = target_step;
@@ -606,6 +614,7 @@ void SparseKvCache::RunTask(PrefetchTask& task, PageCopier& copier) {
                     g.cache_slots, &scores, &task.pages[h]);
     }
     const int32_t l_h = lh(task.layer, h);
+    const uint64_t stamp = task.urgent ? UseStamp(task.target_step) : PredictStamp(task.target_step);
     lock.lock();
     if (StaleLocked(ws, task)) {
       lock.unlock();
@@ -616,19 +625,19 @@ void SparseKvCache::RunTask(PrefetchTask& task, PageCopier& copier) {
       const int32_t j = ws.FindLocked(l_h, p);
       if (j >= 0) {
         WorkingSet::CacheSlot& s = ws.slot_locked(l_h, j);
-        s.last_use = std::max(s.last_use, task.target_step);
+        s.last_use = std::max(s.last_use, stamp);
       }
     }
     for (int32_t p : task.pages[h]) {
       if (StaleLocked(ws, task)) break;
       if (ws.FindLocked(l_h, p) >= 0) continue;
-      const int32_t j = ws.ClaimLocked(l_h, p, task.target_step);
+      const int32_t j = ws.ClaimLocked(l_h, p, stamp);
       if (j < 0) break;  // every slot holds something at least as recent
       lock.unlock();
       copier.Copy(SlotPage(task.layer, ws, ws.cache_slot(j), h),
                   store_->K(ws.host().page(task.layer, h, p)), store_->page_bytes());
       lock.lock();
-      ws.slot_locked(l_h, j).last_use = task.target_step;
+      ws.slot_locked(l_h, j).last_use = stamp;
       ws.FinishLoadLocked(l_h, j);
       bytes += static_cast<int64_t>(store_->page_bytes());
       latencies.push_back(MonotonicSeconds() - task.issued_seconds);

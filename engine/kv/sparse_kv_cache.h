@@ -147,7 +147,7 @@ class SparseKvCache {
                      const float* queries, int32_t k, std::vector<float>* scores,
                      std::vector<int32_t>* out) const;
   void SubmitQueries(int32_t layer, const std::shared_ptr<WorkingSet>& ws, uint64_t target_step,
-                     const float* queries, int32_t candidate_end);
+                     const float* queries, int32_t candidate_end, bool urgent = false);
   void RunTask(PrefetchTask& task, PageCopier& copier);
   bool StaleLocked(const WorkingSet& ws, const PrefetchTask& task) const;
   void MeasureRecall(int32_t layer, const WorkingSet& ws, int32_t pos, const float* q_row,

@@ -47,7 +47,7 @@ class WorkingSet {
   struct CacheSlot {
     int32_t page = -1;  // host page index within the sequence (not a PageId)
     SlotState state = SlotState::kFree;
-    uint64_t last_use = 0;  // decode step that last needed (or was predicted to need) it
+    uint64_t last_use = 0;  // recency stamp: the step that used or was predicted to use it
     uint64_t pin = 0;       // == active_pin while the running attention reads it
   };
 
