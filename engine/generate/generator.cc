@@ -103,8 +103,7 @@ absl::Status Generator::Validate(const GenerationRequest& r) const {
 }
 
 int64_t Generator::TotalTokens(const GenerationRequest& r) const {
-  return std::min<int64_t>(static_cast<int64_t>(r.prompt.size()) + r.stopping.max_tokens,
-                           model_->config().max_position_embeddings);
+  return MaxTotalTokens(r, model_->config().max_position_embeddings);
 }
 
 bool Generator::UsesSparse(const GenerationRequest& r) const {

@@ -41,11 +41,12 @@ void Sequence::AdvanceKv(int64_t n, bool prefill) {
   CHECK_LE(kv_len_, num_tokens());
 }
 
-int64_t Sequence::max_total_tokens() const {
-  return std::min<int64_t>(max_context_,
-                           static_cast<int64_t>(request_.prompt.size()) +
-                               request_.stopping.max_tokens);
+int64_t MaxTotalTokens(const GenerationRequest& request, int64_t max_context) {
+  return std::min<int64_t>(max_context, static_cast<int64_t>(request.prompt.size()) +
+                                            request.stopping.max_tokens);
 }
+
+int64_t Sequence::max_total_tokens() const { return MaxTotalTokens(request_, max_context_); }
 
 void Sequence::Accept(absl::Span<float> logits, SequenceOutput* out) {
   CHECK(!finished());

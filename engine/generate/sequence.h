@@ -25,6 +25,9 @@ struct GenerationRequest {
   SparseRequestOptions sparse;
 };
 
+// The most tokens a request can ever hold: prompt + max_tokens, capped by the model's context.
+int64_t MaxTotalTokens(const GenerationRequest& request, int64_t max_context);
+
 enum class FinishReason { kNone, kStop, kLength, kStopSequence, kCancelled };
 const char* FinishReasonName(FinishReason r);
 

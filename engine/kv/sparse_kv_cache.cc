@@ -147,10 +147,13 @@ void SparseKvCache::Quiesce(WorkingSet& ws) {
   CHECK_EQ(ws.loading_locked(), 0);
 }
 
-bool SparseKvCache::Owns(const WorkingSet* ws) const {
-  return std::any_of(live_.begin(), live_.end(),
-                     [&](const std::shared_ptr<WorkingSet>& p) { return p.get() == ws; });
+std::vector<std::shared_ptr<WorkingSet>>::const_iterator SparseKvCache::FindLive(
+    const WorkingSet* ws) const {
+  return std::find_if(live_.begin(), live_.end(),
+                      [&](const std::shared_ptr<WorkingSet>& p) { return p.get() == ws; });
 }
+
+bool SparseKvCache::Owns(const WorkingSet* ws) const { return FindLive(ws) != live_.end(); }
 
 void SparseKvCache::Release(WorkingSet& ws) {
   Quiesce(ws);
@@ -158,15 +161,13 @@ void SparseKvCache::Release(WorkingSet& ws) {
   device_.Free(ws.device_blocks());
   const WorkingSetGeometry& g = ws.geometry();
   device_slots_used_ -= static_cast<int64_t>(g.slots_per_head()) * g.layers * g.kv_heads;
-  auto it = std::find_if(live_.begin(), live_.end(),
-                         [&](const std::shared_ptr<WorkingSet>& p) { return p.get() == &ws; });
+  auto it = FindLive(&ws);
   CHECK(it != live_.end());
   live_.erase(it);
 }
 
 const std::shared_ptr<WorkingSet>& SparseKvCache::Owner(const WorkingSet& ws) const {
-  auto it = std::find_if(live_.begin(), live_.end(),
-                         [&](const std::shared_ptr<WorkingSet>& p) { return p.get() == &ws; });
+  auto it = FindLive(&ws);
   CHECK(it != live_.end());
   return *it;
 }
@@ -240,11 +241,8 @@ void SparseKvCache::Prefill(int32_t layer, absl::Span<const SparseRows> rows, co
     }
     if (end == ws.prompt_tokens()) {
       LoadWindow(layer, ws, end);
-      const bool cross_step = options_.speculation == SpeculationMode::kCrossStep ||
-                              options_.speculation == SpeculationMode::kBoth;
-      const int32_t candidate_end =
-          std::max(ws.geometry().sink_pages, end / ps - ws.geometry().window_pages);
-      if (cross_step && candidate_end - ws.geometry().sink_pages > ws.geometry().budget_pages) {
+      const int32_t candidate_end = ws.geometry().window_begin(end / ps);
+      if (wants_step_prediction() && candidate_end - ws.geometry().sink_pages > ws.geometry().budget_pages) {
         // The last prompt token's query predicts the first decode step's pages.
         backend_.Synchronize();
         std::vector<float> last(q.cols);
@@ -260,7 +258,7 @@ void SparseKvCache::LoadWindow(int32_t layer, WorkingSet& ws, int64_t prompt_tok
   const int32_t ps = page_size_;
   const int32_t written = PagesOf(prompt_tokens, ps);  // pages holding prompt tokens
   const int32_t current = static_cast<int32_t>(prompt_tokens / ps);  // first decode token's page
-  const int32_t window_begin = std::max(g.sink_pages, current - g.window_pages);
+  const int32_t window_begin = g.window_begin(current);
   for (int32_t h = 0; h < shape_.kv_heads; ++h) {
     auto load = [&](int32_t page, int32_t slot) {
       copier_->Copy(SlotPage(layer, ws, slot, h), store_->K(ws.host().page(layer, h, page)),
@@ -329,10 +327,8 @@ void SparseKvCache::Resolve(int32_t layer, int32_t head, WorkingSet& ws, int32_t
   const WorkingSetGeometry& g = ws.geometry();
   const int32_t ps = page_size_;
   const int32_t current = pos / ps;
-  const int32_t candidate_end = std::max(g.sink_pages, current - g.window_pages);
+  const int32_t candidate_end = g.window_begin(current);
   const int32_t n_candidates = candidate_end - g.sink_pages;
-  const bool cross_step = options_.speculation == SpeculationMode::kCrossStep ||
-                          options_.speculation == SpeculationMode::kBoth;
 
   std::vector<int32_t> selected;
   if (n_candidates <= g.budget_pages) {
@@ -340,7 +336,7 @@ void SparseKvCache::Resolve(int32_t layer, int32_t head, WorkingSet& ws, int32_t
   } else {
     std::vector<float> scores;
     TopCandidates(layer, head, ws, candidate_end, queries, g.budget_pages, &scores, &selected);
-    if (cross_step) {
+    if (wants_step_prediction()) {
       // The pages just below the cut are the likeliest newcomers at the next step.
       SelectTopPages(scores, g.cache_slots, predicted);
       for (int32_t& p : *predicted) p += g.sink_pages;
@@ -450,10 +446,9 @@ void SparseKvCache::Decode(int32_t layer, absl::Span<const SparseRows> rows, con
     const WorkingSetGeometry& g = ws.geometry();
     CHECK_GE(ws.window_begin, 0) << "decode before the prompt was prefilled";
     const int32_t current = r.start / ps;
-    RetireWindowPages(layer, ws, std::max(g.sink_pages, current - g.window_pages));
-    if (layer == shape_.layers - 1) ws.window_begin = std::max(g.sink_pages, current - g.window_pages);
-    const int32_t slot = current < g.sink_pages ? ws.sink_slot(current) : ws.ring_slot(current);
-    write_blocks.push_back(ws.device_blocks()[slot]);
+    RetireWindowPages(layer, ws, g.window_begin(current));
+    if (layer == shape_.layers - 1) ws.window_begin = g.window_begin(current);
+    write_blocks.push_back(ws.device_blocks()[ws.write_slot(current)]);
     write_offsets.push_back(r.start % ps);
   }
   backend_.WriteKv(k.Rows(first_row, rows.size()), v.Rows(first_row, rows.size()),
@@ -464,11 +459,10 @@ void SparseKvCache::Decode(int32_t layer, absl::Span<const SparseRows> rows, con
     if (r.start % ps != ps - 1) continue;
     WorkingSet& ws = *r.ws;
     const int32_t current = r.start / ps;
-    const int32_t slot =
-        current < ws.geometry().sink_pages ? ws.sink_slot(current) : ws.ring_slot(current);
     for (int32_t h = 0; h < shape_.kv_heads; ++h) {
       const PageId id = ws.host().page(layer, h, current);
-      copier_->Copy(store_->K(id), SlotPage(layer, ws, slot, h), store_->page_bytes());
+      copier_->Copy(store_->K(id), SlotPage(layer, ws, ws.write_slot(current), h),
+                    store_->page_bytes());
       selector_->Summarize(id, store_->K(id), ps);
     }
   }
@@ -483,7 +477,6 @@ void SparseKvCache::Decode(int32_t layer, absl::Span<const SparseRows> rows, con
   for (size_t i = 0; i < rows.size(); ++i) {
     const SparseRows& r = rows[i];
     WorkingSet& ws = *r.ws;
-    std::shared_ptr<WorkingSet> owner;
     PrefetchTask task;
     for (int32_t h = 0; h < shape_.kv_heads; ++h) {
       predicted.clear();
@@ -550,6 +543,11 @@ void SparseKvCache::Decode(int32_t layer, absl::Span<const SparseRows> rows, con
   }
 }
 
+bool SparseKvCache::wants_step_prediction() const {
+  return options_.speculation == SpeculationMode::kCrossStep ||
+         options_.speculation == SpeculationMode::kBoth;
+}
+
 bool SparseKvCache::wants_layer_prediction() const {
   return options_.speculation == SpeculationMode::kCrossLayer ||
          options_.speculation == SpeculationMode::kBoth;
@@ -562,8 +560,7 @@ void SparseKvCache::PredictLayer(int32_t layer, absl::Span<const SparseRows> row
   for (size_t i = 0; i < rows.size(); ++i) {
     WorkingSet& ws = *rows[i].ws;
     const WorkingSetGeometry& g = ws.geometry();
-    const int32_t candidate_end =
-        std::max(g.sink_pages, rows[i].start / page_size_ - g.window_pages);
+    const int32_t candidate_end = g.window_begin(rows[i].start / page_size_);
     if (candidate_end - g.sink_pages <= g.budget_pages) continue;  // all fit: nothing to guess
     SubmitQueries(layer, Owner(ws), ws.decode_step, queries.data() + i * width, candidate_end,
                   /*urgent=*/true);
@@ -680,8 +677,7 @@ void SparseKvCache::MeasureRecall(int32_t layer, const WorkingSet& ws, int32_t p
   const KvLayerView dev = device_.Layer(layer);
   const auto* dev_base = static_cast<const float*>(dev.base);
   const int32_t current = pos / ps;
-  const int32_t current_slot =
-      current < ws.geometry().sink_pages ? ws.sink_slot(current) : ws.ring_slot(current);
+  const int32_t current_slot = ws.write_slot(current);
   for (int32_t h = 0; h < shape_.kv_heads; ++h) {
     std::vector<const float*> all_keys;
     for (int32_t p = 0; p <= current; ++p) {

@@ -125,7 +125,9 @@ class SparseKvCache {
  private:
   SparseKvCache(const SparseOptions& options, const SparseModelShape& shape, int32_t page_size,
                 Backend& backend, KvPool& device);
+  std::vector<std::shared_ptr<WorkingSet>>::const_iterator FindLive(const WorkingSet* ws) const;
   const std::shared_ptr<WorkingSet>& Owner(const WorkingSet& ws) const;
+  bool wants_step_prediction() const;  // cross_step or both
   int32_t lh(int32_t layer, int32_t head) const { return layer * shape_.kv_heads + head; }
   // Address of slot `slot` of `head` in layer `layer`'s device pages.
   float* SlotPage(int32_t layer, const WorkingSet& ws, int32_t slot, int32_t head) const;

@@ -39,6 +39,11 @@ struct WorkingSetGeometry {
   int32_t budget_pages = 0;  // B: selected pages per (layer, KV head) and step
   int32_t cache_slots = 0;   // B + prefetch extra
   int32_t slots_per_head() const { return sink_pages + window_pages + 1 + cache_slots; }
+  // With the current page `current`, the first page of the recent window; pages
+  // [sink_pages, this) are the candidates for selection.
+  int32_t window_begin(int32_t current) const {
+    return current - window_pages > sink_pages ? current - window_pages : sink_pages;
+  }
 };
 
 class WorkingSet {
@@ -65,6 +70,10 @@ class WorkingSet {
     return g_.sink_pages + page % (g_.window_pages + 1);
   }
   int32_t cache_slot(int32_t j) const { return g_.sink_pages + g_.window_pages + 1 + j; }
+  // The slot new tokens of page `page` are written to: its sink slot or its ring slot.
+  int32_t write_slot(int32_t page) const {
+    return page < g_.sink_pages ? sink_slot(page) : ring_slot(page);
+  }
 
   // --- Under mu ---
   // The cache slot index j holding `page` of head index lh (= layer * kv_heads + head), or -1.

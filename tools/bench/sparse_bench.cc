@@ -194,19 +194,23 @@ int RunQuality(const SparseBenchOptions& o) {
       "### Quality (retrieval model, selector quest, sink %d + recent %d tokens, page %d, "
       "miss_policy fetch, speculation cross_step)\n\n",
       kSinkTokens, kRecentTokens, kPageSize);
-  std::cout << "| context | budget | accuracy % | token acc. % | attention recall | hit rate | "
-               "KB fetched+prefetched / token | stall ms / token |\n"
-               "|---|---|---|---|---|---|---|---|\n";
-  int rc = 0;
+  std::map<int, std::vector<Example>> sets;
   for (const auto& [ctx, path] : evals) {
     auto examples = LoadEval(path);
     if (!examples.ok()) {
       std::cerr << "specula-bench sparse: " << examples.status() << "\n";
       return 1;
     }
-    const int64_t tokens = static_cast<int64_t>(examples->size()) * (ctx + 64);
-    const int32_t n = static_cast<int32_t>(examples->size());
-    auto dense = RunExamples(o.retrieval_dir, BaseOptions(o.threads, tokens, n), *examples);
+    sets[ctx] = std::move(*examples);
+  }
+  std::cout << "| context | budget | accuracy % | token acc. % | attention recall | hit rate | "
+               "KB fetched+prefetched / token | stall ms / token |\n"
+               "|---|---|---|---|---|---|---|---|\n";
+  int rc = 0;
+  for (const auto& [ctx, examples] : sets) {
+    const int64_t tokens = static_cast<int64_t>(examples.size()) * (ctx + 64);
+    const int32_t n = static_cast<int32_t>(examples.size());
+    auto dense = RunExamples(o.retrieval_dir, BaseOptions(o.threads, tokens, n), examples);
     if (!dense.ok()) {
       std::cerr << "specula-bench sparse: dense " << ctx << ": " << dense.status() << "\n";
       return 1;
@@ -216,7 +220,7 @@ int RunQuality(const SparseBenchOptions& o) {
     for (double f : o.budgets) {
       GeneratorOptions g = BaseOptions(o.threads, tokens, n);
       g.sparse = Sparse(BudgetTokens(f, ctx), SpeculationMode::kCrossStep, tokens);
-      auto r = RunExamples(o.retrieval_dir, g, *examples);
+      auto r = RunExamples(o.retrieval_dir, g, examples);
       if (!r.ok()) {
         std::cerr << "specula-bench sparse: " << ctx << " " << BudgetName(f) << ": "
                   << r.status() << "\n";
@@ -233,11 +237,9 @@ int RunQuality(const SparseBenchOptions& o) {
   }
 
   // Speculation modes at the longest context, for the smaller budgets.
-  const auto& [ctx, path] = *evals.rbegin();
-  auto examples = LoadEval(path);
-  if (!examples.ok()) return 1;
-  const int64_t tokens = static_cast<int64_t>(examples->size()) * (ctx + 64);
-  const int32_t n = static_cast<int32_t>(examples->size());
+  const auto& [ctx, examples] = *sets.rbegin();
+  const int64_t tokens = static_cast<int64_t>(examples.size()) * (ctx + 64);
+  const int32_t n = static_cast<int32_t>(examples.size());
   std::cout << absl::StrFormat(
       "\n### Prefetch per speculation mode (context %d, %d requests batched)\n\n"
       "| budget | speculation | hit rate | KB prefetched / token | KB fetched on miss / token | "
@@ -249,7 +251,7 @@ int RunQuality(const SparseBenchOptions& o) {
                               SpeculationMode::kCrossLayer, SpeculationMode::kBoth}) {
       GeneratorOptions g = BaseOptions(o.threads, tokens, n);
       g.sparse = Sparse(BudgetTokens(f, ctx), m, tokens);
-      auto r = RunExamples(o.retrieval_dir, g, *examples);
+      auto r = RunExamples(o.retrieval_dir, g, examples);
       if (!r.ok()) {
         rc = 1;
         continue;
