@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "tests/server/e2e/test_server.h"
 #include "tests/server/prometheus_scrape.h"
+#include "tests/server/sparse_metric_families.h"
 
 namespace specula::testing {
 namespace {
@@ -250,19 +251,7 @@ TEST(SparseE2eTest, PrefetchMetricsAgreeWithThePerRequestKvStats) {
 
   Exposition m = ScrapeMetrics(server->metrics().metrics_port());
   EXPECT_THAT(m.errors, ::testing::IsEmpty());
-  const std::map<std::string, std::string> expected_types = {
-      {"specula_prefetch_hits_total", "counter"},
-      {"specula_prefetch_misses_total", "counter"},
-      {"specula_prefetch_hit_ratio", "gauge"},
-      {"specula_prefetch_bytes_total", "counter"},
-      {"specula_prefetch_latency_seconds", "histogram"},
-      {"specula_decode_stall_seconds_total", "counter"},
-      {"specula_decode_fetch_bytes_total", "counter"},
-      {"specula_kv_host_pages_used", "gauge"},
-      {"specula_kv_host_pages_capacity", "gauge"},
-      {"specula_kv_device_slots_used", "gauge"},
-  };
-  for (const auto& [name, type] : expected_types) {
+  for (const auto& [name, type] : SparseMetricFamilies()) {
     auto it = m.types.find(name);
     ASSERT_NE(it, m.types.end()) << name;
     EXPECT_EQ(it->second, type) << name;
