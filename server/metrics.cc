@@ -1,11 +1,11 @@
 #include "server/metrics.h"
 
 #include <cmath>
-#include <exception>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "prometheus/text_serializer.h"
 #include "server/config.h"
 #include "server/status.h"
 
@@ -264,6 +264,10 @@ void ServerMetrics::RecordRejected(absl::StatusCode code) {
       .Increment();
 }
 
+std::string ServerMetrics::Exposition() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
 absl::Status ServerMetrics::StartExposer(const std::string& host_port) {
   if (absl::Status s = ParseHostPort(host_port); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("metrics address: ", s.message()));
@@ -273,22 +277,20 @@ absl::Status ServerMetrics::StartExposer(const std::string& host_port) {
     return absl::FailedPreconditionError(
         absl::StrCat("metrics exposer already started on port ", port_));
   }
-  try {
-    auto exposer = std::make_unique<prometheus::Exposer>(host_port, /*num_threads=*/2);
-    exposer->RegisterCollectable(registry_);
-    const std::vector<int> ports = exposer->GetListeningPorts();
-    port_ = ports.empty() ? 0 : ports.front();
-    exposer_ = std::move(exposer);
-  } catch (const std::exception& e) {
-    // civetweb throws when it cannot bind; its message names neither the address nor why.
-    // Debian's civetweb is built without IPv6, so bracketed hosts always fail there.
-    const char* hint = host_port.front() == '['
-                           ? " (is the address in use? the HTTP server may lack IPv6 support: "
-                             "try an IPv4 address such as 0.0.0.0)"
-                           : " (is the address in use, or not an address of this machine?)";
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on '", host_port, "': ", e.what(), hint));
+  HttpRoute metrics{"/metrics", {"GET", "HEAD"}, [this](const HttpRequest&) {
+                      HttpResponse r;
+                      r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+                      r.body = Exposition();
+                      return r;
+                    }};
+  absl::StatusOr<std::unique_ptr<HttpServer>> server =
+      HttpServer::Start(host_port, {std::move(metrics)}, exposer_options_);
+  if (!server.ok()) {
+    return absl::Status(server.status().code(),
+                        absl::StrCat("metrics: ", server.status().message()));
   }
+  exposer_ = *std::move(server);
+  port_ = exposer_->port();
   return absl::OkStatus();
 }
 

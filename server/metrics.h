@@ -2,7 +2,7 @@
 // histograms, token counters and load gauges, plus the HTTP exposer serving /metrics.
 //
 // Threading: the EngineObserver methods run on the engine thread; RecordRejected runs on gRPC
-// threads; scrapes run on the exposer's threads. prometheus-cpp metrics are thread-safe, so no
+// threads; scrapes run on the HTTP server's polling thread. prometheus-cpp metrics are thread-safe, so no
 // lock is needed beyond the one guarding the exposer's start.
 #pragma once
 
@@ -14,8 +14,8 @@
 
 #include "absl/status/status.h"
 #include "engine/serve/engine_observer.h"
+#include "server/http_server.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -46,10 +46,14 @@ class ServerMetrics : public EngineObserver {
   // counted in specula_requests_total{finish_reason="none", code=<code>}.
   void RecordRejected(absl::StatusCode code);
 
-  // Serves the registry at http://<host_port>/metrics ("HOST:PORT"; port 0 picks a free one).
-  // INVALID_ARGUMENT for a malformed address, UNAVAILABLE naming it when it cannot be bound,
-  // FAILED_PRECONDITION when already started.
+  // Serves the registry at http://<host_port>/metrics ("HOST:PORT"; port 0 picks a free one) to
+  // GET and HEAD; other paths get 404, other methods 405. INVALID_ARGUMENT for a malformed
+  // address, UNAVAILABLE naming it when it cannot be bound, FAILED_PRECONDITION when already
+  // started. `options` (idle timeout, connection limit) apply to the exposer started next.
   absl::Status StartExposer(const std::string& host_port);
+  void set_exposer_options(const HttpServerOptions& options) { exposer_options_ = options; }
+  // The registry in the Prometheus text format, as /metrics serves it.
+  std::string Exposition() const;
   // The port the exposer listens on; 0 before StartExposer succeeded.
   int metrics_port() const;
 
@@ -90,7 +94,8 @@ class ServerMetrics : public EngineObserver {
   int64_t window_misses_ = 0;
 
   mutable std::mutex exposer_mu_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  HttpServerOptions exposer_options_;
+  std::unique_ptr<HttpServer> exposer_;
   int port_ = 0;
 };
 

@@ -8,7 +8,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libyaml-cpp-dev prometheus-cpp-dev
+  libabsl-dev libyaml-cpp-dev prometheus-cpp-dev libmicrohttpd-dev
   libgtest-dev libgmock-dev
   libopenblas-dev libopenblas0-pthread libpcre2-dev libicu-dev nlohmann-json3-dev
   python3 python3-numpy python3-grpcio python3-protobuf

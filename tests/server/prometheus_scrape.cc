@@ -20,26 +20,48 @@
 
 namespace specula::testing {
 
-// GETs http://127.0.0.1:<port><path> with a plain socket; returns the whole response.
-std::string HttpGet(int port, const std::string& path) {
+int ConnectLoopback(int port, int timeout_seconds) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
+  if (fd < 0) return -1;
+  // Bounds every send and recv, so a server that stops answering fails the test, not hangs it.
+  timeval tv{};
+  tv.tv_sec = timeout_seconds;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+std::string HttpExchange(int port, const std::string& request, int timeout_seconds) {
+  const int fd = ConnectLoopback(port, timeout_seconds);
+  if (fd < 0) return "";
   std::string response;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    // HTTP/1.0 without Accept-Encoding: no chunking, no gzip, the server closes when done.
-    const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: test\r\n\r\n");
-    if (::send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size())) {
-      char buf[4096];
-      ssize_t n;
-      while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) response.append(buf, n);
-    }
+  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+      static_cast<ssize_t>(request.size())) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) response.append(buf, n);
   }
   ::close(fd);
   return response;
+}
+
+std::string HttpGet(int port, const std::string& path) {
+  // HTTP/1.0 without Accept-Encoding: no chunking, no gzip, the server closes when done.
+  return HttpExchange(port, absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: test\r\n\r\n"));
+}
+
+int HttpStatus(const std::string& response) {
+  // "HTTP/1.x NNN reason"
+  if (response.size() < 12 || response.compare(0, 5, "HTTP/") != 0) return 0;
+  return std::atoi(response.substr(9, 3).c_str());
 }
 
 double Exposition::Get(const std::string& key) const {

@@ -1,4 +1,4 @@
-// Test helpers: GET /metrics over a plain socket and a strict reader of the Prometheus text
+// Test helpers: raw HTTP exchanges and GET /metrics over a plain socket and a strict reader of the Prometheus text
 // exposition format (version 0.0.4), enough to catch anything a scraper would reject or misread.
 #pragma once
 
@@ -9,8 +9,19 @@
 
 namespace specula::testing {
 
-// GETs http://127.0.0.1:<port><path> with a plain socket; returns the whole response.
+// A TCP connection to 127.0.0.1:<port> whose sends and receives time out after
+// `timeout_seconds`; -1 when it cannot connect.
+int ConnectLoopback(int port, int timeout_seconds = 10);
+
+// Sends `request` (raw bytes) to 127.0.0.1:<port> and returns everything the server sent until
+// it closed the connection, or until `timeout_seconds` passed without a byte.
+std::string HttpExchange(int port, const std::string& request, int timeout_seconds = 10);
+
+// GETs http://127.0.0.1:<port><path> with HTTP/1.0; returns the whole response.
 std::string HttpGet(int port, const std::string& path);
+
+// The status code of a raw HTTP response; 0 when it is not one.
+int HttpStatus(const std::string& response);
 
 struct Exposition {
   std::map<std::string, std::string> types;  // family name -> counter|gauge|histogram|...

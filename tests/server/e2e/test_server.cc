@@ -12,7 +12,7 @@ std::unique_ptr<Server> StartServer(const std::function<void(ServerConfig&)>& tw
   config.model.path = TestModelDir();
   config.model.device = "cpu";
   config.server.listen = "127.0.0.1:0";
-  // Off unless a test scrapes it: the metrics HTTP server takes ~2 s to stop (civetweb's poll).
+  // Off unless a test scrapes it: no port is bound that the test does not use.
   config.server.metrics_listen = "";
   config.scheduler.threads = 1;
   if (tweak) tweak(config);

@@ -1,0 +1,89 @@
+// specula's one HTTP stack: a small router over GNU libmicrohttpd. It serves /metrics today and is
+// the base for the OpenAI-compatible listener.
+//
+// Why libmicrohttpd (docs/SERVING.md, "HTTP"): it is event-driven (epoll), so an idle or slowly
+// dripping connection costs a file descriptor and a timer, not a worker thread. Thread-per-
+// connection servers (civetweb, which prometheus-cpp's exposer embeds, and cpp-httplib) let a
+// handful of such connections block every other request; civetweb's exposer also crashed on any
+// request but GET /metrics. Every response here is built by this file: a route's handler, 404 for
+// an unknown path, 405 (with Allow) for a method the route does not take.
+//
+// Threading: handlers run on the server's polling threads; they must be quick and must not block
+// (they build a response from in-memory state).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+struct MHD_Daemon;
+
+namespace specula {
+
+struct HttpRequest {
+  std::string method;  // as sent, e.g. "GET"
+  std::string path;    // the URL's path, without the query string
+  std::string body;    // at most HttpServerOptions::max_body_bytes
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra headers
+};
+
+using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
+
+struct HttpRoute {
+  std::string path;                  // matched exactly
+  std::vector<std::string> methods;  // e.g. {"GET", "HEAD"}; HEAD answers without the body
+  HttpHandler handler;
+};
+
+struct HttpServerOptions {
+  // A connection with no traffic for this long is closed (idle keep-alive or a stalled request).
+  int idle_timeout_seconds = 10;
+  // Connections held at once; further ones are refused until some close.
+  int max_connections = 1024;
+  // Polling threads (each owns an epoll set and a share of the connections).
+  int threads = 1;
+  // Largest request body read; a larger one gets 413.
+  size_t max_body_bytes = 64 * 1024;
+};
+
+class HttpServer {
+ public:
+  // Listens on "HOST:PORT" (port 0 picks a free one; IPv6 hosts in brackets). INVALID_ARGUMENT
+  // for a malformed address or options, UNAVAILABLE naming the address when it cannot be bound.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& host_port,
+                                                           std::vector<HttpRoute> routes,
+                                                           const HttpServerOptions& options = {});
+  // Stops listening and closes every connection.
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  int port() const { return port_; }
+
+ private:
+  HttpServer(std::vector<HttpRoute> routes, const HttpServerOptions& options)
+      : routes_(std::move(routes)), options_(options) {}
+
+  // The route that serves `request`, or null with `refusal` set to a 404 (unknown path) or a 405
+  // naming the allowed methods.
+  const HttpRoute* Match(const HttpRequest& request, HttpResponse* refusal) const;
+
+  std::vector<HttpRoute> routes_;
+  HttpServerOptions options_;
+  MHD_Daemon* daemon_ = nullptr;
+  int port_ = 0;
+
+  friend struct HttpServerCallbacks;
+};
+
+}  // namespace specula
