@@ -1,17 +1,20 @@
 #include "server/config.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <exception>
-#include <filesystem>
 #include <functional>
 #include <limits>
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
@@ -25,6 +28,17 @@ namespace specula {
 namespace {
 
 constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+// Upper bounds of the size-like keys (documented in deploy/config/specula.yaml). Each is far
+// beyond any sensible setting, and low enough that a typo is refused at load instead of
+// starting 100000 threads or sizing buffers by 2^31.
+constexpr int kMaxRunningRequests = 4096;
+constexpr int kMaxWaitingRequests = 1 << 20;
+constexpr int kMaxPrefillChunkTokens = 65536;
+constexpr int kMaxDefaultMaxTokens = 1 << 30;
+constexpr int kMaxThreads = 1024;
+constexpr int64_t kMaxKvCacheTokens = int64_t{1} << 31;
+// A config file is a page of YAML; anything bigger is a mistake (or /dev/zero).
+constexpr int64_t kMaxConfigFileBytes = 1 << 20;
 
 // A value that failed validation: the full key path and what is wrong with it.
 struct Violation {
@@ -101,13 +115,14 @@ std::optional<Violation> FindViolation(const ServerConfig& c) {
   }
   const SchedulerSection& sc = c.scheduler;
   if ((v = CheckRange<int>("scheduler.max_running_requests", sc.max_running_requests, 1,
-                           kIntMax)) ||
+                           kMaxRunningRequests)) ||
       (v = CheckRange<int>("scheduler.max_waiting_requests", sc.max_waiting_requests, 0,
-                           kIntMax)) ||
+                           kMaxWaitingRequests)) ||
       (v = CheckRange<int>("scheduler.prefill_chunk_tokens", sc.prefill_chunk_tokens, 1,
-                           kIntMax)) ||
-      (v = CheckRange<int>("scheduler.default_max_tokens", sc.default_max_tokens, 1, kIntMax)) ||
-      (v = CheckRange<int>("scheduler.threads", sc.threads, 0, kIntMax))) {
+                           kMaxPrefillChunkTokens)) ||
+      (v = CheckRange<int>("scheduler.default_max_tokens", sc.default_max_tokens, 1,
+                           kMaxDefaultMaxTokens)) ||
+      (v = CheckRange<int>("scheduler.threads", sc.threads, 0, kMaxThreads))) {
     return v;
   }
   const KvCacheSection& kv = c.kv_cache;
@@ -119,6 +134,10 @@ std::optional<Violation> FindViolation(const ServerConfig& c) {
     return Violation{"kv_cache.capacity_tokens",
                      absl::StrCat("must be >= kv_cache.page_size (", kv.page_size, "), got ",
                                   kv.capacity_tokens)};
+  }
+  if ((v = CheckRange<int64_t>("kv_cache.capacity_tokens", kv.capacity_tokens, kv.page_size,
+                               kMaxKvCacheTokens))) {
+    return v;
   }
   // Checked whether or not sparse.enabled: a bad value should not wait for the day it is switched
   // on to be noticed.
@@ -430,13 +449,9 @@ absl::StatusOr<ServerConfig> ParseConfigYaml(absl::string_view yaml_text,
 }
 
 absl::StatusOr<ServerConfig> LoadConfigFile(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config file '", path, "' is a directory, expected a YAML file"));
-  }
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer before fstat can refuse it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
     const int err = errno;
     const std::string message =
         absl::StrCat("cannot open config file '", path, "': ", std::strerror(err));
@@ -444,17 +459,45 @@ absl::StatusOr<ServerConfig> LoadConfigFile(const std::string& path) {
     if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(message);
     return absl::InvalidArgumentError(message);
   }
-  std::string text;
-  char buf[16384];
-  size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof(buf), file)) > 0) text.append(buf, n);
-  const bool failed = std::ferror(file) != 0;
-  const int err = errno;
-  std::fclose(file);
-  if (failed) {
+  absl::Cleanup close_fd = [fd] { ::close(fd); };
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cannot read config file '", path, "': ", std::strerror(err)));
+        absl::StrCat("cannot stat config file '", path, "': ", std::strerror(errno)));
   }
+  if (S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config file '", path, "' is a directory, expected a YAML file"));
+  }
+  // /dev/zero, a FIFO or a socket would be read without end.
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config file '", path, "' is not a regular file (a device, FIFO or socket?)"));
+  }
+  if (st.st_size > kMaxConfigFileBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("config file '", path, "' is ", st.st_size,
+                                                   " bytes, more than the limit of ",
+                                                   kMaxConfigFileBytes));
+  }
+  // Read at most one byte past the limit: a file growing while it is read is refused too.
+  std::string text(static_cast<size_t>(kMaxConfigFileBytes) + 1, '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot read config file '", path, "': ", std::strerror(errno)));
+    }
+    got += static_cast<size_t>(n);
+  }
+  if (got > static_cast<size_t>(kMaxConfigFileBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("config file '", path,
+                                                   "' grew past the limit of ",
+                                                   kMaxConfigFileBytes, " bytes while read"));
+  }
+  text.resize(got);
   return ParseConfigYaml(text, path);
 }
 

@@ -21,11 +21,13 @@ struct ServerSection {
   double shutdown_grace_seconds = 30;             // >= 0
   std::string log_level = "info";                 // as accepted by ParseLogLevel
   std::string send_priority = "idle";             // idle | normal (server/send_executor.h)
+  bool operator==(const ServerSection&) const = default;
 };
 
 struct ModelSection {
   std::string path;             // "" = the embedded default tiny model
   std::string device = "auto";  // cpu | cuda | auto
+  bool operator==(const ModelSection&) const = default;
 };
 
 struct SchedulerSection {
@@ -34,11 +36,13 @@ struct SchedulerSection {
   int prefill_chunk_tokens = 512;   // >= 1
   int default_max_tokens = 256;     // >= 1
   int threads = 0;                  // 0 = all cores
+  bool operator==(const SchedulerSection&) const = default;
 };
 
 struct KvCacheSection {
   int page_size = 16;               // power of two in [1, 1024]
   int64_t capacity_tokens = 65536;  // >= page_size
+  bool operator==(const KvCacheSection&) const = default;
 };
 
 // The sparse KV cache (DESIGN.md §4). The keys are SparseOptions' members under the same names;
@@ -50,6 +54,7 @@ struct SparseSection {
   // when given it must equal it (a config written for another page size fails loudly instead of
   // running with a budget the operator did not size).
   std::optional<int> page_size;
+  bool operator==(const SparseSection&) const = default;
 };
 
 struct ServerConfig {
@@ -58,6 +63,7 @@ struct ServerConfig {
   SchedulerSection scheduler;
   KvCacheSection kv_cache;
   SparseSection sparse;
+  bool operator==(const ServerConfig&) const = default;
 };
 
 // Parses a YAML document; an empty document means all defaults. Unknown keys, wrong types and
@@ -68,7 +74,8 @@ absl::StatusOr<ServerConfig> ParseConfigYaml(absl::string_view yaml_text,
                                              absl::string_view source_name);
 
 // Reads and parses the file at `path`. NOT_FOUND when it does not exist, PERMISSION_DENIED when
-// it cannot be read, INVALID_ARGUMENT for a directory or bad content; messages name the path.
+// it cannot be read, INVALID_ARGUMENT for a directory, anything but a regular file (/dev/zero, a
+// FIFO), a file over 1 MiB or bad content; messages name the path.
 absl::StatusOr<ServerConfig> LoadConfigFile(const std::string& path);
 
 // Checks every value and the relations between them; INVALID_ARGUMENT names the key path.

@@ -1,5 +1,7 @@
 #include "engine/cpu/cpu_backend.h"
 
+#include <unistd.h>
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -42,6 +44,15 @@ void UseBlasThreads(int n) {
 CpuBackend::CpuBackend(int num_threads) : pool_(num_threads) {}
 
 absl::StatusOr<DeviceBuffer> CpuBackend::Allocate(size_t bytes) {
+  // With overcommit an allocation larger than the machine can succeed and fail later, page by
+  // page, with the OOM killer; refuse it while the caller can still report it.
+  static const uint64_t physical =
+      static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (bytes > physical) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "cpu backend: %d bytes requested, more than this machine's memory (%d bytes)", bytes,
+        physical));
+  }
   const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
   void* p = std::aligned_alloc(kAlignment, rounded);
   if (p == nullptr) {

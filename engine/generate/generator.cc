@@ -26,7 +26,9 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
   g->options_ = options;
   g->backend_ = std::make_unique<CpuBackend>(options.threads);
   ASSIGN_OR_RETURN(g->model_, Transformer::Load(model_dir, *g->backend_));
-  ASSIGN_OR_RETURN(g->tokenizer_, Tokenizer::FromDirectory(model_dir));
+  // The model's vocabulary bounds the tokenizer's ids before anything is sized by them.
+  ASSIGN_OR_RETURN(g->tokenizer_,
+                   Tokenizer::FromDirectory(model_dir, g->model_->config().vocab_size));
   ASSIGN_OR_RETURN(GenerationConfig gen, LoadGenerationConfig(model_dir));
   const ModelConfig& c = g->model_->config();
   if (g->tokenizer_->vocab_size() > c.vocab_size) {
@@ -44,7 +46,14 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
   kv.head_dim = static_cast<int32_t>(c.head_dim);
   kv.page_size = options.page_size;
   kv.num_blocks = static_cast<int32_t>(options.kv_cache_tokens / options.page_size);
-  ASSIGN_OR_RETURN(g->kv_, KvPool::Create(*g->backend_, kv));
+  absl::StatusOr<KvPool> pool = KvPool::Create(*g->backend_, kv);
+  if (!pool.ok()) {
+    return absl::Status(pool.status().code(),
+                        absl::StrFormat("kv_cache.capacity_tokens: %d tokens of KV cache for this "
+                                        "model do not fit: %s",
+                                        options.kv_cache_tokens, pool.status().message()));
+  }
+  g->kv_ = *std::move(pool);
   if (options.sparse.enabled) {
     SparseModelShape shape;
     shape.layers = kv.num_layers;
@@ -55,8 +64,15 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
                      SparseKvCache::Create(options.sparse, shape, *g->backend_, g->kv_));
   }
   // The largest step: every running sequence decodes while a full prefill chunk runs.
-  RETURN_IF_ERROR(g->model_->Reserve(options.prefill_chunk_tokens + options.max_running,
-                                     options.max_running));
+  if (absl::Status s = g->model_->Reserve(
+          int64_t{options.prefill_chunk_tokens} + options.max_running, options.max_running);
+      !s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrFormat("scheduler.prefill_chunk_tokens (%d) + "
+                                  "scheduler.max_running_requests (%d): the activations of the "
+                                  "largest step do not fit: %s",
+                                  options.prefill_chunk_tokens, options.max_running, s.message()));
+  }
   return g;
 }
 

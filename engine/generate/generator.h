@@ -22,6 +22,8 @@
 
 namespace specula {
 
+// Each option is a key of the server's configuration (kv_cache.*, scheduler.*, sparse.*); errors
+// that an option causes name that key, so the operator knows which one to change.
 struct GeneratorOptions {
   int32_t page_size = 16;
   int64_t kv_cache_tokens = 65536;  // capacity of the KV pool, in token positions

@@ -54,6 +54,7 @@ struct SparseOptions {
   int64_t effective_prefetch_extra_tokens(int64_t budget) const {
     return prefetch_extra_tokens >= 0 ? prefetch_extra_tokens : budget / 4;
   }
+  bool operator==(const SparseOptions&) const = default;
 };
 
 // INVALID_ARGUMENT naming the `sparse.<key>` at fault.

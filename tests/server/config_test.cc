@@ -1,5 +1,6 @@
 #include "server/config.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -236,6 +237,24 @@ TEST(ConfigTest, InvalidValuesNameTheirKeyAndLine) {
       {"scheduler:\n  threads: -2\n", "scheduler.threads: must be >= 0, got -2", 2},
       {"scheduler:\n  threads: 3000000000\n",
        "scheduler.threads: must be <= 2147483647, got 3000000000", 2},
+      // Every size-like key has an upper bound, one past it is refused (it once started 100000
+      // threads, or overflowed buffer sizes).
+      {"scheduler:\n  threads: 1025\n", "scheduler.threads: must be <= 1024, got 1025", 2},
+      {"scheduler:\n  threads: 100000\n", "scheduler.threads: must be <= 1024, got 100000", 2},
+      {"scheduler:\n  max_running_requests: 4097\n",
+       "scheduler.max_running_requests: must be <= 4096, got 4097", 2},
+      {"scheduler:\n  max_running_requests: 2147483647\n",
+       "scheduler.max_running_requests: must be <= 4096, got 2147483647", 2},
+      {"scheduler:\n  max_waiting_requests: 1048577\n",
+       "scheduler.max_waiting_requests: must be <= 1048576, got 1048577", 2},
+      {"scheduler:\n  prefill_chunk_tokens: 65537\n",
+       "scheduler.prefill_chunk_tokens: must be <= 65536, got 65537", 2},
+      {"scheduler:\n  default_max_tokens: 1073741825\n",
+       "scheduler.default_max_tokens: must be <= 1073741824, got 1073741825", 2},
+      {"kv_cache:\n  capacity_tokens: 2147483649\n",
+       "kv_cache.capacity_tokens: must be <= 2147483648, got 2147483649", 2},
+      {"kv_cache:\n  capacity_tokens: 17179869184\n",
+       "kv_cache.capacity_tokens: must be <= 2147483648, got 17179869184", 2},
       {"kv_cache:\n  page_size: 0\n",
        "kv_cache.page_size: must be a power of two in [1, 1024], got 0", 2},
       {"kv_cache:\n  page_size: 24\n", "kv_cache.page_size: must be a power of two", 2},
@@ -457,6 +476,43 @@ TEST(ConfigTest, DirectoryIsInvalidArgument) {
   absl::StatusOr<ServerConfig> c = LoadConfigFile(SPECULA_SOURCE_DIR "/deploy/config");
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(c.status().message()), HasSubstr("deploy/config"));
+}
+
+TEST(ConfigTest, NonRegularFilesAreRefused) {
+  // /dev/zero was once read until memory ran out; a FIFO would block startup.
+  for (const char* path : {"/dev/zero", "/dev/null", "/dev/urandom"}) {
+    absl::StatusOr<ServerConfig> c = LoadConfigFile(path);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << path;
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr("not a regular file")) << path;
+  }
+  const std::string fifo = ::testing::TempDir() + "/specula_config_fifo";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  absl::StatusOr<ServerConfig> c = LoadConfigFile(fifo);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("not a regular file"));
+  std::remove(fifo.c_str());
+}
+
+TEST(ConfigTest, FilesOverOneMebibyteAreRefused) {
+  const std::string path = ::testing::TempDir() + "/specula_config_big.yaml";
+  {
+    // Valid YAML all the way (comments), so only the size can be the reason.
+    std::ofstream out(path);
+    out << "scheduler:\n  threads: 2\n";
+    out << std::string(1 << 20, '#') << "\n";
+  }
+  absl::StatusOr<ServerConfig> c = LoadConfigFile(path);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("more than the limit of 1048576"));
+  {
+    std::ofstream out(path, std::ios::trunc);
+    out << "scheduler:\n  threads: 2\n" << std::string((1 << 20) - 100, '#') << "\n";
+  }
+  c = LoadConfigFile(path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->scheduler.threads, 2);
+  std::remove(path.c_str());
 }
 
 TEST(ConfigTest, FileErrorsNameThePathAndLine) {
