@@ -1,5 +1,7 @@
 #include "engine/model/model_config.h"
 
+#include <limits>
+
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -39,15 +41,18 @@ class ConfigReader {
     return std::optional<int64_t>(v->get<int64_t>());
   }
 
-  // A size that must be > 0; `fallback` when absent, required when no fallback.
+  // A size in [1, max]; `fallback` when absent, required when no fallback. Sizes are int32 in
+  // kernels and the API, so the default bound is INT32_MAX: a larger value is refused, never cut.
   absl::StatusOr<int64_t> PositiveInt(const std::string& key,
-                                      std::optional<int64_t> fallback = std::nullopt) const {
+                                      std::optional<int64_t> fallback = std::nullopt,
+                                      int64_t max = std::numeric_limits<int32_t>::max()) const {
     ASSIGN_OR_RETURN(std::optional<int64_t> v, OptInt(key));
     if (!v.has_value()) {
       if (fallback.has_value()) return *fallback;
       return Error(key, "required key is missing");
     }
     if (*v <= 0) return Error(key, absl::StrCat("must be positive, got ", *v));
+    if (*v > max) return Error(key, absl::StrCat("must be at most ", max, ", got ", *v));
     return *v;
   }
 
@@ -258,7 +263,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
   }
   ASSIGN_OR_RETURN(std::optional<int64_t> head_dim, r.OptInt("head_dim"));
   if (head_dim.has_value()) {
-    if (*head_dim <= 0) return r.Error("head_dim", "must be positive");
+    if (*head_dim <= 0 || *head_dim > 65536) return r.Error("head_dim", "must be in [1, 65536]");
     c.head_dim = *head_dim;
   } else {
     if (c.hidden_size % c.num_attention_heads != 0) {
@@ -277,8 +282,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
   if (c.architecture == Architecture::kQwen2 || c.architecture == Architecture::kQwen3) {
     default_max_pos = 32768;
   }
+  // 2^30 positions: far past any model, and room for prompt + max_tokens sums in int32.
   ASSIGN_OR_RETURN(c.max_position_embeddings,
-                   r.PositiveInt("max_position_embeddings", default_max_pos));
+                   r.PositiveInt("max_position_embeddings", default_max_pos, kMaxContextTokens));
   ASSIGN_OR_RETURN(c.rms_norm_eps, r.PositiveNumber("rms_norm_eps", 1e-6));
   ASSIGN_OR_RETURN(c.rope_theta, r.PositiveNumber("rope_theta", 10000.0));
   ASSIGN_OR_RETURN(c.rope_scaling, ParseRopeScaling(root, r));

@@ -26,6 +26,9 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192;  // llama3
 };
 
+// The longest context a config.json may declare (max_position_embeddings); more is a load error.
+inline constexpr int64_t kMaxContextTokens = int64_t{1} << 30;
+
 struct ModelConfig {
   Architecture architecture = Architecture::kLlama;
   int64_t hidden_size = 0;

@@ -26,7 +26,8 @@ std::string StringOr(const json& obj, const char* key) {
 
 }  // namespace
 
-absl::StatusOr<BpeModel> BpeModel::FromJson(const json& model, const std::string& file) {
+absl::StatusOr<BpeModel> BpeModel::FromJson(const json& model, const std::string& file,
+                                            int64_t max_vocab_size) {
   if (!model.is_object()) return Malformed(file, "\"model\" is not an object");
   const std::string type = StringOr(model, "type");
   if (type != "BPE" && !(type.empty() && model.contains("merges"))) {
@@ -54,8 +55,11 @@ absl::StatusOr<BpeModel> BpeModel::FromJson(const json& model, const std::string
   for (const auto& [token, id_json] : vocab->items()) {
     if (!id_json.is_number_integer()) return Malformed(file, "vocab id is not an integer");
     const int64_t id = id_json.get<int64_t>();
-    if (id < 0 || id > (int64_t{1} << 30)) {
-      return Malformed(file, absl::StrCat("vocab id ", id, " out of range"));
+    // Checked before anything is sized by the largest id.
+    if (id < 0 || id >= max_vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ": token \"", token, "\" has id ", id,
+                                                     ", outside the vocabulary [0, ",
+                                                     max_vocab_size, ")"));
     }
     m.vocab_[token] = static_cast<TokenId>(id);
     max_id = std::max<TokenId>(max_id, static_cast<TokenId>(id));
@@ -116,6 +120,18 @@ std::optional<TokenId> BpeModel::Find(std::string_view token) const {
   const auto it = vocab_.find(AsAbsl(token));
   if (it == vocab_.end()) return std::nullopt;
   return it->second;
+}
+
+bool BpeModel::KeepsEveryCharacter(bool byte_level) const {
+  bool all_bytes = true;
+  for (TokenId id : byte_ids_) all_bytes = all_bytes && id >= 0;
+  if (byte_fallback_ && all_bytes) return true;  // an unknown character becomes its bytes
+  if (byte_level) {
+    bool alphabet = true;  // then no character is unknown
+    for (int b = 0; b < 256; ++b) alphabet = alphabet && vocab_.contains(ByteToUnicode(b));
+    if (alphabet) return true;
+  }
+  return unk_id_.has_value() && !fuse_unk_;  // one unk per unknown character
 }
 
 void BpeModel::InitialSymbols(std::string_view word, std::vector<TokenId>* symbols) const {

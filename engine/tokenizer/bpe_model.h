@@ -17,7 +17,9 @@ namespace specula::tokenizer_internal {
 class BpeModel {
  public:
   // Parses `model` (the "model" object of tokenizer.json). `file` names the source in errors.
-  static absl::StatusOr<BpeModel> FromJson(const nlohmann::json& model, const std::string& file);
+  // Ids must be below `max_vocab_size`.
+  static absl::StatusOr<BpeModel> FromJson(const nlohmann::json& model, const std::string& file,
+                                           int64_t max_vocab_size);
 
   // Appends the ids of one pre-token (already in the vocabulary's alphabet, e.g. byte-level
   // characters or "▁"-prefixed text).
@@ -29,6 +31,10 @@ class BpeModel {
   // Empty for ids without a vocabulary entry.
   const std::string& token(TokenId id) const { return id_to_token_[id]; }
   bool byte_fallback() const { return byte_fallback_; }
+  // True when every input character becomes at least one id of its own: none is dropped (no unk
+  // token, no byte fallback) and no run of them is fused into one unk. `byte_level`: the input is
+  // in the GPT-2 byte alphabet (a ByteLevel pre-tokenizer ran).
+  bool KeepsEveryCharacter(bool byte_level) const;
 
  private:
   struct Merge {

@@ -92,22 +92,40 @@ absl::Status Normalizer::Add(const json& config, const std::string& file) {
   if (type == "Sequence") {
     for (const auto& sub : config.at("normalizers")) RETURN_IF_ERROR(Add(sub, file));
   } else if (type == "Prepend") {
-    steps_.push_back({Step::kPrepend, config.at("prepend").get<std::string>(), nullptr});
+    steps_.push_back(
+        {Step::kPrepend, config.at("prepend").get<std::string>(), nullptr, std::nullopt});
   } else if (type == "Replace") {
     ASSIGN_OR_RETURN(auto re, CompilePattern(config.at("pattern"), file));
-    steps_.push_back({Step::kReplace, config.at("content").get<std::string>(), std::move(re)});
+    std::optional<size_t> literal_size;
+    if (const json& p = config.at("pattern"); p.is_object() && p.contains("String")) {
+      literal_size = p.at("String").get<std::string>().size();
+    }
+    steps_.push_back(
+        {Step::kReplace, config.at("content").get<std::string>(), std::move(re), literal_size});
   } else if (type == "NFC") {
-    steps_.push_back({Step::kNfc, "", nullptr});
+    steps_.push_back({Step::kNfc, "", nullptr, std::nullopt});
   } else if (type == "NFD") {
-    steps_.push_back({Step::kNfd, "", nullptr});
+    steps_.push_back({Step::kNfd, "", nullptr, std::nullopt});
   } else if (type == "NFKC") {
-    steps_.push_back({Step::kNfkc, "", nullptr});
+    steps_.push_back({Step::kNfkc, "", nullptr, std::nullopt});
   } else if (type == "NFKD") {
-    steps_.push_back({Step::kNfkd, "", nullptr});
+    steps_.push_back({Step::kNfkd, "", nullptr, std::nullopt});
   } else {
     return Unsupported(file, "normalizer", type);
   }
   return absl::OkStatus();
+}
+
+bool Normalizer::NeverShrinks() const {
+  for (const Step& step : steps_) {
+    if (step.kind == Step::kPrepend) continue;
+    if (step.kind == Step::kReplace && step.literal_size.has_value() &&
+        step.text.size() >= *step.literal_size) {
+      continue;
+    }
+    return false;
+  }
+  return true;
 }
 
 absl::Status Normalizer::Apply(std::string* text) const {
@@ -259,6 +277,14 @@ absl::Status PreTokenizer::Split(const Step& step, std::vector<PreToken>* pieces
   }
   *pieces = std::move(out);
   return absl::OkStatus();
+}
+
+bool PreTokenizer::KeepsEveryByte() const {
+  for (const Step& step : steps_) {
+    if (step.kind == Step::kSplit && step.behavior == Behavior::kRemoved) return false;
+    if (step.kind == Step::kMetaspace && step.replacement.empty()) return false;
+  }
+  return true;
 }
 
 absl::Status PreTokenizer::Apply(std::vector<PreToken>* pieces) const {

@@ -27,12 +27,17 @@ class Normalizer {
   // `config` may be null (no normalizer).
   static absl::StatusOr<Normalizer> FromJson(const nlohmann::json& config, const std::string& file);
   absl::Status Apply(std::string* text) const;
+  // True when no step can make a text shorter: prepends, and replacements of a literal string by
+  // one at least as long. (Unicode normalization can compose characters; a regex can match more
+  // than it is replaced with.)
+  bool NeverShrinks() const;
 
  private:
   struct Step {
     enum Kind { kPrepend, kReplace, kNfc, kNfd, kNfkc, kNfkd } kind;
     std::string text;                // Prepend: prefix; Replace: replacement
     std::shared_ptr<Regex> pattern;  // Replace
+    std::optional<size_t> literal_size;  // Replace with a "String" pattern: its length
   };
   absl::Status Add(const nlohmann::json& config, const std::string& file);
   std::vector<Step> steps_;
@@ -52,6 +57,8 @@ class PreTokenizer {
   absl::Status Apply(std::vector<PreToken>* pieces) const;
   // True if a ByteLevel step maps the text to the GPT-2 byte alphabet.
   bool byte_level() const { return byte_level_; }
+  // True when every input byte ends up in some piece (no Split removes its matches).
+  bool KeepsEveryByte() const;
 
  private:
   enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };

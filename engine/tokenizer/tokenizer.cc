@@ -64,16 +64,21 @@ absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
   return std::move(ss).str();
 }
 
+absl::Status TooManyTokens(int64_t max_tokens) {
+  return absl::OutOfRangeError(absl::StrCat("the text encodes to more than ", max_tokens, " tokens"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Create(std::string_view tokenizer_json,
                                                                  std::string_view config_json,
                                                                  const std::string& file,
-                                                                 const std::string& config_file) {
+                                                                 const std::string& config_file,
+                                                                 int64_t max_vocab_size) {
   std::unique_ptr<HfTokenizer> tok(new HfTokenizer());
   // nlohmann throws on wrong field types; those exceptions stop at this boundary.
   try {
-    RETURN_IF_ERROR(tok->LoadTokenizerJson(tokenizer_json, file));
+    RETURN_IF_ERROR(tok->LoadTokenizerJson(tokenizer_json, file, max_vocab_size));
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(file, ": malformed: ", e.what()));
   }
@@ -85,12 +90,13 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Create(std::string_vie
   return tok;
 }
 
-absl::Status HfTokenizer::LoadTokenizerJson(std::string_view json_text, const std::string& file) {
+absl::Status HfTokenizer::LoadTokenizerJson(std::string_view json_text, const std::string& file,
+                                            int64_t max_vocab_size) {
   ASSIGN_OR_RETURN(const json root, ParseJson(json_text, file));
   if (!root.contains("model")) {
     return absl::InvalidArgumentError(absl::StrCat(file, ": missing \"model\""));
   }
-  ASSIGN_OR_RETURN(model_, BpeModel::FromJson(root.at("model"), file));
+  ASSIGN_OR_RETURN(model_, BpeModel::FromJson(root.at("model"), file, max_vocab_size));
   ASSIGN_OR_RETURN(normalizer_, Normalizer::FromJson(FieldOrNull(root, "normalizer"), file));
   ASSIGN_OR_RETURN(pre_tokenizer_,
                    PreTokenizer::FromJson(FieldOrNull(root, "pre_tokenizer"), file));
@@ -107,9 +113,15 @@ absl::Status HfTokenizer::LoadTokenizerJson(std::string_view json_text, const st
     AddedToken a{t.at("id").get<TokenId>(), t.at("content").get<std::string>(),
                  t.value("special", false), t.value("lstrip", false),
                  t.value("rstrip", false),  t.value("single_word", false)};
-    if (a.id < 0 || a.id > (1 << 30) || a.content.empty()) {
+    if (a.content.empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(file, ": added token \"", a.content, "\" has a bad id or is empty"));
+          absl::StrCat(file, ": added token with id ", a.id, " has no content"));
+    }
+    if (a.id < 0 || a.id >= max_vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ": added token \"", a.content,
+                                                     "\" has id ", a.id,
+                                                     ", outside the vocabulary [0, ",
+                                                     max_vocab_size, ")"));
     }
     size = std::max<int64_t>(size, a.id + 1);
     if (const auto it = added_by_id_.find(a.id); it != added_by_id_.end()) {
@@ -139,7 +151,25 @@ absl::Status HfTokenizer::LoadTokenizerJson(std::string_view json_text, const st
     token_bytes_[a.id] = a.content;
     special_[a.id] = a.special;
   }
+  max_bytes_per_token_ = ComputeMaxBytesPerToken();
   return absl::OkStatus();
+}
+
+std::optional<int64_t> HfTokenizer::ComputeMaxBytesPerToken() const {
+  if (!normalizer_->NeverShrinks() || !pre_tokenizer_->KeepsEveryByte() ||
+      !model_->KeepsEveryCharacter(pre_tokenizer_->byte_level())) {
+    return std::nullopt;
+  }
+  // An unknown character (up to 4 bytes) becomes one unk id whatever the unk string's length.
+  size_t longest = 4;
+  for (TokenId id = 0; id < model_->size(); ++id) longest = std::max(longest, model_->token(id).size());
+  for (const AddedToken& a : added_) {
+    if (a.lstrip || a.rstrip) return std::nullopt;  // absorbs any run of spaces around it
+    longest = std::max(longest, a.content.size());
+  }
+  // Normalizers and pre-tokenizers here only grow text (a byte becomes a byte-level character,
+  // " " becomes "▁"), so a vocabulary string is at least as long as the input it stands for.
+  return static_cast<int64_t>(longest);
 }
 
 absl::Status HfTokenizer::LoadConfigJson(std::string_view json_text, const std::string& file) {
@@ -217,13 +247,13 @@ void HfTokenizer::SplitAddedTokens(std::string_view text, std::vector<Segment>* 
 
 absl::Status HfTokenizer::EncodeSegment(
     std::string_view text, bool at_start,
-    absl::flat_hash_map<std::string, std::vector<TokenId>>* cache,
+    absl::flat_hash_map<std::string, std::vector<TokenId>>* cache, int64_t max_tokens,
     std::vector<TokenId>* out) const {
   std::vector<PreToken> pieces{{std::string(text), at_start}};
   RETURN_IF_ERROR(normalizer_->Apply(&pieces[0].text));
   RETURN_IF_ERROR(pre_tokenizer_->Apply(&pieces));
-  std::vector<TokenId> ids;
   for (const PreToken& p : pieces) {
+    if (static_cast<int64_t>(out->size()) > max_tokens) return TooManyTokens(max_tokens);
     if (p.text.empty()) continue;
     if (p.text.size() > kMaxCachedPiece) {
       model_->Tokenize(p.text, out);
@@ -237,7 +267,8 @@ absl::Status HfTokenizer::EncodeSegment(
 }
 
 absl::StatusOr<std::vector<TokenId>> HfTokenizer::Encode(std::string_view text,
-                                                         bool add_special_tokens) const {
+                                                         bool add_special_tokens,
+                                                         int64_t max_tokens) const {
   if (const size_t bad = FindInvalidUtf8(text); bad != std::string_view::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("Encode: input is not valid UTF-8 (byte offset ", bad, ")"));
@@ -246,24 +277,28 @@ absl::StatusOr<std::vector<TokenId>> HfTokenizer::Encode(std::string_view text,
   SplitAddedTokens(text, &segments);
   absl::flat_hash_map<std::string, std::vector<TokenId>> cache;
   std::vector<TokenId> ids;
-  ids.reserve(text.size() / 3 + 4);
+  ids.reserve(std::min<int64_t>(text.size() / 3, max_tokens) + 4);
   for (const Segment& seg : segments) {
+    if (static_cast<int64_t>(ids.size()) > max_tokens) return TooManyTokens(max_tokens);
     if (seg.id >= 0) {
       ids.push_back(seg.id);
     } else {
-      RETURN_IF_ERROR(EncodeSegment(seg.text, seg.at_start, &cache, &ids));
+      RETURN_IF_ERROR(EncodeSegment(seg.text, seg.at_start, &cache, max_tokens, &ids));
     }
   }
-  if (!add_special_tokens) return ids;
-  if (add_bos_ || add_eos_) {
-    std::vector<TokenId> out;
+  std::vector<TokenId> out;
+  if (!add_special_tokens) {
+    out = std::move(ids);
+  } else if (add_bos_ || add_eos_) {
     out.reserve(ids.size() + 2);
     if (add_bos_.value_or(false) && bos_id_) out.push_back(*bos_id_);
     out.insert(out.end(), ids.begin(), ids.end());
     if (add_eos_.value_or(false) && eos_id_) out.push_back(*eos_id_);
-    return out;
+  } else {
+    out = post_processor_->Apply(std::move(ids));
   }
-  return post_processor_->Apply(std::move(ids));
+  if (static_cast<int64_t>(out.size()) > max_tokens) return TooManyTokens(max_tokens);
+  return out;
 }
 
 absl::StatusOr<std::string> HfTokenizer::Decode(absl::Span<const TokenId> ids,
@@ -314,7 +349,8 @@ std::string HfTokenizer::TokenBytes(TokenId id) const {
 
 }  // namespace tokenizer_internal
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::string& dir) {
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::string& dir,
+                                                                     int64_t max_vocab_size) {
   const std::filesystem::path root(dir);
   const std::filesystem::path tok_path = root / "tokenizer.json";
   const std::filesystem::path cfg_path = root / "tokenizer_config.json";
@@ -328,15 +364,17 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::s
     ASSIGN_OR_RETURN(cfg_json, tokenizer_internal::ReadFile(cfg_path));
   }
   ASSIGN_OR_RETURN(auto tok, tokenizer_internal::HfTokenizer::Create(
-                                 tok_json, cfg_json, tok_path.string(), cfg_path.string()));
+                                 tok_json, cfg_json, tok_path.string(), cfg_path.string(),
+                                 max_vocab_size));
   return std::unique_ptr<Tokenizer>(std::move(tok));
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view tokenizer_json,
-                                                               std::string_view config_json) {
-  ASSIGN_OR_RETURN(
-      auto tok, tokenizer_internal::HfTokenizer::Create(tokenizer_json, config_json,
-                                                        "tokenizer.json", "tokenizer_config.json"));
+                                                               std::string_view config_json,
+                                                               int64_t max_vocab_size) {
+  ASSIGN_OR_RETURN(auto tok, tokenizer_internal::HfTokenizer::Create(
+                                 tokenizer_json, config_json, "tokenizer.json",
+                                 "tokenizer_config.json", max_vocab_size));
   return std::unique_ptr<Tokenizer>(std::move(tok));
 }
 

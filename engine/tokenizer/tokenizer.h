@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,19 +21,35 @@ using TokenId = int32_t;
 
 class Tokenizer {
  public:
-  // Loads `dir/tokenizer.json` and, if present, `dir/tokenizer_config.json`.
-  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromDirectory(const std::string& dir);
+  // The largest vocabulary a tokenizer may have when no model bounds it (the biggest real ones
+  // have about 256K ids).
+  static constexpr int64_t kMaxVocabSize = int64_t{1} << 22;
+
+  // Loads `dir/tokenizer.json` and, if present, `dir/tokenizer_config.json`. An id at or beyond
+  // `max_vocab_size` (the model's vocabulary) is INVALID_ARGUMENT naming the file and the token.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromDirectory(
+      const std::string& dir, int64_t max_vocab_size = kMaxVocabSize);
   // `config_json` may be empty (no tokenizer_config.json).
-  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(std::string_view tokenizer_json,
-                                                             std::string_view config_json);
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(
+      std::string_view tokenizer_json, std::string_view config_json,
+      int64_t max_vocab_size = kMaxVocabSize);
   virtual ~Tokenizer() = default;
 
   // Splits added/special tokens out first, then normalizes, pre-tokenizes and runs BPE on the
   // rest. With `add_special_tokens`, applies the post-processor (e.g. Llama 3 prepends
   // <|begin_of_text|>) or, for SentencePiece-style files, the config's add_bos/add_eos.
-  // Invalid UTF-8 input is INVALID_ARGUMENT.
-  virtual absl::StatusOr<std::vector<TokenId>> Encode(std::string_view text,
-                                                      bool add_special_tokens) const = 0;
+  // Invalid UTF-8 input is INVALID_ARGUMENT. Encoding stops as soon as the ids number more than
+  // `max_tokens`: OUT_OF_RANGE, so an input far past a context costs only what the context may
+  // hold (plus one pass of the normalizer and pre-tokenizer).
+  virtual absl::StatusOr<std::vector<TokenId>> Encode(
+      std::string_view text, bool add_special_tokens,
+      int64_t max_tokens = std::numeric_limits<int64_t>::max()) const = 0;
+
+  // An upper bound of the input bytes one id of Encode stands for, where the pipeline makes one
+  // certain: every input byte survives normalization and pre-tokenization, no added token strips
+  // the whitespace around it, unknown characters are not fused. Then an input of B bytes encodes
+  // to at least ceil(B / bound) ids and can be refused by its size alone. nullopt otherwise.
+  virtual std::optional<int64_t> max_bytes_per_token() const = 0;
   // Ids outside [0, vocab_size()) are INVALID_ARGUMENT naming the id. Byte-level pieces that do
   // not form valid UTF-8 come out as U+FFFD, as in Hugging Face.
   virtual absl::StatusOr<std::string> Decode(absl::Span<const TokenId> ids,

@@ -27,10 +27,13 @@ class HfTokenizer final : public Tokenizer {
   static absl::StatusOr<std::unique_ptr<HfTokenizer>> Create(std::string_view tokenizer_json,
                                                              std::string_view config_json,
                                                              const std::string& file,
-                                                             const std::string& config_file);
+                                                             const std::string& config_file,
+                                                             int64_t max_vocab_size);
 
-  absl::StatusOr<std::vector<TokenId>> Encode(std::string_view text,
-                                              bool add_special_tokens) const override;
+  absl::StatusOr<std::vector<TokenId>> Encode(
+      std::string_view text, bool add_special_tokens,
+      int64_t max_tokens = std::numeric_limits<int64_t>::max()) const override;
+  std::optional<int64_t> max_bytes_per_token() const override { return max_bytes_per_token_; }
   absl::StatusOr<std::string> Decode(absl::Span<const TokenId> ids,
                                      bool skip_special_tokens) const override;
   int64_t vocab_size() const override { return static_cast<int64_t>(token_bytes_.size()); }
@@ -54,12 +57,14 @@ class HfTokenizer final : public Tokenizer {
     bool at_start;          // text begins at offset 0 of the input
   };
   HfTokenizer() = default;
-  absl::Status LoadTokenizerJson(std::string_view json_text, const std::string& file);
+  absl::Status LoadTokenizerJson(std::string_view json_text, const std::string& file,
+                                 int64_t max_vocab_size);
+  std::optional<int64_t> ComputeMaxBytesPerToken() const;
   absl::Status LoadConfigJson(std::string_view json_text, const std::string& file);
   void SplitAddedTokens(std::string_view text, std::vector<Segment>* out) const;
   absl::Status EncodeSegment(std::string_view text, bool at_start,
                              absl::flat_hash_map<std::string, std::vector<TokenId>>* cache,
-                             std::vector<TokenId>* out) const;
+                             int64_t max_tokens, std::vector<TokenId>* out) const;
 
   std::optional<BpeModel> model_;
   std::optional<Normalizer> normalizer_;
@@ -78,6 +83,7 @@ class HfTokenizer final : public Tokenizer {
   std::optional<TokenId> bos_id_, eos_id_;
   std::optional<bool> add_bos_, add_eos_;  // tokenizer_config.json, SentencePiece-style only
   std::string chat_template_;
+  std::optional<int64_t> max_bytes_per_token_;
 };
 
 }  // namespace specula::tokenizer_internal

@@ -257,6 +257,31 @@ TEST(RealTokenizerMetadata, Qwen3AndLlama2) {
   EXPECT_EQ(Stream(t, *ids, false), "<s> Hello world");
 }
 
+// The size bound must hold for real tokenizers, or the server would refuse prompts that fit.
+TEST(RealTokenizerMetadata, MaxBytesPerTokenBoundsEveryEncoding) {
+  const std::vector<std::string> texts = {
+      "Hello world", std::string(5000, ' '), std::string(3000, 'a'), "\n\n\n\t\t  x",
+      "日本語のテキスト、絵文字 🙂🙂🙂 and numbers 1234567890",
+      "<|begin_of_text|><|eot_id|><s></s><|im_start|>", std::string(2000, '-'),
+      "https://example.com/a/b/c?d=e&f=g#h" + std::string(100, '=')};
+  // Qwen's NFC normalizer composes characters (shorter text), so its bound is not certain.
+  auto qwen = Tokenizer::FromDirectory(ModelDir("qwen3"));
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  EXPECT_EQ((*qwen)->max_bytes_per_token(), std::nullopt);
+  for (const char* model : {"llama3", "llama2"}) {
+    auto tok = Tokenizer::FromDirectory(ModelDir(model));
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    const std::optional<int64_t> bound = (*tok)->max_bytes_per_token();
+    ASSERT_TRUE(bound.has_value()) << model << ": these pipelines never drop input";
+    for (const std::string& text : texts) {
+      auto ids = (*tok)->Encode(text, false);
+      ASSERT_TRUE(ids.ok());
+      EXPECT_GE(static_cast<int64_t>(ids->size()) * *bound, static_cast<int64_t>(text.size()))
+          << model << ": " << text.substr(0, 40);
+    }
+  }
+}
+
 TEST(TokenizerLoad, MissingDirectoryIsNotFound) {
   auto tok = Tokenizer::FromDirectory("/nonexistent/specula/tokenizer");
   EXPECT_EQ(tok.status().code(), absl::StatusCode::kNotFound);

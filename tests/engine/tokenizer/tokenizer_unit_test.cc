@@ -259,6 +259,84 @@ TEST(TokenizerErrors, BadIdsAndInvalidUtf8) {
   EXPECT_THAT(Msg(ids.status()), HasSubstr("offset 3"));
 }
 
+TEST(TokenizerErrors, IdsBeyondTheVocabularyAreLoadErrorsNamingTheToken) {
+  // An id of 2^30 once sized a table of 2^30 strings (std::bad_alloc).
+  json j = TinyByteLevel();
+  j["model"]["vocab"]["huge"] = 1 << 30;
+  auto tok = Tokenizer::FromJson(j.dump(), "");
+  EXPECT_EQ(tok.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(tok.status()), HasSubstr("tokenizer.json: token \"huge\" has id 1073741824, "
+                                           "outside the vocabulary [0, 4194304)"));
+
+  j = TinyByteLevel();
+  j["added_tokens"][1]["id"] = 1 << 30;
+  tok = Tokenizer::FromJson(j.dump(), "");
+  EXPECT_EQ(tok.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(tok.status()), HasSubstr("added token \"<|end_of_text|>\" has id 1073741824"));
+
+  // The model's vocabulary is the bound when there is a model: ids 0..264 need 265 ids.
+  EXPECT_TRUE(Tokenizer::FromJson(TinyByteLevel().dump(), "", 265).ok());
+  tok = Tokenizer::FromJson(TinyByteLevel().dump(), "", 264);
+  EXPECT_EQ(tok.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(tok.status()), HasSubstr("\"<|eot_id|>\" has id 264, outside the vocabulary "
+                                           "[0, 264)"));
+  tok = Tokenizer::FromJson(TinyByteLevel().dump(), "", 200);
+  EXPECT_THAT(Msg(tok.status()), HasSubstr("has id 2"));  // a base vocabulary id (200..260)
+}
+
+TEST(TinyByteLevel, EncodingStopsPastMaxTokens) {
+  auto tok = Tokenizer::FromJson(TinyByteLevel().dump(), "");
+  ASSERT_TRUE(tok.ok());
+  // "hello world 12" is hello, Ġw, o, r, l, d, Ġ, 12: 8 ids (9 with <|begin_of_text|>).
+  auto all = (*tok)->Encode("hello world 12", true);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 9u);
+  auto exact = (*tok)->Encode("hello world 12", true, 9);
+  ASSERT_TRUE(exact.ok()) << exact.status();
+  EXPECT_EQ(*exact, *all);
+  auto over = (*tok)->Encode("hello world 12", true, 8);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(Msg(over.status()), HasSubstr("more than 8 tokens"));
+  // Added tokens count too, and a long text stops early with the same answer.
+  EXPECT_EQ((*tok)->Encode("<|eot_id|><|eot_id|><|eot_id|>", false, 2).status().code(),
+            absl::StatusCode::kOutOfRange);
+  const std::string long_text(1 << 20, 'x');
+  EXPECT_EQ((*tok)->Encode(long_text, false, 100).status().code(),
+            absl::StatusCode::kOutOfRange);
+}
+
+TEST(TinyByteLevel, MaxBytesPerTokenOnlyWhereCertain) {
+  auto tok = Tokenizer::FromJson(TinyByteLevel().dump(), "");
+  ASSERT_TRUE(tok.ok());
+  // The longest piece is the added "<|begin_of_text|>" (17 bytes).
+  EXPECT_EQ((*tok)->max_bytes_per_token(), 17);
+
+  json j = TinyByteLevel();
+  j["normalizer"] = {{"type", "NFC"}};  // composition shortens text
+  EXPECT_EQ((*Tokenizer::FromJson(j.dump(), ""))->max_bytes_per_token(), std::nullopt);
+  j = TinyByteLevel();
+  j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", "  "}}}, {"content", " "}};
+  EXPECT_EQ((*Tokenizer::FromJson(j.dump(), ""))->max_bytes_per_token(), std::nullopt);
+  j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Regex", " +"}}}, {"content", " "}};
+  EXPECT_EQ((*Tokenizer::FromJson(j.dump(), ""))->max_bytes_per_token(), std::nullopt);
+  j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}};
+  EXPECT_EQ((*Tokenizer::FromJson(j.dump(), ""))->max_bytes_per_token(), 17);
+  j = TinyByteLevel();
+  j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed";  // drops what it matches
+  EXPECT_EQ((*Tokenizer::FromJson(j.dump(), ""))->max_bytes_per_token(), std::nullopt);
+  j = TinyByteLevel();
+  j["added_tokens"][2]["lstrip"] = true;  // absorbs any run of spaces before it
+  EXPECT_EQ((*Tokenizer::FromJson(j.dump(), ""))->max_bytes_per_token(), std::nullopt);
+  j = TinyByteLevel();
+  j["model"]["vocab"].erase(ByteToUnicode(1));  // byte 1 is then dropped (no unk token)
+  EXPECT_EQ((*Tokenizer::FromJson(j.dump(), ""))->max_bytes_per_token(), std::nullopt);
+  j["model"]["vocab"]["<unk>"] = 1;
+  j["model"]["unk_token"] = "<unk>";  // one unk per unknown character
+  EXPECT_EQ((*Tokenizer::FromJson(j.dump(), ""))->max_bytes_per_token(), 17);
+  j["model"]["fuse_unk"] = true;  // a run of them is one unk
+  EXPECT_EQ((*Tokenizer::FromJson(j.dump(), ""))->max_bytes_per_token(), std::nullopt);
+}
+
 TEST(TokenizerSplit, BehavioursOnATinySentencePieceStyleModel) {
   // Metaspace pre-tokenizer (prepend_scheme "first", split), byte fallback, Metaspace decoder.
   json vocab = {{"<unk>", 0},
