@@ -3,6 +3,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/common/log.h"
 #include "server/request_convert.h"
+#include "server/request_parse.h"
 #include "server/status.h"
 
 namespace specula {
@@ -20,8 +21,9 @@ absl::Status CheckAdmission(const CallEnv& env, const google::protobuf::Message&
   return absl::OkStatus();
 }
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* GenerateCall::Start(
-    grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request, CallEnv* env) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerateCall::Start(grpc::CallbackServerContext* ctx,
+                                                                 const grpc::ByteBuffer* request,
+                                                                 CallEnv* env) {
   auto call = std::make_shared<GenerateCall>(ctx, env);
   call->self_ = call;
   call->Begin(*request);
@@ -40,18 +42,35 @@ void GenerateCall::Reject(const absl::Status& status) {
   Finish(ToGrpcStatus(status));
 }
 
-void GenerateCall::Begin(const v1::GenerateRequest& request) {
+void GenerateCall::Begin(const grpc::ByteBuffer& bytes) {
+  if (absl::Status s = ParseRequest(bytes, &request_); !s.ok()) return Reject(s);
   // Logged with rejections before its length is checked: never more than the allowed length.
-  request_id_ = request.request_id().substr(0, kMaxRequestIdBytes);
-  if (absl::Status s = CheckAdmission(*env_, request); !s.ok()) return Reject(s);
+  request_id_ = request_.request_id().substr(0, kMaxRequestIdBytes);
+  if (absl::Status s = CheckAdmission(*env_, request_); !s.ok()) return Reject(s);
+  if (env_->tokenizer_queue != nullptr && request_.has_prompt() &&
+      request_.prompt().size() > kInlineTokenizeBytes) {
+    env_->tokenizer_queue->Post([self = shared_from_this()] { self->Submit(); });
+    return;
+  }
+  Submit();
+}
+
+void GenerateCall::Submit() {
   absl::StatusOr<EngineRequest> converted =
-      ToEngineRequest(request, env_->engine->generator().tokenizer(), env_->default_max_tokens,
+      ToEngineRequest(request_, env_->engine->generator().tokenizer(), env_->default_max_tokens,
                       env_->max_total_tokens);
   if (!converted.ok()) return Reject(converted.status());
   request_id_ = converted->request_id;
   if (ctx_->deadline() != std::chrono::system_clock::time_point::max()) {
     converted->deadline = absl::FromChrono(ctx_->deadline());
   }
+  bool cancelled;
+  {
+    std::lock_guard lock(mu_);
+    cancelled = cancelled_;
+  }
+  // A client that left while its prompt was tokenized: nothing to submit.
+  if (cancelled) return Reject(absl::CancelledError("cancelled by the client"));
   std::weak_ptr<GenerateCall> weak = weak_from_this();
   SendExecutor* sender = env_->sender;
   stream_ = std::make_shared<RequestStream>([weak, sender] {
@@ -61,7 +80,13 @@ void GenerateCall::Begin(const v1::GenerateRequest& request) {
   });
   absl::StatusOr<uint64_t> handle = env_->engine->Submit(*std::move(converted), stream_);
   if (!handle.ok()) return Reject(handle.status());
-  handle_ = *handle;
+  {
+    std::lock_guard lock(mu_);
+    handle_ = *handle;
+    cancelled = cancelled_;
+  }
+  // OnCancel ran between the check above and now: it left the cancelling to us.
+  if (cancelled) env_->engine->Cancel(*handle, absl::CancelledError("cancelled by the client"));
   TrySend();
 }
 
@@ -81,34 +106,51 @@ void GenerateCall::TrySend() {
     }
     response_.Clear();
     FillResponse(chunk, request_id_, &response_);
+    if (absl::Status s = SerializeResponse(response_, &response_bytes_); !s.ok()) {
+      finished_ = true;
+      const uint64_t handle = handle_;
+      lock.unlock();
+      env_->engine->Cancel(handle, s);
+      Finish(ToGrpcStatus(s));
+      return;
+    }
     if (chunk.done) {
       finished_ = true;
       lock.unlock();
-      StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+      StartWriteAndFinish(&response_bytes_, grpc::WriteOptions(), grpc::Status::OK);
     } else {
       writing_ = true;
       lock.unlock();
-      StartWrite(&response_);
+      StartWrite(&response_bytes_);
     }
     return;
   }
 }
 
 void GenerateCall::OnWriteDone(bool ok) {
+  uint64_t handle;
   {
     std::lock_guard lock(mu_);
     writing_ = false;
     if (!ok) broken_ = true;
+    handle = handle_;
   }
-  if (!ok) env_->engine->Cancel(handle_, absl::CancelledError("the client stopped reading"));
+  if (!ok) env_->engine->Cancel(handle, absl::CancelledError("the client stopped reading"));
   TrySend();
 }
 
 void GenerateCall::OnCancel() {
-  if (handle_ == 0) return;
+  uint64_t handle;
+  {
+    std::lock_guard lock(mu_);
+    handle = handle_;
+    // Not submitted yet (the prompt is being tokenized): Submit sees this and stops.
+    if (handle == 0) cancelled_ = true;
+  }
+  if (handle == 0) return;
   const bool expired = ctx_->deadline() <= std::chrono::system_clock::now();
-  env_->engine->Cancel(handle_, expired ? absl::DeadlineExceededError("deadline exceeded")
-                                        : absl::CancelledError("cancelled by the client"));
+  env_->engine->Cancel(handle, expired ? absl::DeadlineExceededError("deadline exceeded")
+                                       : absl::CancelledError("cancelled by the client"));
 }
 
 void GenerateCall::OnDone() {

@@ -21,15 +21,21 @@
 #include "server/metrics.h"
 #include "server/request_convert.h"
 #include "server/send_executor.h"
+#include "server/work_queue.h"
 #include "specula/v1/specula.pb.h"
 
 namespace specula {
+
+// Text prompts longer than this are tokenized on CallEnv::tokenizer_queue, not on the gRPC thread
+// that received them (shorter ones take well under a millisecond).
+inline constexpr size_t kInlineTokenizeBytes = 16 * 1024;
 
 // What every call needs from the server; outlives all calls.
 struct CallEnv {
   Engine* engine = nullptr;
   ServerMetrics* metrics = nullptr;  // may be null
   SendExecutor* sender = nullptr;    // runs sends the engine thread asks for
+  WorkQueue* tokenizer_queue = nullptr;  // tokenizes long prompts; null = on the calling thread
   int32_t default_max_tokens = 256;
   TotalTokenLimits max_total_tokens;  // prompt + output, for the default output length
   int64_t max_request_bytes = 4 << 20;
@@ -41,13 +47,16 @@ struct CallEnv {
 // reach us and get a message naming the key).
 absl::Status CheckAdmission(const CallEnv& env, const google::protobuf::Message& request);
 
-class GenerateCall : public grpc::ServerWriteReactor<v1::GenerateResponse>,
+// The method is registered raw (server/request_parse.h): the reactor parses the request bytes
+// itself and writes serialized responses.
+class GenerateCall : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
                      public std::enable_shared_from_this<GenerateCall> {
  public:
-  // Creates the reactor and validates/submits the request; returns it for gRPC to drive.
-  static grpc::ServerWriteReactor<v1::GenerateResponse>* Start(grpc::CallbackServerContext* ctx,
-                                                               const v1::GenerateRequest* request,
-                                                               CallEnv* env);
+  // Creates the reactor and parses, validates and submits the request (a long text prompt is
+  // tokenized on env->tokenizer_queue first); returns it for gRPC to drive.
+  static grpc::ServerWriteReactor<grpc::ByteBuffer>* Start(grpc::CallbackServerContext* ctx,
+                                                           const grpc::ByteBuffer* request,
+                                                           CallEnv* env);
 
   GenerateCall(grpc::CallbackServerContext* ctx, CallEnv* env) : ctx_(ctx), env_(env) {}
 
@@ -56,22 +65,27 @@ class GenerateCall : public grpc::ServerWriteReactor<v1::GenerateResponse>,
   void OnDone() override;
 
  private:
-  void Begin(const v1::GenerateRequest& request);
+  void Begin(const grpc::ByteBuffer& bytes);
+  // Tokenizes and submits request_ to the engine.
+  void Submit();
   void Reject(const absl::Status& status);
   void TrySend();
 
   grpc::CallbackServerContext* const ctx_;
   CallEnv* const env_;
   std::shared_ptr<GenerateCall> self_;  // released in OnDone
+  v1::GenerateRequest request_;
   std::shared_ptr<RequestStream> stream_;
   std::string request_id_;
-  uint64_t handle_ = 0;  // 0 until submitted
 
   std::mutex mu_;
+  uint64_t handle_ = 0;    // 0 until submitted
+  bool cancelled_ = false;  // OnCancel ran before the request was submitted
   bool writing_ = false;
   bool finished_ = false;
   bool broken_ = false;  // a write failed: the client is gone
   v1::GenerateResponse response_;
+  grpc::ByteBuffer response_bytes_;
 };
 
 }  // namespace specula

@@ -59,6 +59,33 @@ absl::Status ConvertSparse(const v1::SparseOptions& in, SparseRequestOptions* ou
 
 }  // namespace
 
+absl::StatusOr<std::vector<int32_t>> EncodePrompt(const Tokenizer& tokenizer,
+                                                  absl::string_view prompt, bool add_special,
+                                                  const TotalTokenLimits& limits) {
+  // No request holds more tokens than the longer of its two paths (prompt + at least one more).
+  const int64_t most = std::max(limits.dense, limits.sparse);
+  auto too_long = [&](absl::string_view how) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("prompt: %s more than %d tokens, the most a request can hold here (the "
+                        "model's context, the KV cache capacity)",
+                        how, most));
+  };
+  if (const std::optional<int64_t> bound = tokenizer.max_bytes_per_token();
+      bound.has_value() && most > 0 &&
+      static_cast<int64_t>(prompt.size()) > most * *bound) {
+    // Certain without tokenizing: no token of this tokenizer stands for more than `bound` bytes.
+    return too_long(absl::StrFormat("its %d bytes encode to", prompt.size()));
+  }
+  absl::StatusOr<std::vector<int32_t>> ids =
+      tokenizer.Encode(std::string_view(prompt.data(), prompt.size()), add_special,
+                       most > 0 ? most : std::numeric_limits<int64_t>::max());
+  if (ids.status().code() == absl::StatusCode::kOutOfRange) return too_long("it encodes to");
+  if (!ids.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt: ", ids.status().message()));
+  }
+  return ids;
+}
+
 std::string NewRequestId() {
   thread_local std::mt19937_64 rng(std::random_device{}());
   return absl::StrFormat("req-%016x", rng());
@@ -87,10 +114,9 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
   if (has_text) {
     if (request.prompt().empty()) return absl::InvalidArgumentError("prompt is empty");
     const bool add_special = !request.has_add_special_tokens() || request.add_special_tokens();
-    absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(request.prompt(), add_special);
-    if (!ids.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt: ", ids.status().message()));
-    }
+    absl::StatusOr<std::vector<int32_t>> ids =
+        EncodePrompt(tokenizer, request.prompt(), add_special, limits);
+    if (!ids.ok()) return ids.status();
     if (ids->empty()) return absl::InvalidArgumentError("prompt tokenizes to no tokens");
     g.prompt = *std::move(ids);
   } else {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/serve/engine.h"
@@ -39,6 +40,13 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
                                               const Tokenizer& tokenizer,
                                               int32_t default_max_tokens,
                                               const TotalTokenLimits& limits);
+
+// Tokenizes a text prompt for a request, stopping once it is longer than any request can be
+// (max(limits.dense, limits.sparse) tokens) and refusing it by its size alone where the
+// tokenizer makes that certain; either is INVALID_ARGUMENT saying so.
+absl::StatusOr<std::vector<int32_t>> EncodePrompt(const Tokenizer& tokenizer,
+                                                  absl::string_view prompt, bool add_special,
+                                                  const TotalTokenLimits& limits);
 
 // A new request id: "req-" and 16 random hex digits.
 std::string NewRequestId();

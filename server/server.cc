@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,7 @@
 #include "engine/common/log.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "server/request_parse.h"
 
 namespace specula {
 namespace {
@@ -81,6 +83,7 @@ std::string JoinHostPort(const std::string& host, int port) {
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config) {
   if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
+  RouteProtobufLogs();
   if (config.model.path.empty()) {
     return absl::InvalidArgumentError("model.path: no model directory given");
   }
@@ -93,11 +96,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
   absl::StatusOr<std::unique_ptr<Generator>> generator =
       Generator::Create(config.model.path, *gen_options);
   if (!generator.ok()) {
-    // Sparse cache errors name their sparse.* key themselves; the rest are about the model.
+    // Errors an option caused name its config key themselves; the rest are about the model.
     const absl::string_view msg = generator.status().message();
+    const bool names_key = absl::StartsWith(msg, "sparse.") || absl::StartsWith(msg, "kv_cache.") ||
+                           absl::StartsWith(msg, "scheduler.");
     return absl::Status(generator.status().code(),
-                        absl::StartsWith(msg, "sparse.") ? std::string(msg)
-                                                         : absl::StrCat("model.path: ", msg));
+                        names_key ? std::string(msg) : absl::StrCat("model.path: ", msg));
   }
   Log(LogLevel::kInfo, "model_loaded",
       {{"path", config.model.path},
@@ -128,6 +132,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
   engine_options.max_waiting = config.scheduler.max_waiting_requests;
   s->engine_ = std::make_unique<Engine>(*std::move(generator), engine_options, s->observers_.get());
 
+  // A quarter of the cores: long prompts are rare and the engine wants the rest.
+  s->tokenizer_queue_ = std::make_unique<WorkQueue>(
+      std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 8));
+  s->env_.tokenizer_queue = s->tokenizer_queue_.get();
   s->env_.engine = s->engine_.get();
   s->env_.metrics = s->metrics_.get();
   s->env_.sender = s->sender_.get();

@@ -51,6 +51,9 @@ class Server {
   std::unique_ptr<ObserverList> observers_;
   std::unique_ptr<SendExecutor> sender_;  // outlives the engine, which posts to it
   std::unique_ptr<Engine> engine_;
+  // Tokenizes long prompts off gRPC's threads; outlives the gRPC server, whose shutdown waits for
+  // the calls its tasks finish.
+  std::unique_ptr<WorkQueue> tokenizer_queue_;
   CallEnv env_;
   std::unique_ptr<SpeculaService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;  // destroyed first: calls use everything above

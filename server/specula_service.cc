@@ -3,72 +3,118 @@
 #include <limits>
 
 #include "absl/strings/str_format.h"
+#include "engine/common/log.h"
+#include "server/request_parse.h"
 #include "server/status.h"
 
 namespace specula {
 namespace {
 
-grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+// Finishes the call on `reactor` (the context's default reactor, taken once per call).
+grpc::ServerUnaryReactor* Answer(absl::string_view method, grpc::ServerUnaryReactor* reactor,
+                                 const absl::Status& status) {
+  if (!status.ok()) {
+    Log(LogLevel::kInfo, "call_rejected",
+        {{"method", method}, {"status", StatusCodeName(status.code())},
+         {"error", status.message()}});
+  }
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
 
-}  // namespace
-
-grpc::ServerWriteReactor<v1::GenerateResponse>* SpeculaService::Generate(
-    grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request) {
-  return GenerateCall::Start(ctx, request, env_);
+// Parses the request, runs `body` on it and serializes what it fills in, in one status.
+template <typename Request, typename Response, typename Body>
+absl::Status Serve(const CallEnv& env, const grpc::ByteBuffer& bytes, grpc::ByteBuffer* out,
+                   Body body) {
+  Request request;
+  if (absl::Status s = ParseRequest(bytes, &request); !s.ok()) return s;
+  if (absl::Status s = CheckAdmission(env, request); !s.ok()) return s;
+  Response response;
+  if (absl::Status s = body(request, &response); !s.ok()) return s;
+  return SerializeResponse(response, out);
 }
 
-grpc::ServerUnaryReactor* SpeculaService::Tokenize(grpc::CallbackServerContext* ctx,
-                                                   const v1::TokenizeRequest* request,
-                                                   v1::TokenizeResponse* response) {
-  if (absl::Status s = CheckAdmission(*env_, *request); !s.ok()) return Answer(ctx, s);
-  const Tokenizer& tokenizer = env_->engine->generator().tokenizer();
-  const bool add_special = !request->has_add_special_tokens() || request->add_special_tokens();
-  absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(request->text(), add_special);
+absl::Status TokenizeText(const Tokenizer& tokenizer, const v1::TokenizeRequest& request,
+                          v1::TokenizeResponse* response) {
+  const bool add_special = !request.has_add_special_tokens() || request.add_special_tokens();
+  absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(request.text(), add_special);
   if (!ids.ok()) {
-    return Answer(ctx, absl::InvalidArgumentError(absl::StrCat("text: ", ids.status().message())));
+    return absl::InvalidArgumentError(absl::StrCat("text: ", ids.status().message()));
   }
   for (int32_t id : *ids) {
     response->add_token_ids(static_cast<uint32_t>(id));
     response->add_tokens(tokenizer.IdToToken(id));
   }
-  return Answer(ctx, absl::OkStatus());
+  return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* SpeculaService::Detokenize(grpc::CallbackServerContext* ctx,
-                                                     const v1::DetokenizeRequest* request,
-                                                     v1::DetokenizeResponse* response) {
-  if (absl::Status s = CheckAdmission(*env_, *request); !s.ok()) return Answer(ctx, s);
-  const Tokenizer& tokenizer = env_->engine->generator().tokenizer();
+absl::Status DetokenizeIds(const Tokenizer& tokenizer, const v1::DetokenizeRequest& request,
+                           v1::DetokenizeResponse* response) {
   std::vector<int32_t> ids;
-  ids.reserve(request->token_ids_size());
-  for (int i = 0; i < request->token_ids_size(); ++i) {
-    const uint32_t id = request->token_ids(i);
+  ids.reserve(request.token_ids_size());
+  for (int i = 0; i < request.token_ids_size(); ++i) {
+    const uint32_t id = request.token_ids(i);
     if (id >= static_cast<uint64_t>(tokenizer.vocab_size())) {
-      return Answer(ctx, absl::InvalidArgumentError(absl::StrFormat(
-                             "token_ids[%d] = %d is outside the vocabulary [0, %d)", i, id,
-                             tokenizer.vocab_size())));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("token_ids[%d] = %d is outside the vocabulary [0, %d)", i, id,
+                          tokenizer.vocab_size()));
     }
     ids.push_back(static_cast<int32_t>(id));
   }
-  absl::StatusOr<std::string> text = tokenizer.Decode(ids, request->skip_special_tokens());
+  absl::StatusOr<std::string> text = tokenizer.Decode(ids, request.skip_special_tokens());
   if (!text.ok()) {
-    return Answer(ctx,
-                  absl::InvalidArgumentError(absl::StrCat("token_ids: ", text.status().message())));
+    return absl::InvalidArgumentError(absl::StrCat("token_ids: ", text.status().message()));
   }
   response->set_text(*std::move(text));
-  return Answer(ctx, absl::OkStatus());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* SpeculaService::Generate(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request) {
+  return GenerateCall::Start(ctx, request, env_);
+}
+
+grpc::ServerUnaryReactor* SpeculaService::Tokenize(grpc::CallbackServerContext* ctx,
+                                                   const grpc::ByteBuffer* request,
+                                                   grpc::ByteBuffer* response) {
+  const Tokenizer* tokenizer = &env_->engine->generator().tokenizer();
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  auto run = [this, reactor, request, response, tokenizer] {
+    return Answer("Tokenize", reactor,
+                  Serve<v1::TokenizeRequest, v1::TokenizeResponse>(
+                      *env_, *request, response,
+                      [&](const v1::TokenizeRequest& r, v1::TokenizeResponse* out) {
+                        return TokenizeText(*tokenizer, r, out);
+                      }));
+  };
+  // Long texts leave gRPC's thread (the request and response live until Finish).
+  if (env_->tokenizer_queue == nullptr || request->Length() <= kInlineTokenizeBytes) return run();
+  env_->tokenizer_queue->Post(run);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* SpeculaService::Detokenize(grpc::CallbackServerContext* ctx,
+                                                     const grpc::ByteBuffer* request,
+                                                     grpc::ByteBuffer* response) {
+  const Tokenizer& tokenizer = env_->engine->generator().tokenizer();
+  return Answer("Detokenize", ctx->DefaultReactor(), Serve<v1::DetokenizeRequest, v1::DetokenizeResponse>(
+                         *env_, *request, response,
+                         [&](const v1::DetokenizeRequest& r, v1::DetokenizeResponse* out) {
+                           return DetokenizeIds(tokenizer, r, out);
+                         }));
 }
 
 grpc::ServerUnaryReactor* SpeculaService::GetModelInfo(grpc::CallbackServerContext* ctx,
-                                                       const v1::GetModelInfoRequest* request,
-                                                       v1::ModelInfo* response) {
-  if (absl::Status s = CheckAdmission(*env_, *request); !s.ok()) return Answer(ctx, s);
-  *response = model_info_;
-  return Answer(ctx, absl::OkStatus());
+                                                       const grpc::ByteBuffer* request,
+                                                       grpc::ByteBuffer* response) {
+  return Answer("GetModelInfo", ctx->DefaultReactor(), Serve<v1::GetModelInfoRequest, v1::ModelInfo>(
+                         *env_, *request, response,
+                         [this](const v1::GetModelInfoRequest&, v1::ModelInfo* out) {
+                           *out = model_info_;
+                           return absl::OkStatus();
+                         }));
 }
 
 }  // namespace specula

@@ -1,5 +1,7 @@
-// The specula.v1.Specula service on gRPC's callback API. Generate streams through a GenerateCall;
-// the unary methods answer inline (tokenizing is CPU work, no waiting).
+// The specula.v1.Specula service on gRPC's callback API. Every method is registered raw: it parses
+// the request bytes itself (server/request_parse.h) so a malformed request gets INVALID_ARGUMENT
+// naming the field. Generate streams through a GenerateCall; the unary methods answer inline,
+// except that a long text is tokenized on the tokenizer queue, off gRPC's threads.
 #pragma once
 
 #include "server/generate_call.h"
@@ -7,23 +9,27 @@
 
 namespace specula {
 
-class SpeculaService final : public v1::Specula::CallbackService {
+using RawSpeculaService = v1::Specula::WithRawCallbackMethod_Generate<
+    v1::Specula::WithRawCallbackMethod_Tokenize<v1::Specula::WithRawCallbackMethod_Detokenize<
+        v1::Specula::WithRawCallbackMethod_GetModelInfo<v1::Specula::Service>>>>;
+
+class SpeculaService final : public RawSpeculaService {
  public:
   // `env` and `model_info` outlive the service.
   SpeculaService(CallEnv* env, v1::ModelInfo model_info)
       : env_(env), model_info_(std::move(model_info)) {}
 
-  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
-      grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx,
-                                     const v1::TokenizeRequest* request,
-                                     v1::TokenizeResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* ctx,
-                                       const v1::DetokenizeRequest* request,
-                                       v1::DetokenizeResponse* response) override;
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* ctx,
-                                         const v1::GetModelInfoRequest* request,
-                                         v1::ModelInfo* response) override;
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
 
  private:
   CallEnv* const env_;
