@@ -2,6 +2,8 @@
 // no model given it serves the embedded default (a tiny generated model). SIGTERM or SIGINT
 // drains: health NOT_SERVING, new calls UNAVAILABLE, in-flight requests get
 // server.shutdown_grace_seconds to finish; exit code 0. A second signal exits at once (code 1).
+// SIGQUIT drains too; SIGHUP reloads the configuration (log level now, the rest at restart);
+// SIGUSR1 and SIGUSR2 log the engine's state.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -17,6 +19,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "engine/common/log.h"
 #include "server/config.h"
 #include "server/server.h"
@@ -92,6 +95,53 @@ int WaitForSignal() {
   return c;
 }
 
+std::string SignalName(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev == nullptr ? absl::StrCat("signal ", sig) : absl::StrCat("SIG", abbrev);
+}
+
+// SIGHUP: reads the configuration again (file and flags). server.log_level takes effect at once;
+// other changes wait for a restart, and the log names their sections. A configuration that does
+// not load changes nothing. `running` is what is in effect.
+void Reload(ServerConfig* running) {
+  absl::StatusOr<ServerConfig> fresh = ResolveConfig();
+  if (!fresh.ok()) {
+    Log(LogLevel::kWarning, "config_reload_failed",
+        {{"status", StatusCodeName(fresh.status().code())},
+         {"error", fresh.status().message()},
+         {"action", "keeping the running configuration"}});
+    return;
+  }
+  ServerConfig unapplied = *fresh;
+  unapplied.server.log_level = running->server.log_level;
+  std::vector<std::string> restart;
+  if (!(unapplied.server == running->server)) restart.push_back("server");
+  if (!(unapplied.model == running->model)) restart.push_back("model");
+  if (!(unapplied.scheduler == running->scheduler)) restart.push_back("scheduler");
+  if (!(unapplied.kv_cache == running->kv_cache)) restart.push_back("kv_cache");
+  if (!(unapplied.sparse == running->sparse)) restart.push_back("sparse");
+  running->server.log_level = fresh->server.log_level;
+  SetLogLevel(*ParseLogLevel(running->server.log_level));  // validated by ResolveConfig
+  Log(restart.empty() ? LogLevel::kInfo : LogLevel::kWarning, "config_reloaded",
+      {{"log_level", running->server.log_level},
+       {"needs_restart", restart.empty() ? "none" : absl::StrJoin(restart, ",")}});
+}
+
+// SIGUSR1/SIGUSR2: what the engine holds, for an operator wondering what it is doing.
+void LogState(Server& server) {
+  const EngineLoad load = server.engine().load();
+  Log(LogLevel::kWarning, "state",
+      {{"running", load.running},
+       {"waiting", load.waiting},
+       {"kv_blocks_used", load.kv_blocks_used},
+       {"kv_blocks_total", load.kv_blocks_total},
+       {"host_pages_used", load.host_pages_used},
+       {"host_pages_capacity", load.host_pages_capacity},
+       {"device_slots_used", load.device_slots_used}});
+}
+
+bool IsStopSignal(int sig) { return sig == SIGTERM || sig == SIGINT || sig == SIGQUIT; }
+
 int Fail(const absl::Status& s) {
   Log(LogLevel::kError, "startup_failed",
       {{"status", StatusCodeName(s.code())}, {"error", s.message()}});
@@ -114,12 +164,16 @@ int Run(int argc, char** argv) {
   if (pipe2(signal_pipe, O_CLOEXEC) != 0) {
     return Fail(absl::InternalError("cannot create the signal pipe"));
   }
+  // TERM, INT and QUIT drain; HUP reloads; USR1 and USR2 log the state. None of them may end
+  // the process with its default action and drop the streams in flight.
   struct sigaction action {};
   action.sa_handler = OnSignal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &action, nullptr);
-  sigaction(SIGINT, &action, nullptr);
+  for (int sig : {SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2}) {
+    sigaction(sig, &action, nullptr);
+  }
+  signal(SIGPIPE, SIG_IGN);  // a write to a closed socket is an error to handle, not an exit
 
   absl::StatusOr<ServerConfig> config = ResolveConfig();
   if (!config.ok()) return Fail(config.status());
@@ -134,12 +188,22 @@ int Run(int argc, char** argv) {
     }
   }
 
-  const int sig = WaitForSignal();
-  Log(LogLevel::kInfo, "signal", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
-  // A second signal while draining means "now". No Log here: its lock may be held by a writer
-  // stuck on a blocked stderr, which is one reason an operator sends the second signal.
+  ServerConfig running = *config;
+  int sig = 0;
+  while (!IsStopSignal(sig = WaitForSignal())) {
+    Log(LogLevel::kInfo, "signal", {{"signal", SignalName(sig)}});
+    if (sig == SIGHUP) {
+      Reload(&running);
+    } else {
+      LogState(**server);
+    }
+  }
+  Log(LogLevel::kInfo, "signal", {{"signal", SignalName(sig)}, {"action", "drain"}});
+  // A second stop signal while draining means "now". No Log here: its lock may be held by a
+  // writer stuck on a blocked stderr, which is one reason an operator sends the second signal.
   std::thread impatient([] {
-    WaitForSignal();
+    while (!IsStopSignal(WaitForSignal())) {
+    }
     static constexpr char kMessage[] = "specula-server: second signal, exiting now\n";
     (void)!write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
     _exit(1);

@@ -1,17 +1,13 @@
 // End to end: model info, health, metrics that match the traffic,
 // draining with and without enough grace, and the daemon's SIGTERM exit.
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <filesystem>
-#include <fstream>
 #include <thread>
 
-#include "absl/cleanup/cleanup.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "tests/server/e2e/daemon.h"
 #include "tests/server/e2e/test_server.h"
 #include "tests/server/prometheus_scrape.h"
 
@@ -153,55 +149,20 @@ TEST(LifecycleE2eTest, RequestsStillRunningWhenGraceExpiresEndUnavailable) {
 // The real daemon: started as a process, answered, SIGTERMed mid-stream, exits 0 after the
 // stream completed.
 TEST(LifecycleE2eTest, DaemonDrainsOnSigtermAndExitsZero) {
-  const std::string binary = std::string(SPECULA_BINARY_DIR) + "/server/specula-server";
-  const std::string ready = ::testing::TempDir() + "/specula-ready-" + std::to_string(getpid());
-  std::filesystem::remove(ready);
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    const std::string model = "--model=" + TestModelDir();
-    const std::string ready_flag = "--ready-file=" + ready;
-    execl(binary.c_str(), binary.c_str(), model.c_str(), "--listen=127.0.0.1:0",
-          "--metrics-listen=127.0.0.1:0", "--device=cpu", "--log-level=warning",
-          ready_flag.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  // Whatever fails below, the daemon does not outlive the test.
-  bool reaped = false;
-  auto reap = absl::MakeCleanup([&] {
-    if (!reaped) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-  });
-  std::string address;
-  for (int spin = 0; spin < 3000 && address.empty(); ++spin) {
-    std::ifstream f(ready);
-    std::string json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    const size_t at = json.find("\"listen\": \"");
-    if (at != std::string::npos) {
-      const size_t begin = at + 11;
-      address = json.substr(begin, json.find('"', begin) - begin);
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
-  ASSERT_FALSE(address.empty()) << "the daemon never wrote " << ready;
-  auto stub = Connect(address);
+  auto daemon = Daemon::Start({"--model=" + TestModelDir(), "--listen=127.0.0.1:0",
+                               "--metrics-listen=127.0.0.1:0", "--device=cpu",
+                               "--log-level=warning"});
+  ASSERT_FALSE(daemon->address().empty()) << daemon->Log();
+  auto stub = Connect(daemon->address());
   bool signalled = false;
   StreamResult got = RunGenerate(*stub, GreedyIds(PromptFor(4), 1500), {},
                                  [&](grpc::ClientContext&, const v1::GenerateResponse&) {
-                                   if (!signalled) kill(pid, SIGTERM);
+                                   if (!signalled) kill(daemon->pid(), SIGTERM);
                                    signalled = true;
                                  });
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  reaped = true;
-  ASSERT_TRUE(WIFEXITED(status)) << "killed by a signal";
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(daemon->Wait(), 0) << daemon->Log();
   EXPECT_TRUE(got.status.ok()) << got.status.error_message();
   EXPECT_EQ(got.tokens.size(), 1500u) << "the in-flight stream ran to completion";
-  std::filesystem::remove(ready);
 }
 
 }  // namespace

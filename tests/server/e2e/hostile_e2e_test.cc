@@ -1,0 +1,372 @@
+// End to end: what a hostile or careless client, probe or operator sends. Each test is the
+// regression test of a crash or defect found that way: the server answers with the documented
+// code, or refuses to start with an error naming the key, and keeps serving everyone else.
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/server/e2e/daemon.h"
+#include "tests/server/e2e/test_server.h"
+#include "tests/server/prometheus_scrape.h"
+
+namespace specula::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+std::string Request(absl::string_view method, absl::string_view path) {
+  return absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: t\r\nConnection: close\r\n",
+                      method == "POST" || method == "PUT" ? "Content-Length: 2\r\n\r\n{}" : "\r\n");
+}
+
+// A greedy stream running on its own thread while a test does something else.
+struct BackgroundStream {
+  BackgroundStream(const std::string& address, int max_tokens)
+      : max_tokens(max_tokens), thread([this, address] {
+          auto stub = Connect(address);
+          result = RunGenerate(*stub, GreedyIds(PromptFor(7), this->max_tokens));
+        }) {}
+  // Joins; the stream must have delivered every token.
+  void ExpectComplete() {
+    thread.join();
+    EXPECT_TRUE(result.status.ok()) << result.status.error_message();
+    EXPECT_EQ(result.tokens.size(), static_cast<size_t>(max_tokens));
+  }
+  int max_tokens;
+  StreamResult result;
+  std::thread thread;
+};
+
+TEST(HostileE2eTest, MetricsPortAnswersAnyRequestAndTheServerLives) {
+  auto server = StartServer([](ServerConfig& c) { c.server.metrics_listen = "127.0.0.1:0"; });
+  ASSERT_NE(server, nullptr);
+  const int port = server->metrics().metrics_port();
+  BackgroundStream stream(server->address(), 400);
+  // Each of these killed the server (SIGSEGV in civetweb's error page).
+  struct Case {
+    const char* method;
+    const char* path;
+    int status;
+  };
+  for (const Case& c : {Case{"GET", "/", 404}, Case{"GET", "/favicon.ico", 404},
+                        Case{"GET", "/..", 404}, Case{"HEAD", "/metrics", 200},
+                        Case{"POST", "/metrics", 405}, Case{"PUT", "/metrics", 405},
+                        Case{"DELETE", "/metrics", 405}, Case{"GET", "/metrics", 200}}) {
+    const std::string r = HttpExchange(port, Request(c.method, c.path));
+    EXPECT_EQ(HttpStatus(r), c.status) << c.method << " " << c.path << ": " << r;
+  }
+  stream.ExpectComplete();
+  EXPECT_THAT(ScrapeMetrics(port).errors, ::testing::IsEmpty());
+}
+
+TEST(HostileE2eTest, IdleMetricsConnectionsDoNotBlockAScrape) {
+  auto server = StartServer([](ServerConfig& c) { c.server.metrics_listen = "127.0.0.1:0"; });
+  ASSERT_NE(server, nullptr);
+  const int port = server->metrics().metrics_port();
+  std::vector<int> held;
+  for (int i = 0; i < 500; ++i) {
+    const int fd = ConnectLoopback(port);
+    ASSERT_GE(fd, 0);
+    held.push_back(fd);
+  }
+  for (int i = 0; i < 10; ++i) {  // and some drip half a request
+    const std::string partial = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
+    ASSERT_GT(::send(held[i], partial.data(), partial.size(), MSG_NOSIGNAL), 0);
+  }
+  // Behind civetweb's two worker threads this timed out; the client waits 5 s at most.
+  const std::string r = HttpExchange(port, Request("GET", "/metrics"), /*timeout_seconds=*/5);
+  EXPECT_EQ(HttpStatus(r), 200);
+  EXPECT_THAT(r, HasSubstr("specula_requests_total"));
+  for (int fd : held) ::close(fd);
+}
+
+// Sends raw bytes as the request of `method` and returns the status.
+grpc::Status RawCall(const std::string& address, const std::string& method,
+                     const std::string& bytes) {
+  grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer request(&slice, 1), response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/specula.v1.Specula/" + method, grpc::StubOptions(), &request, &response,
+                 [&done](grpc::Status s) { done.set_value(std::move(s)); });
+  return done.get_future().get();
+}
+
+TEST(HostileE2eTest, InvalidUtf8AndGarbageAreInvalidArgumentNamingTheFieldAndCounted) {
+  auto server = StartServer([](ServerConfig& c) { c.server.metrics_listen = "127.0.0.1:0"; });
+  ASSERT_NE(server, nullptr);
+  auto stub = Connect(server->address());
+  struct Case {
+    std::function<void(v1::GenerateRequest&)> edit;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](auto& r) {
+         r.clear_prompt_token_ids();
+         r.set_prompt("ok \xff");
+       },
+       "prompt: invalid UTF-8 at byte 3"},
+      {[](auto& r) {
+         r.mutable_stopping()->add_stop("fine");
+         r.mutable_stopping()->add_stop("\xc0\xaf");
+       },
+       "stopping.stop[1]: invalid UTF-8 at byte 0"},
+      {[](auto& r) { r.set_request_id("id-\xfe"); }, "request_id: invalid UTF-8"},
+  };
+  for (const Case& c : cases) {
+    v1::GenerateRequest req = GreedyIds({1, 2, 3}, 4);
+    c.edit(req);
+    // The C++ client serializes invalid UTF-8 as it is (it only logs).
+    StreamResult got = RunGenerate(*stub, req);
+    EXPECT_EQ(got.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << got.status.error_message();
+    EXPECT_EQ(got.status.error_message().substr(0, c.message.size()), c.message);
+  }
+  v1::TokenizeRequest treq;
+  treq.set_text("\xed\xa0\x80");  // a UTF-16 surrogate encoded as UTF-8
+  v1::TokenizeResponse tres;
+  grpc::ClientContext tctx;
+  grpc::Status s = stub->Tokenize(&tctx, treq, &tres);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), StartsWith("text: invalid UTF-8"));
+
+  // Bytes that are no protobuf message at all.
+  const std::string garbage = "\xff\xff\xff\xff\x0f garbage";
+  for (const char* method : {"Generate", "Tokenize", "Detokenize", "GetModelInfo"}) {
+    grpc::Status st = RawCall(server->address(), method, garbage);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method;
+    EXPECT_THAT(st.error_message(), HasSubstr("is not a valid")) << method;
+  }
+  // The three Generate cases and the garbage Generate are counted like any rejection.
+  Exposition m = ScrapeMetrics(server->metrics().metrics_port());
+  EXPECT_EQ(m.Get("specula_requests_total{code=\"INVALID_ARGUMENT\",finish_reason=\"none\"}"), 4);
+  EXPECT_TRUE(RunGenerate(*stub, GreedyIds({1, 2, 3}, 4)).status.ok());
+}
+
+TEST(HostileE2eTest, OverlongPromptsAreRefusedWithoutTokenizingEverythingOthersRun) {
+  auto server = StartServer();
+  ASSERT_NE(server, nullptr);
+  // 16 prompts of 3.9 MB: refused by size alone (no token of this tokenizer covers more than a
+  // few dozen bytes, the context is 4096 tokens).
+  std::vector<std::thread> clients;
+  std::vector<StreamResult> huge(16);
+  for (int i = 0; i < 16; ++i) {
+    clients.emplace_back([&, i] {
+      auto stub = Connect(server->address());
+      v1::GenerateRequest req = GreedyIds({}, 4);
+      req.clear_prompt_token_ids();
+      req.set_prompt(std::string(3900 * 1000, static_cast<char>('a' + i % 26)));
+      huge[i] = RunGenerate(*stub, req);
+    });
+  }
+  auto stub = Connect(server->address());
+  // A prompt within the size bound that still encodes past the context: tokenizing stops there.
+  v1::GenerateRequest spaced = GreedyIds({}, 4);
+  spaced.clear_prompt_token_ids();
+  std::string words;
+  for (int i = 0; words.size() < 40000; ++i) absl::StrAppend(&words, "w", i % 10, " ");
+  spaced.set_prompt(words);
+  StreamResult long_prompt = RunGenerate(*stub, spaced);
+  StreamResult small = RunGenerate(*stub, GreedyIds(PromptFor(1), 8));
+  for (std::thread& t : clients) t.join();
+  for (const StreamResult& r : huge) {
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(r.status.error_message(),
+                HasSubstr("prompt: its 3900000 bytes encode to more than 4096 tokens"));
+  }
+  EXPECT_EQ(long_prompt.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(long_prompt.status.error_message(),
+              HasSubstr("prompt: it encodes to more than 4096 tokens"));
+  EXPECT_TRUE(small.status.ok()) << small.status.error_message();
+  EXPECT_EQ(small.tokens, Offline(PromptFor(1), 8).tokens);
+}
+
+TEST(HostileE2eTest, StartupErrorsNameTheKeyThatCausedThem) {
+  ServerConfig config;
+  config.model.path = TestModelDir();
+  config.server.listen = "127.0.0.1:0";
+  config.server.metrics_listen = "";
+  config.kv_cache.capacity_tokens = int64_t{1} << 31;  // ~1 TiB of KV for this model
+  absl::StatusOr<std::unique_ptr<Server>> s = Server::Start(config);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kResourceExhausted) << s.status();
+  EXPECT_THAT(std::string(s.status().message()), StartsWith("kv_cache.capacity_tokens: "));
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("more than this machine's memory"));
+}
+
+// A copy of the test model whose `file` (a JSON document) `edit` changes.
+std::string EditedModel(const std::string& name, const std::string& file,
+                        const std::function<void(nlohmann::json&)>& edit) {
+  const std::string dir = ::testing::TempDir() + "/specula-edited-" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::copy(TestModelDir(), dir, std::filesystem::copy_options::recursive);
+  std::ifstream in(dir + "/" + file);
+  nlohmann::json j = nlohmann::json::parse(in);
+  in.close();
+  edit(j);
+  std::ofstream(dir + "/" + file, std::ios::trunc) << j.dump();
+  return dir;
+}
+
+TEST(HostileE2eTest, ModelFilesWithOutOfRangeValuesAreStartupErrors) {
+  struct Case {
+    std::string name, file;
+    std::function<void(nlohmann::json&)> edit;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      // Aborted with std::bad_alloc.
+      {"vocab-id", "tokenizer.json",
+       [](nlohmann::json& j) { j["model"]["vocab"]["huge"] = 1 << 30; },
+       "tokenizer.json: token \"huge\" has id 1073741824, outside the vocabulary [0, 512)"},
+      {"added-id", "tokenizer.json",
+       [](nlohmann::json& j) {
+         j["added_tokens"].push_back({{"id", 1 << 30}, {"content", "<big>"}, {"special", true}});
+       },
+       "added token \"<big>\" has id 1073741824, outside the vocabulary [0, 512)"},
+      // Were cut to 32 bits: a context of 0 or 100 tokens.
+      {"context-2e62", "config.json",
+       [](nlohmann::json& j) { j["max_position_embeddings"] = int64_t{1} << 62; },
+       "max_position_embeddings: must be at most 1073741824"},
+      {"context-2e32", "config.json",
+       [](nlohmann::json& j) { j["max_position_embeddings"] = (int64_t{1} << 32) + 100; },
+       "max_position_embeddings: must be at most 1073741824"},
+  };
+  for (const Case& c : cases) {
+    ServerConfig config;
+    config.model.path = EditedModel(c.name, c.file, c.edit);
+    config.server.listen = "127.0.0.1:0";
+    config.server.metrics_listen = "";
+    absl::StatusOr<std::unique_ptr<Server>> s = Server::Start(config);
+    ASSERT_FALSE(s.ok()) << c.name;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << c.name;
+    EXPECT_THAT(std::string(s.status().message()), StartsWith("model.path: ")) << c.name;
+    EXPECT_THAT(std::string(s.status().message()), HasSubstr(c.message)) << c.name;
+    std::filesystem::remove_all(config.model.path);
+  }
+}
+
+std::string WriteConfig(const std::string& name, const std::string& yaml) {
+  const std::string path = ::testing::TempDir() + "/specula-hostile-" + name + ".yaml";
+  std::ofstream(path, std::ios::trunc) << yaml;
+  return path;
+}
+
+TEST(HostileE2eTest, DaemonRefusesBadConfigsWithExitOneNamingTheKey) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--config=/dev/zero"}, "not a regular file"},
+      {{"--config=" + WriteConfig("threads", "scheduler:\n  threads: 100000\n")},
+       "scheduler.threads: must be <= 1024, got 100000"},
+      {{"--config=" + WriteConfig("running", "scheduler:\n  max_running_requests: 2147483647\n")},
+       "scheduler.max_running_requests: must be <= 4096"},
+      {{"--config=" + WriteConfig("kv", "kv_cache:\n  capacity_tokens: 17179869184\n")},
+       "kv_cache.capacity_tokens: must be <= 2147483648"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = c.args;
+    args.push_back("--model=" + TestModelDir());
+    args.push_back("--listen=127.0.0.1:0");
+    auto daemon = Daemon::Start(args);
+    EXPECT_TRUE(daemon->address().empty());
+    EXPECT_EQ(daemon->Wait(), 1) << daemon->Log();
+    EXPECT_THAT(daemon->Log(), HasSubstr("event=startup_failed"));
+    EXPECT_THAT(daemon->Log(), HasSubstr(c.message));
+  }
+}
+
+// Runs a daemon on the test model with `config_path`, streaming `tokens` tokens; while the stream
+// runs, `during` does what the test wants with the daemon.
+struct SignalRun {
+  std::unique_ptr<Daemon> daemon;
+  StreamResult stream;
+};
+SignalRun RunWithSignal(const std::string& config_path, int tokens,
+                        const std::function<void(Daemon&)>& during) {
+  SignalRun run;
+  run.daemon = Daemon::Start({"--config=" + config_path, "--model=" + TestModelDir(),
+                              "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
+                              "--device=cpu"});
+  if (run.daemon->address().empty()) return run;
+  auto stub = Connect(run.daemon->address());
+  bool done = false;
+  run.stream = RunGenerate(*stub, GreedyIds(PromptFor(4), tokens), {},
+                           [&](grpc::ClientContext&, const v1::GenerateResponse&) {
+                             if (!done) during(*run.daemon);
+                             done = true;
+                           });
+  return run;
+}
+
+TEST(HostileE2eTest, SighupReloadsTheLogLevelAndKeepsServing) {
+  const std::string config = WriteConfig("hup", "server:\n  log_level: warning\n");
+  SignalRun run = RunWithSignal(config, 600, [&](Daemon& d) {
+    // Now info, and a change that needs a restart.
+    std::ofstream(config, std::ios::trunc)
+        << "server:\n  log_level: info\nscheduler:\n  max_running_requests: 3\n";
+    kill(d.pid(), SIGHUP);
+  });
+  ASSERT_FALSE(run.daemon->address().empty()) << run.daemon->Log();
+  EXPECT_TRUE(run.stream.status.ok()) << run.stream.status.error_message();
+  EXPECT_EQ(run.stream.tokens.size(), 600u);
+  // Still serving after the signal; its request is logged at the reloaded level (info).
+  auto stub = Connect(run.daemon->address());
+  EXPECT_TRUE(RunGenerate(*stub, GreedyIds(PromptFor(5), 4)).status.ok());
+  EXPECT_TRUE(run.daemon->Running());
+  kill(run.daemon->pid(), SIGTERM);
+  EXPECT_EQ(run.daemon->Wait(), 0);
+  const std::string log = run.daemon->Log();
+  EXPECT_THAT(log, HasSubstr("event=config_reloaded log_level=info needs_restart=scheduler"));
+  EXPECT_THAT(log, HasSubstr("event=request_finished"));
+
+  // A configuration that no longer loads changes nothing.
+  std::ofstream(config, std::ios::trunc) << "server:\n  log_level: warning\n";
+  run = RunWithSignal(config, 300, [&](Daemon& d) {
+    std::ofstream(config, std::ios::trunc) << "server: [broken\n";
+    kill(d.pid(), SIGHUP);
+  });
+  EXPECT_TRUE(run.stream.status.ok()) << run.stream.status.error_message();
+  kill(run.daemon->pid(), SIGTERM);
+  EXPECT_EQ(run.daemon->Wait(), 0);
+  EXPECT_THAT(run.daemon->Log(), HasSubstr("event=config_reload_failed"));
+  std::filesystem::remove(config);
+}
+
+TEST(HostileE2eTest, Sigusr1LogsTheStateAndSigquitDrains) {
+  const std::string config = WriteConfig("usr", "server:\n  log_level: warning\n");
+  SignalRun run = RunWithSignal(config, 800, [](Daemon& d) {
+    kill(d.pid(), SIGUSR1);
+    // Pending signals are delivered lowest number first (QUIT before USR1): wait for the state.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (d.Log().find("event=state") == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    kill(d.pid(), SIGQUIT);  // drains like SIGTERM: the stream in flight completes
+  });
+  ASSERT_FALSE(run.daemon->address().empty());
+  EXPECT_TRUE(run.stream.status.ok()) << run.stream.status.error_message();
+  EXPECT_EQ(run.stream.tokens.size(), 800u);
+  EXPECT_EQ(run.daemon->Wait(), 0) << run.daemon->Log();
+  const std::string log = run.daemon->Log();
+  EXPECT_THAT(log, HasSubstr("event=state running=1 waiting=0"));
+  std::filesystem::remove(config);
+}
+
+}  // namespace
+}  // namespace specula::testing
