@@ -29,7 +29,7 @@
 
 ABSL_FLAG(std::string, config, "", "YAML configuration file (see deploy/config/specula.yaml)");
 ABSL_FLAG(std::optional<std::string>, model, std::nullopt,
-          "model directory (overrides model.path; default: the embedded tiny model)");
+          "model directory (overrides model.path; \"\" or unset: the embedded tiny model)");
 ABSL_FLAG(std::optional<std::string>, listen, std::nullopt,
           "gRPC address HOST:PORT (overrides server.listen; default 127.0.0.1:50051)");
 ABSL_FLAG(std::optional<std::string>, metrics_listen, std::nullopt,
@@ -53,11 +53,11 @@ absl::StatusOr<ServerConfig> ResolveConfig() {
     if (!loaded.ok()) return loaded.status();
     config = *std::move(loaded);
   }
-  if (auto v = absl::GetFlag(FLAGS_model)) config.model.path = *v;
-  if (auto v = absl::GetFlag(FLAGS_listen)) config.server.listen = *v;
-  if (auto v = absl::GetFlag(FLAGS_metrics_listen)) config.server.metrics_listen = *v;
-  if (auto v = absl::GetFlag(FLAGS_device)) config.model.device = *v;
-  if (auto v = absl::GetFlag(FLAGS_log_level)) config.server.log_level = *v;
+  if (auto v = StringOverride(FLAGS_model)) config.model.path = *v;
+  if (auto v = StringOverride(FLAGS_listen)) config.server.listen = *v;
+  if (auto v = StringOverride(FLAGS_metrics_listen)) config.server.metrics_listen = *v;
+  if (auto v = StringOverride(FLAGS_device)) config.model.device = *v;
+  if (auto v = StringOverride(FLAGS_log_level)) config.server.log_level = *v;
   if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
   if (config.model.path.empty()) {
     absl::StatusOr<std::string> dir = EnsureDefaultModel();

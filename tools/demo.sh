@@ -11,7 +11,9 @@ keep=false
 tools/install-deps.sh
 preset=${SPECULA_PRESET:-default}
 cmake --preset "$preset" >/dev/null
-cmake --build --preset "$preset" -j "$(nproc)" --target specula-server specula-cli
+# The server, the CLI and the Python client package (build/python), which the README uses next.
+cmake --build --preset "$preset" -j "$(nproc)" --target specula-server specula-cli \
+    specula_python_client
 build_dir=build
 [[ $preset == cpu ]] && build_dir=build-cpu
 listen=${SPECULA_LISTEN:-127.0.0.1:50051}
@@ -30,6 +32,9 @@ for _ in $(seq 1 600); do
   sleep 0.1
 done
 [[ -s $ready ]] || { echo "specula-server did not become ready" >&2; exit 1; }
+# The bound addresses (a port of 0 in SPECULA_LISTEN picks a free one).
+listen=$(sed -n 's/.*"listen": "\([^"]*\)".*/\1/p' "$ready")
+metrics=$(sed -n 's/.*"metrics_listen": "\([^"]*\)".*/\1/p' "$ready")
 echo "== specula-server is listening on $listen (metrics on http://$metrics/metrics)"
 
 cli=("$build_dir/tools/specula-cli" --server "$listen")

@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev
   libopenblas-dev libopenblas0-pthread libpcre2-dev libicu-dev nlohmann-json3-dev
   python3 python3-numpy python3-grpcio python3-protobuf
+  python3-venv python3-pip python3-setuptools python3-wheel
   curl ca-certificates
 )
 

@@ -2,16 +2,15 @@
 
 Starts `specula-server` on ephemeral ports with the embedded default model (its sparse KV cache
 on for the requests that ask for it), then checks that the Python client
-(tools/python/specula_client.py), `specula-cli` in server mode and `specula-cli generate
+(the specula_client package), `specula-cli` in server mode and `specula-cli generate
 --offline` agree, that sparse requests report kv_stats, that errors and deadlines come back as
 the right gRPC status, and that SIGTERM drains the server and exits 0.
 
-Environment (CTest sets it, see CMakeLists.txt): SPECULA_SERVER, SPECULA_CLI (binaries),
-SPECULA_PYTHON_STUBS (<build>/python), SPECULA_CLIENT_DIR (tools/python). Run by hand:
+Environment (CTest sets it, see CMakeLists.txt): SPECULA_SERVER, SPECULA_CLI (binaries) and
+PYTHONPATH=<build>/python (the client package as the build writes it). Run by hand:
 
     SPECULA_SERVER=build/server/specula-server SPECULA_CLI=build/tools/specula-cli \
-    SPECULA_PYTHON_STUBS=build/python SPECULA_CLIENT_DIR=tools/python \
-    /usr/bin/python3 tests/tools/client_e2e_test.py -v
+    PYTHONPATH=build/python /usr/bin/python3 tests/tools/client_e2e_test.py -v
 """
 
 import json
@@ -26,8 +25,6 @@ import unittest
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _REPO = os.path.dirname(os.path.dirname(_HERE))
-sys.path.insert(0, os.environ.get("SPECULA_CLIENT_DIR", os.path.join(_REPO, "tools", "python")))
-
 import grpc  # noqa: E402
 from specula_client import SpeculaClient  # noqa: E402
 

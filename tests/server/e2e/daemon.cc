@@ -49,7 +49,10 @@ std::unique_ptr<Daemon> Daemon::Start(const std::vector<std::string>& args) {
   d->pid_ = fork();
   if (d->pid_ == 0) {
     const int log = open(d->log_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (log >= 0) dup2(log, STDERR_FILENO);
+    if (log >= 0) {
+      dup2(log, STDOUT_FILENO);
+      dup2(log, STDERR_FILENO);
+    }
     execv(binary.c_str(), argv.data());
     _exit(127);
   }

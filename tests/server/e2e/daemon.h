@@ -1,5 +1,5 @@
 // The specula-server binary as a child process, for the tests that need the real daemon: signals,
-// exit codes, startup errors. Its stderr goes to a file the test can read.
+// exit codes, startup errors. Its stdout and stderr go to a file the test can read.
 #pragma once
 
 #include <sys/types.h>

@@ -4,6 +4,7 @@
 
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
@@ -163,6 +164,34 @@ TEST(LifecycleE2eTest, DaemonDrainsOnSigtermAndExitsZero) {
   EXPECT_EQ(daemon->Wait(), 0) << daemon->Log();
   EXPECT_TRUE(got.status.ok()) << got.status.error_message();
   EXPECT_EQ(got.tokens.size(), 1500u) << "the in-flight stream ran to completion";
+}
+
+TEST(LifecycleE2eTest, DaemonHelpListsEveryFlagWithDashes) {
+  auto daemon = Daemon::Start({"--help"});
+  EXPECT_EQ(daemon->Wait(), 0);
+  const std::string help = daemon->Log();
+  for (const char* flag : {"--config", "--model", "--listen", "--metrics-listen", "--device",
+                           "--log-level", "--ready-file"}) {
+    EXPECT_THAT(help, HasSubstr(absl::StrCat("\n  ", flag, "\n"))) << help;
+  }
+  EXPECT_THAT(help, ::testing::Not(HasSubstr("No flags matched")));
+  EXPECT_THAT(help, ::testing::Not(HasSubstr("metrics_listen")));
+}
+
+TEST(LifecycleE2eTest, EmptyMetricsListenFlagTurnsTheEndpointOff) {
+  // Both spellings; Abseil alone read an empty optional flag as "not given" (port 9400 bound).
+  for (const std::vector<std::string>& flag :
+       {std::vector<std::string>{"--metrics-listen="},
+        std::vector<std::string>{"--metrics-listen", ""},
+        std::vector<std::string>{"--metrics_listen", ""}}) {
+    std::vector<std::string> args = {"--model=" + TestModelDir(), "--listen=127.0.0.1:0"};
+    args.insert(args.end(), flag.begin(), flag.end());
+    auto daemon = Daemon::Start(args);
+    ASSERT_FALSE(daemon->address().empty()) << daemon->Log();
+    EXPECT_EQ(daemon->metrics_address(), "") << flag[0];
+    kill(daemon->pid(), SIGTERM);
+    EXPECT_EQ(daemon->Wait(), 0);
+  }
 }
 
 }  // namespace

@@ -17,41 +17,18 @@ Errors are the server's gRPC status: every method raises grpc.RpcError, whose .c
 grpc.StatusCode.INVALID_ARGUMENT (a bad parameter; .details() names it), RESOURCE_EXHAUSTED
 (queue or cache full), UNAVAILABLE (server down or draining) or DEADLINE_EXCEEDED (timeout).
 
-The generated stubs (`specula.v1`, `grpc_health.v1`) must be importable. The build writes them to
-<build>/python (CMake target specula_python_stubs; see README.md for plain protoc). If they are not
-already on sys.path, this module adds $SPECULA_PYTHON_STUBS, else <repo>/build/python.
+Install it from a checkout (the gRPC stubs are generated from proto/ during the install):
+
+    python3 -m venv --system-site-packages .venv
+    .venv/bin/pip install --no-index --no-build-isolation ./tools/python
 """
 
 import dataclasses
-import importlib.util
-import os
-import sys
 from typing import Iterator, List, Optional, Sequence
 
 import grpc
 
-
-def _ensure_stubs_importable() -> None:
-    try:
-        if importlib.util.find_spec("specula.v1.specula_pb2") is not None:
-            return
-    except ImportError:  # no `specula` package at all
-        pass
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    candidates = [os.environ.get("SPECULA_PYTHON_STUBS"), os.path.join(repo, "build", "python")]
-    for path in candidates:
-        if path and os.path.isdir(os.path.join(path, "specula", "v1")):
-            sys.path.insert(0, path)
-            return
-    raise ImportError(
-        "specula Python stubs not found: build the CMake target specula_python_stubs and set "
-        "SPECULA_PYTHON_STUBS to <build>/python (tried: %s)" % [c for c in candidates if c])
-
-
-_ensure_stubs_importable()
-
-from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
-from specula.v1 import specula_pb2, specula_pb2_grpc  # noqa: E402
+from specula_client._stubs import health_pb2, health_pb2_grpc, specula_pb2, specula_pb2_grpc
 
 # "Not given": use the client's default deadline (None means no deadline).
 _DEFAULT = object()

@@ -1,22 +1,19 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Streams a completion from a running specula server.
 
-    /usr/bin/python3 tools/python/example.py --server 127.0.0.1:50051 --prompt "Hello" \
-        --max-tokens 32 --temperature 0
+    .venv/bin/python tools/python/examples/generate.py --server 127.0.0.1:50051 \
+        --prompt "Hello" --max-tokens 32 --temperature 0
 
-Needs grpcio and protobuf (Debian: python3-grpcio python3-protobuf) and the generated stubs:
-specula_client finds them through $SPECULA_PYTHON_STUBS (e.g. build/python, written by the CMake
-target specula_python_stubs), else <repo>/build/python. See README.md.
+Needs the specula-client package (README.md: pip install ./tools/python into a venv made from
+Debian's python3 with --system-site-packages, which brings grpcio and protobuf).
 """
 
 import argparse
-import os
 import sys
 
 import grpc
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from specula_client import SpeculaClient  # noqa: E402
+from specula_client import SpeculaClient
 
 
 def main() -> int:
