@@ -36,7 +36,9 @@ constexpr int kMaxWaitingRequests = 1 << 20;
 constexpr int kMaxPrefillChunkTokens = 65536;
 constexpr int kMaxDefaultMaxTokens = 1 << 30;
 constexpr int kMaxThreads = 1024;
-constexpr int64_t kMaxKvCacheTokens = int64_t{1} << 31;
+constexpr int kMaxTokenizingRequests = 1024;
+// KV pages are counted in int32, and a page may hold one token.
+constexpr int64_t kMaxKvCacheTokens = std::numeric_limits<int32_t>::max();
 // A config file is a page of YAML; anything bigger is a mistake (or /dev/zero).
 constexpr int64_t kMaxConfigFileBytes = 1 << 20;
 
@@ -122,7 +124,9 @@ std::optional<Violation> FindViolation(const ServerConfig& c) {
                            kMaxPrefillChunkTokens)) ||
       (v = CheckRange<int>("scheduler.default_max_tokens", sc.default_max_tokens, 1,
                            kMaxDefaultMaxTokens)) ||
-      (v = CheckRange<int>("scheduler.threads", sc.threads, 0, kMaxThreads))) {
+      (v = CheckRange<int>("scheduler.threads", sc.threads, 0, kMaxThreads)) ||
+      (v = CheckRange<int>("scheduler.max_tokenizing_requests", sc.max_tokenizing_requests, 1,
+                           kMaxTokenizingRequests))) {
     return v;
   }
   const KvCacheSection& kv = c.kv_cache;
@@ -135,9 +139,9 @@ std::optional<Violation> FindViolation(const ServerConfig& c) {
                      absl::StrCat("must be >= kv_cache.page_size (", kv.page_size, "), got ",
                                   kv.capacity_tokens)};
   }
-  if ((v = CheckRange<int64_t>("kv_cache.capacity_tokens", kv.capacity_tokens, kv.page_size,
-                               kMaxKvCacheTokens))) {
-    return v;
+  if (kv.capacity_tokens > kMaxKvCacheTokens) {
+    return Violation{"kv_cache.capacity_tokens",
+                     absl::StrCat("must be <= ", kMaxKvCacheTokens, ", got ", kv.capacity_tokens)};
   }
   // Checked whether or not sparse.enabled: a bad value should not wait for the day it is switched
   // on to be noticed.
@@ -345,7 +349,8 @@ absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
                              {"max_waiting_requests", Int(&sc.max_waiting_requests)},
                              {"prefill_chunk_tokens", Int(&sc.prefill_chunk_tokens)},
                              {"default_max_tokens", Int(&sc.default_max_tokens)},
-                             {"threads", Int(&sc.threads)}})},
+                             {"threads", Int(&sc.threads)},
+                             {"max_tokenizing_requests", Int(&sc.max_tokenizing_requests)}})},
       {"kv_cache",
        Section({{"page_size", Int(&kv.page_size)}, {"capacity_tokens", Int(&kv.capacity_tokens)}})},
       {"sparse", Section({{"enabled", Bool(&sp.enabled)},

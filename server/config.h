@@ -36,6 +36,7 @@ struct SchedulerSection {
   int prefill_chunk_tokens = 512;   // >= 1
   int default_max_tokens = 256;     // >= 1
   int threads = 0;                  // 0 = all cores
+  int max_tokenizing_requests = 16;  // 1..1024: long text prompts waiting to be tokenized
   bool operator==(const SchedulerSection&) const = default;
 };
 

@@ -21,6 +21,21 @@ absl::Status CheckAdmission(const CallEnv& env, const google::protobuf::Message&
   return absl::OkStatus();
 }
 
+bool PostTokenization(const CallEnv& env, std::function<void()> task, absl::Status* refusal) {
+  if (env.tokenizer_queue->TryPost(std::move(task), env.max_tokenizing)) return true;
+  *refusal = absl::ResourceExhaustedError(absl::StrFormat(
+      "%d long prompts are already waiting to be tokenized "
+      "(scheduler.max_tokenizing_requests); retry later",
+      env.max_tokenizing));
+  return false;
+}
+
+absl::Status ClientGoneStatus(const grpc::CallbackServerContext& ctx) {
+  return ctx.deadline() <= std::chrono::system_clock::now()
+             ? absl::DeadlineExceededError("deadline exceeded")
+             : absl::CancelledError("cancelled by the client");
+}
+
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerateCall::Start(grpc::CallbackServerContext* ctx,
                                                                  const grpc::ByteBuffer* request,
                                                                  CallEnv* env) {
@@ -48,29 +63,35 @@ void GenerateCall::Begin(const grpc::ByteBuffer& bytes) {
   request_id_ = request_.request_id().substr(0, kMaxRequestIdBytes);
   if (absl::Status s = CheckAdmission(*env_, request_); !s.ok()) return Reject(s);
   if (env_->tokenizer_queue != nullptr && request_.has_prompt() &&
-      request_.prompt().size() > kInlineTokenizeBytes) {
-    env_->tokenizer_queue->Post([self = shared_from_this()] { self->Submit(); });
+      request_.prompt().size() > env_->inline_tokenize_bytes) {
+    absl::Status refusal;
+    if (!PostTokenization(*env_, [self = shared_from_this()] { self->Submit(); }, &refusal)) {
+      return Reject(refusal);
+    }
     return;
   }
   Submit();
 }
 
+bool GenerateCall::ClientGone() {
+  std::lock_guard lock(mu_);
+  return cancelled_;
+}
+
 void GenerateCall::Submit() {
+  // A client that left while its prompt waited for the tokenizer costs no tokenizing.
+  if (ClientGone()) return Reject(ClientGoneStatus(*ctx_));
   absl::StatusOr<EngineRequest> converted =
       ToEngineRequest(request_, env_->engine->generator().tokenizer(), env_->default_max_tokens,
                       env_->max_total_tokens);
+  request_.Clear();  // the engine request holds what is needed; free the prompt text
   if (!converted.ok()) return Reject(converted.status());
   request_id_ = converted->request_id;
   if (ctx_->deadline() != std::chrono::system_clock::time_point::max()) {
     converted->deadline = absl::FromChrono(ctx_->deadline());
   }
-  bool cancelled;
-  {
-    std::lock_guard lock(mu_);
-    cancelled = cancelled_;
-  }
   // A client that left while its prompt was tokenized: nothing to submit.
-  if (cancelled) return Reject(absl::CancelledError("cancelled by the client"));
+  if (ClientGone()) return Reject(ClientGoneStatus(*ctx_));
   std::weak_ptr<GenerateCall> weak = weak_from_this();
   SendExecutor* sender = env_->sender;
   stream_ = std::make_shared<RequestStream>([weak, sender] {
@@ -80,13 +101,14 @@ void GenerateCall::Submit() {
   });
   absl::StatusOr<uint64_t> handle = env_->engine->Submit(*std::move(converted), stream_);
   if (!handle.ok()) return Reject(handle.status());
+  bool cancelled;
   {
     std::lock_guard lock(mu_);
     handle_ = *handle;
     cancelled = cancelled_;
   }
   // OnCancel ran between the check above and now: it left the cancelling to us.
-  if (cancelled) env_->engine->Cancel(*handle, absl::CancelledError("cancelled by the client"));
+  if (cancelled) env_->engine->Cancel(*handle, ClientGoneStatus(*ctx_));
   TrySend();
 }
 
@@ -148,9 +170,7 @@ void GenerateCall::OnCancel() {
     if (handle == 0) cancelled_ = true;
   }
   if (handle == 0) return;
-  const bool expired = ctx_->deadline() <= std::chrono::system_clock::now();
-  env_->engine->Cancel(handle, expired ? absl::DeadlineExceededError("deadline exceeded")
-                                       : absl::CancelledError("cancelled by the client"));
+  env_->engine->Cancel(handle, ClientGoneStatus(*ctx_));
 }
 
 void GenerateCall::OnDone() {

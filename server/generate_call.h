@@ -36,6 +36,8 @@ struct CallEnv {
   ServerMetrics* metrics = nullptr;  // may be null
   SendExecutor* sender = nullptr;    // runs sends the engine thread asks for
   WorkQueue* tokenizer_queue = nullptr;  // tokenizes long prompts; null = on the calling thread
+  size_t max_tokenizing = 16;            // scheduler.max_tokenizing_requests
+  size_t inline_tokenize_bytes = kInlineTokenizeBytes;  // tests lower it
   int32_t default_max_tokens = 256;
   TotalTokenLimits max_total_tokens;  // prompt + output, for the default output length
   int64_t max_request_bytes = 4 << 20;
@@ -46,6 +48,14 @@ struct CallEnv {
 // above server.max_receive_message_bytes (gRPC's own limit is set higher so that such requests
 // reach us and get a message naming the key).
 absl::Status CheckAdmission(const CallEnv& env, const google::protobuf::Message& request);
+
+// Runs `task` on env.tokenizer_queue: false (and RESOURCE_EXHAUSTED in `refusal`) when
+// scheduler.max_tokenizing_requests tasks are already queued or running.
+bool PostTokenization(const CallEnv& env, std::function<void()> task, absl::Status* refusal);
+
+// How a call the client gave up on ends: DEADLINE_EXCEEDED when its deadline passed, else
+// CANCELLED.
+absl::Status ClientGoneStatus(const grpc::CallbackServerContext& ctx);
 
 // The method is registered raw (server/request_parse.h): the reactor parses the request bytes
 // itself and writes serialized responses.
@@ -68,6 +78,8 @@ class GenerateCall : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   void Begin(const grpc::ByteBuffer& bytes);
   // Tokenizes and submits request_ to the engine.
   void Submit();
+  // OnCancel ran before the request reached the engine.
+  bool ClientGone();
   void Reject(const absl::Status& status);
   void TrySend();
 

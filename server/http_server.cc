@@ -8,7 +8,11 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <mutex>
+#include <optional>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/log.h"
@@ -21,7 +25,6 @@ namespace {
 struct PendingRequest {
   HttpRequest request;
   const HttpRoute* route = nullptr;
-  bool too_large = false;
 };
 
 MHD_Result Send(MHD_Connection* connection, const HttpResponse& r) {
@@ -45,12 +48,36 @@ HttpResponse Plain(int status, std::string body) {
   return r;
 }
 
-void LogMhdError(void*, const char* format, va_list args) {
+// libmicrohttpd's error lines, to the log at debug level (a client's broken request is not the
+// operator's problem); `cls` is the HttpServer, which keeps the last one for its startup error.
+void LogMhdError(void* cls, const char* format, va_list args) {
   char buf[512];
   std::vsnprintf(buf, sizeof(buf), format, args);
   std::string message(buf);
   while (!message.empty() && message.back() == '\n') message.pop_back();
   Log(LogLevel::kDebug, "http_error", {{"error", message}});
+  static_cast<HttpServer*>(cls)->set_last_error(std::move(message));
+}
+
+// A handler's answer; an exception must not unwind through libmicrohttpd's C frames.
+HttpResponse RunHandler(const HttpRoute& route, const HttpRequest& request) {
+  try {
+    return route.handler(request);
+  } catch (const std::exception& e) {
+    Log(LogLevel::kError, "http_handler_failed", {{"path", request.path}, {"error", e.what()}});
+  } catch (...) {
+    Log(LogLevel::kError, "http_handler_failed", {{"path", request.path}});
+  }
+  return Plain(500, "internal error\n");
+}
+
+// The declared body length; nullopt without (or with an unreadable) Content-Length.
+std::optional<size_t> ContentLength(MHD_Connection* connection) {
+  const char* value =
+      MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+  size_t length = 0;
+  if (value == nullptr || !absl::SimpleAtoi(value, &length)) return std::nullopt;
+  return length;
 }
 
 // The socket address for HOST:PORT (ParseHostPort-checked); names are resolved.
@@ -92,21 +119,22 @@ struct HttpServerCallbacks {
       HttpResponse refusal;
       pending->route = server->Match(pending->request, &refusal);
       if (pending->route == nullptr) return Send(connection, refusal);
+      // A declared body over the limit is refused before any of it is read.
+      if (ContentLength(connection).value_or(0) > server->options_.max_body_bytes) {
+        return Send(connection, server->TooLarge());
+      }
       return MHD_YES;
     }
     if (*upload_data_size > 0) {
       const size_t room = server->options_.max_body_bytes - pending->request.body.size();
-      if (*upload_data_size > room) pending->too_large = true;
-      if (!pending->too_large) pending->request.body.append(upload_data, *upload_data_size);
-      *upload_data_size = 0;  // consumed (or dropped once too large)
+      // A chunked body that grows past the limit: libmicrohttpd cannot answer in the middle of a
+      // body, so the connection is closed.
+      if (*upload_data_size > room) return MHD_NO;
+      pending->request.body.append(upload_data, *upload_data_size);
+      *upload_data_size = 0;
       return MHD_YES;
     }
-    if (pending->too_large) {
-      return Send(connection, Plain(413, absl::StrCat("request body larger than ",
-                                                      server->options_.max_body_bytes,
-                                                      " bytes\n")));
-    }
-    return Send(connection, pending->route->handler(pending->request));
+    return Send(connection, RunHandler(*pending->route, pending->request));
   }
 
   static void Completed(void*, MHD_Connection*, void** state, MHD_RequestTerminationCode) {
@@ -145,12 +173,13 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   if (!addr.ok()) return addr.status();
   std::unique_ptr<HttpServer> server(new HttpServer(std::move(routes), options));
   unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
-  if (addr->ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+  // "[::]" takes IPv4 too, as gRPC's listener does (libmicrohttpd would set IPV6_V6ONLY).
+  if (addr->ss_family == AF_INET6) flags |= MHD_USE_DUAL_STACK;
   // The logger first, so complaints about the options below reach it too. One thread is the
   // internal polling thread itself; a pool is only asked for beyond that.
   server->daemon_ = MHD_start_daemon(
       flags, /*port=*/0, /*apc=*/nullptr, nullptr, &HttpServerCallbacks::Access, server.get(),
-      MHD_OPTION_EXTERNAL_LOGGER, &LogMhdError, nullptr,  //
+      MHD_OPTION_EXTERNAL_LOGGER, &LogMhdError, server.get(),  //
       MHD_OPTION_SOCK_ADDR, reinterpret_cast<sockaddr*>(&*addr),  //
       MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(options.idle_timeout_seconds),
       MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned>(options.max_connections),
@@ -158,12 +187,28 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
       MHD_OPTION_THREAD_POOL_SIZE, static_cast<unsigned>(options.threads > 1 ? options.threads : 0),
       MHD_OPTION_END);
   if (server->daemon_ == nullptr) {
+    const std::string why = server->last_error();
     return absl::UnavailableError(absl::StrCat(
-        "cannot listen on '", host_port, "' (is the address in use, or not one of this machine?)"));
+        "cannot listen on '", host_port, "': ",
+        why.empty() ? "is the address in use, or not one of this machine?" : why));
   }
   const MHD_DaemonInfo* info = MHD_get_daemon_info(server->daemon_, MHD_DAEMON_INFO_BIND_PORT);
   server->port_ = info == nullptr ? 0 : info->port;
   return server;
+}
+
+HttpResponse HttpServer::TooLarge() const {
+  return Plain(413, absl::StrCat("request body larger than ", options_.max_body_bytes, " bytes\n"));
+}
+
+void HttpServer::set_last_error(std::string message) {
+  std::lock_guard lock(error_mu_);
+  last_error_ = std::move(message);
+}
+
+std::string HttpServer::last_error() const {
+  std::lock_guard lock(error_mu_);
+  return last_error_;
 }
 
 HttpServer::~HttpServer() {

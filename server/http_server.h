@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,7 +53,8 @@ struct HttpServerOptions {
   int max_connections = 1024;
   // Polling threads (each owns an epoll set and a share of the connections).
   int threads = 1;
-  // Largest request body read; a larger one gets 413.
+  // Largest request body read: a larger declared Content-Length gets 413 before the body is read;
+  // a chunked body that grows past it has its connection closed.
   size_t max_body_bytes = 64 * 1024;
 };
 
@@ -70,6 +72,10 @@ class HttpServer {
 
   int port() const { return port_; }
 
+  // libmicrohttpd's last error line (its reason when Start fails); any thread.
+  void set_last_error(std::string message);
+  std::string last_error() const;
+
  private:
   HttpServer(std::vector<HttpRoute> routes, const HttpServerOptions& options)
       : routes_(std::move(routes)), options_(options) {}
@@ -77,11 +83,15 @@ class HttpServer {
   // The route that serves `request`, or null with `refusal` set to a 404 (unknown path) or a 405
   // naming the allowed methods.
   const HttpRoute* Match(const HttpRequest& request, HttpResponse* refusal) const;
+  // The 413 for a body over options_.max_body_bytes.
+  HttpResponse TooLarge() const;
 
   std::vector<HttpRoute> routes_;
   HttpServerOptions options_;
   MHD_Daemon* daemon_ = nullptr;
   int port_ = 0;
+  mutable std::mutex error_mu_;
+  std::string last_error_;
 
   friend struct HttpServerCallbacks;
 };

@@ -5,9 +5,11 @@
 // SIGQUIT drains too; SIGHUP reloads the configuration (log level now, the rest at restart);
 // SIGUSR1 and SIGUSR2 log the engine's state.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -84,8 +86,22 @@ absl::Status WriteReadyFile(const std::string& path, const Server& server) {
 int signal_pipe[2] = {-1, -1};
 
 void OnSignal(int sig) {
+  const int saved_errno = errno;  // the interrupted code may be about to read it
   const char c = static_cast<char>(sig);
+  // Non-blocking: a flood of signals that fills the pipe drops signals instead of blocking
+  // whichever thread took this one.
   (void)!write(signal_pipe[1], &c, 1);
+  errno = saved_errno;
+}
+
+// Idle connections (the metrics port holds up to 1024) and gRPC's own sockets share the process's
+// descriptors; the usual soft limit of 1024 would let the first starve the second.
+void RaiseFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
 }
 
 int WaitForSignal() {
@@ -161,7 +177,8 @@ int Run(int argc, char** argv) {
   // A handler rather than a blocked mask: threads started before main (OpenBLAS starts its
   // workers from a library constructor) would otherwise take SIGTERM with the default action.
   // The handler only writes the signal number to a pipe; a signal during startup waits there.
-  if (pipe2(signal_pipe, O_CLOEXEC) != 0) {
+  RaiseFileLimit();
+  if (pipe2(signal_pipe, O_CLOEXEC) != 0 || fcntl(signal_pipe[1], F_SETFL, O_NONBLOCK) != 0) {
     return Fail(absl::InternalError("cannot create the signal pipe"));
   }
   // TERM, INT and QUIT drain; HUP reloads; USR1 and USR2 log the state. None of them may end

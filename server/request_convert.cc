@@ -60,29 +60,34 @@ absl::Status ConvertSparse(const v1::SparseOptions& in, SparseRequestOptions* ou
 }  // namespace
 
 absl::StatusOr<std::vector<int32_t>> EncodePrompt(const Tokenizer& tokenizer,
-                                                  absl::string_view prompt, bool add_special,
+                                                  absl::string_view text, absl::string_view field,
+                                                  EncodeOptions options,
                                                   const TotalTokenLimits& limits) {
-  // No request holds more tokens than the longer of its two paths (prompt + at least one more).
+  // No request holds more tokens than the longer of its two paths.
   const int64_t most = std::max(limits.dense, limits.sparse);
   auto too_long = [&](absl::string_view how) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("prompt: %s more than %d tokens, the most a request can hold here (the "
+        absl::StrFormat("%s: %s more than %d tokens, the most a request can hold here (the "
                         "model's context, the KV cache capacity)",
-                        how, most));
+                        field, how, most));
   };
   if (const std::optional<int64_t> bound = tokenizer.max_bytes_per_token();
-      bound.has_value() && most > 0 &&
-      static_cast<int64_t>(prompt.size()) > most * *bound) {
+      bound.has_value() && most > 0 && static_cast<int64_t>(text.size()) > most * *bound) {
     // Certain without tokenizing: no token of this tokenizer stands for more than `bound` bytes.
-    return too_long(absl::StrFormat("its %d bytes encode to", prompt.size()));
+    return too_long(absl::StrFormat("its %d bytes encode to", text.size()));
   }
+  // One more than `most` for the BOS that may be dropped below.
+  options.max_tokens = most > 0 ? most + 1 : std::numeric_limits<int64_t>::max();
   absl::StatusOr<std::vector<int32_t>> ids =
-      tokenizer.Encode(std::string_view(prompt.data(), prompt.size()), add_special,
-                       most > 0 ? most : std::numeric_limits<int64_t>::max());
+      tokenizer.Encode(std::string_view(text.data(), text.size()), options);
   if (ids.status().code() == absl::StatusCode::kOutOfRange) return too_long("it encodes to");
-  if (!ids.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt: ", ids.status().message()));
+  if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ": ", ids.status().message()));
+  const std::optional<int32_t> bos = tokenizer.bos_token_id();
+  if (options.add_special_tokens && bos.has_value() && ids->size() >= 2 && (*ids)[0] == *bos &&
+      (*ids)[1] == *bos) {
+    ids->erase(ids->begin());  // the text began with BOS; the tokenizer added one more
   }
+  if (most > 0 && static_cast<int64_t>(ids->size()) > most) return too_long("it encodes to");
   return ids;
 }
 
@@ -113,9 +118,11 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
   GenerationRequest& g = out.generation;
   if (has_text) {
     if (request.prompt().empty()) return absl::InvalidArgumentError("prompt is empty");
-    const bool add_special = !request.has_add_special_tokens() || request.add_special_tokens();
+    EncodeOptions options;
+    options.add_special_tokens = !request.has_add_special_tokens() || request.add_special_tokens();
+    options.split_special_tokens = request.split_special_tokens();
     absl::StatusOr<std::vector<int32_t>> ids =
-        EncodePrompt(tokenizer, request.prompt(), add_special, limits);
+        EncodePrompt(tokenizer, request.prompt(), "prompt", options, limits);
     if (!ids.ok()) return ids.status();
     if (ids->empty()) return absl::InvalidArgumentError("prompt tokenizes to no tokens");
     g.prompt = *std::move(ids);

@@ -41,11 +41,14 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
                                               int32_t default_max_tokens,
                                               const TotalTokenLimits& limits);
 
-// Tokenizes a text prompt for a request, stopping once it is longer than any request can be
-// (max(limits.dense, limits.sparse) tokens) and refusing it by its size alone where the
-// tokenizer makes that certain; either is INVALID_ARGUMENT saying so.
+// Tokenizes the text of `field` ("prompt", "text") as Generate would: stopping once it is longer
+// than any request can be (max(limits.dense, limits.sparse) tokens) and refusing it by its size
+// alone where the tokenizer makes that certain, either INVALID_ARGUMENT saying so; and without a
+// second BOS when the text itself starts with the BOS token (as llama.cpp does; transformers
+// and vLLM would keep both). `options.max_tokens` is ignored.
 absl::StatusOr<std::vector<int32_t>> EncodePrompt(const Tokenizer& tokenizer,
-                                                  absl::string_view prompt, bool add_special,
+                                                  absl::string_view text, absl::string_view field,
+                                                  EncodeOptions options,
                                                   const TotalTokenLimits& limits);
 
 // A new request id: "req-" and 16 random hex digits.

@@ -136,6 +136,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
   s->tokenizer_queue_ = std::make_unique<WorkQueue>(
       std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 8));
   s->env_.tokenizer_queue = s->tokenizer_queue_.get();
+  s->env_.max_tokenizing = static_cast<size_t>(config.scheduler.max_tokenizing_requests);
   s->env_.engine = s->engine_.get();
   s->env_.metrics = s->metrics_.get();
   s->env_.sender = s->sender_.get();
@@ -195,16 +196,22 @@ int Server::Shutdown(absl::Duration grace) {
   std::lock_guard lock(shutdown_mu_);
   if (shut_down_) return 0;
   shut_down_ = true;
+  const absl::Time deadline = absl::Now() + grace;
   env_.draining.store(true);
   grpc_server_->GetHealthCheckService()->SetServingStatus(false);
+  const size_t tokenizing = tokenizer_queue_->outstanding();
+  // Calls accepted before the drain whose prompts are still being tokenized reach the engine
+  // before it stops accepting; new calls are refused by the draining flag meanwhile.
+  tokenizer_queue_->WaitIdle(deadline);
   engine_->StopAccepting();
   const EngineLoad load = engine_->load();
   Log(LogLevel::kInfo, "draining",
       {{"running", load.running},
        {"waiting", load.waiting},
+       {"were_tokenizing", static_cast<int64_t>(tokenizing)},
        {"grace_seconds", absl::ToDoubleSeconds(grace)}});
   int cut_off = 0;
-  if (!engine_->WaitIdle(absl::Now() + grace)) {
+  if (!engine_->WaitIdle(deadline)) {
     const EngineLoad left = engine_->load();
     cut_off = left.running + left.waiting;
     Log(LogLevel::kWarning, "grace_expired", {{"cancelled_requests", cut_off}});

@@ -34,6 +34,11 @@ class Server {
 
   Engine& engine() { return *engine_; }
   ServerMetrics& metrics() { return *metrics_; }
+  // Where long prompts are tokenized (tests pause it to hold calls there).
+  WorkQueue& tokenizer_queue() { return *tokenizer_queue_; }
+  // Text prompts longer than this go to the tokenizer queue (default kInlineTokenizeBytes); call
+  // before the first request.
+  void SetInlineTokenizeBytesForTesting(size_t bytes) { env_.inline_tokenize_bytes = bytes; }
 
   // Health goes NOT_SERVING and new calls get UNAVAILABLE at once; in-flight requests get up to
   // `grace` to finish, then end with UNAVAILABLE; then the gRPC server stops. Idempotent;

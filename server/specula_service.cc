@@ -34,13 +34,14 @@ absl::Status Serve(const CallEnv& env, const grpc::ByteBuffer& bytes, grpc::Byte
   return SerializeResponse(response, out);
 }
 
-absl::Status TokenizeText(const Tokenizer& tokenizer, const v1::TokenizeRequest& request,
-                          v1::TokenizeResponse* response) {
-  const bool add_special = !request.has_add_special_tokens() || request.add_special_tokens();
-  absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(request.text(), add_special);
-  if (!ids.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("text: ", ids.status().message()));
-  }
+absl::Status TokenizeText(const Tokenizer& tokenizer, const TotalTokenLimits& limits,
+                          const v1::TokenizeRequest& request, v1::TokenizeResponse* response) {
+  EncodeOptions options;
+  options.add_special_tokens = !request.has_add_special_tokens() || request.add_special_tokens();
+  options.split_special_tokens = request.split_special_tokens();
+  absl::StatusOr<std::vector<int32_t>> ids =
+      EncodePrompt(tokenizer, request.text(), "text", options, limits);
+  if (!ids.ok()) return ids.status();
   for (int32_t id : *ids) {
     response->add_token_ids(static_cast<uint32_t>(id));
     response->add_tokens(tokenizer.IdToToken(id));
@@ -86,12 +87,13 @@ grpc::ServerUnaryReactor* SpeculaService::Tokenize(grpc::CallbackServerContext* 
                   Serve<v1::TokenizeRequest, v1::TokenizeResponse>(
                       *env_, *request, response,
                       [&](const v1::TokenizeRequest& r, v1::TokenizeResponse* out) {
-                        return TokenizeText(*tokenizer, r, out);
+                        return TokenizeText(*tokenizer, env_->max_total_tokens, r, out);
                       }));
   };
   // Long texts leave gRPC's thread (the request and response live until Finish).
-  if (env_->tokenizer_queue == nullptr || request->Length() <= kInlineTokenizeBytes) return run();
-  env_->tokenizer_queue->Post(run);
+  if (env_->tokenizer_queue == nullptr || request->Length() <= env_->inline_tokenize_bytes) return run();
+  absl::Status refusal;
+  if (!PostTokenization(*env_, run, &refusal)) return Answer("Tokenize", reactor, refusal);
   return reactor;
 }
 

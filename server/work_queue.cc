@@ -12,30 +12,54 @@ WorkQueue::~WorkQueue() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
+    paused_ = false;
   }
   ready_.notify_all();
   for (std::thread& t : workers_) t.join();
 }
 
-void WorkQueue::Post(std::function<void()> task) {
+bool WorkQueue::TryPost(std::function<void()> task, size_t max_outstanding) {
   {
     std::lock_guard lock(mu_);
+    if (tasks_.size() + running_ >= max_outstanding) return false;
     tasks_.push_back(std::move(task));
   }
   ready_.notify_one();
+  return true;
+}
+
+size_t WorkQueue::outstanding() const {
+  std::lock_guard lock(mu_);
+  return tasks_.size() + running_;
+}
+
+bool WorkQueue::WaitIdle(absl::Time deadline) {
+  std::unique_lock lock(mu_);
+  return idle_.wait_until(lock, absl::ToChronoTime(deadline),
+                          [this] { return tasks_.empty() && running_ == 0; });
+}
+
+void WorkQueue::SetPausedForTesting(bool paused) {
+  {
+    std::lock_guard lock(mu_);
+    paused_ = paused;
+  }
+  ready_.notify_all();
 }
 
 void WorkQueue::WorkerLoop() {
+  std::unique_lock lock(mu_);
   for (;;) {
-    std::function<void()> task;
-    {
-      std::unique_lock lock(mu_);
-      ready_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
-      if (tasks_.empty()) return;  // stopping, and nothing left to run
-      task = std::move(tasks_.front());
-      tasks_.pop_front();
-    }
+    ready_.wait(lock, [this] { return stopping_ || (!paused_ && !tasks_.empty()); });
+    if (tasks_.empty()) return;  // stopping, and nothing left to run
+    std::function<void()> task = std::move(tasks_.front());
+    tasks_.pop_front();
+    ++running_;
+    lock.unlock();
     task();
+    lock.lock();
+    --running_;
+    if (tasks_.empty() && running_ == 0) idle_.notify_all();
   }
 }
 

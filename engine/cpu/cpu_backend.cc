@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <new>
 #include <vector>
 
@@ -43,15 +44,29 @@ void UseBlasThreads(int n) {
 
 CpuBackend::CpuBackend(int num_threads) : pool_(num_threads) {}
 
+namespace {
+
+// Physical memory, or the cgroup v2 limit of the container we run in when that is lower.
+uint64_t UsableMemoryBytes() {
+  uint64_t bytes =
+      static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  std::ifstream cgroup("/sys/fs/cgroup/memory.max");
+  uint64_t limit = 0;
+  if (cgroup >> limit && limit > 0) bytes = std::min(bytes, limit);  // "max" reads as no number
+  return bytes;
+}
+
+}  // namespace
+
 absl::StatusOr<DeviceBuffer> CpuBackend::Allocate(size_t bytes) {
   // With overcommit an allocation larger than the machine can succeed and fail later, page by
   // page, with the OOM killer; refuse it while the caller can still report it.
-  static const uint64_t physical =
-      static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  if (bytes > physical) {
+  static const uint64_t available = UsableMemoryBytes();
+  if (bytes > available) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "cpu backend: %d bytes requested, more than this machine's memory (%d bytes)", bytes,
-        physical));
+        "cpu backend: %d bytes requested, more than this machine's memory (%d bytes, or the "
+        "container's limit)",
+        bytes, available));
   }
   const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
   void* p = std::aligned_alloc(kAlignment, rounded);

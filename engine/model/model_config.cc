@@ -282,7 +282,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
   if (c.architecture == Architecture::kQwen2 || c.architecture == Architecture::kQwen3) {
     default_max_pos = 32768;
   }
-  // 2^30 positions: far past any model, and room for prompt + max_tokens sums in int32.
+  // 2^30 positions: far past any model; prompt + max_tokens sums are computed in int64.
   ASSIGN_OR_RETURN(c.max_position_embeddings,
                    r.PositiveInt("max_position_embeddings", default_max_pos, kMaxContextTokens));
   ASSIGN_OR_RETURN(c.rms_norm_eps, r.PositiveNumber("rms_norm_eps", 1e-6));

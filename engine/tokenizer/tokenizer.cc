@@ -110,19 +110,26 @@ absl::Status HfTokenizer::LoadTokenizerJson(std::string_view json_text, const st
     return absl::InvalidArgumentError(absl::StrCat(file, ": \"added_tokens\" is not an array"));
   }
   for (const json& t : added.is_array() ? added : json::array()) {
-    AddedToken a{t.at("id").get<TokenId>(), t.at("content").get<std::string>(),
-                 t.value("special", false), t.value("lstrip", false),
-                 t.value("rstrip", false),  t.value("single_word", false)};
-    if (a.content.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(file, ": added token with id ", a.id, " has no content"));
+    const std::string content = t.at("content").get<std::string>();
+    const json& id_json = t.at("id");
+    // Read as int64 and checked before the narrowing: 2^32 + 7 must not become 7.
+    if (!id_json.is_number_integer()) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ": added token \"", content,
+                                                     "\" has an id that is not an integer"));
     }
-    if (a.id < 0 || a.id >= max_vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(file, ": added token \"", a.content,
-                                                     "\" has id ", a.id,
+    const int64_t id = id_json.get<int64_t>();
+    if (content.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ": added token with id ", id, " has no content"));
+    }
+    if (id < 0 || id >= max_vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ": added token \"", content,
+                                                     "\" has id ", id,
                                                      ", outside the vocabulary [0, ",
                                                      max_vocab_size, ")"));
     }
+    AddedToken a{static_cast<TokenId>(id), content,         t.value("special", false),
+                 t.value("lstrip", false), t.value("rstrip", false), t.value("single_word", false)};
     size = std::max<int64_t>(size, a.id + 1);
     if (const auto it = added_by_id_.find(a.id); it != added_by_id_.end()) {
       added_[it->second] = a;  // a repeated id: the later entry wins
@@ -151,18 +158,22 @@ absl::Status HfTokenizer::LoadTokenizerJson(std::string_view json_text, const st
     token_bytes_[a.id] = a.content;
     special_[a.id] = a.special;
   }
+  bpe_keeps_every_character_ = model_->KeepsEveryCharacter(pre_tokenizer_->byte_level());
+  // An unknown character (up to 4 bytes) becomes one unk id whatever the unk string's length.
+  longest_vocab_bytes_ = 4;
+  for (TokenId id = 0; id < model_->size(); ++id) {
+    longest_vocab_bytes_ = std::max(longest_vocab_bytes_, model_->token(id).size());
+  }
   max_bytes_per_token_ = ComputeMaxBytesPerToken();
   return absl::OkStatus();
 }
 
 std::optional<int64_t> HfTokenizer::ComputeMaxBytesPerToken() const {
   if (!normalizer_->NeverShrinks() || !pre_tokenizer_->KeepsEveryByte() ||
-      !model_->KeepsEveryCharacter(pre_tokenizer_->byte_level())) {
+      !bpe_keeps_every_character_) {
     return std::nullopt;
   }
-  // An unknown character (up to 4 bytes) becomes one unk id whatever the unk string's length.
-  size_t longest = 4;
-  for (TokenId id = 0; id < model_->size(); ++id) longest = std::max(longest, model_->token(id).size());
+  size_t longest = longest_vocab_bytes_;
   for (const AddedToken& a : added_) {
     if (a.lstrip || a.rstrip) return std::nullopt;  // absorbs any run of spaces around it
     longest = std::max(longest, a.content.size());
@@ -212,12 +223,14 @@ absl::Status HfTokenizer::LoadConfigJson(std::string_view json_text, const std::
   return absl::OkStatus();
 }
 
-void HfTokenizer::SplitAddedTokens(std::string_view text, std::vector<Segment>* out) const {
+void HfTokenizer::SplitAddedTokens(std::string_view text, bool split_special,
+                                   std::vector<Segment>* out) const {
   size_t seg_start = 0, i = 0;
   while (i < text.size()) {
     const AddedToken* found = nullptr;
     for (size_t idx : added_by_first_byte_[static_cast<unsigned char>(text[i])]) {
       const AddedToken& a = added_[idx];
+      if (split_special && a.special) continue;
       if (!text.substr(i).starts_with(a.content)) continue;
       if (a.single_word &&
           ((i > 0 && IsWordByte(text[i - 1])) ||
@@ -253,7 +266,12 @@ absl::Status HfTokenizer::EncodeSegment(
   RETURN_IF_ERROR(normalizer_->Apply(&pieces[0].text));
   RETURN_IF_ERROR(pre_tokenizer_->Apply(&pieces));
   for (const PreToken& p : pieces) {
-    if (static_cast<int64_t>(out->size()) > max_tokens) return TooManyTokens(max_tokens);
+    // A piece of L bytes (in the vocabulary's alphabet now) becomes at least L / longest ids,
+    // so one huge piece (a run of letters without a space) is refused before its BPE runs.
+    const int64_t at_least = bpe_keeps_every_character_
+                                 ? static_cast<int64_t>(p.text.size() / longest_vocab_bytes_)
+                                 : 0;
+    if (static_cast<int64_t>(out->size()) + at_least > max_tokens) return TooManyTokens(max_tokens);
     if (p.text.empty()) continue;
     if (p.text.size() > kMaxCachedPiece) {
       model_->Tokenize(p.text, out);
@@ -267,14 +285,14 @@ absl::Status HfTokenizer::EncodeSegment(
 }
 
 absl::StatusOr<std::vector<TokenId>> HfTokenizer::Encode(std::string_view text,
-                                                         bool add_special_tokens,
-                                                         int64_t max_tokens) const {
+                                                         const EncodeOptions& options) const {
+  const int64_t max_tokens = options.max_tokens;
   if (const size_t bad = FindInvalidUtf8(text); bad != std::string_view::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("Encode: input is not valid UTF-8 (byte offset ", bad, ")"));
   }
   std::vector<Segment> segments;
-  SplitAddedTokens(text, &segments);
+  SplitAddedTokens(text, options.split_special_tokens, &segments);
   absl::flat_hash_map<std::string, std::vector<TokenId>> cache;
   std::vector<TokenId> ids;
   ids.reserve(std::min<int64_t>(text.size() / 3, max_tokens) + 4);
@@ -287,7 +305,7 @@ absl::StatusOr<std::vector<TokenId>> HfTokenizer::Encode(std::string_view text,
     }
   }
   std::vector<TokenId> out;
-  if (!add_special_tokens) {
+  if (!options.add_special_tokens) {
     out = std::move(ids);
   } else if (add_bos_ || add_eos_) {
     out.reserve(ids.size() + 2);

@@ -19,6 +19,19 @@ namespace specula {
 
 using TokenId = int32_t;
 
+struct EncodeOptions {
+  // Let the post-processor (or tokenizer_config's add_bos/add_eos) add BOS and the like.
+  bool add_special_tokens = true;
+  // Special-token text in the input ("<|eot_id|>") is tokenized as ordinary text instead of
+  // becoming the control token (Hugging Face's split_special_tokens): for text that comes from
+  // users or tools, which must not be able to inject control tokens. Non-special added tokens
+  // are still matched.
+  bool split_special_tokens = false;
+  // Encoding stops as soon as the ids number more than this: OUT_OF_RANGE, so an input far
+  // past a context costs little more than the context may hold.
+  int64_t max_tokens = std::numeric_limits<int64_t>::max();
+};
+
 class Tokenizer {
  public:
   // The largest vocabulary a tokenizer may have when no model bounds it (the biggest real ones
@@ -38,12 +51,15 @@ class Tokenizer {
   // Splits added/special tokens out first, then normalizes, pre-tokenizes and runs BPE on the
   // rest. With `add_special_tokens`, applies the post-processor (e.g. Llama 3 prepends
   // <|begin_of_text|>) or, for SentencePiece-style files, the config's add_bos/add_eos.
-  // Invalid UTF-8 input is INVALID_ARGUMENT. Encoding stops as soon as the ids number more than
-  // `max_tokens`: OUT_OF_RANGE, so an input far past a context costs only what the context may
-  // hold (plus one pass of the normalizer and pre-tokenizer).
-  virtual absl::StatusOr<std::vector<TokenId>> Encode(
-      std::string_view text, bool add_special_tokens,
-      int64_t max_tokens = std::numeric_limits<int64_t>::max()) const = 0;
+  // Invalid UTF-8 input is INVALID_ARGUMENT; more than options.max_tokens ids OUT_OF_RANGE.
+  virtual absl::StatusOr<std::vector<TokenId>> Encode(std::string_view text,
+                                                      const EncodeOptions& options) const = 0;
+  absl::StatusOr<std::vector<TokenId>> Encode(std::string_view text,
+                                              bool add_special_tokens) const {
+    EncodeOptions options;
+    options.add_special_tokens = add_special_tokens;
+    return Encode(text, options);
+  }
 
   // An upper bound of the input bytes one id of Encode stands for, where the pipeline makes one
   // certain: every input byte survives normalization and pre-tokenization, no added token strips

@@ -30,9 +30,9 @@ class HfTokenizer final : public Tokenizer {
                                                              const std::string& config_file,
                                                              int64_t max_vocab_size);
 
-  absl::StatusOr<std::vector<TokenId>> Encode(
-      std::string_view text, bool add_special_tokens,
-      int64_t max_tokens = std::numeric_limits<int64_t>::max()) const override;
+  using Tokenizer::Encode;
+  absl::StatusOr<std::vector<TokenId>> Encode(std::string_view text,
+                                              const EncodeOptions& options) const override;
   std::optional<int64_t> max_bytes_per_token() const override { return max_bytes_per_token_; }
   absl::StatusOr<std::string> Decode(absl::Span<const TokenId> ids,
                                      bool skip_special_tokens) const override;
@@ -61,7 +61,9 @@ class HfTokenizer final : public Tokenizer {
                                  int64_t max_vocab_size);
   std::optional<int64_t> ComputeMaxBytesPerToken() const;
   absl::Status LoadConfigJson(std::string_view json_text, const std::string& file);
-  void SplitAddedTokens(std::string_view text, std::vector<Segment>* out) const;
+  // With `split_special`, special added tokens are not matched (they stay text).
+  void SplitAddedTokens(std::string_view text, bool split_special,
+                        std::vector<Segment>* out) const;
   absl::Status EncodeSegment(std::string_view text, bool at_start,
                              absl::flat_hash_map<std::string, std::vector<TokenId>>* cache,
                              int64_t max_tokens, std::vector<TokenId>* out) const;
@@ -83,6 +85,11 @@ class HfTokenizer final : public Tokenizer {
   std::optional<TokenId> bos_id_, eos_id_;
   std::optional<bool> add_bos_, add_eos_;  // tokenizer_config.json, SentencePiece-style only
   std::string chat_template_;
+  // The BPE model turns every character of a pre-token into ids of its own (BpeModel::
+  // KeepsEveryCharacter), and no vocabulary string is longer than longest_vocab_bytes_: a
+  // pre-token of L bytes then yields at least L / longest_vocab_bytes_ ids.
+  bool bpe_keeps_every_character_ = false;
+  size_t longest_vocab_bytes_ = 4;
   std::optional<int64_t> max_bytes_per_token_;
 };
 

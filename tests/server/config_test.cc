@@ -34,6 +34,7 @@ void ExpectDefaults(const ServerConfig& c) {
   EXPECT_EQ(c.scheduler.prefill_chunk_tokens, d.scheduler.prefill_chunk_tokens);
   EXPECT_EQ(c.scheduler.default_max_tokens, d.scheduler.default_max_tokens);
   EXPECT_EQ(c.scheduler.threads, d.scheduler.threads);
+  EXPECT_EQ(c.scheduler.max_tokenizing_requests, d.scheduler.max_tokenizing_requests);
   EXPECT_EQ(c.kv_cache.page_size, d.kv_cache.page_size);
   EXPECT_EQ(c.kv_cache.capacity_tokens, d.kv_cache.capacity_tokens);
   const SparseOptions& s = c.sparse.options;
@@ -121,6 +122,7 @@ scheduler:
   prefill_chunk_tokens: 1
   default_max_tokens: 4096
   threads: 3
+  max_tokenizing_requests: 2
 kv_cache:
   page_size: 1024
   capacity_tokens: 1024
@@ -153,6 +155,7 @@ sparse:
   EXPECT_EQ(c->scheduler.prefill_chunk_tokens, 1);
   EXPECT_EQ(c->scheduler.default_max_tokens, 4096);
   EXPECT_EQ(c->scheduler.threads, 3);
+  EXPECT_EQ(c->scheduler.max_tokenizing_requests, 2);
   EXPECT_EQ(c->kv_cache.page_size, 1024);
   EXPECT_EQ(c->kv_cache.capacity_tokens, 1024);
   const SparseOptions& s = c->sparse.options;
@@ -240,6 +243,10 @@ TEST(ConfigTest, InvalidValuesNameTheirKeyAndLine) {
       // Every size-like key has an upper bound, one past it is refused (it once started 100000
       // threads, or overflowed buffer sizes).
       {"scheduler:\n  threads: 1025\n", "scheduler.threads: must be <= 1024, got 1025", 2},
+      {"scheduler:\n  max_tokenizing_requests: 0\n",
+       "scheduler.max_tokenizing_requests: must be >= 1, got 0", 2},
+      {"scheduler:\n  max_tokenizing_requests: 1025\n",
+       "scheduler.max_tokenizing_requests: must be <= 1024, got 1025", 2},
       {"scheduler:\n  threads: 100000\n", "scheduler.threads: must be <= 1024, got 100000", 2},
       {"scheduler:\n  max_running_requests: 4097\n",
        "scheduler.max_running_requests: must be <= 4096, got 4097", 2},
@@ -251,10 +258,10 @@ TEST(ConfigTest, InvalidValuesNameTheirKeyAndLine) {
        "scheduler.prefill_chunk_tokens: must be <= 65536, got 65537", 2},
       {"scheduler:\n  default_max_tokens: 1073741825\n",
        "scheduler.default_max_tokens: must be <= 1073741824, got 1073741825", 2},
-      {"kv_cache:\n  capacity_tokens: 2147483649\n",
-       "kv_cache.capacity_tokens: must be <= 2147483648, got 2147483649", 2},
+      {"kv_cache:\n  capacity_tokens: 2147483648\n",
+       "kv_cache.capacity_tokens: must be <= 2147483647, got 2147483648", 2},
       {"kv_cache:\n  capacity_tokens: 17179869184\n",
-       "kv_cache.capacity_tokens: must be <= 2147483648, got 17179869184", 2},
+       "kv_cache.capacity_tokens: must be <= 2147483647, got 17179869184", 2},
       {"kv_cache:\n  page_size: 0\n",
        "kv_cache.page_size: must be a power of two in [1, 1024], got 0", 2},
       {"kv_cache:\n  page_size: 24\n", "kv_cache.page_size: must be a power of two", 2},

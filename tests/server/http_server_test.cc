@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@ using ::specula::testing::ConnectLoopback;
 using ::specula::testing::HttpExchange;
 using ::specula::testing::HttpGet;
 using ::specula::testing::HttpStatus;
+using ::specula::testing::RaiseFileLimit;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -38,17 +40,17 @@ std::unique_ptr<HttpServer> StartTestServer(const HttpServerOptions& options = {
                       out.body = absl::StrCat(r.method, " ", r.body.size(), " ", r.body);
                       return out;
                     }});
+  routes.push_back({"/throw", {"GET"}, [](const HttpRequest&) -> HttpResponse {
+                      throw std::runtime_error("handler bug");
+                    }});
   absl::StatusOr<std::unique_ptr<HttpServer>> server =
       HttpServer::Start("127.0.0.1:0", std::move(routes), options);
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? *std::move(server) : nullptr;
 }
 
-std::string Request(absl::string_view method, absl::string_view path,
-                    absl::string_view body = "") {
-  return absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: t\r\nConnection: close\r\n",
-                      body.empty() ? "" : absl::StrCat("Content-Length: ", body.size(), "\r\n"),
-                      "\r\n", body);
+std::string Request(absl::string_view method, absl::string_view path, absl::string_view body = "") {
+  return ::specula::testing::HttpRequestText(method, path, body);
 }
 
 TEST(HttpServerTest, ServesARouteAndHeadWithoutBody) {
@@ -102,9 +104,36 @@ TEST(HttpServerTest, ReadsBodiesUpToTheLimit) {
   EXPECT_THAT(ok, HasSubstr("POST 10 0123456789"));
   const std::string big = HttpExchange(server->port(), Request("POST", "/echo", "0123456789A"));
   EXPECT_EQ(HttpStatus(big), 413) << big;
+  // Declared far larger than sent: refused before any body is read (no wait for the rest).
+  const std::string declared = HttpExchange(
+      server->port(), "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 999999999\r\n\r\nab");
+  EXPECT_EQ(HttpStatus(declared), 413) << declared;
+  // Chunked, growing past the limit: the connection is closed without an answer.
+  const std::string chunked = HttpExchange(
+      server->port(),
+      "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "8\r\n01234567\r\n8\r\n89ABCDEF\r\n0\r\n\r\n");
+  EXPECT_NE(HttpStatus(chunked), 200) << chunked;
+  EXPECT_THAT(chunked, Not(HasSubstr("POST 16")));
+}
+
+TEST(HttpServerTest, AThrowingHandlerIsA500AndTheServerLives) {
+  auto server = StartTestServer();
+  ASSERT_NE(server, nullptr);
+  const std::string r = HttpGet(server->port(), "/throw");
+  EXPECT_EQ(HttpStatus(r), 500) << r;
+  EXPECT_EQ(HttpStatus(HttpGet(server->port(), "/hello")), 200);
+}
+
+TEST(HttpServerTest, Ipv6AnyAlsoTakesIpv4) {
+  absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start(
+      "[::]:0", {{"/hello", {"GET"}, [](const HttpRequest&) { return HttpResponse{}; }}});
+  if (!server.ok()) GTEST_SKIP() << "no IPv6 here: " << server.status();
+  EXPECT_EQ(HttpStatus(HttpGet((*server)->port(), "/hello")), 200);  // HttpGet dials 127.0.0.1
 }
 
 TEST(HttpServerTest, IdleAndDrippingConnectionsDoNotBlockOthers) {
+  RaiseFileLimit();  // 600 connections, both ends in this process
   auto server = StartTestServer();
   ASSERT_NE(server, nullptr);
   const int port = server->port();

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -56,6 +57,21 @@ std::string HttpExchange(int port, const std::string& request, int timeout_secon
 std::string HttpGet(int port, const std::string& path) {
   // HTTP/1.0 without Accept-Encoding: no chunking, no gzip, the server closes when done.
   return HttpExchange(port, absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: test\r\n\r\n"));
+}
+
+std::string HttpRequestText(absl::string_view method, absl::string_view path,
+                            absl::string_view body) {
+  return absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: t\r\nConnection: close\r\n",
+                      body.empty() ? "" : absl::StrCat("Content-Length: ", body.size(), "\r\n"),
+                      "\r\n", body);
+}
+
+void RaiseFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
 }
 
 int HttpStatus(const std::string& response) {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
+
 namespace specula::testing {
 
 // A TCP connection to 127.0.0.1:<port> whose sends and receives time out after
@@ -22,6 +24,15 @@ std::string HttpGet(int port, const std::string& path);
 
 // The status code of a raw HTTP response; 0 when it is not one.
 int HttpStatus(const std::string& response);
+
+// An HTTP/1.1 request that asks the server to close afterwards, with `body` (and its
+// Content-Length) when not empty.
+std::string HttpRequestText(absl::string_view method, absl::string_view path,
+                            absl::string_view body = "");
+
+// Raises this process's soft limit of open files to the hard limit (tests holding hundreds of
+// connections, in the same process as the server).
+void RaiseFileLimit();
 
 struct Exposition {
   std::map<std::string, std::string> types;  // family name -> counter|gauge|histogram|...

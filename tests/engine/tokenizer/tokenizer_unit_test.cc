@@ -274,6 +274,15 @@ TEST(TokenizerErrors, IdsBeyondTheVocabularyAreLoadErrorsNamingTheToken) {
   EXPECT_EQ(tok.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Msg(tok.status()), HasSubstr("added token \"<|end_of_text|>\" has id 1073741824"));
 
+  // Not truncated to 32 bits first (it would become id 7), nor rounded.
+  j = TinyByteLevel();
+  j["added_tokens"][1]["id"] = (int64_t{1} << 32) + 7;
+  tok = Tokenizer::FromJson(j.dump(), "");
+  EXPECT_THAT(Msg(tok.status()), HasSubstr("has id 4294967303, outside the vocabulary"));
+  j["added_tokens"][1]["id"] = 1.5;
+  tok = Tokenizer::FromJson(j.dump(), "");
+  EXPECT_THAT(Msg(tok.status()), HasSubstr("not an integer"));
+
   // The model's vocabulary is the bound when there is a model: ids 0..264 need 265 ids.
   EXPECT_TRUE(Tokenizer::FromJson(TinyByteLevel().dump(), "", 265).ok());
   tok = Tokenizer::FromJson(TinyByteLevel().dump(), "", 264);
@@ -291,18 +300,41 @@ TEST(TinyByteLevel, EncodingStopsPastMaxTokens) {
   auto all = (*tok)->Encode("hello world 12", true);
   ASSERT_TRUE(all.ok());
   ASSERT_EQ(all->size(), 9u);
-  auto exact = (*tok)->Encode("hello world 12", true, 9);
+  EncodeOptions limited;
+  limited.max_tokens = 9;
+  auto exact = (*tok)->Encode("hello world 12", limited);
   ASSERT_TRUE(exact.ok()) << exact.status();
   EXPECT_EQ(*exact, *all);
-  auto over = (*tok)->Encode("hello world 12", true, 8);
+  limited.max_tokens = 8;
+  auto over = (*tok)->Encode("hello world 12", limited);
   EXPECT_EQ(over.status().code(), absl::StatusCode::kOutOfRange);
   EXPECT_THAT(Msg(over.status()), HasSubstr("more than 8 tokens"));
   // Added tokens count too, and a long text stops early with the same answer.
-  EXPECT_EQ((*tok)->Encode("<|eot_id|><|eot_id|><|eot_id|>", false, 2).status().code(),
+  limited.add_special_tokens = false;
+  limited.max_tokens = 2;
+  EXPECT_EQ((*tok)->Encode("<|eot_id|><|eot_id|><|eot_id|>", limited).status().code(),
             absl::StatusCode::kOutOfRange);
+  // One piece of a million letters: refused by its length before BPE runs over it.
   const std::string long_text(1 << 20, 'x');
-  EXPECT_EQ((*tok)->Encode(long_text, false, 100).status().code(),
-            absl::StatusCode::kOutOfRange);
+  limited.max_tokens = 100;
+  EXPECT_EQ((*tok)->Encode(long_text, limited).status().code(), absl::StatusCode::kOutOfRange);
+}
+
+TEST(TinyByteLevel, SplitSpecialTokensKeepsControlTokenTextAsText) {
+  auto tok = Tokenizer::FromJson(TinyByteLevel().dump(), "");
+  ASSERT_TRUE(tok.ok());
+  const std::string text = "user says <|eot_id|> hi";
+  const TokenId eot = *(*tok)->TokenToId("<|eot_id|>");
+  auto parsed = (*tok)->Encode(text, false);
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_THAT(*parsed, ::testing::Contains(eot));  // the default: special tokens are parsed
+  EncodeOptions literal;
+  literal.add_special_tokens = false;
+  literal.split_special_tokens = true;
+  auto split = (*tok)->Encode(text, literal);
+  ASSERT_TRUE(split.ok());
+  EXPECT_THAT(*split, ::testing::Not(::testing::Contains(eot)));
+  EXPECT_EQ(*(*tok)->Decode(*split, false), text);  // byte for byte the same text
 }
 
 TEST(TinyByteLevel, MaxBytesPerTokenOnlyWhereCertain) {

@@ -79,11 +79,14 @@ Daemon::~Daemon() {
 }
 
 int Daemon::Wait() {
-  if (!reaped_) {
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    reaped_ = true;
-    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  // A daemon that should have exited but hangs fails the test instead of hanging it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (Running()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ADD_FAILURE() << "specula-server did not exit within 60 s; killed";
+      kill(pid_, SIGKILL);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return exit_code_;
 }

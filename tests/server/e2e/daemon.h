@@ -24,7 +24,8 @@ class Daemon {
   const std::string& metrics_address() const { return metrics_address_; }
   pid_t pid() const { return pid_; }
 
-  // Waits for the process to end; its exit code, or 128 + the signal that killed it.
+  // Waits for the process to end; its exit code, or 128 + the signal that killed it. After 60 s
+  // the test fails and the process is killed.
   int Wait();
   // Whether the process is still running (not reaped, not a zombie).
   bool Running();
