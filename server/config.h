@@ -46,7 +46,7 @@ struct KvCacheSection {
   bool operator==(const KvCacheSection&) const = default;
 };
 
-// The sparse KV cache (DESIGN.md §4). The keys are SparseOptions' members under the same names;
+// The sparse KV cache (docs/ARCHITECTURE.md §4). The keys are SparseOptions' members under the same names;
 // their values are checked by the engine's ValidateSparseOptions, so server and engine cannot
 // disagree on what is valid.
 struct SparseSection {

@@ -74,6 +74,8 @@ void GenerateCall::Begin(const grpc::ByteBuffer& bytes) {
 }
 
 bool GenerateCall::ClientGone() {
+  // The deadline too: gRPC may not have reported it to OnCancel yet.
+  if (ctx_->deadline() <= std::chrono::system_clock::now()) return true;
   std::lock_guard lock(mu_);
   return cancelled_;
 }

@@ -78,7 +78,7 @@ class GenerateCall : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   void Begin(const grpc::ByteBuffer& bytes);
   // Tokenizes and submits request_ to the engine.
   void Submit();
-  // OnCancel ran before the request reached the engine.
+  // OnCancel ran, or the deadline passed, before the request reached the engine.
   bool ClientGone();
   void Reject(const absl::Status& status);
   void TrySend();

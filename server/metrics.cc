@@ -129,7 +129,7 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                       "Requests queued and waiting for admission into the running batch.");
   kv_blocks_used_ = AddGauge(r, "specula_kv_cache_blocks_used",
                              "KV cache blocks (pages of kv_cache.page_size tokens) in use.");
-  kv_blocks_total_ = AddGauge(r, "specula_kv_cache_blocks_total",
+  kv_blocks_total_ = AddGauge(r, "specula_kv_cache_blocks_capacity",
                               "KV cache blocks (pages of kv_cache.page_size tokens) available "
                               "in total.");
   kv_usage_ratio_ = AddGauge(r, "specula_kv_cache_usage_ratio",

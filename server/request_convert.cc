@@ -23,7 +23,7 @@ absl::Status ConvertIds(const google::protobuf::RepeatedField<uint32_t>& ids,
   return absl::OkStatus();
 }
 
-void ConvertSampling(const v1::SamplingParams& in, SamplingParams* out) {
+absl::Status ConvertSampling(const v1::SamplingParams& in, SamplingParams* out) {
   if (in.has_temperature()) out->temperature = in.temperature();
   if (in.has_top_p()) out->top_p = in.top_p();
   out->top_k = in.top_k();
@@ -32,7 +32,16 @@ void ConvertSampling(const v1::SamplingParams& in, SamplingParams* out) {
   out->frequency_penalty = in.frequency_penalty();
   out->presence_penalty = in.presence_penalty();
   if (in.has_seed()) out->seed = in.seed();
-  if (in.has_logprobs()) out->logprobs = in.logprobs();
+  if (in.has_logprobs()) {
+    // Checked here in the API's terms: unset is "none" (the engine's -1).
+    if (in.logprobs() < 0 || in.logprobs() > kMaxLogprobs) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "sampling.logprobs must be in [0, %d] (unset = none), got %d", kMaxLogprobs,
+          in.logprobs()));
+    }
+    out->logprobs = in.logprobs();
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ConvertSparse(const v1::SparseOptions& in, SparseRequestOptions* out) {
@@ -137,7 +146,7 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
     }
   }
 
-  ConvertSampling(request.sampling(), &g.sampling);
+  if (absl::Status s = ConvertSampling(request.sampling(), &g.sampling); !s.ok()) return s;
   if (absl::Status s = ConvertSparse(request.sparse(), &g.sparse); !s.ok()) return s;
   const v1::StoppingCriteria& stop = request.stopping();
   if (stop.has_max_tokens()) {

@@ -1,5 +1,5 @@
 // The one place the server translates between the public API (specula.v1 protos) and the
-// engine's structs (DESIGN.md §2: the engine never sees protobuf types).
+// engine's structs (docs/ARCHITECTURE.md §2: the engine never sees protobuf types).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The one place absl::Status becomes grpc::Status (DESIGN.md §2), plus stable code names for
+// The one place absl::Status becomes grpc::Status (docs/ARCHITECTURE.md §2), plus stable code names for
 // metric labels and log fields.
 #pragma once
 

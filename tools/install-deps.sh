@@ -11,6 +11,7 @@ packages=(
   libabsl-dev libyaml-cpp-dev prometheus-cpp-dev libmicrohttpd-dev
   libgtest-dev libgmock-dev
   libopenblas-dev libopenblas0-pthread libpcre2-dev libicu-dev nlohmann-json3-dev
+  prometheus  # promtool lints /metrics in the tests
   python3 python3-numpy python3-grpcio python3-protobuf
   python3-venv python3-pip python3-setuptools python3-wheel
   curl ca-certificates

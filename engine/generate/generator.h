@@ -30,7 +30,7 @@ struct GeneratorOptions {
   int32_t prefill_chunk_tokens = 512;  // most prompt tokens per step (over all sequences)
   int32_t max_running = 64;            // most sequences in one step
   int32_t threads = 0;                 // CPU threads, 0 = all cores
-  SparseOptions sparse;                // sparse KV cache with host backing (DESIGN.md §4)
+  SparseOptions sparse;                // sparse KV cache with host backing (docs/ARCHITECTURE.md §4)
 };
 
 // What the last Step() did.

@@ -1,4 +1,4 @@
-// Page selection for the sparse KV cache (DESIGN.md §4): a selector keeps a small summary (the
+// Page selection for the sparse KV cache (docs/ARCHITECTURE.md §4): a selector keeps a small summary (the
 // "selection index") of every host page's keys and scores pages against the current queries, so
 // the working set can fetch only the most important pages of each (layer, KV head).
 //

@@ -1,4 +1,4 @@
-// The dedicated prefetch executor (DESIGN.md §4): its own threads take predicted page sets and
+// The dedicated prefetch executor (docs/ARCHITECTURE.md §4): its own threads take predicted page sets and
 // stage the missing pages into device slots before decode needs them. Submit never blocks the
 // engine thread: when the queue is full the oldest prediction (the stalest) is dropped.
 #pragma once

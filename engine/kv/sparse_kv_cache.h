@@ -1,4 +1,4 @@
-// The sparse KV cache with host-memory backing (DESIGN.md §4, docs/SPARSE_KV.md): every sparse
+// The sparse KV cache with host-memory backing (docs/ARCHITECTURE.md §4, docs/SPARSE_KV.md): every sparse
 // sequence's full KV lives in the HostKvStore; on the device (a few KV-pool blocks per
 // sequence) it keeps sinks, the recent window and the selected pages. Per decode step and layer,
 // Resolve scores the candidate pages with the real query, keeps the top `budget` pages per KV

@@ -1,4 +1,4 @@
-// Options and statistics of the sparse KV cache (DESIGN.md §4), shared by the engine, the server
+// Options and statistics of the sparse KV cache (docs/ARCHITECTURE.md §4), shared by the engine, the server
 // config and the API. Plain data: no threads, no device.
 #pragma once
 

@@ -10,7 +10,6 @@
 namespace specula {
 namespace {
 
-constexpr int32_t kMaxLogprobs = 20;
 constexpr size_t kMaxStopStrings = 16;
 constexpr size_t kMaxStopBytes = 1024;
 

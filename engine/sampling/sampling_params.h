@@ -10,6 +10,9 @@
 
 namespace specula {
 
+// Most top alternatives a request may ask logprobs for.
+inline constexpr int32_t kMaxLogprobs = 20;
+
 struct SamplingParams {
   float temperature = 1.0f;         // 0 = greedy
   float top_p = 1.0f;               // (0, 1]

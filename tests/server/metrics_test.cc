@@ -105,7 +105,7 @@ TEST(MetricsTest, ScrapeOverHttpIsValidAndCarriesEveryMetric) {
       {"specula_num_requests_running", "gauge"},
       {"specula_num_requests_waiting", "gauge"},
       {"specula_kv_cache_blocks_used", "gauge"},
-      {"specula_kv_cache_blocks_total", "gauge"},
+      {"specula_kv_cache_blocks_capacity", "gauge"},
       {"specula_kv_cache_usage_ratio", "gauge"},
       {"specula_prompt_tokens_total", "counter"},
       {"specula_generation_tokens_total", "counter"},
@@ -143,7 +143,7 @@ TEST(MetricsTest, ScrapeOverHttpIsValidAndCarriesEveryMetric) {
   EXPECT_EQ(e.Get("specula_num_requests_waiting"), 3);
   EXPECT_EQ(e.Get("specula_num_requests_running"), 2);
   EXPECT_EQ(e.Get("specula_kv_cache_blocks_used"), 10);
-  EXPECT_EQ(e.Get("specula_kv_cache_blocks_total"), 40);
+  EXPECT_EQ(e.Get("specula_kv_cache_blocks_capacity"), 40);
   EXPECT_DOUBLE_EQ(e.Get("specula_kv_cache_usage_ratio"), 0.25);
 
   // prometheus-cpp writes labels sorted by name.

@@ -4,10 +4,12 @@
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <regex>
@@ -195,16 +197,41 @@ Exposition ParseExposition(const std::string& text) {
 }
 
 
+PromtoolResult PromtoolCheckMetrics(const std::string& exposition) {
+  char path[] = "/tmp/specula-exposition-XXXXXX";
+  const int fd = mkstemp(path);
+  PromtoolResult result;
+  if (fd < 0) return result;
+  const bool written = ::write(fd, exposition.data(), exposition.size()) ==
+                       static_cast<ssize_t>(exposition.size());
+  ::close(fd);
+  if (written) {
+    FILE* p = popen(absl::StrCat("promtool check metrics < ", path, " 2>&1").c_str(), "r");
+    if (p != nullptr) {
+      char buf[4096];
+      size_t n;
+      while ((n = fread(buf, 1, sizeof(buf), p)) > 0) result.output.append(buf, n);
+      const int status = pclose(p);
+      result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+  }
+  std::remove(path);
+  return result;
+}
+
+std::string HttpBody(const std::string& response) {
+  const size_t at = response.find("\r\n\r\n");
+  return at == std::string::npos ? "" : response.substr(at + 4);
+}
+
 Exposition ScrapeMetrics(int port) {
   const std::string response = HttpGet(port, "/metrics");
   Exposition e;
-  const size_t body = response.find("\r\n\r\n");
-  if (response.rfind("HTTP/1.", 0) != 0 || response.find(" 200 ") == std::string::npos ||
-      body == std::string::npos) {
+  if (HttpStatus(response) != 200 || response.find("\r\n\r\n") == std::string::npos) {
     e.errors.push_back("bad HTTP response: " + response.substr(0, 200));
     return e;
   }
-  return ParseExposition(response.substr(body + 4));
+  return ParseExposition(HttpBody(response));
 }
 
 }  // namespace specula::testing

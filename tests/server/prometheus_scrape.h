@@ -47,6 +47,17 @@ struct Exposition {
 
 Exposition ParseExposition(const std::string& text);
 
+// What `promtool check metrics` (the Prometheus project's linter) says of an exposition: its
+// exit code (0 = clean; -1 when promtool could not be run) and output.
+struct PromtoolResult {
+  int exit_code = -1;
+  std::string output;
+};
+PromtoolResult PromtoolCheckMetrics(const std::string& exposition);
+
+// The body of an HTTP response (after the blank line); empty when there is none.
+std::string HttpBody(const std::string& response);
+
 // Scrapes http://127.0.0.1:<port>/metrics and parses the body; HTTP problems land in `errors`.
 Exposition ScrapeMetrics(int port);
 

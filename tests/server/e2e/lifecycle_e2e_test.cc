@@ -107,7 +107,12 @@ TEST(LifecycleE2eTest, MetricsCountWhatWasSent) {
   EXPECT_EQ(m.Get("specula_num_requests_running"), 0);
   EXPECT_EQ(m.Get("specula_num_requests_waiting"), 0);
   EXPECT_EQ(m.Get("specula_kv_cache_blocks_used"), 0);
-  EXPECT_EQ(m.Get("specula_kv_cache_blocks_total"), 65536 / 16);
+  EXPECT_EQ(m.Get("specula_kv_cache_blocks_capacity"), 65536 / 16);
+  // The Prometheus project's own linter accepts every family (names, types, suffixes, help).
+  const PromtoolResult lint =
+      PromtoolCheckMetrics(HttpBody(HttpGet(server->metrics().metrics_port(), "/metrics")));
+  EXPECT_EQ(lint.exit_code, 0) << lint.output;
+  EXPECT_EQ(lint.output, "");
 }
 
 TEST(LifecycleE2eTest, DrainLetsInFlightRequestsFinishAndRefusesNewOnes) {

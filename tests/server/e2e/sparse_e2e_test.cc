@@ -1,6 +1,6 @@
 // End to end, the sparse KV cache as the API shows it: the per-request mode and budget, kv_stats
 // on the final response, the errors for impossible requests, the page and slot accounting after
-// cancellations (DESIGN.md §4 invariant 3) and the prefetch metrics.
+// cancellations (docs/ARCHITECTURE.md §4 invariant 3) and the prefetch metrics.
 #include <algorithm>
 #include <atomic>
 #include <map>
@@ -93,7 +93,7 @@ TEST(SparseE2eTest, SparseRequestsReportKvStatsAndDenseOnesSayDense) {
   EXPECT_EQ(dense.tokens, Offline(prompt, 16).tokens);
 }
 
-// DESIGN.md §4 invariant 1, seen from the API: a budget covering the whole context is dense
+// docs/ARCHITECTURE.md §4 invariant 1, seen from the API: a budget covering the whole context is dense
 // attention, so greedy output equals the dense engine's.
 TEST(SparseE2eTest, BudgetCoveringTheContextGivesTheDenseOutput) {
   auto server = StartServer(SparseConfig);
@@ -176,7 +176,7 @@ TEST(SparseE2eTest, SparseRequestsLongerThanTheDeviceCacheGetTheDefaultLength) {
       << got.status.error_message();
 }
 
-// DESIGN.md §4 invariant 3 over the API: finishing or cancelling sparse requests returns every
+// docs/ARCHITECTURE.md §4 invariant 3 over the API: finishing or cancelling sparse requests returns every
 // host page, device slot and KV block, as the operator's /metrics shows it.
 TEST(SparseE2eTest, CancellingTenOfAHundredSparseStreamsReturnsEveryPageAndSlot) {
   auto server = StartServer([](ServerConfig& c) {
