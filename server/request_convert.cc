@@ -127,11 +127,8 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
   GenerationRequest& g = out.generation;
   if (has_text) {
     if (request.prompt().empty()) return absl::InvalidArgumentError("prompt is empty");
-    EncodeOptions options;
-    options.add_special_tokens = !request.has_add_special_tokens() || request.add_special_tokens();
-    options.split_special_tokens = request.split_special_tokens();
     absl::StatusOr<std::vector<int32_t>> ids =
-        EncodePrompt(tokenizer, request.prompt(), "prompt", options, limits);
+        EncodePrompt(tokenizer, request.prompt(), "prompt", EncodeOptionsOf(request), limits);
     if (!ids.ok()) return ids.status();
     if (ids->empty()) return absl::InvalidArgumentError("prompt tokenizes to no tokens");
     g.prompt = *std::move(ids);

@@ -41,6 +41,16 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
                                               int32_t default_max_tokens,
                                               const TotalTokenLimits& limits);
 
+// The tokenizing options a request asks for (GenerateRequest and TokenizeRequest name them alike):
+// special tokens added unless add_special_tokens is false; split_special_tokens as given.
+template <typename Request>
+EncodeOptions EncodeOptionsOf(const Request& request) {
+  EncodeOptions options;
+  options.add_special_tokens = !request.has_add_special_tokens() || request.add_special_tokens();
+  options.split_special_tokens = request.split_special_tokens();
+  return options;
+}
+
 // Tokenizes the text of `field` ("prompt", "text") as Generate would: stopping once it is longer
 // than any request can be (max(limits.dense, limits.sparse) tokens) and refusing it by its size
 // alone where the tokenizer makes that certain, either INVALID_ARGUMENT saying so; and without a

@@ -36,11 +36,8 @@ absl::Status Serve(const CallEnv& env, const grpc::ByteBuffer& bytes, grpc::Byte
 
 absl::Status TokenizeText(const Tokenizer& tokenizer, const TotalTokenLimits& limits,
                           const v1::TokenizeRequest& request, v1::TokenizeResponse* response) {
-  EncodeOptions options;
-  options.add_special_tokens = !request.has_add_special_tokens() || request.add_special_tokens();
-  options.split_special_tokens = request.split_special_tokens();
   absl::StatusOr<std::vector<int32_t>> ids =
-      EncodePrompt(tokenizer, request.text(), "text", options, limits);
+      EncodePrompt(tokenizer, request.text(), "text", EncodeOptionsOf(request), limits);
   if (!ids.ok()) return ids.status();
   for (int32_t id : *ids) {
     response->add_token_ids(static_cast<uint32_t>(id));
