@@ -23,6 +23,10 @@ absl::Status CheckAdmission(const CallEnv& env, const google::protobuf::Message&
 
 bool PostTokenization(const CallEnv& env, std::function<void()> task, absl::Status* refusal) {
   if (env.tokenizer_queue->TryPost(std::move(task), env.max_tokenizing)) return true;
+  if (env.tokenizer_queue->closed()) {  // the drain began after this call's admission check
+    *refusal = absl::UnavailableError("the server is shutting down; retry on another replica");
+    return false;
+  }
   *refusal = absl::ResourceExhaustedError(absl::StrFormat(
       "%d long prompts are already waiting to be tokenized "
       "(scheduler.max_tokenizing_requests); retry later",
@@ -86,7 +90,9 @@ void GenerateCall::Submit() {
   absl::StatusOr<EngineRequest> converted =
       ToEngineRequest(request_, env_->engine->generator().tokenizer(), env_->default_max_tokens,
                       env_->max_total_tokens);
-  request_.Clear();  // the engine request holds what is needed; free the prompt text
+  // The engine request holds what is needed; free the prompt text (Clear would keep its memory).
+  // gRPC still holds the request bytes until the call ends.
+  v1::GenerateRequest().Swap(&request_);
   if (!converted.ok()) return Reject(converted.status());
   request_id_ = converted->request_id;
   if (ctx_->deadline() != std::chrono::system_clock::time_point::max()) {
@@ -171,7 +177,10 @@ void GenerateCall::OnCancel() {
     // Not submitted yet (the prompt is being tokenized): Submit sees this and stops.
     if (handle == 0) cancelled_ = true;
   }
-  if (handle == 0) return;
+  if (handle == 0) {
+    env_->gone_before_submit.fetch_add(1);
+    return;
+  }
   env_->engine->Cancel(handle, ClientGoneStatus(*ctx_));
 }
 

@@ -42,6 +42,9 @@ struct CallEnv {
   TotalTokenLimits max_total_tokens;  // prompt + output, for the default output length
   int64_t max_request_bytes = 4 << 20;
   std::atomic<bool> draining{false};
+  // Calls whose client left (or whose deadline passed) before they reached the engine, as gRPC
+  // reported it (OnCancel); tests wait on it.
+  std::atomic<int64_t> gone_before_submit{0};
 };
 
 // Checks every call makes first: UNAVAILABLE while draining, INVALID_ARGUMENT when the request is

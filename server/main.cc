@@ -5,7 +5,6 @@
 // SIGQUIT drains too; SIGHUP reloads the configuration (log level now, the rest at restart);
 // SIGUSR1 and SIGUSR2 log the engine's state.
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -24,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/common/log.h"
 #include "server/config.h"
+#include "server/process_limits.h"
 #include "server/server.h"
 #include "server/status.h"
 #include "tools/common/dashed_flags.h"
@@ -94,15 +94,6 @@ void OnSignal(int sig) {
   errno = saved_errno;
 }
 
-// Idle connections (the metrics port holds up to 1024) and gRPC's own sockets share the process's
-// descriptors; the usual soft limit of 1024 would let the first starve the second.
-void RaiseFileLimit() {
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
-    limit.rlim_cur = limit.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &limit);
-  }
-}
 
 int WaitForSignal() {
   char c = 0;
@@ -177,7 +168,7 @@ int Run(int argc, char** argv) {
   // A handler rather than a blocked mask: threads started before main (OpenBLAS starts its
   // workers from a library constructor) would otherwise take SIGTERM with the default action.
   // The handler only writes the signal number to a pipe; a signal during startup waits there.
-  RaiseFileLimit();
+  RaiseOpenFileLimit();
   if (pipe2(signal_pipe, O_CLOEXEC) != 0 || fcntl(signal_pipe[1], F_SETFL, O_NONBLOCK) != 0) {
     return Fail(absl::InternalError("cannot create the signal pipe"));
   }

@@ -85,18 +85,11 @@ absl::StatusOr<std::vector<int32_t>> EncodePrompt(const Tokenizer& tokenizer,
     // Certain without tokenizing: no token of this tokenizer stands for more than `bound` bytes.
     return too_long(absl::StrFormat("its %d bytes encode to", text.size()));
   }
-  // One more than `most` for the BOS that may be dropped below.
-  options.max_tokens = most > 0 ? most + 1 : std::numeric_limits<int64_t>::max();
+  options.max_tokens = most > 0 ? most : std::numeric_limits<int64_t>::max();
   absl::StatusOr<std::vector<int32_t>> ids =
       tokenizer.Encode(std::string_view(text.data(), text.size()), options);
   if (ids.status().code() == absl::StatusCode::kOutOfRange) return too_long("it encodes to");
   if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ": ", ids.status().message()));
-  const std::optional<int32_t> bos = tokenizer.bos_token_id();
-  if (options.add_special_tokens && bos.has_value() && ids->size() >= 2 && (*ids)[0] == *bos &&
-      (*ids)[1] == *bos) {
-    ids->erase(ids->begin());  // the text began with BOS; the tokenizer added one more
-  }
-  if (most > 0 && static_cast<int64_t>(ids->size()) > most) return too_long("it encodes to");
   return ids;
 }
 

@@ -48,14 +48,14 @@ EncodeOptions EncodeOptionsOf(const Request& request) {
   EncodeOptions options;
   options.add_special_tokens = !request.has_add_special_tokens() || request.add_special_tokens();
   options.split_special_tokens = request.split_special_tokens();
+  options.single_bos = true;  // docs/SERVING.md: never two BOS tokens
   return options;
 }
 
 // Tokenizes the text of `field` ("prompt", "text") as Generate would: stopping once it is longer
 // than any request can be (max(limits.dense, limits.sparse) tokens) and refusing it by its size
-// alone where the tokenizer makes that certain, either INVALID_ARGUMENT saying so; and without a
-// second BOS when the text itself starts with the BOS token (as llama.cpp does; transformers
-// and vLLM would keep both). `options.max_tokens` is ignored.
+// alone where the tokenizer makes that certain, either INVALID_ARGUMENT saying so.
+// `options.max_tokens` is ignored.
 absl::StatusOr<std::vector<int32_t>> EncodePrompt(const Tokenizer& tokenizer,
                                                   absl::string_view text, absl::string_view field,
                                                   EncodeOptions options,

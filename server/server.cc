@@ -199,9 +199,11 @@ int Server::Shutdown(absl::Duration grace) {
   const absl::Time deadline = absl::Now() + grace;
   env_.draining.store(true);
   grpc_server_->GetHealthCheckService()->SetServingStatus(false);
-  const size_t tokenizing = tokenizer_queue_->outstanding();
   // Calls accepted before the drain whose prompts are still being tokenized reach the engine
-  // before it stops accepting; new calls are refused by the draining flag meanwhile.
+  // before it stops accepting; new calls are refused by the draining flag meanwhile, and one that
+  // passed that check just before it is refused by the closed queue.
+  tokenizer_queue_->Close();
+  const size_t tokenizing = tokenizer_queue_->outstanding();
   tokenizer_queue_->WaitIdle(deadline);
   engine_->StopAccepting();
   const EngineLoad load = engine_->load();

@@ -39,6 +39,8 @@ class Server {
   // Text prompts longer than this go to the tokenizer queue (default kInlineTokenizeBytes); call
   // before the first request.
   void SetInlineTokenizeBytesForTesting(size_t bytes) { env_.inline_tokenize_bytes = bytes; }
+  // Generate calls gRPC reported gone (cancelled, deadline) before they reached the engine.
+  int64_t calls_gone_before_submit() const { return env_.gone_before_submit.load(); }
 
   // Health goes NOT_SERVING and new calls get UNAVAILABLE at once; in-flight requests get up to
   // `grace` to finish, then end with UNAVAILABLE; then the gRPC server stops. Idempotent;

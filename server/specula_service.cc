@@ -77,20 +77,34 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* SpeculaService::Generate(
 grpc::ServerUnaryReactor* SpeculaService::Tokenize(grpc::CallbackServerContext* ctx,
                                                    const grpc::ByteBuffer* request,
                                                    grpc::ByteBuffer* response) {
-  const Tokenizer* tokenizer = &env_->engine->generator().tokenizer();
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  auto run = [this, reactor, request, response, tokenizer] {
-    return Answer("Tokenize", reactor,
-                  Serve<v1::TokenizeRequest, v1::TokenizeResponse>(
-                      *env_, *request, response,
-                      [&](const v1::TokenizeRequest& r, v1::TokenizeResponse* out) {
-                        return TokenizeText(*tokenizer, env_->max_total_tokens, r, out);
-                      }));
+  // Parsed and admitted here, so a refused call takes no place in the tokenizer queue.
+  auto parsed = std::make_shared<v1::TokenizeRequest>();
+  if (absl::Status s = ParseRequest(*request, parsed.get()); !s.ok()) {
+    return Answer("Tokenize", reactor, s);
+  }
+  if (absl::Status s = CheckAdmission(*env_, *parsed); !s.ok()) {
+    return Answer("Tokenize", reactor, s);
+  }
+  const Tokenizer* tokenizer = &env_->engine->generator().tokenizer();
+  auto run = [this, ctx, reactor, parsed, response, tokenizer](bool queued) {
+    // A client that left while the text waited in the queue costs no tokenizing.
+    if (queued && (ctx->IsCancelled() || ctx->deadline() <= std::chrono::system_clock::now())) {
+      return Answer("Tokenize", reactor, ClientGoneStatus(*ctx));
+    }
+    v1::TokenizeResponse out;
+    absl::Status s = TokenizeText(*tokenizer, env_->max_total_tokens, *parsed, &out);
+    if (s.ok()) s = SerializeResponse(out, response);
+    return Answer("Tokenize", reactor, s);
   };
-  // Long texts leave gRPC's thread (the request and response live until Finish).
-  if (env_->tokenizer_queue == nullptr || request->Length() <= env_->inline_tokenize_bytes) return run();
+  // Long texts leave gRPC's thread (the response buffer lives until Finish).
+  if (env_->tokenizer_queue == nullptr || request->Length() <= env_->inline_tokenize_bytes) {
+    return run(/*queued=*/false);
+  }
   absl::Status refusal;
-  if (!PostTokenization(*env_, run, &refusal)) return Answer("Tokenize", reactor, refusal);
+  if (!PostTokenization(*env_, [run] { run(/*queued=*/true); }, &refusal)) {
+    return Answer("Tokenize", reactor, refusal);
+  }
   return reactor;
 }
 

@@ -21,11 +21,21 @@ WorkQueue::~WorkQueue() {
 bool WorkQueue::TryPost(std::function<void()> task, size_t max_outstanding) {
   {
     std::lock_guard lock(mu_);
-    if (tasks_.size() + running_ >= max_outstanding) return false;
+    if (closed_ || tasks_.size() + running_ >= max_outstanding) return false;
     tasks_.push_back(std::move(task));
   }
   ready_.notify_one();
   return true;
+}
+
+void WorkQueue::Close() {
+  std::lock_guard lock(mu_);
+  closed_ = true;
+}
+
+bool WorkQueue::closed() const {
+  std::lock_guard lock(mu_);
+  return closed_;
 }
 
 size_t WorkQueue::outstanding() const {
@@ -57,6 +67,7 @@ void WorkQueue::WorkerLoop() {
     ++running_;
     lock.unlock();
     task();
+    task = nullptr;  // what it captured (a call, its prompt) is released outside the lock
     lock.lock();
     --running_;
     if (tasks_.empty() && running_ == 0) idle_.notify_all();

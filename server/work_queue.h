@@ -22,9 +22,13 @@ class WorkQueue {
   WorkQueue(const WorkQueue&) = delete;
   WorkQueue& operator=(const WorkQueue&) = delete;
 
-  // Queues `task` unless `max_outstanding` tasks are already queued or running; false then. Any
-  // thread; returns at once. Tasks run in posting order, up to `threads` at a time.
+  // Queues `task` unless `max_outstanding` tasks are already queued or running, or the queue is
+  // closed; false then. Any thread; returns at once. Tasks run in posting order, up to `threads`
+  // at a time.
   bool TryPost(std::function<void()> task, size_t max_outstanding);
+  // Refuses every later TryPost; what is queued still runs.
+  void Close();
+  bool closed() const;
 
   // Tasks queued or running.
   size_t outstanding() const;
@@ -43,6 +47,7 @@ class WorkQueue {
   std::deque<std::function<void()>> tasks_;
   size_t running_ = 0;
   bool paused_ = false;
+  bool closed_ = false;
   bool stopping_ = false;
   std::vector<std::thread> workers_;
 };

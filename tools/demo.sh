@@ -3,19 +3,24 @@
 # Llama-3-style model the project generates itself; its text is gibberish by design) and shows it
 # answering over gRPC: model info, health, a streamed generation, and a few Prometheus metrics.
 # Then it stops the server with SIGTERM (a graceful drain). `tools/demo.sh --keep` leaves the
-# server running in the foreground instead (Ctrl-C to stop).
+# server running in the foreground instead (Ctrl-C to stop). SPECULA_DEMO_BUILD_DIR=DIR uses the
+# binaries already built there and skips installing and building (the demo's own test does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 keep=false
 [[ ${1:-} == --keep ]] && keep=true
-tools/install-deps.sh
-preset=${SPECULA_PRESET:-default}
-cmake --preset "$preset" >/dev/null
-# The server, the CLI and the Python client package (build/python), which the README uses next.
-cmake --build --preset "$preset" -j "$(nproc)" --target specula-server specula-cli \
-    specula_python_client
-build_dir=build
-[[ $preset == cpu ]] && build_dir=build-cpu
+if [[ -n ${SPECULA_DEMO_BUILD_DIR:-} ]]; then
+  build_dir=$SPECULA_DEMO_BUILD_DIR
+else
+  tools/install-deps.sh
+  preset=${SPECULA_PRESET:-default}
+  cmake --preset "$preset" >/dev/null
+  # The server, the CLI and the Python client package (build/python, for PYTHONPATH use).
+  cmake --build --preset "$preset" -j "$(nproc)" --target specula-server specula-cli \
+      specula_python_client
+  build_dir=build
+  if [[ $preset != default ]]; then build_dir=build-$preset; fi
+fi
 listen=${SPECULA_LISTEN:-127.0.0.1:50051}
 metrics=${SPECULA_METRICS_LISTEN:-127.0.0.1:9400}
 ready=$(mktemp -u /tmp/specula-ready.XXXXXX)

@@ -11,7 +11,8 @@ packages=(
   libabsl-dev libyaml-cpp-dev prometheus-cpp-dev libmicrohttpd-dev
   libgtest-dev libgmock-dev
   libopenblas-dev libopenblas0-pthread libpcre2-dev libicu-dev nlohmann-json3-dev
-  prometheus  # promtool lints /metrics in the tests
+  prometheus  # for promtool, which lints /metrics in the tests (on a systemd host the package
+              # also enables a Prometheus service on :9090; CI containers do not start it)
   python3 python3-numpy python3-grpcio python3-protobuf
   python3-venv python3-pip python3-setuptools python3-wheel
   curl ca-certificates

@@ -304,16 +304,21 @@ absl::StatusOr<std::vector<TokenId>> HfTokenizer::Encode(std::string_view text,
       RETURN_IF_ERROR(EncodeSegment(seg.text, seg.at_start, &cache, max_tokens, &ids));
     }
   }
+  // With single_bos, a text that already starts with the BOS token gets no second one.
+  const bool starts_with_bos =
+      options.single_bos && bos_id_.has_value() && !ids.empty() && ids.front() == *bos_id_;
   std::vector<TokenId> out;
   if (!options.add_special_tokens) {
     out = std::move(ids);
   } else if (add_bos_ || add_eos_) {
     out.reserve(ids.size() + 2);
-    if (add_bos_.value_or(false) && bos_id_) out.push_back(*bos_id_);
+    if (add_bos_.value_or(false) && bos_id_ && !starts_with_bos) out.push_back(*bos_id_);
     out.insert(out.end(), ids.begin(), ids.end());
     if (add_eos_.value_or(false) && eos_id_) out.push_back(*eos_id_);
   } else {
+    const bool adds_bos = bos_id_.has_value() && post_processor_->leading_special() == bos_id_;
     out = post_processor_->Apply(std::move(ids));
+    if (adds_bos && starts_with_bos) out.erase(out.begin());
   }
   if (static_cast<int64_t>(out.size()) > max_tokens) return TooManyTokens(max_tokens);
   return out;

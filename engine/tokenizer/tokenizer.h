@@ -27,6 +27,10 @@ struct EncodeOptions {
   // users or tools, which must not be able to inject control tokens. Non-special added tokens
   // are still matched.
   bool split_special_tokens = false;
+  // With add_special_tokens: add no BOS to a text whose first token already is the BOS.
+  // transformers adds it anyway (two BOS tokens, which is never what a prompt means); the server
+  // and the CLI set this, the default keeps Hugging Face's behaviour.
+  bool single_bos = false;
   // Encoding stops as soon as the ids number more than this: OUT_OF_RANGE, so an input far
   // past a context costs little more than the context may hold.
   int64_t max_tokens = std::numeric_limits<int64_t>::max();

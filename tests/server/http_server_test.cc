@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/process_limits.h"
 #include "tests/server/prometheus_scrape.h"
 
 namespace specula {
@@ -23,7 +24,6 @@ using ::specula::testing::ConnectLoopback;
 using ::specula::testing::HttpExchange;
 using ::specula::testing::HttpGet;
 using ::specula::testing::HttpStatus;
-using ::specula::testing::RaiseFileLimit;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -133,7 +133,7 @@ TEST(HttpServerTest, Ipv6AnyAlsoTakesIpv4) {
 }
 
 TEST(HttpServerTest, IdleAndDrippingConnectionsDoNotBlockOthers) {
-  RaiseFileLimit();  // 600 connections, both ends in this process
+  RaiseOpenFileLimit();  // 600 connections, both ends in this process
   auto server = StartTestServer();
   ASSERT_NE(server, nullptr);
   const int port = server->port();

@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -66,14 +65,6 @@ std::string HttpRequestText(absl::string_view method, absl::string_view path,
   return absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: t\r\nConnection: close\r\n",
                       body.empty() ? "" : absl::StrCat("Content-Length: ", body.size(), "\r\n"),
                       "\r\n", body);
-}
-
-void RaiseFileLimit() {
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) == 0) {
-    limit.rlim_cur = limit.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &limit);
-  }
 }
 
 int HttpStatus(const std::string& response) {

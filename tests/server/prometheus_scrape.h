@@ -30,10 +30,6 @@ int HttpStatus(const std::string& response);
 std::string HttpRequestText(absl::string_view method, absl::string_view path,
                             absl::string_view body = "");
 
-// Raises this process's soft limit of open files to the hard limit (tests holding hundreds of
-// connections, in the same process as the server).
-void RaiseFileLimit();
-
 struct Exposition {
   std::map<std::string, std::string> types;  // family name -> counter|gauge|histogram|...
   std::set<std::string> helps;

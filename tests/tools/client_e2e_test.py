@@ -256,6 +256,19 @@ class ClientE2ETest(unittest.TestCase):
         self.assertEqual(self.cli_ok("health", "--service=specula.v1.Specula"), "SERVING\n")
         r = self.cli("health", "--service=no.such.Service")
         self.assertNotEqual(r.returncode, 0)
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.client.health("no.such.Service")
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.NOT_FOUND)
+
+    def test_health_wire_format(self):
+        from specula_client import _health
+        self.assertEqual(_health.encode_request(""), b"")
+        self.assertEqual(_health.encode_request("a.B"), b"\x0a\x03a.B")
+        self.assertEqual(_health.decode_response(b""), "UNKNOWN")
+        self.assertEqual(_health.decode_response(b"\x08\x02"), "NOT_SERVING")
+        # Unknown fields of every wire type are skipped.
+        self.assertEqual(_health.decode_response(b"\x12\x02ab\x19" + b"\0" * 8 + b"\x25" +
+                                                 b"\0" * 4 + b"\x08\x01"), "SERVING")
 
     def test_reflection_lists_the_services(self):
         # grpcio-reflection is not packaged in Debian, and the request is tiny to write by hand:

@@ -94,6 +94,28 @@ class ReadmeE2ETest(unittest.TestCase):
         self.assertGreater(int(completion_tokens), 0)
         self.assertEqual(sparse, "False")
 
+    def test_coexists_with_the_official_health_stubs(self):
+        # grpcio-health-checking's stubs register grpc_health/v1/health.proto; generate the same
+        # module here (the wheel is not in Debian) and use both in one process.
+        out = os.path.join(self.tmp, "official")
+        health_root = os.path.join(self.tmp, "health_root")
+        os.makedirs(os.path.join(health_root, "grpc_health", "v1"))
+        os.makedirs(out)
+        shutil.copyfile(os.path.join(_REPO, "proto", "grpc", "health", "v1", "health.proto"),
+                        os.path.join(health_root, "grpc_health", "v1", "health.proto"))
+        subprocess.run(["protoc", "-I" + health_root, "--python_out=" + out,
+                        "--grpc_python_out=" + out,
+                        "--plugin=protoc-gen-grpc_python=" + shutil.which("grpc_python_plugin"),
+                        "grpc_health/v1/health.proto"], cwd=health_root, check=True)
+        code = ("import sys; sys.path.insert(0, %r)\n"
+                "from grpc_health.v1 import health_pb2\n"
+                "from specula_client import SpeculaClient\n"
+                "print(SpeculaClient(%r).health(), health_pb2.HealthCheckRequest.DESCRIPTOR.name)"
+                % (out, self.address))
+        r = self.run_python(code, self.holder)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), "SERVING HealthCheckRequest")
+
     def test_example_script(self):
         r = self.run_python([os.path.join(_REPO, "tools", "python", "examples", "generate.py"),
                              "--server", self.address, "--prompt", "Hello",

@@ -64,8 +64,10 @@ int GenerateOffline() {
     if (!ids.ok()) return Fail(ids.status());
     req.prompt = std::move(*ids);
   } else {
-    auto ids = (*gen)->tokenizer().Encode(absl::GetFlag(FLAGS_prompt),
-                                          absl::GetFlag(FLAGS_add_special_tokens));
+    EncodeOptions options;  // as the server tokenizes a prompt
+    options.add_special_tokens = absl::GetFlag(FLAGS_add_special_tokens);
+    options.single_bos = true;
+    auto ids = (*gen)->tokenizer().Encode(absl::GetFlag(FLAGS_prompt), options);
     if (!ids.ok()) return Fail(ids.status());
     req.prompt = std::move(*ids);
   }

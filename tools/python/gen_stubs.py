@@ -1,11 +1,11 @@
-"""Generates the Python messages and gRPC stubs of specula's API and of the gRPC health protocol
-as the subpackage `specula_client._stubs`.
+"""Generates the Python messages and gRPC stubs of specula's API as the subpackage
+`specula_client._stubs`.
 
-The .proto files are compiled from a copy placed at specula_client/_stubs/, so protoc names the
-modules (and their imports) after our own package: nothing named `specula` or `grpc` is created
-at the top level, where a folder named `specula` (a clone of this repository) or grpcio's own
-`grpc` package would shadow it. The proto packages, and so the wire names
-(/specula.v1.Specula/Generate, /grpc.health.v1.Health/Check), are unchanged.
+The .proto file is compiled from a copy placed at specula_client/_stubs/, so protoc names the
+modules (and their imports) after our own package: nothing named `specula` is created at the top
+level, where a folder named `specula` (a clone of this repository) would shadow it. The proto
+package, and so the wire names (/specula.v1.Specula/Generate), are unchanged. (The health check
+needs no stubs: specula_client/_health.py.)
 
 Used by setup.py (pip install) and by the CMake build (target specula_python_client):
 
@@ -27,7 +27,6 @@ DEFAULT_PROTO_DIR = os.path.join(os.path.dirname(os.path.dirname(HERE)), "proto"
 PACKAGE = os.path.join("specula_client", "_stubs")
 PROTOS = {  # file in the proto tree -> name inside the stubs package
     os.path.join("specula", "v1", "specula.proto"): "specula.proto",
-    os.path.join("grpc", "health", "v1", "health.proto"): "health.proto",
 }
 
 

@@ -250,6 +250,14 @@ TEST(RealTokenizerMetadata, Qwen3AndLlama2) {
   EXPECT_EQ(t.TokenBytes(*t.TokenToId("\xE2\x96\x81"
                                       "Hello")),
             " Hello");
+  // With single_bos, a text starting with <s> gets no second one from add_bos_token.
+  EncodeOptions single;
+  single.single_bos = true;
+  auto with_bos = t.Encode("<s>Hello world", single);
+  ASSERT_TRUE(with_bos.ok());
+  ASSERT_GE(with_bos->size(), 2u);
+  EXPECT_EQ((*with_bos)[0], 1);
+  EXPECT_NE((*with_bos)[1], 1);
   // The decoder strips the first leading space, also when it is streamed.
   auto ids = t.Encode("Hello world", true);
   ASSERT_TRUE(ids.ok());

@@ -320,6 +320,26 @@ TEST(TinyByteLevel, EncodingStopsPastMaxTokens) {
   EXPECT_EQ((*tok)->Encode(long_text, limited).status().code(), absl::StatusCode::kOutOfRange);
 }
 
+TEST(TinyByteLevel, NoSecondBosForATextThatStartsWithIt) {
+  auto tok = Tokenizer::FromJson(TinyByteLevel().dump(), "");
+  ASSERT_TRUE(tok.ok());
+  const TokenId bos = *(*tok)->bos_token_id();
+  EncodeOptions single;
+  single.single_bos = true;
+  auto plain = (*tok)->Encode("hello", single);
+  ASSERT_TRUE(plain.ok());
+  ASSERT_EQ(plain->front(), bos);  // the post-processor adds it
+  EXPECT_EQ(*(*tok)->Encode("<|begin_of_text|>hello", single), *plain);
+  // By default Hugging Face's behaviour: a second BOS.
+  EXPECT_EQ((*tok)->Encode("<|begin_of_text|>hello", true)->size(), plain->size() + 1);
+  // Two in the text stay two (only the added one is dropped); none is added without special
+  // tokens.
+  auto two = (*tok)->Encode("<|begin_of_text|><|begin_of_text|>hello", single);
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(two->size(), plain->size() + 1);
+  EXPECT_EQ(*(*tok)->Encode("<|begin_of_text|>hello", false), *plain);
+}
+
 TEST(TinyByteLevel, SplitSpecialTokensKeepsControlTokenTextAsText) {
   auto tok = Tokenizer::FromJson(TinyByteLevel().dump(), "");
   ASSERT_TRUE(tok.ok());

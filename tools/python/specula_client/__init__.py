@@ -19,7 +19,7 @@ grpc.StatusCode.INVALID_ARGUMENT (a bad parameter; .details() names it), RESOURC
 
 Install it from a checkout (the gRPC stubs are generated from proto/ during the install):
 
-    python3 -m venv --system-site-packages .venv
+    /usr/bin/python3 -m venv --system-site-packages .venv
     .venv/bin/pip install --no-index --no-build-isolation ./tools/python
 """
 
@@ -28,7 +28,8 @@ from typing import Iterator, List, Optional, Sequence
 
 import grpc
 
-from specula_client._stubs import health_pb2, health_pb2_grpc, specula_pb2, specula_pb2_grpc
+from specula_client import _health
+from specula_client._stubs import specula_pb2, specula_pb2_grpc
 
 # "Not given": use the client's default deadline (None means no deadline).
 _DEFAULT = object()
@@ -147,7 +148,7 @@ class SpeculaClient:
         self.timeout = timeout
         self._channel = channel if channel is not None else grpc.insecure_channel(address)
         self._stub = specula_pb2_grpc.SpeculaStub(self._channel)
-        self._health = health_pb2_grpc.HealthStub(self._channel)
+        self._health_check = _health.check_callable(self._channel)
 
     def close(self) -> None:
         self._channel.close()
@@ -270,9 +271,7 @@ class SpeculaClient:
     def health(self, service: str = SERVER_HEALTH, *, timeout=_DEFAULT) -> str:
         """"SERVING", "NOT_SERVING" (e.g. draining) or "UNKNOWN"; raises grpc.RpcError with
         NOT_FOUND for a service the server does not know."""
-        resp = self._health.Check(health_pb2.HealthCheckRequest(service=service),
-                                  timeout=self._timeout(timeout))
-        return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+        return self._health_check(service, timeout=self._timeout(timeout))
 
     def wait_until_serving(self, timeout: float = 30.0) -> None:
         """Blocks until the channel connects (e.g. right after starting the server)."""

@@ -1,0 +1,24 @@
+#include "server/process_limits.h"
+
+#include <sys/resource.h>
+
+#include <fstream>
+
+namespace specula {
+
+void RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  rlim_t target = limit.rlim_max;
+  if (target == RLIM_INFINITY) {
+    // setrlimit refuses more than the kernel's per-process maximum.
+    std::ifstream nr_open("/proc/sys/fs/nr_open");
+    unsigned long long kernel_max = 0;
+    target = (nr_open >> kernel_max) && kernel_max > 0 ? static_cast<rlim_t>(kernel_max) : 65536;
+  }
+  if (limit.rlim_cur >= target) return;
+  limit.rlim_cur = target;
+  setrlimit(RLIMIT_NOFILE, &limit);
+}
+
+}  // namespace specula

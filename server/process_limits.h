@@ -1,0 +1,12 @@
+// Process-wide resource limits the daemon adjusts at startup.
+#pragma once
+
+namespace specula {
+
+// Raises the soft limit of open files to the hard limit (capped by the kernel's
+// /proc/sys/fs/nr_open when the hard limit is unlimited): idle HTTP connections (up to 1024 on
+// the metrics port) and gRPC's sockets share the process's descriptors, and the usual soft limit
+// of 1024 would let the first starve the second. Best effort: failures leave the limit as it was.
+void RaiseOpenFileLimit();
+
+}  // namespace specula
