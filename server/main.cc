@@ -149,6 +149,40 @@ void LogState(Server& server) {
 
 bool IsStopSignal(int sig) { return sig == SIGTERM || sig == SIGINT || sig == SIGQUIT; }
 
+// A handler rather than a blocked mask: threads started before main (OpenBLAS starts its workers
+// from a library constructor) would otherwise take SIGTERM with the default action. The handler
+// only writes the signal number to a pipe; a signal during startup waits there. TERM, INT and
+// QUIT drain; HUP reloads; USR1 and USR2 log the state: none may end the process with its
+// default action and drop the streams in flight.
+absl::Status InstallSignalHandlers() {
+  if (pipe2(signal_pipe, O_CLOEXEC) != 0 || fcntl(signal_pipe[1], F_SETFL, O_NONBLOCK) != 0) {
+    return absl::InternalError("cannot create the signal pipe");
+  }
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  for (int sig : {SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2}) {
+    sigaction(sig, &action, nullptr);
+  }
+  signal(SIGPIPE, SIG_IGN);  // a write to a closed socket is an error to handle, not an exit
+  return absl::OkStatus();
+}
+
+// Answers HUP, USR1 and USR2 until a stop signal arrives.
+void ServeUntilStopSignal(Server& server, ServerConfig running) {
+  int sig = 0;
+  while (!IsStopSignal(sig = WaitForSignal())) {
+    Log(LogLevel::kInfo, "signal", {{"signal", SignalName(sig)}});
+    if (sig == SIGHUP) {
+      Reload(&running);
+    } else {
+      LogState(server);
+    }
+  }
+  Log(LogLevel::kInfo, "signal", {{"signal", SignalName(sig)}, {"action", "drain"}});
+}
+
 int Fail(const absl::Status& s) {
   Log(LogLevel::kError, "startup_failed",
       {{"status", StatusCodeName(s.code())}, {"error", s.message()}});
@@ -165,24 +199,8 @@ int Run(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError(absl::StrCat("unexpected argument: ", rest[1])));
   }
 
-  // A handler rather than a blocked mask: threads started before main (OpenBLAS starts its
-  // workers from a library constructor) would otherwise take SIGTERM with the default action.
-  // The handler only writes the signal number to a pipe; a signal during startup waits there.
   RaiseOpenFileLimit();
-  if (pipe2(signal_pipe, O_CLOEXEC) != 0 || fcntl(signal_pipe[1], F_SETFL, O_NONBLOCK) != 0) {
-    return Fail(absl::InternalError("cannot create the signal pipe"));
-  }
-  // TERM, INT and QUIT drain; HUP reloads; USR1 and USR2 log the state. None of them may end
-  // the process with its default action and drop the streams in flight.
-  struct sigaction action {};
-  action.sa_handler = OnSignal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  for (int sig : {SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2}) {
-    sigaction(sig, &action, nullptr);
-  }
-  signal(SIGPIPE, SIG_IGN);  // a write to a closed socket is an error to handle, not an exit
-
+  if (absl::Status s = InstallSignalHandlers(); !s.ok()) return Fail(s);
   absl::StatusOr<ServerConfig> config = ResolveConfig();
   if (!config.ok()) return Fail(config.status());
   SetLogLevel(*ParseLogLevel(config->server.log_level));  // validated by ValidateConfig
@@ -196,17 +214,7 @@ int Run(int argc, char** argv) {
     }
   }
 
-  ServerConfig running = *config;
-  int sig = 0;
-  while (!IsStopSignal(sig = WaitForSignal())) {
-    Log(LogLevel::kInfo, "signal", {{"signal", SignalName(sig)}});
-    if (sig == SIGHUP) {
-      Reload(&running);
-    } else {
-      LogState(**server);
-    }
-  }
-  Log(LogLevel::kInfo, "signal", {{"signal", SignalName(sig)}, {"action", "drain"}});
+  ServeUntilStopSignal(**server, *config);
   // A second stop signal while draining means "now". No Log here: its lock may be held by a
   // writer stuck on a blocked stderr, which is one reason an operator sends the second signal.
   std::thread impatient([] {

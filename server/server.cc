@@ -132,34 +132,43 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
   engine_options.max_waiting = config.scheduler.max_waiting_requests;
   s->engine_ = std::make_unique<Engine>(*std::move(generator), engine_options, s->observers_.get());
 
+  s->InitCallEnv(config, model_info);
+  s->service_ = std::make_unique<SpeculaService>(&s->env_, model_info);
+  if (absl::Status st = s->StartGrpc(config); !st.ok()) return st;
+  Log(LogLevel::kInfo, "server_listening",
+      {{"grpc", s->address_}, {"metrics", s->metrics_address_}});
+  return s;
+}
+
+void Server::InitCallEnv(const ServerConfig& config, const v1::ModelInfo& model_info) {
   // A quarter of the cores: long prompts are rare and the engine wants the rest.
-  s->tokenizer_queue_ = std::make_unique<WorkQueue>(
+  tokenizer_queue_ = std::make_unique<WorkQueue>(
       std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 8));
-  s->env_.tokenizer_queue = s->tokenizer_queue_.get();
-  s->env_.max_tokenizing = static_cast<size_t>(config.scheduler.max_tokenizing_requests);
-  s->env_.engine = s->engine_.get();
-  s->env_.metrics = s->metrics_.get();
-  s->env_.sender = s->sender_.get();
-  s->env_.default_max_tokens = config.scheduler.default_max_tokens;
-  s->env_.max_total_tokens.dense =
+  env_.tokenizer_queue = tokenizer_queue_.get();
+  env_.max_tokenizing = static_cast<size_t>(config.scheduler.max_tokenizing_requests);
+  env_.engine = engine_.get();
+  env_.metrics = metrics_.get();
+  env_.sender = sender_.get();
+  env_.default_max_tokens = config.scheduler.default_max_tokens;
+  env_.max_request_bytes = config.server.max_receive_message_bytes;
+  env_.max_total_tokens.dense =
       std::min<int64_t>(model_info.max_context_tokens(), model_info.limits().kv_cache_tokens());
-  const Generator& g = s->engine_->generator();
+  const Generator& g = engine_->generator();
   if (g.host_pages_capacity() > 0) {
     // host_pages_capacity counts one page per layer and KV head; a request needs one of each.
     const ModelConfig& m = g.model_config();
     const int64_t host_tokens = g.host_pages_capacity() /
                                 (int64_t{m.num_hidden_layers} * m.num_key_value_heads) *
                                 g.kv_pool().page_size();
-    s->env_.max_total_tokens.sparse =
-        std::min<int64_t>(model_info.max_context_tokens(), host_tokens);
+    env_.max_total_tokens.sparse = std::min<int64_t>(model_info.max_context_tokens(), host_tokens);
     // UsesSparse reads only what never changes after loading, so gRPC threads may call it.
-    s->env_.max_total_tokens.uses_sparse = [&g](const GenerationRequest& r) {
+    env_.max_total_tokens.uses_sparse = [&g](const GenerationRequest& r) {
       return g.UsesSparse(r);
     };
   }
-  s->env_.max_request_bytes = config.server.max_receive_message_bytes;
-  s->service_ = std::make_unique<SpeculaService>(&s->env_, model_info);
+}
 
+absl::Status Server::StartGrpc(const ServerConfig& config) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -175,21 +184,19 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
   // max_tokens for nobody): ping idle connections every 60 s, give up after 20 s.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60 * 1000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
-  builder.RegisterService(s->service_.get());
-  s->grpc_server_ = builder.BuildAndStart();
-  if (s->grpc_server_ == nullptr || port == 0) {
-    s->engine_->Shutdown(absl::UnavailableError("startup failed"));
+  builder.RegisterService(service_.get());
+  grpc_server_ = builder.BuildAndStart();
+  if (grpc_server_ == nullptr || port == 0) {
+    engine_->Shutdown(absl::UnavailableError("startup failed"));
     return absl::UnavailableError(absl::StrFormat(
         "server.listen: cannot listen on %s (address in use or not local?)", config.server.listen));
   }
   std::string host;
   if (absl::Status st = ParseHostPort(config.server.listen, &host); !st.ok()) return st;
-  s->address_ = JoinHostPort(host, port);
-  s->grpc_server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
-  s->grpc_server_->GetHealthCheckService()->SetServingStatus("", true);
-  Log(LogLevel::kInfo, "server_listening",
-      {{"grpc", s->address_}, {"metrics", s->metrics_address_}});
-  return s;
+  address_ = JoinHostPort(host, port);
+  grpc_server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
+  grpc_server_->GetHealthCheckService()->SetServingStatus("", true);
+  return absl::OkStatus();
 }
 
 int Server::Shutdown(absl::Duration grace) {

@@ -48,6 +48,11 @@ class Server {
   int Shutdown(absl::Duration grace);
 
  private:
+  // The environment every call shares (engine, limits, queues); after the engine exists.
+  void InitCallEnv(const ServerConfig& config, const v1::ModelInfo& model_info);
+  // Builds and starts the gRPC server with service_; UNAVAILABLE naming server.listen.
+  absl::Status StartGrpc(const ServerConfig& config);
+
   Server() = default;
 
   ServerConfig config_;
