@@ -18,13 +18,9 @@ namespace {
 
 constexpr char kServiceName[] = "specula.v1.Specula";
 
-absl::StatusOr<GeneratorOptions> ToGeneratorOptions(const ServerConfig& c) {
-  if (c.model.device == "cuda") {
-    // Honest until the CUDA backend lands: better a clear startup error than a silent CPU run.
-    return absl::FailedPreconditionError(
-        "model.device: cuda: this build has no CUDA backend yet; use cpu or auto");
-  }
+GeneratorOptions ToGeneratorOptions(const ServerConfig& c) {
   GeneratorOptions o;
+  o.device = c.model.device;
   o.page_size = c.kv_cache.page_size;
   o.kv_cache_tokens = c.kv_cache.capacity_tokens;
   o.prefill_chunk_tokens = c.scheduler.prefill_chunk_tokens;
@@ -49,7 +45,7 @@ v1::ModelInfo MakeModelInfo(const ServerConfig& c, const Generator& g) {
   info.set_vocab_size(static_cast<uint32_t>(m.vocab_size));
   info.set_max_context_tokens(static_cast<uint32_t>(m.max_position_embeddings));
   info.set_dtype(std::string(DTypeName(m.torch_dtype)));
-  info.set_device("cpu");
+  info.set_device(g.backend_name());
   std::vector<int32_t> eos(g.eos_ids().begin(), g.eos_ids().end());
   std::sort(eos.begin(), eos.end());
   for (int32_t id : eos) info.add_eos_token_ids(static_cast<uint32_t>(id));
@@ -87,19 +83,19 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
   if (config.model.path.empty()) {
     return absl::InvalidArgumentError("model.path: no model directory given");
   }
-  absl::StatusOr<GeneratorOptions> gen_options = ToGeneratorOptions(config);
-  if (!gen_options.ok()) return gen_options.status();
+  const GeneratorOptions gen_options = ToGeneratorOptions(config);
 
   std::unique_ptr<Server> s(new Server());
   s->config_ = config;
   const absl::Time load_start = absl::Now();
   absl::StatusOr<std::unique_ptr<Generator>> generator =
-      Generator::Create(config.model.path, *gen_options);
+      Generator::Create(config.model.path, gen_options);
   if (!generator.ok()) {
     // Errors an option caused name its config key themselves; the rest are about the model.
     const absl::string_view msg = generator.status().message();
     const bool names_key = absl::StartsWith(msg, "sparse.") || absl::StartsWith(msg, "kv_cache.") ||
-                           absl::StartsWith(msg, "scheduler.");
+                           absl::StartsWith(msg, "scheduler.") ||
+                           absl::StartsWith(msg, "model.device:");
     return absl::Status(generator.status().code(),
                         names_key ? std::string(msg) : absl::StrCat("model.path: ", msg));
   }
@@ -107,7 +103,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
       {{"path", config.model.path},
        {"architecture", ArchitectureName((*generator)->model_config().architecture)},
        {"layers", (*generator)->model_config().num_hidden_layers},
-       {"device", "cpu"},
+       {"device", (*generator)->backend_name()},
        {"kv_cache_tokens", static_cast<int64_t>((*generator)->kv_pool().num_blocks()) *
                                (*generator)->kv_pool().page_size()},
        {"sparse", config.sparse.options.enabled},

@@ -7,7 +7,7 @@
 #include "engine/common/check.h"
 #include "absl/strings/str_format.h"
 #include "engine/common/status_macros.h"
-#include "engine/cpu/cpu_backend.h"
+#include "engine/backend_factory.h"
 
 namespace specula {
 
@@ -24,7 +24,10 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
   }
   std::unique_ptr<Generator> g(new Generator());
   g->options_ = options;
-  g->backend_ = std::make_unique<CpuBackend>(options.threads);
+  BackendOptions backend;
+  backend.device = options.device;
+  backend.threads = options.threads;
+  ASSIGN_OR_RETURN(g->backend_, CreateBackend(backend));
   ASSIGN_OR_RETURN(g->model_, Transformer::Load(model_dir, *g->backend_));
   // The model's vocabulary bounds the tokenizer's ids before anything is sized by them.
   ASSIGN_OR_RETURN(g->tokenizer_,

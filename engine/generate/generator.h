@@ -30,6 +30,7 @@ struct GeneratorOptions {
   int32_t prefill_chunk_tokens = 512;  // most prompt tokens per step (over all sequences)
   int32_t max_running = 64;            // most sequences in one step
   int32_t threads = 0;                 // CPU threads, 0 = all cores
+  std::string device = "cpu";          // model.device: cpu | cuda | auto (CreateBackend)
   SparseOptions sparse;                // sparse KV cache with host backing (docs/ARCHITECTURE.md §4)
 };
 
@@ -49,12 +50,15 @@ struct GenerationResult {
 
 class Generator {
  public:
-  // Loads the model directory (config, weights, tokenizer, generation config) on the CPU backend.
+  // Loads the model directory (config, weights, tokenizer, generation config) on the backend
+  // options.device names (CreateBackend; its errors start with "model.device: ").
   static absl::StatusOr<std::unique_ptr<Generator>> Create(const std::string& model_dir,
                                                            const GeneratorOptions& options);
 
   const ModelConfig& model_config() const { return model_->config(); }
   const Transformer& model() const { return *model_; }
+  // The backend's name ("cpu"), as model.device resolved to.
+  std::string backend_name() const { return backend_->name(); }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const GeneratorOptions& options() const { return options_; }
   const absl::flat_hash_set<int32_t>& eos_ids() const { return eos_ids_; }

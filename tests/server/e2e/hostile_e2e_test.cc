@@ -373,6 +373,12 @@ TEST(HostileE2eTest, StartupErrorsNameTheKeyThatCausedThem) {
   EXPECT_EQ(s.status().code(), absl::StatusCode::kResourceExhausted) << s.status();
   EXPECT_THAT(std::string(s.status().message()), StartsWith("kv_cache.capacity_tokens: "));
   EXPECT_THAT(std::string(s.status().message()), HasSubstr("more than this machine's memory"));
+
+  config.kv_cache.capacity_tokens = 65536;
+  config.model.device = "cuda";  // the backend factory's error, not one about model.path
+  s = Server::Start(config);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.status().message()), StartsWith("model.device: cuda: "));
 }
 
 // A copy of the test model whose `file` (a JSON document) `edit` changes.
