@@ -34,6 +34,10 @@ bool PostTokenization(const CallEnv& env, std::function<void()> task, absl::Stat
   return false;
 }
 
+bool ClientGone(const grpc::CallbackServerContext& ctx) {
+  return ctx.IsCancelled() || ctx.deadline() <= std::chrono::system_clock::now();
+}
+
 absl::Status ClientGoneStatus(const grpc::CallbackServerContext& ctx) {
   return ctx.deadline() <= std::chrono::system_clock::now()
              ? absl::DeadlineExceededError("deadline exceeded")
@@ -78,8 +82,7 @@ void GenerateCall::Begin(const grpc::ByteBuffer& bytes) {
 }
 
 bool GenerateCall::ClientGone() {
-  // The deadline too: gRPC may not have reported it to OnCancel yet.
-  if (ctx_->deadline() <= std::chrono::system_clock::now()) return true;
+  if (specula::ClientGone(*ctx_)) return true;
   std::lock_guard lock(mu_);
   return cancelled_;
 }

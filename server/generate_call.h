@@ -56,6 +56,10 @@ absl::Status CheckAdmission(const CallEnv& env, const google::protobuf::Message&
 // scheduler.max_tokenizing_requests tasks are already queued or running.
 bool PostTokenization(const CallEnv& env, std::function<void()> task, absl::Status* refusal);
 
+// Whether the client gave up on the call: cancelled it, or its deadline passed (checked directly,
+// since gRPC may not have noticed yet). Any thread.
+bool ClientGone(const grpc::CallbackServerContext& ctx);
+
 // How a call the client gave up on ends: DEADLINE_EXCEEDED when its deadline passed, else
 // CANCELLED.
 absl::Status ClientGoneStatus(const grpc::CallbackServerContext& ctx);

@@ -89,7 +89,7 @@ grpc::ServerUnaryReactor* SpeculaService::Tokenize(grpc::CallbackServerContext* 
   const Tokenizer* tokenizer = &env_->engine->generator().tokenizer();
   auto run = [this, ctx, reactor, parsed, response, tokenizer](bool queued) {
     // A client that left while the text waited in the queue costs no tokenizing.
-    if (queued && (ctx->IsCancelled() || ctx->deadline() <= std::chrono::system_clock::now())) {
+    if (queued && ClientGone(*ctx)) {
       return Answer("Tokenize", reactor, ClientGoneStatus(*ctx));
     }
     v1::TokenizeResponse out;

@@ -5,6 +5,8 @@
 #include <queue>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/status_macros.h"
+#include "engine/tokenizer/pipeline.h"
 #include "engine/tokenizer/utf8.h"
 #include "nlohmann/json.hpp"
 
@@ -55,12 +57,7 @@ absl::StatusOr<BpeModel> BpeModel::FromJson(const json& model, const std::string
   for (const auto& [token, id_json] : vocab->items()) {
     if (!id_json.is_number_integer()) return Malformed(file, "vocab id is not an integer");
     const int64_t id = id_json.get<int64_t>();
-    // Checked before anything is sized by the largest id.
-    if (id < 0 || id >= max_vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(file, ": token \"", token, "\" has id ", id,
-                                                     ", outside the vocabulary [0, ",
-                                                     max_vocab_size, ")"));
-    }
+    RETURN_IF_ERROR(CheckVocabularyId(file, "token", token, id, max_vocab_size));
     m.vocab_[token] = static_cast<TokenId>(id);
     max_id = std::max<TokenId>(max_id, static_cast<TokenId>(id));
   }

@@ -2,6 +2,7 @@
 // from its JSON object into a flat list of steps (nested "Sequence"s are flattened).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +20,11 @@ namespace specula::tokenizer_internal {
 // INVALID_ARGUMENT naming the file, the stage and a component type this tokenizer cannot run.
 absl::Status Unsupported(const std::string& file, absl::string_view stage,
                          const std::string& type);
+// OK when `id` is a valid id of a vocabulary of `vocab_size`; else INVALID_ARGUMENT naming the
+// file and the token (`what` "token" or "added token", `content` its text). Checked before
+// anything is sized by the largest id.
+absl::Status CheckVocabularyId(const std::string& file, absl::string_view what,
+                               absl::string_view content, int64_t id, int64_t vocab_size);
 // The "type" string of a component object, or "" when absent.
 std::string TypeOf(const nlohmann::json& config);
 

@@ -122,12 +122,7 @@ absl::Status HfTokenizer::LoadTokenizerJson(std::string_view json_text, const st
       return absl::InvalidArgumentError(
           absl::StrCat(file, ": added token with id ", id, " has no content"));
     }
-    if (id < 0 || id >= max_vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(file, ": added token \"", content,
-                                                     "\" has id ", id,
-                                                     ", outside the vocabulary [0, ",
-                                                     max_vocab_size, ")"));
-    }
+    RETURN_IF_ERROR(CheckVocabularyId(file, "added token", content, id, max_vocab_size));
     AddedToken a{static_cast<TokenId>(id), content,         t.value("special", false),
                  t.value("lstrip", false), t.value("rstrip", false), t.value("single_word", false)};
     size = std::max<int64_t>(size, a.id + 1);
