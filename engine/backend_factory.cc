@@ -13,8 +13,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
     return absl::FailedPreconditionError(
         "model.device: cuda: this build has no CUDA backend yet; use cpu or auto");
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "model.device: unknown device '", options.device, "' (cpu, cuda or auto)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("model.device: unknown device '", options.device, "' (cpu, cuda or auto)"));
 }
 
 }  // namespace specula

@@ -476,8 +476,8 @@ absl::StatusOr<ServerConfig> LoadConfigFile(const std::string& path) {
   }
   // /dev/zero, a FIFO or a socket would be read without end.
   if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config file '", path, "' is not a regular file (a device, FIFO or socket?)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("config file '", path, "' is not a regular file (a device, FIFO or socket?)"));
   }
   if (st.st_size > kMaxConfigFileBytes) {
     return absl::InvalidArgumentError(absl::StrCat("config file '", path, "' is ", st.st_size,
@@ -499,8 +499,8 @@ absl::StatusOr<ServerConfig> LoadConfigFile(const std::string& path) {
   }
   if (got > static_cast<size_t>(kMaxConfigFileBytes)) {
     return absl::InvalidArgumentError(absl::StrCat("config file '", path,
-                                                   "' grew past the limit of ",
-                                                   kMaxConfigFileBytes, " bytes while read"));
+                                                   "' grew past the limit of ", kMaxConfigFileBytes,
+                                                   " bytes while read"));
   }
   text.resize(got);
   return ParseConfigYaml(text, path);

@@ -46,9 +46,9 @@ struct KvCacheSection {
   bool operator==(const KvCacheSection&) const = default;
 };
 
-// The sparse KV cache (docs/ARCHITECTURE.md §4). The keys are SparseOptions' members under the same names;
-// their values are checked by the engine's ValidateSparseOptions, so server and engine cannot
-// disagree on what is valid.
+// The sparse KV cache (docs/ARCHITECTURE.md §4). The keys are SparseOptions' members under the same
+// names; their values are checked by the engine's ValidateSparseOptions, so server and engine
+// cannot disagree on what is valid.
 struct SparseSection {
   SparseOptions options;
   // Tokens per page. Sparse pages are KV cache pages, so this only restates kv_cache.page_size:

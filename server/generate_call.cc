@@ -27,10 +27,10 @@ bool PostTokenization(const CallEnv& env, std::function<void()> task, absl::Stat
     *refusal = absl::UnavailableError("the server is shutting down; retry on another replica");
     return false;
   }
-  *refusal = absl::ResourceExhaustedError(absl::StrFormat(
-      "%d long prompts are already waiting to be tokenized "
-      "(scheduler.max_tokenizing_requests); retry later",
-      env.max_tokenizing));
+  *refusal = absl::ResourceExhaustedError(
+      absl::StrFormat("%d long prompts are already waiting to be tokenized "
+                      "(scheduler.max_tokenizing_requests); retry later",
+                      env.max_tokenizing));
   return false;
 }
 
@@ -45,8 +45,8 @@ absl::Status ClientGoneStatus(const grpc::CallbackServerContext& ctx) {
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerateCall::Start(grpc::CallbackServerContext* ctx,
-                                                                 const grpc::ByteBuffer* request,
-                                                                 CallEnv* env) {
+                                                                const grpc::ByteBuffer* request,
+                                                                CallEnv* env) {
   auto call = std::make_shared<GenerateCall>(ctx, env);
   call->self_ = call;
   call->Begin(*request);
@@ -73,7 +73,8 @@ void GenerateCall::Begin(const grpc::ByteBuffer& bytes) {
   if (env_->tokenizer_queue != nullptr && request_.has_prompt() &&
       request_.prompt().size() > env_->inline_tokenize_bytes) {
     absl::Status refusal;
-    if (!PostTokenization(*env_, [self = shared_from_this()] { self->Submit(); }, &refusal)) {
+    if (!PostTokenization(
+            *env_, [self = shared_from_this()] { self->Submit(); }, &refusal)) {
       return Reject(refusal);
     }
     return;

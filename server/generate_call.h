@@ -98,7 +98,7 @@ class GenerateCall : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   std::string request_id_;
 
   std::mutex mu_;
-  uint64_t handle_ = 0;    // 0 until submitted
+  uint64_t handle_ = 0;     // 0 until submitted
   bool cancelled_ = false;  // OnCancel ran before the request was submitted
   bool writing_ = false;
   bool finished_ = false;

@@ -36,7 +36,8 @@ MHD_Result Send(MHD_Connection* connection, const HttpResponse& r) {
     MHD_add_response_header(response, name.c_str(), value.c_str());
   }
   // libmicrohttpd leaves the body out of HEAD responses itself.
-  const MHD_Result queued = MHD_queue_response(connection, static_cast<unsigned>(r.status), response);
+  const MHD_Result queued =
+      MHD_queue_response(connection, static_cast<unsigned>(r.status), response);
   MHD_destroy_response(response);
   return queued;
 }
@@ -92,8 +93,7 @@ absl::StatusOr<sockaddr_storage> ResolveListenAddress(const std::string& host_po
   addrinfo* found = nullptr;
   const std::string service = std::to_string(port);
   if (int err = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); err != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot resolve '", host, "': ", gai_strerror(err)));
+    return absl::UnavailableError(absl::StrCat("cannot resolve '", host, "': ", gai_strerror(err)));
   }
   sockaddr_storage addr{};
   std::memcpy(&addr, found->ai_addr, found->ai_addrlen);
@@ -154,8 +154,8 @@ const HttpRoute* HttpServer::Match(const HttpRequest& request, HttpResponse* ref
   }
   if (std::find(route->methods.begin(), route->methods.end(), request.method) ==
       route->methods.end()) {
-    *refusal = Plain(405, absl::StrCat("method ", request.method, " is not allowed on ",
-                                        request.path, "\n"));
+    *refusal = Plain(
+        405, absl::StrCat("method ", request.method, " is not allowed on ", request.path, "\n"));
     refusal->headers.emplace_back("Allow", absl::StrJoin(route->methods, ", "));
     return nullptr;
   }
@@ -179,7 +179,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   // internal polling thread itself; a pool is only asked for beyond that.
   server->daemon_ = MHD_start_daemon(
       flags, /*port=*/0, /*apc=*/nullptr, nullptr, &HttpServerCallbacks::Access, server.get(),
-      MHD_OPTION_EXTERNAL_LOGGER, &LogMhdError, server.get(),  //
+      MHD_OPTION_EXTERNAL_LOGGER, &LogMhdError, server.get(),     //
       MHD_OPTION_SOCK_ADDR, reinterpret_cast<sockaddr*>(&*addr),  //
       MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(options.idle_timeout_seconds),
       MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned>(options.max_connections),
@@ -189,8 +189,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   if (server->daemon_ == nullptr) {
     const std::string why = server->last_error();
     return absl::UnavailableError(absl::StrCat(
-        "cannot listen on '", host_port, "': ",
-        why.empty() ? "is the address in use, or not one of this machine?" : why));
+        "cannot listen on '", host_port,
+        "': ", why.empty() ? "is the address in use, or not one of this machine?" : why));
   }
   const MHD_DaemonInfo* info = MHD_get_daemon_info(server->daemon_, MHD_DAEMON_INFO_BIND_PORT);
   server->port_ = info == nullptr ? 0 : info->port;

@@ -94,7 +94,6 @@ void OnSignal(int sig) {
   errno = saved_errno;
 }
 
-
 int WaitForSignal() {
   char c = 0;
   while (read(signal_pipe[0], &c, 1) != 1) {

@@ -2,8 +2,8 @@
 // histograms, token counters and load gauges, plus the HTTP exposer serving /metrics.
 //
 // Threading: the EngineObserver methods run on the engine thread; RecordRejected runs on gRPC
-// threads; scrapes run on the HTTP server's polling thread. prometheus-cpp metrics are thread-safe, so no
-// lock is needed beyond the one guarding the exposer's start.
+// threads; scrapes run on the HTTP server's polling thread. prometheus-cpp metrics are thread-safe,
+// so no lock is needed beyond the one guarding the exposer's start.
 #pragma once
 
 #include <cstdint>
@@ -14,12 +14,12 @@
 
 #include "absl/status/status.h"
 #include "engine/serve/engine_observer.h"
-#include "server/http_server.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "server/http_server.h"
 
 namespace specula {
 

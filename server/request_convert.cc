@@ -35,9 +35,9 @@ absl::Status ConvertSampling(const v1::SamplingParams& in, SamplingParams* out) 
   if (in.has_logprobs()) {
     // Checked here in the API's terms: unset is "none" (the engine's -1).
     if (in.logprobs() < 0 || in.logprobs() > kMaxLogprobs) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "sampling.logprobs must be in [0, %d] (unset = none), got %d", kMaxLogprobs,
-          in.logprobs()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("sampling.logprobs must be in [0, %d] (unset = none), got %d",
+                          kMaxLogprobs, in.logprobs()));
     }
     out->logprobs = in.logprobs();
   }
@@ -89,7 +89,9 @@ absl::StatusOr<std::vector<int32_t>> EncodePrompt(const Tokenizer& tokenizer,
   absl::StatusOr<std::vector<int32_t>> ids =
       tokenizer.Encode(std::string_view(text.data(), text.size()), options);
   if (ids.status().code() == absl::StatusCode::kOutOfRange) return too_long("it encodes to");
-  if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ": ", ids.status().message()));
+  if (!ids.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", ids.status().message()));
+  }
   return ids;
 }
 

@@ -87,7 +87,8 @@ std::optional<std::string> FindInvalidString(const Message& twin, const Descript
         continue;
       }
       for (int j = 0; j < r->FieldSize(twin, tf); ++j) {
-        if (auto bad = CheckString(r->GetRepeatedString(twin, tf, j), absl::StrCat(path, "[", j, "]"))) {
+        if (auto bad =
+                CheckString(r->GetRepeatedString(twin, tf, j), absl::StrCat(path, "[", j, "]"))) {
           return bad;
         }
       }

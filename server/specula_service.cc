@@ -15,7 +15,8 @@ grpc::ServerUnaryReactor* Answer(absl::string_view method, grpc::ServerUnaryReac
                                  const absl::Status& status) {
   if (!status.ok()) {
     Log(LogLevel::kInfo, "call_rejected",
-        {{"method", method}, {"status", StatusCodeName(status.code())},
+        {{"method", method},
+         {"status", StatusCodeName(status.code())},
          {"error", status.message()}});
   }
   reactor->Finish(ToGrpcStatus(status));
@@ -53,9 +54,8 @@ absl::Status DetokenizeIds(const Tokenizer& tokenizer, const v1::DetokenizeReque
   for (int i = 0; i < request.token_ids_size(); ++i) {
     const uint32_t id = request.token_ids(i);
     if (id >= static_cast<uint64_t>(tokenizer.vocab_size())) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("token_ids[%d] = %d is outside the vocabulary [0, %d)", i, id,
-                          tokenizer.vocab_size()));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "token_ids[%d] = %d is outside the vocabulary [0, %d)", i, id, tokenizer.vocab_size()));
     }
     ids.push_back(static_cast<int32_t>(id));
   }
@@ -102,7 +102,8 @@ grpc::ServerUnaryReactor* SpeculaService::Tokenize(grpc::CallbackServerContext* 
     return run(/*queued=*/false);
   }
   absl::Status refusal;
-  if (!PostTokenization(*env_, [run] { run(/*queued=*/true); }, &refusal)) {
+  if (!PostTokenization(
+          *env_, [run] { run(/*queued=*/true); }, &refusal)) {
     return Answer("Tokenize", reactor, refusal);
   }
   return reactor;
@@ -112,22 +113,24 @@ grpc::ServerUnaryReactor* SpeculaService::Detokenize(grpc::CallbackServerContext
                                                      const grpc::ByteBuffer* request,
                                                      grpc::ByteBuffer* response) {
   const Tokenizer& tokenizer = env_->engine->generator().tokenizer();
-  return Answer("Detokenize", ctx->DefaultReactor(), Serve<v1::DetokenizeRequest, v1::DetokenizeResponse>(
-                         *env_, *request, response,
-                         [&](const v1::DetokenizeRequest& r, v1::DetokenizeResponse* out) {
-                           return DetokenizeIds(tokenizer, r, out);
-                         }));
+  return Answer("Detokenize", ctx->DefaultReactor(),
+                Serve<v1::DetokenizeRequest, v1::DetokenizeResponse>(
+                    *env_, *request, response,
+                    [&](const v1::DetokenizeRequest& r, v1::DetokenizeResponse* out) {
+                      return DetokenizeIds(tokenizer, r, out);
+                    }));
 }
 
 grpc::ServerUnaryReactor* SpeculaService::GetModelInfo(grpc::CallbackServerContext* ctx,
                                                        const grpc::ByteBuffer* request,
                                                        grpc::ByteBuffer* response) {
-  return Answer("GetModelInfo", ctx->DefaultReactor(), Serve<v1::GetModelInfoRequest, v1::ModelInfo>(
-                         *env_, *request, response,
-                         [this](const v1::GetModelInfoRequest&, v1::ModelInfo* out) {
-                           *out = model_info_;
-                           return absl::OkStatus();
-                         }));
+  return Answer(
+      "GetModelInfo", ctx->DefaultReactor(),
+      Serve<v1::GetModelInfoRequest, v1::ModelInfo>(
+          *env_, *request, response, [this](const v1::GetModelInfoRequest&, v1::ModelInfo* out) {
+            *out = model_info_;
+            return absl::OkStatus();
+          }));
 }
 
 }  // namespace specula

@@ -1,5 +1,5 @@
-// The one place absl::Status becomes grpc::Status (docs/ARCHITECTURE.md §2), plus stable code names for
-// metric labels and log fields.
+// The one place absl::Status becomes grpc::Status (docs/ARCHITECTURE.md §2), plus stable code names
+// for metric labels and log fields.
 #pragma once
 
 #include "absl/status/status.h"

@@ -1,8 +1,7 @@
 #include "engine/cpu/cpu_backend.h"
 
-#include <unistd.h>
-
 #include <cblas.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -13,8 +12,8 @@
 #include <new>
 #include <vector>
 
-#include "engine/common/check.h"
 #include "absl/strings/str_format.h"
+#include "engine/common/check.h"
 
 namespace specula {
 namespace {

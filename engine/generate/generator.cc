@@ -4,10 +4,10 @@
 #include <deque>
 #include <limits>
 
-#include "engine/common/check.h"
 #include "absl/strings/str_format.h"
-#include "engine/common/status_macros.h"
 #include "engine/backend_factory.h"
+#include "engine/common/check.h"
+#include "engine/common/status_macros.h"
 
 namespace specula {
 

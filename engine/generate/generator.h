@@ -31,7 +31,7 @@ struct GeneratorOptions {
   int32_t max_running = 64;            // most sequences in one step
   int32_t threads = 0;                 // CPU threads, 0 = all cores
   std::string device = "cpu";          // model.device: cpu | cuda | auto (CreateBackend)
-  SparseOptions sparse;                // sparse KV cache with host backing (docs/ARCHITECTURE.md §4)
+  SparseOptions sparse;  // sparse KV cache with host backing (docs/ARCHITECTURE.md §4)
 };
 
 // What the last Step() did.

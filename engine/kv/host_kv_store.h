@@ -1,7 +1,7 @@
-// The host-memory backing of the sparse KV cache (docs/ARCHITECTURE.md §4): a fixed-capacity pool of pages,
-// each `page_size` tokens of ONE layer and ONE KV head, K [page_size][head_dim] then
-// V [page_size][head_dim] in fp32 (the same page layout as a KvPool page). Every page a request
-// will ever need is reserved at admission, so running out is RESOURCE_EXHAUSTED there and never a
+// The host-memory backing of the sparse KV cache (docs/ARCHITECTURE.md §4): a fixed-capacity pool
+// of pages, each `page_size` tokens of ONE layer and ONE KV head, K [page_size][head_dim] then V
+// [page_size][head_dim] in fp32 (the same page layout as a KvPool page). Every page a request will
+// ever need is reserved at admission, so running out is RESOURCE_EXHAUSTED there and never a
 // failure mid-request.
 //
 // Pages are refcounted so a later sessions feature can share prefix pages between sequences.

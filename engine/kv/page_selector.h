@@ -1,6 +1,6 @@
-// Page selection for the sparse KV cache (docs/ARCHITECTURE.md §4): a selector keeps a small summary (the
-// "selection index") of every host page's keys and scores pages against the current queries, so
-// the working set can fetch only the most important pages of each (layer, KV head).
+// Page selection for the sparse KV cache (docs/ARCHITECTURE.md §4): a selector keeps a small
+// summary (the "selection index") of every host page's keys and scores pages against the current
+// queries, so the working set can fetch only the most important pages of each (layer, KV head).
 //
 // GQA rule: the query heads that share one KV head (a "group") score that head's pages together.
 // A page's score is the MAXIMUM over the group's query heads of the per-head score, so a page that

@@ -1,6 +1,6 @@
-// The dedicated prefetch executor (docs/ARCHITECTURE.md §4): its own threads take predicted page sets and
-// stage the missing pages into device slots before decode needs them. Submit never blocks the
-// engine thread: when the queue is full the oldest prediction (the stalest) is dropped.
+// The dedicated prefetch executor (docs/ARCHITECTURE.md §4): its own threads take predicted page
+// sets and stage the missing pages into device slots before decode needs them. Submit never blocks
+// the engine thread: when the queue is full the oldest prediction (the stalest) is dropped.
 #pragma once
 
 #include <condition_variable>

@@ -1,5 +1,5 @@
-// The sparse KV cache with host-memory backing (docs/ARCHITECTURE.md §4, docs/SPARSE_KV.md): every sparse
-// sequence's full KV lives in the HostKvStore; on the device (a few KV-pool blocks per
+// The sparse KV cache with host-memory backing (docs/ARCHITECTURE.md §4, docs/SPARSE_KV.md): every
+// sparse sequence's full KV lives in the HostKvStore; on the device (a few KV-pool blocks per
 // sequence) it keeps sinks, the recent window and the selected pages. Per decode step and layer,
 // Resolve scores the candidate pages with the real query, keeps the top `budget` pages per KV
 // head, and attention reads only those. A PrefetchExecutor stages predicted pages ahead of use.

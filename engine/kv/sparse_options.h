@@ -1,5 +1,5 @@
-// Options and statistics of the sparse KV cache (docs/ARCHITECTURE.md §4), shared by the engine, the server
-// config and the API. Plain data: no threads, no device.
+// Options and statistics of the sparse KV cache (docs/ARCHITECTURE.md §4), shared by the engine,
+// the server config and the API. Plain data: no threads, no device.
 #pragma once
 
 #include <cstdint>

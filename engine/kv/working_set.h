@@ -1,5 +1,5 @@
-// One sequence's device working set in the sparse KV cache (docs/ARCHITECTURE.md §4): which of its host
-// pages sit in which device slot, for every (layer, KV head).
+// One sequence's device working set in the sparse KV cache (docs/ARCHITECTURE.md §4): which of its
+// host pages sit in which device slot, for every (layer, KV head).
 //
 // Slot layout, the same for every (layer, KV head), each slot one page of a KV-pool block:
 //   [0, S)            sink pages 0..S-1, loaded once when decode starts;

@@ -1,10 +1,9 @@
 #include "engine/model/model_config.h"
 
-#include <limits>
-
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <utility>
 
 #include "absl/status/status.h"

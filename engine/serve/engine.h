@@ -1,7 +1,7 @@
 // The serving engine: a Generator driven by its own thread in a continuous-batching loop, with a
-// bounded waiting queue in front (docs/ARCHITECTURE.md §3). Every step it retires cancelled and expired
-// requests, admits waiting ones in arrival order while the running batch and the KV cache have
-// room, runs one forward pass (prefill chunks mixed with one decode token for every running
+// bounded waiting queue in front (docs/ARCHITECTURE.md §3). Every step it retires cancelled and
+// expired requests, admits waiting ones in arrival order while the running batch and the KV cache
+// have room, runs one forward pass (prefill chunks mixed with one decode token for every running
 // request) and hands the outputs to each request's RequestStream.
 //
 // Threading: Submit, Cancel, StopAccepting, WaitIdle, load() and generator()'s immutable parts

@@ -70,9 +70,8 @@ void ReplaceAll(const Regex& re, std::string_view with, std::string* text) {
 absl::Status CheckVocabularyId(const std::string& file, absl::string_view what,
                                absl::string_view content, int64_t id, int64_t vocab_size) {
   if (id >= 0 && id < vocab_size) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(file, ": ", what, " \"", content, "\" has id ",
-                                                 id, ", outside the vocabulary [0, ", vocab_size,
-                                                 ")"));
+  return absl::InvalidArgumentError(absl::StrCat(file, ": ", what, " \"", content, "\" has id ", id,
+                                                 ", outside the vocabulary [0, ", vocab_size, ")"));
 }
 
 absl::Status Unsupported(const std::string& file, absl::string_view stage,

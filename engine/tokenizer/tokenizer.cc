@@ -65,7 +65,8 @@ absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
 }
 
 absl::Status TooManyTokens(int64_t max_tokens) {
-  return absl::OutOfRangeError(absl::StrCat("the text encodes to more than ", max_tokens, " tokens"));
+  return absl::OutOfRangeError(
+      absl::StrCat("the text encodes to more than ", max_tokens, " tokens"));
 }
 
 }  // namespace
@@ -114,8 +115,8 @@ absl::Status HfTokenizer::LoadTokenizerJson(std::string_view json_text, const st
     const json& id_json = t.at("id");
     // Read as int64 and checked before the narrowing: 2^32 + 7 must not become 7.
     if (!id_json.is_number_integer()) {
-      return absl::InvalidArgumentError(absl::StrCat(file, ": added token \"", content,
-                                                     "\" has an id that is not an integer"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ": added token \"", content, "\" has an id that is not an integer"));
     }
     const int64_t id = id_json.get<int64_t>();
     if (content.empty()) {
@@ -123,8 +124,9 @@ absl::Status HfTokenizer::LoadTokenizerJson(std::string_view json_text, const st
           absl::StrCat(file, ": added token with id ", id, " has no content"));
     }
     RETURN_IF_ERROR(CheckVocabularyId(file, "added token", content, id, max_vocab_size));
-    AddedToken a{static_cast<TokenId>(id), content,         t.value("special", false),
-                 t.value("lstrip", false), t.value("rstrip", false), t.value("single_word", false)};
+    AddedToken a{static_cast<TokenId>(id),  content,
+                 t.value("special", false), t.value("lstrip", false),
+                 t.value("rstrip", false),  t.value("single_word", false)};
     size = std::max<int64_t>(size, a.id + 1);
     if (const auto it = added_by_id_.find(a.id); it != added_by_id_.end()) {
       added_[it->second] = a;  // a repeated id: the later entry wins
@@ -263,9 +265,8 @@ absl::Status HfTokenizer::EncodeSegment(
   for (const PreToken& p : pieces) {
     // A piece of L bytes (in the vocabulary's alphabet now) becomes at least L / longest ids,
     // so one huge piece (a run of letters without a space) is refused before its BPE runs.
-    const int64_t at_least = bpe_keeps_every_character_
-                                 ? static_cast<int64_t>(p.text.size() / longest_vocab_bytes_)
-                                 : 0;
+    const int64_t at_least =
+        bpe_keeps_every_character_ ? static_cast<int64_t>(p.text.size() / longest_vocab_bytes_) : 0;
     if (static_cast<int64_t>(out->size()) + at_least > max_tokens) return TooManyTokens(max_tokens);
     if (p.text.empty()) continue;
     if (p.text.size() > kMaxCachedPiece) {
@@ -368,7 +369,7 @@ std::string HfTokenizer::TokenBytes(TokenId id) const {
 }  // namespace tokenizer_internal
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::string& dir,
-                                                                     int64_t max_vocab_size) {
+                                                                    int64_t max_vocab_size) {
   const std::filesystem::path root(dir);
   const std::filesystem::path tok_path = root / "tokenizer.json";
   const std::filesystem::path cfg_path = root / "tokenizer_config.json";
@@ -381,9 +382,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::s
   if (std::filesystem::exists(cfg_path, ec)) {
     ASSIGN_OR_RETURN(cfg_json, tokenizer_internal::ReadFile(cfg_path));
   }
-  ASSIGN_OR_RETURN(auto tok, tokenizer_internal::HfTokenizer::Create(
-                                 tok_json, cfg_json, tok_path.string(), cfg_path.string(),
-                                 max_vocab_size));
+  ASSIGN_OR_RETURN(auto tok,
+                   tokenizer_internal::HfTokenizer::Create(tok_json, cfg_json, tok_path.string(),
+                                                           cfg_path.string(), max_vocab_size));
   return std::unique_ptr<Tokenizer>(std::move(tok));
 }
 

@@ -109,10 +109,10 @@ TEST(HttpServerTest, ReadsBodiesUpToTheLimit) {
       server->port(), "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 999999999\r\n\r\nab");
   EXPECT_EQ(HttpStatus(declared), 413) << declared;
   // Chunked, growing past the limit: the connection is closed without an answer.
-  const std::string chunked = HttpExchange(
-      server->port(),
-      "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
-      "8\r\n01234567\r\n8\r\n89ABCDEF\r\n0\r\n\r\n");
+  const std::string chunked =
+      HttpExchange(server->port(),
+                   "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   "8\r\n01234567\r\n8\r\n89ABCDEF\r\n0\r\n\r\n");
   EXPECT_NE(HttpStatus(chunked), 200) << chunked;
   EXPECT_THAT(chunked, Not(HasSubstr("POST 16")));
 }
@@ -197,8 +197,7 @@ TEST(HttpServerTest, StartErrors) {
   absl::StatusOr<std::unique_ptr<HttpServer>> second = HttpServer::Start(taken, {});
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(second.status().message()), HasSubstr(taken));
-  EXPECT_EQ(HttpServer::Start("nonsense", {}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(HttpServer::Start("nonsense", {}).status().code(), absl::StatusCode::kInvalidArgument);
   HttpServerOptions bad;
   bad.threads = 0;
   EXPECT_EQ(HttpServer::Start("127.0.0.1:0", {}, bad).status().code(),

@@ -187,14 +187,13 @@ Exposition ParseExposition(const std::string& text) {
   return e;
 }
 
-
 PromtoolResult PromtoolCheckMetrics(const std::string& exposition) {
   char path[] = "/tmp/specula-exposition-XXXXXX";
   const int fd = mkstemp(path);
   PromtoolResult result;
   if (fd < 0) return result;
-  const bool written = ::write(fd, exposition.data(), exposition.size()) ==
-                       static_cast<ssize_t>(exposition.size());
+  const bool written =
+      ::write(fd, exposition.data(), exposition.size()) == static_cast<ssize_t>(exposition.size());
   ::close(fd);
   if (written) {
     FILE* p = popen(absl::StrCat("promtool check metrics < ", path, " 2>&1").c_str(), "r");

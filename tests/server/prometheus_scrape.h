@@ -1,5 +1,6 @@
-// Test helpers: raw HTTP exchanges and GET /metrics over a plain socket and a strict reader of the Prometheus text
-// exposition format (version 0.0.4), enough to catch anything a scraper would reject or misread.
+// Test helpers: raw HTTP exchanges and GET /metrics over a plain socket and a strict reader of the
+// Prometheus text exposition format (version 0.0.4), enough to catch anything a scraper would
+// reject or misread.
 #pragma once
 
 #include <map>

@@ -39,8 +39,9 @@ std::string DashedFlagsHelp() {
     absl::StrAppend(&out, "  --", absl::StrReplaceAll(f->Name(), {{"_", "-"}}), "\n      ",
                     f->Help(), def.empty() ? "" : absl::StrCat(" (default: ", def, ")"), "\n");
   }
-  absl::StrAppend(&out, "\nFlags may be written with dashes or underscores, as --flag=value or "
-                        "--flag value.\n");
+  absl::StrAppend(&out,
+                  "\nFlags may be written with dashes or underscores, as --flag=value or "
+                  "--flag value.\n");
   return out;
 }
 

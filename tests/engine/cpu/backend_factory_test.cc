@@ -34,7 +34,8 @@ TEST(BackendFactoryTest, UnknownDevicesAreInvalid) {
   options.device = "tpu";
   absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(options);
   EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(backend.status().message()), HasSubstr("model.device: unknown device 'tpu'"));
+  EXPECT_THAT(std::string(backend.status().message()),
+              HasSubstr("model.device: unknown device 'tpu'"));
 }
 
 }  // namespace

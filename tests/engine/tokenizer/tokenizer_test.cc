@@ -268,9 +268,13 @@ TEST(RealTokenizerMetadata, Qwen3AndLlama2) {
 // The size bound must hold for real tokenizers, or the server would refuse prompts that fit.
 TEST(RealTokenizerMetadata, MaxBytesPerTokenBoundsEveryEncoding) {
   const std::vector<std::string> texts = {
-      "Hello world", std::string(5000, ' '), std::string(3000, 'a'), "\n\n\n\t\t  x",
+      "Hello world",
+      std::string(5000, ' '),
+      std::string(3000, 'a'),
+      "\n\n\n\t\t  x",
       "日本語のテキスト、絵文字 🙂🙂🙂 and numbers 1234567890",
-      "<|begin_of_text|><|eot_id|><s></s><|im_start|>", std::string(2000, '-'),
+      "<|begin_of_text|><|eot_id|><s></s><|im_start|>",
+      std::string(2000, '-'),
       "https://example.com/a/b/c?d=e&f=g#h" + std::string(100, '=')};
   // Qwen's NFC normalizer composes characters (shorter text), so its bound is not certain.
   auto qwen = Tokenizer::FromDirectory(ModelDir("qwen3"));

@@ -17,8 +17,8 @@
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
-#include "server/process_limits.h"
 #include "nlohmann/json.hpp"
+#include "server/process_limits.h"
 #include "tests/server/e2e/daemon.h"
 #include "tests/server/e2e/test_server.h"
 #include "tests/server/prometheus_scrape.h"
@@ -62,10 +62,10 @@ TEST(HostileE2eTest, MetricsPortAnswersAnyRequestAndTheServerLives) {
     const char* path;
     int status;
   };
-  for (const Case& c : {Case{"GET", "/", 404}, Case{"GET", "/favicon.ico", 404},
-                        Case{"GET", "/..", 404}, Case{"HEAD", "/metrics", 200},
-                        Case{"POST", "/metrics", 405}, Case{"PUT", "/metrics", 405},
-                        Case{"DELETE", "/metrics", 405}, Case{"GET", "/metrics", 200}}) {
+  for (const Case& c :
+       {Case{"GET", "/", 404}, Case{"GET", "/favicon.ico", 404}, Case{"GET", "/..", 404},
+        Case{"HEAD", "/metrics", 200}, Case{"POST", "/metrics", 405}, Case{"PUT", "/metrics", 405},
+        Case{"DELETE", "/metrics", 405}, Case{"GET", "/metrics", 200}}) {
     const std::string r = HttpExchange(port, Request(c.method, c.path));
     EXPECT_EQ(HttpStatus(r), c.status) << c.method << " " << c.path << ": " << r;
   }
@@ -281,8 +281,8 @@ TEST(HostileE2eTest, LongPromptsWaitForTheTokenizerQueueNotOnGrpcThreads) {
   // code is DEADLINE_EXCEEDED, or CANCELLED when the client's reset reached the server before
   // the server's own deadline passed.
   auto count = [&](const char* code, const char* finish) {
-    const double v = m.Get(absl::StrCat("specula_requests_total{code=\"", code,
-                                        "\",finish_reason=\"", finish, "\"}"));
+    const double v = m.Get(
+        absl::StrCat("specula_requests_total{code=\"", code, "\",finish_reason=\"", finish, "\"}"));
     return std::isnan(v) ? 0.0 : v;
   };
   EXPECT_EQ(count("DEADLINE_EXCEEDED", "none") + count("CANCELLED", "none"), 1);
@@ -384,7 +384,8 @@ TEST(HostileE2eTest, StartupErrorsNameTheKeyThatCausedThem) {
 // A copy of the test model whose `file` (a JSON document) `edit` changes.
 std::string EditedModel(const std::string& name, const std::string& file,
                         const std::function<void(nlohmann::json&)>& edit) {
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/specula-edited-", getpid(), "-", name);
+  const std::string dir =
+      absl::StrCat(::testing::TempDir(), "/specula-edited-", getpid(), "-", name);
   std::filesystem::remove_all(dir);
   std::filesystem::copy(TestModelDir(), dir, std::filesystem::copy_options::recursive);
   std::ifstream in(dir + "/" + file);
@@ -434,8 +435,8 @@ TEST(HostileE2eTest, ModelFilesWithOutOfRangeValuesAreStartupErrors) {
 }
 
 std::string WriteConfig(const std::string& name, const std::string& yaml) {
-  const std::string path = absl::StrCat(::testing::TempDir(), "/specula-hostile-", getpid(), "-",
-                                        name, ".yaml");
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/specula-hostile-", getpid(), "-", name, ".yaml");
   std::ofstream(path, std::ios::trunc) << yaml;
   return path;
 }
@@ -485,9 +486,9 @@ struct SignalRun {
 SignalRun RunWithSignal(const std::string& config_path, int tokens,
                         const std::function<void(Daemon&)>& during) {
   SignalRun run;
-  run.daemon = Daemon::Start({"--config=" + config_path, "--model=" + TestModelDir(),
-                              "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
-                              "--device=cpu"});
+  run.daemon =
+      Daemon::Start({"--config=" + config_path, "--model=" + TestModelDir(), "--listen=127.0.0.1:0",
+                     "--metrics-listen=127.0.0.1:0", "--device=cpu"});
   if (run.daemon->address().empty()) return run;
   auto stub = Connect(run.daemon->address());
   bool done = false;
@@ -550,8 +551,9 @@ TEST(HostileE2eTest, Sigusr1LogsTheStateAndSigquitDrains) {
   EXPECT_EQ(run.daemon->Wait(), 0) << run.daemon->Log();
   const std::string log = run.daemon->Log();
   // (Whether the stream is still running when the signal is handled depends on scheduling.)
-  EXPECT_THAT(log, ::testing::ContainsRegex("event=state running=[01] waiting=0 kv_blocks_used=[0-9]+ "
-                                            "kv_blocks_total=4096"));
+  EXPECT_THAT(log,
+              ::testing::ContainsRegex("event=state running=[01] waiting=0 kv_blocks_used=[0-9]+ "
+                                       "kv_blocks_total=4096"));
   std::filesystem::remove(config);
 }
 

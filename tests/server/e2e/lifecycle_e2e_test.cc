@@ -155,9 +155,9 @@ TEST(LifecycleE2eTest, RequestsStillRunningWhenGraceExpiresEndUnavailable) {
 // The real daemon: started as a process, answered, SIGTERMed mid-stream, exits 0 after the
 // stream completed.
 TEST(LifecycleE2eTest, DaemonDrainsOnSigtermAndExitsZero) {
-  auto daemon = Daemon::Start({"--model=" + TestModelDir(), "--listen=127.0.0.1:0",
-                               "--metrics-listen=127.0.0.1:0", "--device=cpu",
-                               "--log-level=warning"});
+  auto daemon =
+      Daemon::Start({"--model=" + TestModelDir(), "--listen=127.0.0.1:0",
+                     "--metrics-listen=127.0.0.1:0", "--device=cpu", "--log-level=warning"});
   ASSERT_FALSE(daemon->address().empty()) << daemon->Log();
   auto stub = Connect(daemon->address());
   bool signalled = false;
@@ -185,10 +185,9 @@ TEST(LifecycleE2eTest, DaemonHelpListsEveryFlagWithDashes) {
 
 TEST(LifecycleE2eTest, EmptyMetricsListenFlagTurnsTheEndpointOff) {
   // Both spellings; Abseil alone read an empty optional flag as "not given" (port 9400 bound).
-  for (const std::vector<std::string>& flag :
-       {std::vector<std::string>{"--metrics-listen="},
-        std::vector<std::string>{"--metrics-listen", ""},
-        std::vector<std::string>{"--metrics_listen", ""}}) {
+  for (const std::vector<std::string>& flag : {std::vector<std::string>{"--metrics-listen="},
+                                               std::vector<std::string>{"--metrics-listen", ""},
+                                               std::vector<std::string>{"--metrics_listen", ""}}) {
     std::vector<std::string> args = {"--model=" + TestModelDir(), "--listen=127.0.0.1:0"};
     args.insert(args.end(), flag.begin(), flag.end());
     auto daemon = Daemon::Start(args);

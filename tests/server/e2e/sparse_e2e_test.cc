@@ -93,8 +93,8 @@ TEST(SparseE2eTest, SparseRequestsReportKvStatsAndDenseOnesSayDense) {
   EXPECT_EQ(dense.tokens, Offline(prompt, 16).tokens);
 }
 
-// docs/ARCHITECTURE.md §4 invariant 1, seen from the API: a budget covering the whole context is dense
-// attention, so greedy output equals the dense engine's.
+// docs/ARCHITECTURE.md §4 invariant 1, seen from the API: a budget covering the whole context is
+// dense attention, so greedy output equals the dense engine's.
 TEST(SparseE2eTest, BudgetCoveringTheContextGivesTheDenseOutput) {
   auto server = StartServer(SparseConfig);
   ASSERT_NE(server, nullptr);
@@ -176,8 +176,8 @@ TEST(SparseE2eTest, SparseRequestsLongerThanTheDeviceCacheGetTheDefaultLength) {
       << got.status.error_message();
 }
 
-// docs/ARCHITECTURE.md §4 invariant 3 over the API: finishing or cancelling sparse requests returns every
-// host page, device slot and KV block, as the operator's /metrics shows it.
+// docs/ARCHITECTURE.md §4 invariant 3 over the API: finishing or cancelling sparse requests returns
+// every host page, device slot and KV block, as the operator's /metrics shows it.
 TEST(SparseE2eTest, CancellingTenOfAHundredSparseStreamsReturnsEveryPageAndSlot) {
   auto server = StartServer([](ServerConfig& c) {
     SparseConfig(c);
