@@ -5,11 +5,13 @@
 // Conventions:
 // - Activations are 2-D row-major matrices [rows = tokens, cols = features] of fp32 on every
 //   backend; weights are stored in whatever format the backend prefers (UploadWeight converts).
+// - KV pages hold K and V in the view's dtype (f32, bf16 or f16); attention computes in fp32.
 // - Small per-step metadata (token ids, positions, page tables) is passed as host spans; a device
 //   backend copies them itself.
 // - Threading: a Backend instance is used by one engine thread at a time.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -87,6 +89,12 @@ struct AttentionSeq {
   // Query row i sits at key position kv_len - q_len + i and sees keys [0, that position].
 };
 
+// Softmax scale of scaled dot-product attention, 1/sqrt(head_dim): the one definition every
+// attention path (dense, sparse, recall probes) uses.
+inline float AttentionScale(int32_t head_dim) {
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+}
+
 struct AttentionBatch {
   absl::Span<const AttentionSeq> seqs;
   absl::Span<const int32_t> blocks;  // concatenated block tables
@@ -138,6 +146,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // The KV page dtype `kv_cache.dtype: auto` resolves to on this backend.
+  virtual DType default_kv_dtype() const = 0;
 
   // Memory. RESOURCE_EXHAUSTED when the device cannot hold `bytes`.
   virtual absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) = 0;

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/log.h"
+#include "engine/kv/kv_dtype.h"
 #include "yaml-cpp/yaml.h"
 
 namespace specula {
@@ -142,6 +143,9 @@ std::optional<Violation> FindViolation(const ServerConfig& c) {
   if (kv.capacity_tokens > kMaxKvCacheTokens) {
     return Violation{"kv_cache.capacity_tokens",
                      absl::StrCat("must be <= ", kMaxKvCacheTokens, ", got ", kv.capacity_tokens)};
+  }
+  if (absl::StatusOr<DType> t = ResolveKvDtype(kv.dtype, DType::kF32); !t.ok()) {
+    return Violation{"kv_cache.dtype", std::string(t.status().message())};
   }
   // Checked whether or not sparse.enabled: a bad value should not wait for the day it is switched
   // on to be noticed.
@@ -351,8 +355,9 @@ absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
                              {"default_max_tokens", Int(&sc.default_max_tokens)},
                              {"threads", Int(&sc.threads)},
                              {"max_tokenizing_requests", Int(&sc.max_tokenizing_requests)}})},
-      {"kv_cache",
-       Section({{"page_size", Int(&kv.page_size)}, {"capacity_tokens", Int(&kv.capacity_tokens)}})},
+      {"kv_cache", Section({{"page_size", Int(&kv.page_size)},
+                            {"capacity_tokens", Int(&kv.capacity_tokens)},
+                            {"dtype", String(&kv.dtype)}})},
       {"sparse", Section({{"enabled", Bool(&sp.enabled)},
                           {"budget_tokens", Int(&sp.budget_tokens)},
                           {"sink_tokens", Int(&sp.sink_tokens)},

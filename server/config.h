@@ -43,6 +43,7 @@ struct SchedulerSection {
 struct KvCacheSection {
   int page_size = 16;               // power of two in [1, 1024]
   int64_t capacity_tokens = 65536;  // >= page_size
+  std::string dtype = "auto";       // auto | bf16 | f16 | f32 (engine's ResolveKvDtype)
   bool operator==(const KvCacheSection&) const = default;
 };
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/common/dtype.h"
 #include "engine/common/log.h"
+#include "engine/kv/kv_dtype.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/request_parse.h"
@@ -23,6 +24,7 @@ GeneratorOptions ToGeneratorOptions(const ServerConfig& c) {
   o.device = c.model.device;
   o.page_size = c.kv_cache.page_size;
   o.kv_cache_tokens = c.kv_cache.capacity_tokens;
+  o.kv_dtype = c.kv_cache.dtype;
   o.prefill_chunk_tokens = c.scheduler.prefill_chunk_tokens;
   o.max_running = c.scheduler.max_running_requests;
   o.threads = c.scheduler.threads;
@@ -46,6 +48,7 @@ v1::ModelInfo MakeModelInfo(const ServerConfig& c, const Generator& g) {
   info.set_max_context_tokens(static_cast<uint32_t>(m.max_position_embeddings));
   info.set_dtype(std::string(DTypeName(m.torch_dtype)));
   info.set_device(g.backend_name());
+  info.set_kv_cache_dtype(std::string(KvDtypeName(g.kv_dtype())));
   std::vector<int32_t> eos(g.eos_ids().begin(), g.eos_ids().end());
   std::sort(eos.begin(), eos.end());
   for (int32_t id : eos) info.add_eos_token_ids(static_cast<uint32_t>(id));
@@ -106,6 +109,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
        {"device", (*generator)->backend_name()},
        {"kv_cache_tokens", static_cast<int64_t>((*generator)->kv_pool().num_blocks()) *
                                (*generator)->kv_pool().page_size()},
+       {"kv_dtype", std::string(KvDtypeName((*generator)->kv_dtype()))},
        {"sparse", config.sparse.options.enabled},
        {"seconds", absl::ToDoubleSeconds(absl::Now() - load_start)}});
   const v1::ModelInfo model_info = MakeModelInfo(config, **generator);

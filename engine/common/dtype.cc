@@ -44,21 +44,19 @@ uint16_t FloatToF16(float f) {
 }
 
 void ConvertToF32(DType src_type, const void* src, float* dst, size_t n) {
-  switch (src_type) {
-    case DType::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
-      return;
-    case DType::kBF16: {
-      const auto* s = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < n; ++i) dst[i] = Bf16ToFloat(s[i]);
-      return;
-    }
-    case DType::kF16: {
-      const auto* s = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < n; ++i) dst[i] = F16ToFloat(s[i]);
-      return;
-    }
-  }
+  VisitDType(src_type, [&](auto tag) {
+    using T = decltype(tag);
+    const auto* s = static_cast<const T*>(src);
+    for (size_t i = 0; i < n; ++i) dst[i] = ToF32(s[i]);
+  });
+}
+
+void ConvertFromF32(DType dst_type, const float* src, void* dst, size_t n) {
+  VisitDType(dst_type, [&](auto tag) {
+    using T = decltype(tag);
+    auto* d = static_cast<T*>(dst);
+    for (size_t i = 0; i < n; ++i) d[i] = FromF32<T>(src[i]);
+  });
 }
 
 }  // namespace specula

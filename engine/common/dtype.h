@@ -42,5 +42,48 @@ uint16_t FloatToF16(float f);
 
 // Converts `n` elements of type `src_type` to fp32.
 void ConvertToF32(DType src_type, const void* src, float* dst, size_t n);
+// Converts `n` fp32 values to `dst_type` (round to nearest even).
+void ConvertFromF32(DType dst_type, const float* src, void* dst, size_t n);
+
+// Element types for code templated on the storage type (bf16/f16 storage, fp32 compute). Both
+// half types are 16 bits, so they are distinct structs rather than uint16_t.
+struct Bf16 {
+  uint16_t bits;
+};
+struct F16 {
+  uint16_t bits;
+};
+inline float ToF32(float v) { return v; }
+inline float ToF32(Bf16 v) { return Bf16ToFloat(v.bits); }
+inline float ToF32(F16 v) { return F16ToFloat(v.bits); }
+template <typename T>
+T FromF32(float v);
+template <>
+inline float FromF32<float>(float v) {
+  return v;
+}
+template <>
+inline Bf16 FromF32<Bf16>(float v) {
+  return Bf16{FloatToBf16(v)};
+}
+template <>
+inline F16 FromF32<F16>(float v) {
+  return F16{FloatToF16(v)};
+}
+
+// Calls fn(T{}) with T the storage type of `t` (float, Bf16 or F16), so a kernel is written
+// once as a template and dispatched on a runtime dtype.
+template <typename Fn>
+decltype(auto) VisitDType(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::kBF16:
+      return fn(Bf16{});
+    case DType::kF16:
+      return fn(F16{});
+    case DType::kF32:
+      break;
+  }
+  return fn(float{});
+}
 
 }  // namespace specula

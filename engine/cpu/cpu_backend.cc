@@ -215,37 +215,41 @@ void CpuBackend::GatherRows(const Mat& src, absl::Span<const int32_t> rows, Mat*
   }
 }
 
-void CpuBackend::WriteKv(const Mat& k, const Mat& v, const KvWrite& where,
-                         const KvLayerView& layer) {
-  CHECK(layer.dtype == DType::kF32);
+namespace {
+
+// Stores rows of fp32 K and V into pages of element type T (rounded to nearest even).
+template <typename T>
+void WriteKvTyped(const Mat& k, const Mat& v, const KvWrite& where, const KvLayerView& layer) {
   const int32_t hd = layer.head_dim;
-  auto* base = static_cast<float*>(layer.base);
+  auto* base = static_cast<T*>(layer.base);
   for (int64_t t = 0; t < k.rows; ++t) {
     for (int32_t h = 0; h < layer.num_kv_heads; ++h) {
-      float* page = base + (static_cast<size_t>(where.blocks[t]) * layer.num_kv_heads + h) *
-                               layer.page_elems();
-      const int64_t slot = where.offsets[t];
-      std::memcpy(page + slot * hd, k.row(t) + static_cast<int64_t>(h) * hd, hd * sizeof(float));
-      std::memcpy(page + (static_cast<int64_t>(layer.page_size) + slot) * hd,
-                  v.row(t) + static_cast<int64_t>(h) * hd, hd * sizeof(float));
+      T* page = base + (static_cast<size_t>(where.blocks[t]) * layer.num_kv_heads + h) *
+                           layer.page_elems();
+      T* k_dst = page + static_cast<int64_t>(where.offsets[t]) * hd;
+      T* v_dst = page + (static_cast<int64_t>(layer.page_size) + where.offsets[t]) * hd;
+      const float* k_src = k.row(t) + static_cast<int64_t>(h) * hd;
+      const float* v_src = v.row(t) + static_cast<int64_t>(h) * hd;
+      for (int32_t c = 0; c < hd; ++c) {
+        k_dst[c] = FromF32<T>(k_src[c]);
+        v_dst[c] = FromF32<T>(v_src[c]);
+      }
     }
   }
 }
 
-namespace {
-
 // Softmax attention of one query head over n keys, visited in order: key(j) and value(j) give
-// row j's K and V. Shared by the dense and sparse paths so that, given the same keys in the
-// same order, they compute bit-identical results.
+// row j's K and V (of element type T, read as fp32). Shared by the dense and sparse paths so
+// that, given the same keys in the same order, they compute bit-identical results.
 template <typename KeyFn, typename ValueFn>
 void AttendOneHead(const float* qv, int32_t n, int32_t hd, float scale, KeyFn key, ValueFn value,
                    std::vector<float>* scores, std::vector<float>* acc, float* out) {
   scores->resize(n);
   float max_score = -INFINITY;
   for (int32_t j = 0; j < n; ++j) {
-    const float* k = key(j);
+    const auto* k = key(j);
     float dot = 0.0f;
-    for (int32_t c = 0; c < hd; ++c) dot += qv[c] * k[c];
+    for (int32_t c = 0; c < hd; ++c) dot += qv[c] * ToF32(k[c]);
     (*scores)[j] = dot * scale;
     max_score = std::max(max_score, (*scores)[j]);
   }
@@ -254,8 +258,8 @@ void AttendOneHead(const float* qv, int32_t n, int32_t hd, float scale, KeyFn ke
   for (int32_t j = 0; j < n; ++j) {
     const float p = std::exp((*scores)[j] - max_score);
     denom += p;
-    const float* v = value(j);
-    for (int32_t c = 0; c < hd; ++c) (*acc)[c] += p * v[c];
+    const auto* v = value(j);
+    for (int32_t c = 0; c < hd; ++c) (*acc)[c] += p * ToF32(v[c]);
   }
   const float inv = static_cast<float>(1.0 / denom);
   for (int32_t c = 0; c < hd; ++c) out[c] = (*acc)[c] * inv;
@@ -263,13 +267,24 @@ void AttendOneHead(const float* qv, int32_t n, int32_t hd, float scale, KeyFn ke
 
 }  // namespace
 
+void CpuBackend::WriteKv(const Mat& k, const Mat& v, const KvWrite& where,
+                         const KvLayerView& layer) {
+  VisitDType(layer.dtype, [&](auto tag) { WriteKvTyped<decltype(tag)>(k, v, where, layer); });
+}
+
 void CpuBackend::PagedAttention(const Mat& q, const AttentionBatch& batch,
                                 const KvLayerView& layer, Mat* out) {
-  CHECK(layer.dtype == DType::kF32);
+  VisitDType(layer.dtype, [&](auto tag) {
+    PagedAttentionTyped(q, batch, layer, static_cast<const decltype(tag)*>(layer.base), out);
+  });
+}
+
+template <typename T>
+void CpuBackend::PagedAttentionTyped(const Mat& q, const AttentionBatch& batch,
+                                     const KvLayerView& layer, const T* base, Mat* out) {
   const int32_t hd = layer.head_dim;
   const int32_t heads = batch.num_heads;
   const int32_t group = heads / layer.num_kv_heads;
-  const auto* base = static_cast<const float*>(layer.base);
   const int32_t ps = layer.page_size;
 
   // One task per (query row, head): rows of all sequences laid end to end.
@@ -307,14 +322,20 @@ void CpuBackend::PagedAttention(const Mat& q, const AttentionBatch& batch,
 
 void CpuBackend::SparseDecodeAttention(const Mat& q, const SparseAttentionBatch& batch,
                                        const PagePoolView& pool, Mat* out) {
-  CHECK(pool.dtype == DType::kF32);
+  VisitDType(pool.dtype, [&](auto tag) {
+    SparseDecodeAttentionTyped(q, batch, pool, static_cast<const decltype(tag)*>(pool.base), out);
+  });
+}
+
+template <typename T>
+void CpuBackend::SparseDecodeAttentionTyped(const Mat& q, const SparseAttentionBatch& batch,
+                                            const PagePoolView& pool, const T* base, Mat* out) {
   const int32_t hd = pool.head_dim;
   const int32_t ps = pool.page_size;
   const int32_t heads = batch.num_heads;
   const int32_t group = heads / batch.num_kv_heads;
   CHECK_EQ(batch.page_begin.size(), static_cast<size_t>(q.rows * batch.num_kv_heads + 1));
   CHECK_EQ(batch.pages.size(), batch.page_tokens.size());
-  const auto* base = static_cast<const float*>(pool.base);
   pool_.ParallelFor(q.rows * heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
     std::vector<float> acc(hd);

@@ -1,4 +1,5 @@
-// The reference backend: fp32 everywhere, GEMMs through CBLAS (OpenBLAS), the rest as plain loops
+// The reference backend: fp32 weights and activations, KV pages in fp32, bf16 or f16 (stored
+// rounded, computed in fp32), GEMMs through CBLAS (OpenBLAS), the rest as plain loops
 // spread over a thread pool. Every CUDA kernel is tested against these semantics.
 #pragma once
 
@@ -15,6 +16,8 @@ class CpuBackend : public Backend {
   explicit CpuBackend(int num_threads = 0);
 
   std::string name() const override { return "cpu"; }
+  // fp32, so CPU results stay comparable with an fp32 reference.
+  DType default_kv_dtype() const override { return DType::kF32; }
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
   void CopyToDevice(void* dst, const void* src, size_t bytes) override;
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
@@ -38,6 +41,13 @@ class CpuBackend : public Backend {
                              const PagePoolView& pool, Mat* out) override;
 
  private:
+  template <typename T>
+  void PagedAttentionTyped(const Mat& q, const AttentionBatch& batch, const KvLayerView& layer,
+                           const T* base, Mat* out);
+  template <typename T>
+  void SparseDecodeAttentionTyped(const Mat& q, const SparseAttentionBatch& batch,
+                                  const PagePoolView& pool, const T* base, Mat* out);
+
   ThreadPool pool_;
 };
 

@@ -4,10 +4,12 @@
 #include <deque>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/backend_factory.h"
 #include "engine/common/check.h"
 #include "engine/common/status_macros.h"
+#include "engine/kv/kv_dtype.h"
 
 namespace specula {
 
@@ -49,6 +51,13 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
   kv.head_dim = static_cast<int32_t>(c.head_dim);
   kv.page_size = options.page_size;
   kv.num_blocks = static_cast<int32_t>(options.kv_cache_tokens / options.page_size);
+  absl::StatusOr<DType> kv_dtype =
+      ResolveKvDtype(options.kv_dtype, g->backend_->default_kv_dtype());
+  if (!kv_dtype.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_cache.dtype: ", kv_dtype.status().message()));
+  }
+  kv.dtype = *kv_dtype;
   absl::StatusOr<KvPool> pool = KvPool::Create(*g->backend_, kv);
   if (!pool.ok()) {
     return absl::Status(pool.status().code(),

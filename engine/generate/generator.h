@@ -27,6 +27,7 @@ namespace specula {
 struct GeneratorOptions {
   int32_t page_size = 16;
   int64_t kv_cache_tokens = 65536;  // capacity of the KV pool, in token positions
+  std::string kv_dtype = "auto";    // kv_cache.dtype: auto | bf16 | f16 | f32 (ResolveKvDtype)
   int32_t prefill_chunk_tokens = 512;  // most prompt tokens per step (over all sequences)
   int32_t max_running = 64;            // most sequences in one step
   int32_t threads = 0;                 // CPU threads, 0 = all cores
@@ -63,6 +64,8 @@ class Generator {
   const GeneratorOptions& options() const { return options_; }
   const absl::flat_hash_set<int32_t>& eos_ids() const { return eos_ids_; }
   const KvPool& kv_pool() const { return kv_; }
+  // The KV pages' dtype, as kv_cache.dtype resolved on this backend.
+  DType kv_dtype() const { return kv_.dtype(); }
   // Sparse KV accounting; all 0 when sparse.enabled is false. Host pages count one page per
   // (layer, KV head); device slots are pages of the KV pool held by sparse working sets.
   int64_t host_pages_used() const;

@@ -74,7 +74,7 @@ absl::StatusOr<std::unique_ptr<HostKvStore>> HostKvStore::Create(
         options.capacity_tokens, options.num_layers, options.num_kv_heads));
   }
   const unsigned __int128 bytes128 = pages * 2 * static_cast<unsigned __int128>(options.page_size) *
-                                     options.head_dim * sizeof(float);
+                                     options.head_dim * DTypeSize(options.dtype);
   if (bytes128 > std::numeric_limits<size_t>::max() / 2) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "host kv store: cannot allocate %.0f bytes (%d pages): beyond the address space",
@@ -124,9 +124,19 @@ HostKvStore::~HostKvStore() {
   std::free(data_);
 }
 
-float* HostKvStore::PageBase(PageId page) const {
+char* HostKvStore::PageBase(PageId page) const {
   CHECK(page >= 0 && page < capacity_pages_) << "host kv: page " << page << " out of range";
-  return static_cast<float*>(data_) + static_cast<size_t>(page) * page_floats();
+  return static_cast<char*>(data_) + static_cast<size_t>(page) * page_bytes();
+}
+
+float* HostKvStore::F32Page(PageId page) const {
+  CHECK(dtype() == DType::kF32) << "host kv: fp32 view of a " << DTypeName(dtype()) << " store";
+  return reinterpret_cast<float*>(PageBase(page));
+}
+
+void HostKvStore::ReadKeys(PageId page, int32_t tokens, float* out) const {
+  CHECK(tokens >= 0 && tokens <= page_size()) << "host kv: " << tokens << " keys";
+  ConvertToF32(dtype(), PageBase(page), out, static_cast<size_t>(tokens) * head_dim());
 }
 
 int32_t HostKvStore::used_pages() const {
@@ -244,9 +254,11 @@ void HostKvStore::WriteToken(const HostKvSequence& sequence, int32_t layer, int3
   CHECK(pos >= 0 && pos < sequence.capacity_tokens())
       << "host kv: position " << pos << " outside the reserved " << sequence.capacity_tokens();
   const PageId page = sequence.page(layer, head, static_cast<int32_t>(pos / page_size()));
-  const size_t offset = static_cast<size_t>(pos % page_size()) * head_dim();
-  std::memcpy(K(page) + offset, k, head_dim() * sizeof(float));
-  std::memcpy(V(page) + offset, v, head_dim() * sizeof(float));
+  const size_t elem = DTypeSize(dtype());
+  const size_t offset = static_cast<size_t>(pos % page_size()) * head_dim() * elem;
+  char* base = PageBase(page);
+  ConvertFromF32(dtype(), k, base + offset, head_dim());
+  ConvertFromF32(dtype(), v, base + page_bytes() / 2 + offset, head_dim());
 }
 
 }  // namespace specula

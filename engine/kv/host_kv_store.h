@@ -1,6 +1,7 @@
 // The host-memory backing of the sparse KV cache (docs/ARCHITECTURE.md §4): a fixed-capacity pool
 // of pages, each `page_size` tokens of ONE layer and ONE KV head, K [page_size][head_dim] then V
-// [page_size][head_dim] in fp32 (the same page layout as a KvPool page). Every page a request will
+// [page_size][head_dim] in the KV dtype (kv_cache.dtype; the same page layout and element type as
+// a KvPool page, so pages move between them as bytes). Every page a request will
 // ever need is reserved at admission, so running out is RESOURCE_EXHAUSTED there and never a
 // failure mid-request.
 //
@@ -21,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/common/dtype.h"
 
 namespace specula {
 
@@ -35,6 +37,7 @@ struct HostKvStoreOptions {
   int32_t page_size = 16;
   // Token positions the store can hold per (layer, KV head), summed over all sequences.
   int64_t capacity_tokens = 0;
+  DType dtype = DType::kF32;  // of K and V
 };
 
 // One request's pages: for every (layer, KV head), page i holds positions
@@ -99,13 +102,20 @@ class HostKvStore {
   void ReleasePage(PageId page);
   int32_t refcount(PageId page) const;
 
-  float* K(PageId page) { return PageBase(page); }
-  const float* K(PageId page) const { return PageBase(page); }
-  float* V(PageId page) { return PageBase(page) + page_floats() / 2; }
-  const float* V(PageId page) const { return PageBase(page) + page_floats() / 2; }
+  // The page's bytes: K [page_size][head_dim] then V, of dtype().
+  void* Page(PageId page) { return PageBase(page); }
+  const void* Page(PageId page) const { return PageBase(page); }
+  // Typed views of an fp32 store (tests and tools); CHECK-fails on any other dtype.
+  float* K(PageId page) { return F32Page(page); }
+  const float* K(PageId page) const { return F32Page(page); }
+  float* V(PageId page) { return F32Page(page) + page_elems() / 2; }
+  const float* V(PageId page) const { return F32Page(page) + page_elems() / 2; }
+  // The first `tokens` keys of `page` converted to fp32: out [tokens][head_dim].
+  void ReadKeys(PageId page, int32_t tokens, float* out) const;
 
-  // Copies one token's K and V rows (head_dim floats each) of (layer, head) at position `pos`
-  // into the sequence's page. CHECKs that pos < sequence.capacity_tokens().
+  // Stores one token's K and V rows (head_dim fp32 values each, converted to dtype()) of
+  // (layer, head) at position `pos` into the sequence's page. CHECKs that
+  // pos < sequence.capacity_tokens().
   void WriteToken(const HostKvSequence& sequence, int32_t layer, int32_t head, int64_t pos,
                   const float* k, const float* v);
 
@@ -122,8 +132,14 @@ class HostKvStore {
   int32_t capacity_pages() const { return capacity_pages_; }
   int32_t used_pages() const;
   int32_t free_pages() const { return capacity_pages() - used_pages(); }
-  size_t page_floats() const { return 2 * static_cast<size_t>(page_size()) * head_dim(); }
-  size_t page_bytes() const { return page_floats() * sizeof(float); }
+  DType dtype() const { return options_.dtype; }
+  // Elements (K and V) and bytes of one page.
+  size_t page_elems() const { return 2 * static_cast<size_t>(page_size()) * head_dim(); }
+  size_t page_bytes() const { return page_elems() * DTypeSize(dtype()); }
+  // Host bytes one token position takes over every layer and KV head.
+  size_t bytes_per_token() const {
+    return page_bytes() / page_size() * static_cast<size_t>(num_layers()) * num_kv_heads();
+  }
 
   // The one allocation holding every page (page p at p * page_bytes()), so a device backend can
   // register it for direct transfers.
@@ -132,7 +148,8 @@ class HostKvStore {
 
  private:
   HostKvStore() = default;
-  float* PageBase(PageId page) const;
+  char* PageBase(PageId page) const;
+  float* F32Page(PageId page) const;
   // Takes `n` free pages; the caller holds mu_ and has checked that n fit.
   void TakePagesLocked(int64_t n, PageId* out);
   void DropReferenceLocked(PageId page);

@@ -27,8 +27,8 @@ absl::StatusOr<KvPool> KvPool::Create(Backend& backend, const KvPoolOptions& opt
 }
 
 size_t KvPool::bytes_per_block() const {
-  return static_cast<size_t>(options_.num_layers) * options_.num_kv_heads * 2 *
-         options_.page_size * options_.head_dim * sizeof(float);
+  return static_cast<size_t>(options_.num_layers) * options_.num_kv_heads * 2 * options_.page_size *
+         options_.head_dim * DTypeSize(options_.dtype);
 }
 
 absl::StatusOr<std::vector<int32_t>> KvPool::Allocate(int32_t n) {
@@ -54,7 +54,7 @@ void KvPool::Free(absl::Span<const int32_t> blocks) {
 
 KvLayerView KvPool::Layer(int32_t layer) const {
   KvLayerView v;
-  v.dtype = DType::kF32;
+  v.dtype = options_.dtype;
   v.num_kv_heads = options_.num_kv_heads;
   v.page_size = options_.page_size;
   v.head_dim = options_.head_dim;

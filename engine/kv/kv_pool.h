@@ -20,6 +20,7 @@ struct KvPoolOptions {
   int32_t head_dim = 0;
   int32_t page_size = 16;
   int32_t num_blocks = 0;
+  DType dtype = DType::kF32;  // of K and V (kv_cache.dtype)
 };
 
 class KvPool {
@@ -34,6 +35,7 @@ class KvPool {
 
   KvLayerView Layer(int32_t layer) const;
   int32_t page_size() const { return options_.page_size; }
+  DType dtype() const { return options_.dtype; }
   int32_t num_blocks() const { return options_.num_blocks; }
   int32_t free_blocks() const { return static_cast<int32_t>(free_.size()); }
   int32_t used_blocks() const { return num_blocks() - free_blocks(); }

@@ -45,6 +45,7 @@ absl::StatusOr<std::unique_ptr<SparseKvCache>> SparseKvCache::Create(
   host.head_dim = shape.head_dim;
   host.page_size = device.page_size();
   host.capacity_tokens = options.host_capacity_tokens;
+  host.dtype = device.dtype();  // pages move between host and slots as bytes
   auto store = HostKvStore::Create(host);
   if (!store.ok()) {
     return absl::Status(store.status().code(),
@@ -52,6 +53,7 @@ absl::StatusOr<std::unique_ptr<SparseKvCache>> SparseKvCache::Create(
                                         options.host_capacity_tokens, store.status().message()));
   }
   c->store_ = std::move(*store);
+  c->key_scratch_.resize(static_cast<size_t>(c->page_size_) * shape.head_dim);
   ASSIGN_OR_RETURN(c->selector_, MakePageSelector(options.selector, *c->store_));
   c->copier_ = backend.CreatePageCopier();
   SparseKvCache* self = c.get();
@@ -178,11 +180,16 @@ KvStats SparseKvCache::Stats(const WorkingSet& ws) const {
   return s;
 }
 
-float* SparseKvCache::SlotPage(int32_t layer, const WorkingSet& ws, int32_t slot,
-                               int32_t head) const {
+void* SparseKvCache::SlotPage(int32_t layer, const WorkingSet& ws, int32_t slot,
+                              int32_t head) const {
   const KvLayerView v = device_.Layer(layer);
-  return static_cast<float*>(v.base) +
-         static_cast<size_t>(PoolPageId(ws, slot, head)) * v.page_elems();
+  return static_cast<char*>(v.base) +
+         static_cast<size_t>(PoolPageId(ws, slot, head)) * store_->page_bytes();
+}
+
+void SparseKvCache::SummarizePage(PageId id) {
+  store_->ReadKeys(id, page_size_, key_scratch_.data());
+  selector_->Summarize(id, key_scratch_.data(), page_size_);
 }
 
 int32_t SparseKvCache::PoolPageId(const WorkingSet& ws, int32_t slot, int32_t head) const {
@@ -193,7 +200,7 @@ KvLayerView SparseKvCache::HostView() const {
   // Every host page as its own one-head block, so block tables are host page ids.
   KvLayerView v;
   v.base = store_->data();
-  v.dtype = DType::kF32;
+  v.dtype = store_->dtype();
   v.num_kv_heads = 1;
   v.page_size = page_size_;
   v.head_dim = shape_.head_dim;
@@ -223,8 +230,7 @@ void SparseKvCache::Prefill(int32_t layer, absl::Span<const SparseRows> rows, co
       backend_.WriteKv(kh, vh, KvWrite{write_pages, write_offsets}, host);
       // Pages completed by this chunk become selectable.
       for (int32_t p = r.start / ps; (p + 1) * ps <= end; ++p) {
-        const PageId id = ws.host().page(layer, h, p);
-        selector_->Summarize(id, store_->K(id), ps);
+        SummarizePage(ws.host().page(layer, h, p));
       }
       AttentionSeq a;
       a.q_begin = r.q_begin;
@@ -234,7 +240,7 @@ void SparseKvCache::Prefill(int32_t layer, absl::Span<const SparseRows> rows, co
       ab.seqs = absl::MakeConstSpan(&a, 1);
       ab.blocks = ws.host().pages(layer, h);
       ab.num_heads = group;
-      ab.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+      ab.scale = AttentionScale(hd);
       const int64_t q_col = static_cast<int64_t>(h) * group * hd;
       Mat oh = out->Cols(q_col, static_cast<int64_t>(group) * hd);
       backend_.PagedAttention(q.Cols(q_col, static_cast<int64_t>(group) * hd), ab, host, &oh);
@@ -261,7 +267,7 @@ void SparseKvCache::LoadWindow(int32_t layer, WorkingSet& ws, int64_t prompt_tok
   const int32_t window_begin = g.window_begin(current);
   for (int32_t h = 0; h < shape_.kv_heads; ++h) {
     auto load = [&](int32_t page, int32_t slot) {
-      copier_->Copy(SlotPage(layer, ws, slot, h), store_->K(ws.host().page(layer, h, page)),
+      copier_->Copy(SlotPage(layer, ws, slot, h), store_->Page(ws.host().page(layer, h, page)),
                     store_->page_bytes());
     };
     for (int32_t p = 0; p < std::min(g.sink_pages, written); ++p) load(p, ws.sink_slot(p));
@@ -380,7 +386,7 @@ void SparseKvCache::Resolve(int32_t layer, int32_t head, WorkingSet& ws, int32_t
             const double t0 = MonotonicSeconds();
             lock.unlock();
             copier_->Copy(SlotPage(layer, ws, ws.cache_slot(j), head),
-                          store_->K(ws.host().page(layer, head, p)), store_->page_bytes());
+                          store_->Page(ws.host().page(layer, head, p)), store_->page_bytes());
             lock.lock();
             ws.FinishLoadLocked(l_h, j);
             waited += MonotonicSeconds() - t0;
@@ -461,9 +467,9 @@ void SparseKvCache::Decode(int32_t layer, absl::Span<const SparseRows> rows, con
     const int32_t current = r.start / ps;
     for (int32_t h = 0; h < shape_.kv_heads; ++h) {
       const PageId id = ws.host().page(layer, h, current);
-      copier_->Copy(store_->K(id), SlotPage(layer, ws, ws.write_slot(current), h),
+      copier_->Copy(store_->Page(id), SlotPage(layer, ws, ws.write_slot(current), h),
                     store_->page_bytes());
-      selector_->Summarize(id, store_->K(id), ps);
+      SummarizePage(id);
     }
   }
 
@@ -522,7 +528,7 @@ void SparseKvCache::Decode(int32_t layer, absl::Span<const SparseRows> rows, con
   sb.page_tokens = tokens;
   sb.num_heads = shape_.heads;
   sb.num_kv_heads = shape_.kv_heads;
-  sb.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  sb.scale = AttentionScale(hd);
   PagePoolView pool;
   pool.base = dev.base;
   pool.dtype = dev.dtype;
@@ -632,7 +638,7 @@ void SparseKvCache::RunTask(PrefetchTask& task, PageCopier& copier) {
       if (j < 0) break;  // every slot holds something at least as recent
       lock.unlock();
       copier.Copy(SlotPage(task.layer, ws, ws.cache_slot(j), h),
-                  store_->K(ws.host().page(task.layer, h, p)), store_->page_bytes());
+                  store_->Page(ws.host().page(task.layer, h, p)), store_->page_bytes());
       lock.lock();
       ws.slot_locked(l_h, j).last_use = stamp;
       ws.FinishLoadLocked(l_h, j);
@@ -673,25 +679,31 @@ void SparseKvCache::MeasureRecall(int32_t layer, const WorkingSet& ws, int32_t p
   const int32_t ps = page_size_;
   const int32_t hd = shape_.head_dim;
   const int32_t group = shape_.heads / shape_.kv_heads;
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  const KvLayerView dev = device_.Layer(layer);
-  const auto* dev_base = static_cast<const float*>(dev.base);
+  const float scale = AttentionScale(hd);
+  const auto* dev_base = static_cast<const char*>(device_.Layer(layer).base);
+  const size_t page_bytes = store_->page_bytes();
   const int32_t current = pos / ps;
   const int32_t current_slot = ws.write_slot(current);
+  // Keys in fp32, whatever the KV dtype: appends the first n keys of a page's bytes to `out`.
+  auto append_keys = [&](const void* page, int32_t n, std::vector<float>* out) {
+    const size_t at = out->size();
+    out->resize(at + static_cast<size_t>(n) * hd);
+    ConvertToF32(store_->dtype(), page, out->data() + at, static_cast<size_t>(n) * hd);
+  };
+  std::vector<float> all_keys, attended;
   for (int32_t h = 0; h < shape_.kv_heads; ++h) {
-    std::vector<const float*> all_keys;
+    all_keys.clear();
+    attended.clear();
     for (int32_t p = 0; p <= current; ++p) {
-      const float* base = p < current
-                              ? store_->K(ws.host().page(layer, h, p))
-                              : dev_base + static_cast<size_t>(PoolPageId(ws, current_slot, h)) *
-                                               dev.page_elems();
-      for (int32_t t = 0; t < ps && p * ps + t <= pos; ++t) all_keys.push_back(base + t * hd);
+      const void* base =
+          p < current
+              ? store_->Page(ws.host().page(layer, h, p))
+              : dev_base + static_cast<size_t>(PoolPageId(ws, current_slot, h)) * page_bytes;
+      append_keys(base, std::min(ps, pos - p * ps + 1), &all_keys);
     }
-    std::vector<const float*> attended;
     const int64_t list = list_base + h;
     for (int32_t e = page_begin[list]; e < page_begin[list + 1]; ++e) {
-      const float* base = dev_base + static_cast<size_t>(pages[e]) * dev.page_elems();
-      for (int32_t t = 0; t < tokens[e]; ++t) attended.push_back(base + t * hd);
+      append_keys(dev_base + static_cast<size_t>(pages[e]) * page_bytes, tokens[e], &attended);
     }
     for (int32_t qh = 0; qh < group; ++qh) {
       const float* qv = q_row + static_cast<size_t>(h * group + qh) * hd;
@@ -701,10 +713,12 @@ void SparseKvCache::MeasureRecall(int32_t layer, const WorkingSet& ws, int32_t p
         return d * scale;
       };
       float mx = -INFINITY;
-      for (const float* key : all_keys) mx = std::max(mx, score(key));
+      for (size_t at = 0; at < all_keys.size(); at += hd) mx = std::max(mx, score(&all_keys[at]));
       double total = 0, kept = 0;
-      for (const float* key : all_keys) total += std::exp(score(key) - mx);
-      for (const float* key : attended) kept += std::exp(score(key) - mx);
+      for (size_t at = 0; at < all_keys.size(); at += hd)
+        total += std::exp(score(&all_keys[at]) - mx);
+      for (size_t at = 0; at < attended.size(); at += hd)
+        kept += std::exp(score(&attended[at]) - mx);
       recall_->mass_sum += std::min(1.0, kept / total);
       ++recall_->samples;
     }

@@ -130,7 +130,9 @@ class SparseKvCache {
   bool wants_step_prediction() const;  // cross_step or both
   int32_t lh(int32_t layer, int32_t head) const { return layer * shape_.kv_heads + head; }
   // Address of slot `slot` of `head` in layer `layer`'s device pages.
-  float* SlotPage(int32_t layer, const WorkingSet& ws, int32_t slot, int32_t head) const;
+  void* SlotPage(int32_t layer, const WorkingSet& ws, int32_t slot, int32_t head) const;
+  // Updates the selector's summary of a full host page (engine thread).
+  void SummarizePage(PageId id);
   int32_t PoolPageId(const WorkingSet& ws, int32_t slot, int32_t head) const;
   KvLayerView HostView() const;
   // Copies host pages [0, S) and the window into the device slots when decode starts.
@@ -164,6 +166,7 @@ class SparseKvCache {
   std::unique_ptr<HostKvStore> store_;
   std::unique_ptr<PageSelector> selector_;
   std::unique_ptr<PageCopier> copier_;  // the engine thread's
+  std::vector<float> key_scratch_;      // one page's keys in fp32 (SummarizePage)
   int64_t device_slots_used_ = 0;
   // Working sets by raw pointer -> owner, so tasks can hold a reference.
   std::vector<std::shared_ptr<WorkingSet>> live_;

@@ -187,7 +187,7 @@ absl::Status Transformer::Forward(const ForwardBatch& batch, KvPool& kv, SparseK
   ab.seqs = batch.seqs;
   ab.blocks = batch.blocks;
   ab.num_heads = heads;
-  ab.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  ab.scale = AttentionScale(hd);
   KvWrite where{batch.write_blocks, batch.write_offsets};
   const int64_t dense_rows = batch.dense_rows();
   const bool predict_layers = sparse != nullptr && !batch.sparse_decode.empty() &&

@@ -37,6 +37,7 @@ void ExpectDefaults(const ServerConfig& c) {
   EXPECT_EQ(c.scheduler.max_tokenizing_requests, d.scheduler.max_tokenizing_requests);
   EXPECT_EQ(c.kv_cache.page_size, d.kv_cache.page_size);
   EXPECT_EQ(c.kv_cache.capacity_tokens, d.kv_cache.capacity_tokens);
+  EXPECT_EQ(c.kv_cache.dtype, d.kv_cache.dtype);
   const SparseOptions& s = c.sparse.options;
   const SparseOptions& ds = d.sparse.options;
   EXPECT_EQ(s.enabled, ds.enabled);
@@ -75,6 +76,7 @@ TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.scheduler.threads, 0);
   EXPECT_EQ(c.kv_cache.page_size, 16);
   EXPECT_EQ(c.kv_cache.capacity_tokens, 65536);
+  EXPECT_EQ(c.kv_cache.dtype, "auto");
   EXPECT_FALSE(c.sparse.options.enabled);
   EXPECT_EQ(c.sparse.options.budget_tokens, 2048);
   EXPECT_EQ(c.sparse.options.sink_tokens, 16);
@@ -126,6 +128,7 @@ scheduler:
 kv_cache:
   page_size: 1024
   capacity_tokens: 1024
+  dtype: bf16
 sparse:
   enabled: true
   budget_tokens: 4096
@@ -158,6 +161,7 @@ sparse:
   EXPECT_EQ(c->scheduler.max_tokenizing_requests, 2);
   EXPECT_EQ(c->kv_cache.page_size, 1024);
   EXPECT_EQ(c->kv_cache.capacity_tokens, 1024);
+  EXPECT_EQ(c->kv_cache.dtype, "bf16");
   const SparseOptions& s = c->sparse.options;
   EXPECT_TRUE(s.enabled);
   EXPECT_EQ(s.budget_tokens, 4096);
@@ -262,6 +266,9 @@ TEST(ConfigTest, InvalidValuesNameTheirKeyAndLine) {
        "kv_cache.capacity_tokens: must be <= 2147483647, got 2147483648", 2},
       {"kv_cache:\n  capacity_tokens: 17179869184\n",
        "kv_cache.capacity_tokens: must be <= 2147483647, got 17179869184", 2},
+      {"kv_cache:\n  dtype: fp8\n",
+       "kv_cache.dtype: unknown KV cache dtype 'fp8' (accepted: auto, bf16, f16, f32)", 2},
+      {"kv_cache:\n  dtype: BF16\n", "kv_cache.dtype: unknown KV cache dtype 'BF16'", 2},
       {"kv_cache:\n  page_size: 0\n",
        "kv_cache.page_size: must be a power of two in [1, 1024], got 0", 2},
       {"kv_cache:\n  page_size: 24\n", "kv_cache.page_size: must be a power of two", 2},

@@ -70,8 +70,10 @@ int64_t MappingRssBytes(const void* address) {
   return -1;
 }
 
-GeneratorOptions BaseOptions(int threads, int64_t kv_tokens, int32_t max_running) {
+GeneratorOptions BaseOptions(int threads, int64_t kv_tokens, int32_t max_running,
+                             const std::string& kv_dtype) {
   GeneratorOptions o;
+  o.kv_dtype = kv_dtype;
   o.page_size = kPageSize;
   o.kv_cache_tokens = kv_tokens;
   o.prefill_chunk_tokens = 2048;
@@ -210,7 +212,8 @@ int RunQuality(const SparseBenchOptions& o) {
   for (const auto& [ctx, examples] : sets) {
     const int64_t tokens = static_cast<int64_t>(examples.size()) * (ctx + 64);
     const int32_t n = static_cast<int32_t>(examples.size());
-    auto dense = RunExamples(o.retrieval_dir, BaseOptions(o.threads, tokens, n), examples);
+    auto dense = RunExamples(o.retrieval_dir,
+                             BaseOptions(o.threads, tokens, n, o.kv_dtypes.front()), examples);
     if (!dense.ok()) {
       std::cerr << "specula-bench sparse: dense " << ctx << ": " << dense.status() << "\n";
       return 1;
@@ -218,7 +221,7 @@ int RunQuality(const SparseBenchOptions& o) {
     std::cout << absl::StrFormat("| %d | dense | %.1f | %.1f | 1 | - | - | - |\n", ctx,
                                  dense->accuracy, dense->token_accuracy);
     for (double f : o.budgets) {
-      GeneratorOptions g = BaseOptions(o.threads, tokens, n);
+      GeneratorOptions g = BaseOptions(o.threads, tokens, n, o.kv_dtypes.front());
       g.sparse = Sparse(BudgetTokens(f, ctx), SpeculationMode::kCrossStep, tokens);
       auto r = RunExamples(o.retrieval_dir, g, examples);
       if (!r.ok()) {
@@ -249,7 +252,7 @@ int RunQuality(const SparseBenchOptions& o) {
     if (f >= 1.0) continue;
     for (SpeculationMode m : {SpeculationMode::kNone, SpeculationMode::kCrossStep,
                               SpeculationMode::kCrossLayer, SpeculationMode::kBoth}) {
-      GeneratorOptions g = BaseOptions(o.threads, tokens, n);
+      GeneratorOptions g = BaseOptions(o.threads, tokens, n, o.kv_dtypes.front());
       g.sparse = Sparse(BudgetTokens(f, ctx), m, tokens);
       auto r = RunExamples(o.retrieval_dir, g, examples);
       if (!r.ok()) {
@@ -275,7 +278,8 @@ struct CostRow {
   int64_t index_bytes = 0;
   int64_t host_rss_bytes = 0;
   int64_t host_capacity_bytes = 0;
-  double index_fraction_of_k = 0;  // selection index bytes / K bytes, per page
+  int64_t host_bytes_per_token = 0;  // over every layer and KV head
+  double index_fraction_of_k = 0;    // selection index bytes / K bytes, per page
 };
 
 // One request of `context` random tokens at batch 1: mean time between decode tokens.
@@ -302,8 +306,9 @@ absl::StatusOr<CostRow> RunLong(const std::string& model, const GeneratorOptions
                       ((context + kPageSize - 1) / kPageSize) * c.num_hidden_layers *
                       c.num_key_value_heads;
     row.host_capacity_bytes = static_cast<int64_t>(s->store().bytes());
+    row.host_bytes_per_token = static_cast<int64_t>(s->store().bytes_per_token());
     row.index_fraction_of_k = static_cast<double>(s->index_bytes_per_page()) /
-                              (static_cast<double>(kPageSize) * c.head_dim * sizeof(float));
+                              (static_cast<double>(s->store().page_bytes()) / 2);
     row.host_rss_bytes = MappingRssBytes(s->store().data());
   }
   int steps = 0;
@@ -318,6 +323,42 @@ absl::StatusOr<CostRow> RunLong(const std::string& model, const GeneratorOptions
   }
   row.tbt_ms = 1e3 * std::chrono::duration<double>(Clock::now() - t0).count() / steps;
   return row;
+}
+
+// One context of the cost table in one KV dtype: the dense row, then a sparse row per budget.
+// False when a run failed (reported on stderr).
+bool RunCostContext(const std::string& model, const SparseBenchOptions& o, const std::string& dtype,
+                    int ctx, double* index_fraction) {
+  const int64_t total = ctx + o.tbt_decode_tokens + 64;
+  auto dense = RunLong(model, BaseOptions(o.threads, total, 1, dtype), ctx, o.tbt_decode_tokens);
+  if (!dense.ok()) {
+    std::cerr << "specula-bench sparse: dense " << ctx << " " << dtype << ": " << dense.status()
+              << "\n";
+    return false;
+  }
+  std::cout << absl::StrFormat("| %d | %s | dense | %.3f | 1 | %.2f | - | - | - | - |\n", ctx,
+                               dtype, dense->tbt_ms, dense->device_kv_bytes / 1e6);
+  // Device KV of a sparse request: its working set (budget + sinks + window + prefetch
+  // slots); the selection index is quest's per-page min/max, 2 / page_size of K.
+  bool ok = true;
+  for (double f : o.budgets) {
+    if (f >= 1.0) continue;
+    GeneratorOptions g = BaseOptions(o.threads, total, 1, dtype);
+    g.sparse = Sparse(BudgetTokens(f, ctx), SpeculationMode::kCrossStep, total);
+    auto r = RunLong(model, g, ctx, o.tbt_decode_tokens);
+    if (!r.ok()) {
+      std::cerr << "specula-bench sparse: " << ctx << " " << dtype << ": " << r.status() << "\n";
+      ok = false;
+      continue;
+    }
+    *index_fraction = r->index_fraction_of_k;
+    std::cout << absl::StrFormat(
+        "| %d | %s | sparse %s | %.3f | %.2f | %.2f | %.3f | %d | %.1f | %.1f |\n", ctx, dtype,
+        BudgetName(f), r->tbt_ms, r->tbt_ms / dense->tbt_ms, r->device_kv_bytes / 1e6,
+        r->index_bytes / 1e6, r->host_bytes_per_token, r->host_rss_bytes / 1e6,
+        r->host_capacity_bytes / 1e6);
+  }
+  return ok;
 }
 
 int RunCost(const SparseBenchOptions& o) {
@@ -337,36 +378,14 @@ int RunCost(const SparseBenchOptions& o) {
   }
   std::cout << "### Cost at long context (generated tiny llama: 2 layers, 4 heads, 2 KV heads, "
                "head_dim 16; batch 1; selector quest, cross_step, fetch)\n\n"
-               "| context | run | TBT ms | TBT / dense | device KV MB | selection index MB | "
-               "host store RSS MB | host capacity MB |\n|---|---|---|---|---|---|---|---|\n";
+               "| context | KV dtype | run | TBT ms | TBT / dense | device KV MB | "
+               "selection index MB | host KV bytes/token | host store RSS MB | host capacity MB "
+               "|\n|---|---|---|---|---|---|---|---|---|---|\n";
   int rc = 0;
   double index_fraction = 0;
-  for (int ctx : o.tbt_contexts) {
-    const int64_t total = ctx + o.tbt_decode_tokens + 64;
-    auto dense = RunLong(t.out_dir, BaseOptions(o.threads, total, 1), ctx, o.tbt_decode_tokens);
-    if (!dense.ok()) {
-      std::cerr << "specula-bench sparse: dense " << ctx << ": " << dense.status() << "\n";
-      return 1;
-    }
-    std::cout << absl::StrFormat("| %d | dense | %.3f | 1 | %.2f | - | - | - |\n", ctx,
-                                 dense->tbt_ms, dense->device_kv_bytes / 1e6);
-    // Device KV of a sparse request: its working set (budget + sinks + window + prefetch
-    // slots); the selection index is quest's per-page min/max, 2 / page_size of K.
-    for (double f : o.budgets) {
-      if (f >= 1.0) continue;
-      GeneratorOptions g = BaseOptions(o.threads, total, 1);
-      g.sparse = Sparse(BudgetTokens(f, ctx), SpeculationMode::kCrossStep, total);
-      auto r = RunLong(t.out_dir, g, ctx, o.tbt_decode_tokens);
-      if (!r.ok()) {
-        std::cerr << "specula-bench sparse: " << ctx << ": " << r.status() << "\n";
-        rc = 1;
-        continue;
-      }
-      index_fraction = r->index_fraction_of_k;
-      std::cout << absl::StrFormat("| %d | sparse %s | %.3f | %.2f | %.2f | %.3f | %.1f | %.1f |\n",
-                                   ctx, BudgetName(f), r->tbt_ms, r->tbt_ms / dense->tbt_ms,
-                                   r->device_kv_bytes / 1e6, r->index_bytes / 1e6,
-                                   r->host_rss_bytes / 1e6, r->host_capacity_bytes / 1e6);
+  for (const std::string& dtype : o.kv_dtypes) {
+    for (int ctx : o.tbt_contexts) {
+      if (!RunCostContext(t.out_dir, o, dtype, ctx, &index_fraction)) rc = 1;
     }
   }
   std::cout << absl::StrFormat(

@@ -3,8 +3,9 @@
 //  - quality: the trained retrieval model (tests/fixtures/retrieval_model) on its eval sets, per
 //    context length and budget: answer accuracy, attention recall against exact attention,
 //    prefetch hit rate per speculation mode, bytes moved per token, stall time;
-//  - cost: a generated small model at long contexts: time between tokens sparse vs dense at
-//    batch 1, device KV bytes per request, and the host store's measured RSS.
+//  - cost: a generated small model at long contexts, per KV dtype: time between tokens sparse vs
+//    dense at batch 1, device KV bytes per request, host KV bytes per token and the host store's
+//    measured RSS.
 #pragma once
 
 #include <string>
@@ -18,6 +19,8 @@ struct SparseBenchOptions {
   std::vector<double> budgets = {1.0, 0.5, 0.25, 0.125};  // fractions of the context
   std::vector<int> tbt_contexts = {8192, 32768};           // empty skips the cost part
   int tbt_decode_tokens = 32;
+  // kv_cache.dtype values: the cost part runs each; the quality part the first.
+  std::vector<std::string> kv_dtypes = {"f32"};
   int threads = 0;
   std::string work_dir;  // generated model; a temp dir when empty
 };

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/kv/kv_pool.h"
@@ -110,12 +111,28 @@ TEST_F(CpuBackendTest, SwiGluAndAddAndGather) {
   EXPECT_EQ(g, (std::vector<float>{33, 44, 11, 22}));
 }
 
+// The value a KV page of `dtype` holds for x: x rounded to nearest even.
+float StoredAs(DType dtype, float x) {
+  uint32_t stored = 0;
+  ConvertFromF32(dtype, &x, &stored, 1);
+  float back = 0;
+  ConvertToF32(dtype, &stored, &back, 1);
+  return back;
+}
+
+class PagedAttentionTest : public CpuBackendTest, public ::testing::WithParamInterface<DType> {};
+
 // Paged attention with GQA, several sequences, a prefill chunk and a decode row, against dense
-// causal softmax attention computed directly from the K/V rows.
-TEST_F(CpuBackendTest, PagedAttentionMatchesDenseCausal) {
+// causal softmax attention computed directly from the K/V rows, for every KV dtype: bf16 and
+// f16 pages hold the rows rounded (WriteKv rounds) and attention reads them back in fp32, so the
+// reference over the rounded rows matches as closely as the fp32 case does.
+TEST_P(PagedAttentionTest, MatchesDenseCausal) {
+  const DType dtype = GetParam();
   const int heads = 4, kv_heads = 2, hd = 8, page = 4;
   KvPoolOptions opt{1, kv_heads, hd, page, 16};
+  opt.dtype = dtype;
   KvPool pool = KvPool::Create(backend_, opt).value();
+  EXPECT_EQ(pool.bytes_per_block(), 2u * kv_heads * page * hd * DTypeSize(dtype));
   const KvLayerView layer = pool.Layer(0);
 
   struct SeqSpec {
@@ -145,6 +162,8 @@ TEST_F(CpuBackendTest, PagedAttentionMatchesDenseCausal) {
     a.block_begin = static_cast<int32_t>(blocks.size());
     blocks.insert(blocks.end(), seq_blocks.begin(), seq_blocks.end());
     seqs.push_back(a);
+    for (float& x : k) x = StoredAs(dtype, x);
+    for (float& x : v) x = StoredAs(dtype, x);
     ks.push_back(k);
     vs.push_back(v);
     q_rows += s.q_len;
@@ -182,6 +201,12 @@ TEST_F(CpuBackendTest, PagedAttentionMatchesDenseCausal) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(KvDtypes, PagedAttentionTest,
+                         ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(DTypeName(info.param));
+                         });
 
 TEST(KvPoolTest, AllocateFreeAndExhaustion) {
   CpuBackend backend(1);

@@ -2,6 +2,7 @@
 // (the "full budget equals dense" invariant at the op level), and with a subset it is exact
 // softmax attention over just the chosen tokens.
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "engine/cpu/cpu_backend.h"
@@ -18,12 +19,15 @@ using ::specula::testing::RandomVector;
 struct DecodeSetup {
   static constexpr int kHeads = 4, kKvHeads = 2, kHeadDim = 8, kPage = 4;
   CpuBackend backend{2};
-  KvPool pool = KvPool::Create(backend, KvPoolOptions{1, kKvHeads, kHeadDim, kPage, 32}).value();
+  KvPool pool;
   std::vector<int> kv_lens = {11, 4, 1, 17};
   std::vector<std::vector<int32_t>> blocks;
   std::vector<float> q;
 
-  DecodeSetup() {
+  explicit DecodeSetup(DType dtype = DType::kF32) {
+    KvPoolOptions options{1, kKvHeads, kHeadDim, kPage, 32};
+    options.dtype = dtype;
+    pool = KvPool::Create(backend, options).value();
     const KvLayerView layer = pool.Layer(0);
     uint32_t seed = 5;
     for (int len : kv_lens) {
@@ -56,8 +60,11 @@ struct DecodeSetup {
   }
 };
 
-TEST(SparseDecodeAttentionTest, EveryPageInOrderIsBitIdenticalToPagedAttention) {
-  DecodeSetup d;
+class EveryPageTest : public ::testing::TestWithParam<DType> {};
+
+// In every KV dtype: the invariant must hold for the bf16 pages a GPU serves from too.
+TEST_P(EveryPageTest, InOrderIsBitIdenticalToPagedAttention) {
+  DecodeSetup d(GetParam());
   const int width = DecodeSetup::kHeads * DecodeSetup::kHeadDim;
   std::vector<AttentionSeq> seqs;
   std::vector<int32_t> all_blocks;
@@ -95,6 +102,12 @@ TEST(SparseDecodeAttentionTest, EveryPageInOrderIsBitIdenticalToPagedAttention) 
       d.Pool(), &sparse_m);
   for (size_t i = 0; i < dense.size(); ++i) ASSERT_EQ(sparse[i], dense[i]) << "element " << i;
 }
+
+INSTANTIATE_TEST_SUITE_P(KvDtypes, EveryPageTest,
+                         ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(DTypeName(info.param));
+                         });
 
 TEST(SparseDecodeAttentionTest, SubsetIsExactAttentionOverTheChosenTokens) {
   DecodeSetup d;

@@ -16,21 +16,10 @@ namespace {
 
 using ::specula::testing::AllTestModels;
 using ::specula::testing::Greedy;
+using ::specula::testing::PageBoundaryRequests;
 using ::specula::testing::TestModelDir;
 
-// Prompts around page boundaries (page 16): shorter than a page, exactly pages, and long enough
-// that pages leave the recent window during prefill and during decode.
-std::vector<GenerationRequest> Requests() {
-  std::vector<GenerationRequest> reqs;
-  for (int len : {5, 64, 131}) {
-    std::vector<int32_t> prompt;
-    for (int j = 0; j < len; ++j) prompt.push_back(1 + (len * 17 + j * 29) % 300);
-    GenerationRequest r = Greedy(prompt, 40);
-    r.sampling.logprobs = 4;
-    reqs.push_back(r);
-  }
-  return reqs;
-}
+std::vector<GenerationRequest> Requests() { return PageBoundaryRequests(4); }
 
 GeneratorOptions Options(bool sparse, SpeculationMode mode, MissPolicy miss, int64_t budget) {
   GeneratorOptions o;

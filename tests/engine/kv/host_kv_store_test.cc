@@ -37,7 +37,7 @@ TEST(HostKvStoreTest, CapacityMath) {
   auto store = MakeStore(SmallOptions());
   EXPECT_EQ(store->pages_per_head_capacity(), 7);
   EXPECT_EQ(store->capacity_pages(), 42);
-  EXPECT_EQ(store->page_floats(), 2u * 16 * 8);
+  EXPECT_EQ(store->page_elems(), 2u * 16 * 8);
   EXPECT_EQ(store->page_bytes(), 2u * 16 * 8 * sizeof(float));
   EXPECT_EQ(store->bytes(), 42 * store->page_bytes());
   EXPECT_EQ(reinterpret_cast<uintptr_t>(store->data()) % 64, 0u);
@@ -49,7 +49,49 @@ TEST(HostKvStoreTest, CapacityMath) {
   // Pages tile the allocation: K then V, page after page.
   EXPECT_EQ(store->K(0), static_cast<float*>(store->data()));
   EXPECT_EQ(store->V(0), store->K(0) + 16 * 8);
-  EXPECT_EQ(store->K(41), store->K(0) + 41 * store->page_floats());
+  EXPECT_EQ(store->K(41), store->K(0) + 41 * store->page_elems());
+}
+
+// kv_cache.dtype bf16/f16: two bytes per value, so a page, the allocation and the bytes per
+// token are half of fp32's; a written token is stored rounded to nearest even and read back
+// (ReadKeys) as exactly that rounded value.
+TEST(HostKvStoreTest, HalfPrecisionPagesStoreRoundedValuesInHalfTheBytes) {
+  HostKvStoreOptions f32 = SmallOptions();
+  auto wide = MakeStore(f32);
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    HostKvStoreOptions o = SmallOptions();
+    o.dtype = dtype;
+    auto store = MakeStore(o);
+    EXPECT_EQ(store->dtype(), dtype);
+    EXPECT_EQ(store->page_bytes() * 2, wide->page_bytes());
+    EXPECT_EQ(store->bytes() * 2, wide->bytes());
+    EXPECT_EQ(store->bytes_per_token() * 2, wide->bytes_per_token());
+    EXPECT_EQ(wide->bytes_per_token(), 3u * 2 * 2 * 8 * sizeof(float));  // layers, heads, K+V
+
+    auto seq = store->Reserve(20);
+    ASSERT_TRUE(seq.ok());
+    std::vector<float> k(8), v(8);
+    for (int c = 0; c < 8; ++c) {
+      k[c] = 1.0f + static_cast<float>(c + 1) / 9.0f;  // not representable in 16 bits
+      v[c] = -k[c];
+    }
+    store->WriteToken(*seq, 1, 1, 17, k.data(), v.data());
+    const PageId page = seq->page(1, 1, 1);
+    std::vector<float> keys(2 * 8);
+    store->ReadKeys(page, 2, keys.data());
+    const auto* raw = static_cast<const uint16_t*>(store->Page(page));
+    for (int c = 0; c < 8; ++c) {
+      const uint16_t want_k = dtype == DType::kBF16 ? FloatToBf16(k[c]) : FloatToF16(k[c]);
+      const uint16_t want_v = dtype == DType::kBF16 ? FloatToBf16(v[c]) : FloatToF16(v[c]);
+      EXPECT_EQ(raw[8 + c], want_k) << c;           // K row of offset 1
+      EXPECT_EQ(raw[16 * 8 + 8 + c], want_v) << c;  // V row of offset 1
+      const float back = dtype == DType::kBF16 ? Bf16ToFloat(want_k) : F16ToFloat(want_k);
+      EXPECT_EQ(keys[8 + c], back) << c;
+      EXPECT_NE(keys[8 + c], k[c]) << c;  // really rounded, not stored in fp32
+    }
+    EXPECT_DEATH(store->K(page), "fp32 view");
+    store->Release(*seq);
+  }
 }
 
 TEST(HostKvStoreTest, RejectsBadOptions) {

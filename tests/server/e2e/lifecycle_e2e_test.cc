@@ -58,6 +58,7 @@ TEST(LifecycleE2eTest, ModelInfoDescribesTheModelAndLimits) {
   EXPECT_EQ(info.max_context_tokens(), 4096u);
   EXPECT_EQ(info.dtype(), "F32");
   EXPECT_EQ(info.device(), "cpu");
+  EXPECT_EQ(info.kv_cache_dtype(), "f32");  // kv_cache.dtype: auto on the CPU backend
   EXPECT_GT(info.eos_token_ids_size(), 0);
   EXPECT_EQ(info.limits().max_running_requests(), 7u);
   EXPECT_EQ(info.limits().kv_cache_tokens(), 65536u);

@@ -108,6 +108,32 @@ TEST(SparseE2eTest, BudgetCoveringTheContextGivesTheDenseOutput) {
   EXPECT_EQ(got.tokens, Offline(prompt, 24).tokens);
 }
 
+// kv_cache.dtype: bf16 as a user configures it: GetModelInfo reports it, and invariant 1 holds
+// in bf16 (sparse and dense read the same rounded keys), while the output differs from the
+// fp32 server's only as bf16 rounding may make it.
+TEST(SparseE2eTest, Bf16KvCacheServesAndFullBudgetStillEqualsDense) {
+  auto server = StartServer([](ServerConfig& c) {
+    SparseConfig(c);
+    c.kv_cache.dtype = "bf16";
+  });
+  ASSERT_NE(server, nullptr);
+  auto stub = Connect(server->address());
+  grpc::ClientContext ctx;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.kv_cache_dtype(), "bf16");
+
+  const std::vector<int32_t> prompt = LongPrompt(4, 200);
+  StreamResult sparse =
+      RunChecked(*stub, WithSparse(GreedyIds(prompt, 24), v1::SPARSE_MODE_SPARSE, 4096));
+  StreamResult dense = RunChecked(*stub, WithSparse(GreedyIds(prompt, 24), v1::SPARSE_MODE_DENSE));
+  ASSERT_TRUE(sparse.status.ok()) << sparse.status.error_message();
+  ASSERT_TRUE(dense.status.ok()) << dense.status.error_message();
+  EXPECT_TRUE(sparse.kv_stats->sparse());
+  EXPECT_EQ(sparse.tokens, dense.tokens);
+  EXPECT_EQ(sparse.tokens.size(), 24u);
+}
+
 TEST(SparseE2eTest, SparseOnAServerWithoutItIsFailedPrecondition) {
   auto server = StartServer();  // sparse.enabled: false
   ASSERT_NE(server, nullptr);
