@@ -159,13 +159,17 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                                 "Selected KV pages that were not on the device when sparse "
                                 "attention needed them (fetched synchronously or skipped, per "
                                 "sparse.miss_policy).");
+  prefetch_late_ = AddCounter(r, "specula_prefetch_late_total",
+                              "Selected KV pages whose prefetch copy was still in flight when "
+                              "sparse attention needed them (waited for, or skipped, per "
+                              "sparse.miss_policy): right predictions issued too late.");
   prefetch_hit_ratio_ = AddGauge(
       r, "specula_prefetch_hit_ratio",
-      absl::StrCat("Prefetch hit ratio hits / (hits + misses) over the pages of the last ",
+      absl::StrCat("Prefetch hit ratio hits / (hits + misses + late) over the pages of the last ",
                    kHitRatioWindowSteps,
                    " engine steps that selected pages; keeps its value while no sparse request "
                    "runs, NaN before the first. For a time window use rate() of "
-                   "specula_prefetch_hits_total and specula_prefetch_misses_total."));
+                   "specula_prefetch_hits_total, _misses_total and _late_total."));
   prefetch_hit_ratio_->Set(std::nan(""));
   prefetch_bytes_ = AddCounter(r, "specula_prefetch_bytes_total",
                                "Bytes the prefetch executor copied host -> device ahead of need.");
@@ -216,6 +220,7 @@ void ServerMetrics::OnStep(const StepSummary& step) {
 void ServerMetrics::OnSparseStep(const SparseStepStats& sparse) {
   prefetch_hits_->Increment(static_cast<double>(sparse.pages_hit));
   prefetch_misses_->Increment(static_cast<double>(sparse.pages_missed));
+  prefetch_late_->Increment(static_cast<double>(sparse.pages_late));
   prefetch_bytes_->Increment(static_cast<double>(sparse.bytes_prefetched));
   decode_fetch_bytes_->Increment(static_cast<double>(sparse.bytes_fetched));
   decode_stall_->Increment(sparse.stall_seconds);
@@ -225,10 +230,11 @@ void ServerMetrics::OnSparseStep(const SparseStepStats& sparse) {
 
   // Steps that only prefetched (nothing selected) would dilute the window without saying anything
   // about hits.
-  if (sparse.pages_hit + sparse.pages_missed == 0) return;
-  hit_window_.emplace_back(sparse.pages_hit, sparse.pages_missed);
+  const int64_t not_hit = sparse.pages_missed + sparse.pages_late;
+  if (sparse.pages_hit + not_hit == 0) return;
+  hit_window_.emplace_back(sparse.pages_hit, not_hit);
   window_hits_ += sparse.pages_hit;
-  window_misses_ += sparse.pages_missed;
+  window_misses_ += not_hit;
   if (hit_window_.size() > static_cast<size_t>(kHitRatioWindowSteps)) {
     window_hits_ -= hit_window_.front().first;
     window_misses_ -= hit_window_.front().second;

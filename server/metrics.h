@@ -79,6 +79,7 @@ class ServerMetrics : public EngineObserver {
   // Sparse KV cache.
   prometheus::Counter* prefetch_hits_;
   prometheus::Counter* prefetch_misses_;
+  prometheus::Counter* prefetch_late_;
   prometheus::Gauge* prefetch_hit_ratio_;
   prometheus::Counter* prefetch_bytes_;
   prometheus::Histogram* prefetch_latency_;
@@ -87,8 +88,8 @@ class ServerMetrics : public EngineObserver {
   prometheus::Gauge* kv_host_pages_used_;
   prometheus::Gauge* kv_host_pages_capacity_;
   prometheus::Gauge* kv_device_slots_used_;
-  // specula_prefetch_hit_ratio's window: (hits, misses) of the last kHitRatioWindowSteps steps
-  // that selected pages, and their sums. Engine thread only.
+  // specula_prefetch_hit_ratio's window: (hits, misses + late) of the last kHitRatioWindowSteps
+  // steps that selected pages, and their sums. Engine thread only.
   std::deque<std::pair<int64_t, int64_t>> hit_window_;
   int64_t window_hits_ = 0;
   int64_t window_misses_ = 0;

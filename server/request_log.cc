@@ -42,6 +42,7 @@ void RequestLog::OnFinished(const RequestSummary& s) {
                                  {"budget_tokens", k.budget_tokens},
                                  {"pages_hit", k.pages_hit},
                                  {"pages_missed", k.pages_missed},
+                                 {"pages_late", k.pages_late},
                                  {"hit_rate", k.hit_rate()},
                                  {"bytes_prefetched", k.bytes_prefetched},
                                  {"bytes_fetched", k.bytes_fetched},

@@ -23,6 +23,24 @@ int32_t PagesOf(int64_t tokens, int32_t page_size) {
 uint64_t PredictStamp(uint64_t step) { return 2 * step; }
 uint64_t UseStamp(uint64_t step) { return 2 * step + 1; }
 
+enum class PageOutcome { kHit, kLate, kMissed };
+
+// Adds one selected page's outcome to KvStats or SparseStepStats.
+template <typename Stats>
+void CountPage(PageOutcome outcome, Stats* stats) {
+  switch (outcome) {
+    case PageOutcome::kHit:
+      ++stats->pages_hit;
+      return;
+    case PageOutcome::kLate:
+      ++stats->pages_late;
+      return;
+    case PageOutcome::kMissed:
+      ++stats->pages_missed;
+      return;
+  }
+}
+
 // Predictions queued beyond this are stale before they run; the oldest are dropped.
 constexpr size_t kMaxQueuedPredictions = 4096;
 constexpr size_t kMaxLatencySamples = 65536;
@@ -357,24 +375,29 @@ void SparseKvCache::Resolve(int32_t layer, int32_t head, WorkingSet& ws, int32_t
     // First pin every selected page already mapped (ready, or loading for a prediction), so
     // fetching a miss below can never evict a page this step selected. At most B pins of C >= B
     // slots: a miss always finds a slot, or a loading one that will finish.
-    std::vector<bool> mapped(selected.size(), false);
     for (size_t i = 0; i < selected.size(); ++i) {
       const int32_t j = ws.FindLocked(l_h, selected[i]);
       if (j < 0) continue;
-      mapped[i] = true;
       WorkingSet::CacheSlot& s = ws.slot_locked(l_h, j);
       s.pin = ws.active_pin;
       s.last_use = std::max(s.last_use, UseStamp(ws.decode_step));
     }
     for (size_t i = 0; i < selected.size(); ++i) {
       const int32_t p = selected[i];
+      // What attention finds when it needs the page: resident (a hit), still being copied by a
+      // prefetch (late), or absent (a miss).
+      const int32_t found = ws.FindLocked(l_h, p);
+      const PageOutcome outcome =
+          found < 0                                                           ? PageOutcome::kMissed
+          : ws.slot_locked(l_h, found).state == WorkingSet::SlotState::kReady ? PageOutcome::kHit
+                                                                              : PageOutcome::kLate;
       double waited = 0;
       int32_t j;
       while (true) {
         j = ws.FindLocked(l_h, p);
         if (j >= 0 && ws.slot_locked(l_h, j).state == WorkingSet::SlotState::kReady) break;
         if (options_.miss_policy == MissPolicy::kSkip) {
-          // Not resident now: attend without it. A loading page is on its way already.
+          // Not resident now: attend without it. A loading page is on its way already (late).
           if (j < 0) skipped->push_back(p);
           j = -1;
           break;
@@ -408,10 +431,8 @@ void SparseKvCache::Resolve(int32_t layer, int32_t head, WorkingSet& ws, int32_t
         s.last_use = std::max(s.last_use, UseStamp(ws.decode_step));
         resident[i] = j;
       }
-      // A hit was resident (or being prefetched) when the step asked for it.
-      const bool hit = mapped[i] && j >= 0;
-      ++(hit ? ws.stats.pages_hit : ws.stats.pages_missed);
-      ++(hit ? step_.pages_hit : step_.pages_missed);
+      CountPage(outcome, &ws.stats);
+      CountPage(outcome, &step_);
     }
   }
 

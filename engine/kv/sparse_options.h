@@ -72,13 +72,17 @@ struct SparseRequestOptions {
 struct KvStats {
   bool sparse = false;          // false: the request ran dense and the counters are 0
   int64_t budget_tokens = 0;    // the budget it ran with
-  int64_t pages_hit = 0;        // selected pages resident at use without a synchronous fetch
-  int64_t pages_missed = 0;     // selected pages fetched synchronously or skipped
+  int64_t pages_hit = 0;     // selected pages resident (copy complete) when attention needed them
+  int64_t pages_missed = 0;  // selected pages absent then: fetched synchronously or skipped
+  // Selected pages whose prefetch copy was still in flight when attention needed them: waited
+  // for under miss_policy fetch, left out of that step under skip.
+  int64_t pages_late = 0;
   int64_t bytes_prefetched = 0; // bytes the prefetch executor copied for this request
   int64_t bytes_fetched = 0;    // bytes copied synchronously on misses
   double stall_seconds = 0;     // decode time spent waiting for pages
+  int64_t pages_selected() const { return pages_hit + pages_missed + pages_late; }
   double hit_rate() const {
-    const int64_t n = pages_hit + pages_missed;
+    const int64_t n = pages_selected();
     return n == 0 ? 1.0 : static_cast<double>(pages_hit) / static_cast<double>(n);
   }
 };
@@ -87,6 +91,7 @@ struct KvStats {
 struct SparseStepStats {
   int64_t pages_hit = 0;
   int64_t pages_missed = 0;
+  int64_t pages_late = 0;
   int64_t bytes_prefetched = 0;
   int64_t bytes_fetched = 0;
   double stall_seconds = 0;

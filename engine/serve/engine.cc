@@ -29,8 +29,8 @@ namespace {
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
 bool HadSparseActivity(const SparseStepStats& s) {
-  return s.pages_hit > 0 || s.pages_missed > 0 || s.bytes_prefetched > 0 || s.bytes_fetched > 0 ||
-         s.stall_seconds > 0 || !s.prefetch_latencies_seconds.empty();
+  return s.pages_hit > 0 || s.pages_missed > 0 || s.pages_late > 0 || s.bytes_prefetched > 0 ||
+         s.bytes_fetched > 0 || s.stall_seconds > 0 || !s.prefetch_latencies_seconds.empty();
 }
 
 }  // namespace

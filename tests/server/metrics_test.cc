@@ -69,6 +69,7 @@ void DriveTraffic(ServerMetrics& m) {
   SparseStepStats sparse;
   sparse.pages_hit = 30;
   sparse.pages_missed = 10;
+  sparse.pages_late = 8;
   sparse.bytes_prefetched = 3 * 8192;
   sparse.bytes_fetched = 8192;
   sparse.stall_seconds = 0.002;
@@ -76,6 +77,7 @@ void DriveTraffic(ServerMetrics& m) {
   m.OnSparseStep(sparse);
   sparse.pages_hit = 6;
   sparse.pages_missed = 2;
+  sparse.pages_late = 0;
   sparse.bytes_prefetched = 8192;
   sparse.bytes_fetched = 0;
   sparse.stall_seconds = 0.0005;
@@ -157,7 +159,9 @@ TEST(MetricsTest, ScrapeOverHttpIsValidAndCarriesEveryMetric) {
 
   EXPECT_EQ(e.Get("specula_prefetch_hits_total"), 36);
   EXPECT_EQ(e.Get("specula_prefetch_misses_total"), 12);
-  EXPECT_DOUBLE_EQ(e.Get("specula_prefetch_hit_ratio"), 0.75);
+  EXPECT_EQ(e.Get("specula_prefetch_late_total"), 8);
+  // Late pages are not hits: 36 / (36 + 12 + 8).
+  EXPECT_DOUBLE_EQ(e.Get("specula_prefetch_hit_ratio"), 36.0 / 56.0);
   EXPECT_EQ(e.Get("specula_prefetch_bytes_total"), 4 * 8192);
   EXPECT_EQ(e.Get("specula_decode_fetch_bytes_total"), 8192);
   EXPECT_NEAR(e.Get("specula_decode_stall_seconds_total"), 0.0025, 1e-12);
@@ -177,10 +181,11 @@ TEST(MetricsTest, ScrapeOverHttpIsValidAndCarriesEveryMetric) {
 TEST(MetricsTest, PrefetchHitRatioIsOverTheRecentStepsThatSelectedPages) {
   ServerMetrics metrics;
   auto ratio = [&] { return GaugeValue(metrics, "specula_prefetch_hit_ratio"); };
-  auto step = [&](int64_t hits, int64_t misses) {
+  auto step = [&](int64_t hits, int64_t misses, int64_t late = 0) {
     SparseStepStats s;
     s.pages_hit = hits;
     s.pages_missed = misses;
+    s.pages_late = late;
     metrics.OnSparseStep(s);
   };
   // No sparse step yet: no ratio to speak of (and no false "0% hits" alert).
@@ -203,6 +208,10 @@ TEST(MetricsTest, PrefetchHitRatioIsOverTheRecentStepsThatSelectedPages) {
   EXPECT_DOUBLE_EQ(ratio(), 1.0 / ServerMetrics::kHitRatioWindowSteps);
   for (int i = 0; i < ServerMetrics::kHitRatioWindowSteps; ++i) step(5, 0);
   EXPECT_EQ(ratio(), 1);
+  // A step whose pages were all late alone counts as not hit, and only late pages make a step
+  // that selected pages.
+  for (int i = 0; i < ServerMetrics::kHitRatioWindowSteps; ++i) step(0, 0, 3);
+  EXPECT_EQ(ratio(), 0);
 }
 
 TEST(MetricsTest, ParserRejectsMalformedExposition) {

@@ -121,7 +121,8 @@ TEST_F(RequestConvertTest, FinalResponseCarriesKvStats) {
   k.sparse = true;
   k.budget_tokens = 32;
   k.pages_hit = 30;
-  k.pages_missed = 10;
+  k.pages_missed = 6;
+  k.pages_late = 4;
   k.bytes_prefetched = 1 << 20;
   k.bytes_fetched = 81920;
   k.stall_seconds = 0.125;
@@ -133,11 +134,12 @@ TEST_F(RequestConvertTest, FinalResponseCarriesKvStats) {
   EXPECT_TRUE(got.sparse());
   EXPECT_EQ(got.budget_tokens(), 32u);
   EXPECT_EQ(got.pages_hit(), 30u);
-  EXPECT_EQ(got.pages_missed(), 10u);
+  EXPECT_EQ(got.pages_missed(), 6u);
+  EXPECT_EQ(got.pages_late(), 4u);
   EXPECT_EQ(got.bytes_prefetched(), 1u << 20);
   EXPECT_EQ(got.bytes_fetched(), 81920u);
   EXPECT_EQ(got.stall_seconds(), 0.125);
-  EXPECT_DOUBLE_EQ(got.hit_rate(), 0.75);
+  EXPECT_DOUBLE_EQ(got.hit_rate(), 0.75);  // 30 / (30 + 6 + 4): late pages are not hits
   EXPECT_EQ(res.finish_reason(), v1::LENGTH);
 
   // A dense request: present (the client learns it ran dense), counters 0, hit_rate 1.

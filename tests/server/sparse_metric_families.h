@@ -11,6 +11,7 @@ inline const std::map<std::string, std::string>& SparseMetricFamilies() {
   static const std::map<std::string, std::string> families = {
       {"specula_prefetch_hits_total", "counter"},
       {"specula_prefetch_misses_total", "counter"},
+      {"specula_prefetch_late_total", "counter"},
       {"specula_prefetch_hit_ratio", "gauge"},
       {"specula_prefetch_bytes_total", "counter"},
       {"specula_prefetch_latency_seconds", "histogram"},

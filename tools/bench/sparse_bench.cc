@@ -133,6 +133,7 @@ absl::StatusOr<QualityRow> RunExamples(const std::string& model, const Generator
       if (o.kv_stats) {
         row.kv.pages_hit += o.kv_stats->pages_hit;
         row.kv.pages_missed += o.kv_stats->pages_missed;
+        row.kv.pages_late += o.kv_stats->pages_late;
         row.kv.bytes_fetched += o.kv_stats->bytes_fetched;
         row.kv.bytes_prefetched += o.kv_stats->bytes_prefetched;
         row.kv.stall_seconds += o.kv_stats->stall_seconds;

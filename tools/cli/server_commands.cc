@@ -184,6 +184,7 @@ int GenerateRemote() {
     k.budget_tokens = static_cast<int64_t>(kv_stats->budget_tokens());
     k.pages_hit = static_cast<int64_t>(kv_stats->pages_hit());
     k.pages_missed = static_cast<int64_t>(kv_stats->pages_missed());
+    k.pages_late = static_cast<int64_t>(kv_stats->pages_late());
     k.bytes_prefetched = static_cast<int64_t>(kv_stats->bytes_prefetched());
     k.bytes_fetched = static_cast<int64_t>(kv_stats->bytes_fetched());
     k.stall_seconds = kv_stats->stall_seconds();

@@ -2,15 +2,20 @@
 // Page p of the prompt has every key 10 * e_p, so with the quest selector a query
 // 2 * Σ_{needed} e_p + Σ_{hint} e_p scores needed pages 20, hinted pages 10 and the rest 0:
 // the top-budget set is exactly `needed`, and the best page below the cut is the hint.
+#include <algorithm>
+#include <chrono>
 #include <set>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/engine/kv/gated_copy_backend.h"
 #include "tests/engine/kv/sparse_harness.h"
 
 namespace specula {
 namespace {
 
+using ::specula::testing::CopyGate;
+using ::specula::testing::GatedCopyBackend;
 using ::specula::testing::HarnessShape;
 using ::specula::testing::SparseHarness;
 
@@ -198,6 +203,97 @@ TEST(HitRateTest, AttentionReadsExactlyTheSelectedPagesPlusSinksAndWindow) {
   // Sink 0, the four selected in position order, then the window (50) and the current page.
   EXPECT_EQ(seen, (std::vector<int32_t>{0, 5, 17, 30, 42, 50, 51}));
   h.Finish(*ws);
+}
+
+// A prefetch still copying when attention needs its page is late: neither a hit (its copy had
+// not landed) nor a miss (the prediction was right). The sliding sequence with cross_step:
+// step t needs pages 10+t..13+t and predicts 14+t for step t+1. The copy of page 16, predicted
+// at step 2, is held at the gate (the prefetch thread has claimed its slot, so the page is
+// mapped and loading) while step 3 needs it.
+struct HeldPrefetchRun {
+  KvStats stats;  // after step 4
+  KvStats after_step3;
+  std::vector<int32_t> attended3;  // logical pages step 3's attention read
+  std::vector<float> out3;         // step 3's attention output
+  int held = 0;                    // copies the gate held
+};
+
+HeldPrefetchRun RunWithHeldPrefetch(MissPolicy miss, bool hold) {
+  auto backend = std::make_unique<GatedCopyBackend>();
+  CopyGate& gate = backend->gate();
+  HarnessShape shape;
+  shape.page_size = kPageSize;
+  SparseHarness h(Options(SpeculationMode::kCrossStep, 2, miss), shape, PageKeys,
+                  std::move(backend));
+  auto ws = h.Start(1, kPromptPages * kPageSize, 8, 0);
+  h.cache().WaitForPrefetches();
+  auto step = [&](int32_t t) { h.Step({ws.get()}, {Query(Range(10 + t, 4), {14 + t})}); };
+  for (int32_t t = 0; t < 2; ++t) {
+    step(t);
+    h.cache().WaitForPrefetches();
+  }
+  // Under fetch, step 3 waits for the held copy; the gate lets it go after 300 ms.
+  if (hold) gate.Close(std::chrono::milliseconds(300));
+  step(2);
+  if (hold) {
+    EXPECT_TRUE(gate.WaitForHeld(1, std::chrono::seconds(30)));
+  } else {
+    h.cache().WaitForPrefetches();  // on time: page 16 lands before step 3
+  }
+  HeldPrefetchRun run;
+  h.cache().set_attention_observer([&](const AttendedPages& a) {
+    if (!a.after) run.attended3 = a.logical;
+  });
+  step(3);
+  h.cache().set_attention_observer(nullptr);
+  run.after_step3 = h.cache().Stats(*ws);
+  run.out3 = h.last_out();
+  gate.Open();
+  h.cache().WaitForPrefetches();
+  step(4);
+  h.cache().WaitForPrefetches();
+  run.stats = h.cache().Stats(*ws);
+  run.held = gate.held();
+  h.Finish(*ws);
+  EXPECT_EQ(h.cache().host_pages_used(), 0);
+  EXPECT_EQ(h.pool().used_blocks(), 0);
+  return run;
+}
+
+bool Contains(const std::vector<int32_t>& v, int32_t x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+TEST(HitRateTest, APrefetchStillCopyingIsLateAndFetchWaitsForItWithTheSameOutput) {
+  const HeldPrefetchRun on_time = RunWithHeldPrefetch(MissPolicy::kFetch, /*hold=*/false);
+  EXPECT_EQ(on_time.stats.pages_late, 0);
+  EXPECT_EQ(on_time.stats.pages_hit, 4 * 4);
+  EXPECT_EQ(on_time.stats.pages_missed, 4);  // step 0, which nothing predicted
+
+  const HeldPrefetchRun late = RunWithHeldPrefetch(MissPolicy::kFetch, /*hold=*/true);
+  EXPECT_GE(late.held, 1);
+  EXPECT_EQ(late.after_step3.pages_late, 1);  // page 16 at step 3
+  EXPECT_EQ(late.stats.pages_late, 1);
+  EXPECT_EQ(late.stats.pages_hit, 4 * 4 - 1);
+  EXPECT_EQ(late.stats.pages_missed, 4);
+  EXPECT_DOUBLE_EQ(late.stats.hit_rate(), 15.0 / 20.0);
+  // fetch waited for the copy instead of fetching it again, and attended the page...
+  EXPECT_TRUE(Contains(late.attended3, 16));
+  EXPECT_EQ(late.stats.bytes_fetched, on_time.stats.bytes_fetched);
+  EXPECT_GT(late.after_step3.stall_seconds, on_time.after_step3.stall_seconds);
+  // ...so the output is exactly the on-time run's.
+  EXPECT_EQ(late.out3, on_time.out3);
+}
+
+TEST(HitRateTest, SkipAttendsWithoutALatePageAndNeverFetchesIt) {
+  const HeldPrefetchRun late = RunWithHeldPrefetch(MissPolicy::kSkip, /*hold=*/true);
+  EXPECT_EQ(late.after_step3.pages_late, 1);
+  EXPECT_FALSE(Contains(late.attended3, 16));
+  EXPECT_TRUE(Contains(late.attended3, 15));
+  EXPECT_EQ(late.stats.bytes_fetched, 0);  // skip never copies synchronously
+  EXPECT_EQ(late.after_step3.stall_seconds, 0.0);
+  // The held copy landed later: step 4 finds page 16 (and the predicted 17) resident.
+  EXPECT_EQ(late.stats.pages_hit - late.after_step3.pages_hit, 4);
 }
 
 }  // namespace

@@ -30,17 +30,21 @@ using KvFn = std::function<void(int64_t tag, int32_t layer, int32_t head, int32_
 
 class SparseHarness {
  public:
-  SparseHarness(const SparseOptions& options, const HarnessShape& shape, KvFn kv)
-      : shape_(shape), kv_(std::move(kv)), backend_(1) {
+  // `backend` (default: a one-thread CpuBackend) lets a test change how pages are copied.
+  SparseHarness(const SparseOptions& options, const HarnessShape& shape, KvFn kv,
+                std::unique_ptr<CpuBackend> backend = nullptr)
+      : shape_(shape),
+        kv_(std::move(kv)),
+        backend_(backend ? std::move(backend) : std::make_unique<CpuBackend>(1)) {
     KvPoolOptions p;
     p.num_layers = shape.layers;
     p.num_kv_heads = shape.kv_heads;
     p.head_dim = shape.head_dim;
     p.page_size = shape.page_size;
     p.num_blocks = shape.device_blocks;
-    pool_ = KvPool::Create(backend_, p).value();
+    pool_ = KvPool::Create(*backend_, p).value();
     SparseModelShape m{shape.layers, shape.heads, shape.kv_heads, shape.head_dim};
-    cache_ = SparseKvCache::Create(options, m, backend_, pool_).value();
+    cache_ = SparseKvCache::Create(options, m, *backend_, pool_).value();
   }
 
   SparseKvCache& cache() { return *cache_; }
@@ -121,7 +125,7 @@ class SparseHarness {
 
   HarnessShape shape_;
   KvFn kv_;
-  CpuBackend backend_;
+  std::unique_ptr<CpuBackend> backend_;
   KvPool pool_;
   std::unique_ptr<SparseKvCache> cache_;
   std::map<const WorkingSet*, int64_t> tags_;

@@ -58,7 +58,7 @@ void ExpectSparseStats(const StreamResult& got, uint64_t budget) {
   const v1::KvStats& k = *got.kv_stats;
   EXPECT_TRUE(k.sparse());
   EXPECT_EQ(k.budget_tokens(), budget);
-  const uint64_t selected = k.pages_hit() + k.pages_missed();
+  const uint64_t selected = k.pages_hit() + k.pages_missed() + k.pages_late();
   EXPECT_GT(selected, 0u) << "a 200-token context over a 64-token working set selects pages";
   EXPECT_GE(k.hit_rate(), 0);
   EXPECT_LE(k.hit_rate(), 1);
@@ -264,13 +264,14 @@ TEST(SparseE2eTest, PrefetchMetricsAgreeWithThePerRequestKvStats) {
   }
   for (auto& t : clients) t.join();
   ASSERT_TRUE(server->engine().WaitIdle(absl::Now() + absl::Seconds(30)));
-  uint64_t hits = 0, misses = 0, fetched = 0;
+  uint64_t hits = 0, misses = 0, late = 0, fetched = 0;
   for (int i = 0; i < kStreams; ++i) {
     ASSERT_TRUE(results[i].status.ok()) << i << ": " << results[i].status.error_message();
     ASSERT_TRUE(results[i].kv_stats.has_value()) << i;
     EXPECT_EQ(results[i].kv_stats->sparse(), i >= 2) << i;
     hits += results[i].kv_stats->pages_hit();
     misses += results[i].kv_stats->pages_missed();
+    late += results[i].kv_stats->pages_late();
     fetched += results[i].kv_stats->bytes_fetched();
   }
   ASSERT_GT(hits + misses, 0u);
@@ -284,6 +285,7 @@ TEST(SparseE2eTest, PrefetchMetricsAgreeWithThePerRequestKvStats) {
   }
   EXPECT_EQ(m.Get("specula_prefetch_hits_total"), static_cast<double>(hits));
   EXPECT_EQ(m.Get("specula_prefetch_misses_total"), static_cast<double>(misses));
+  EXPECT_EQ(m.Get("specula_prefetch_late_total"), static_cast<double>(late));
   EXPECT_EQ(m.Get("specula_decode_fetch_bytes_total"), static_cast<double>(fetched));
   const double ratio = m.Get("specula_prefetch_hit_ratio");
   EXPECT_GE(ratio, 0);

@@ -64,15 +64,17 @@ class KvStats:
     sparse: bool
     # The budget it ran with, in tokens per layer and KV head.
     budget_tokens: int
-    # Selected pages already on the device when attention needed them.
+    # Selected pages already on the device (their copy complete) when attention needed them.
     pages_hit: int
-    # Selected pages that were not (fetched synchronously or skipped, per the server's
+    # Selected pages absent then (fetched synchronously or skipped, per the server's
     # sparse.miss_policy).
     pages_missed: int
+    # Selected pages whose prefetch copy was still in flight then (waited for, or skipped).
+    pages_late: int
     bytes_prefetched: int
     bytes_fetched: int
     stall_seconds: float
-    # pages_hit / (pages_hit + pages_missed); 1.0 when no page was selected.
+    # pages_hit / (pages_hit + pages_missed + pages_late); 1.0 when no page was selected.
     hit_rate: float
 
 
@@ -106,7 +108,8 @@ def _usage(msg) -> Usage:
 
 def _kv_stats(msg) -> KvStats:
     return KvStats(sparse=msg.sparse, budget_tokens=msg.budget_tokens, pages_hit=msg.pages_hit,
-                   pages_missed=msg.pages_missed, bytes_prefetched=msg.bytes_prefetched,
+                   pages_missed=msg.pages_missed, pages_late=msg.pages_late,
+                   bytes_prefetched=msg.bytes_prefetched,
                    bytes_fetched=msg.bytes_fetched, stall_seconds=msg.stall_seconds,
                    hit_rate=msg.hit_rate)
 
