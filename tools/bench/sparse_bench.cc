@@ -246,8 +246,9 @@ int RunQuality(const SparseBenchOptions& o) {
   const int32_t n = static_cast<int32_t>(examples.size());
   std::cout << absl::StrFormat(
       "\n### Prefetch per speculation mode (context %d, %d requests batched)\n\n"
-      "| budget | speculation | hit rate | KB prefetched / token | KB fetched on miss / token | "
-      "stall ms / token | decode tok/s |\n|---|---|---|---|---|---|---|\n",
+      "| budget | speculation | hit rate | late share | KB prefetched / token | "
+      "KB fetched on miss / token | stall ms / token | decode tok/s |\n"
+      "|---|---|---|---|---|---|---|---|\n",
       ctx, n);
   for (double f : o.budgets) {
     if (f >= 1.0) continue;
@@ -261,8 +262,13 @@ int RunQuality(const SparseBenchOptions& o) {
         continue;
       }
       const double per_token = std::max<int64_t>(1, r->decode_tokens);
-      std::cout << absl::StrFormat("| %s | %s | %.3f | %.1f | %.1f | %.3f | %.0f |\n",
-                                   BudgetName(f), SpeculationModeName(m), r->kv.hit_rate(),
+      // Late: right predictions whose copy had not landed when attention needed the page.
+      const double late_share =
+          r->kv.pages_selected() == 0
+              ? 0.0
+              : static_cast<double>(r->kv.pages_late) / static_cast<double>(r->kv.pages_selected());
+      std::cout << absl::StrFormat("| %s | %s | %.3f | %.3f | %.1f | %.1f | %.3f | %.0f |\n",
+                                   BudgetName(f), SpeculationModeName(m), r->kv.hit_rate(), late_share,
                                    r->kv.bytes_prefetched / per_token / 1024.0,
                                    r->kv.bytes_fetched / per_token / 1024.0,
                                    1e3 * r->kv.stall_seconds / per_token,
