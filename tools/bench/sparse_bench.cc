@@ -17,7 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/common/status_macros.h"
 #include "engine/generate/generator.h"
-#include "nlohmann/json.hpp"
+#include "tools/bench/retrieval_eval.h"
 #include "tools/make_tiny_model/tiny_model_writer.h"
 
 namespace specula {
@@ -30,27 +30,7 @@ constexpr int32_t kPageSize = 16;
 constexpr int32_t kSinkTokens = 16;
 constexpr int32_t kRecentTokens = 16;
 
-struct Example {
-  std::vector<int32_t> prompt;
-  std::vector<int32_t> answer;
-};
-
-absl::StatusOr<std::vector<Example>> LoadEval(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path.string()));
-  nlohmann::json j;
-  try {
-    in >> j;
-    std::vector<Example> out;
-    for (const auto& e : j.at("examples")) {
-      out.push_back({e.at("prompt_ids").get<std::vector<int32_t>>(),
-                     e.at("answer_ids").get<std::vector<int32_t>>()});
-    }
-    return out;
-  } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": ", e.what()));
-  }
-}
+using Example = RetrievalExample;
 
 // Resident bytes of the mapping that contains `address` (/proc/self/smaps): what the host
 // store really occupies, whatever else the process allocates meanwhile.
@@ -199,7 +179,7 @@ int RunQuality(const SparseBenchOptions& o) {
       kSinkTokens, kRecentTokens, kPageSize);
   std::map<int, std::vector<Example>> sets;
   for (const auto& [ctx, path] : evals) {
-    auto examples = LoadEval(path);
+    auto examples = LoadRetrievalEval(path.string());
     if (!examples.ok()) {
       std::cerr << "specula-bench sparse: " << examples.status() << "\n";
       return 1;

@@ -4,16 +4,15 @@
 // the tiny models move only by bf16 rounding.
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "engine/generate/generator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
 #include "tests/engine/generate/forward_helpers.h"
 #include "tests/engine/generate/greedy_request.h"
+#include "tools/bench/retrieval_eval.h"
 
 namespace specula {
 namespace {
@@ -114,31 +113,17 @@ TEST(KvDtypeTest, Bf16LogprobsStayWithinToleranceOfF32) {
   }
 }
 
-struct Example {
-  std::vector<int32_t> prompt;
-  std::vector<int32_t> answer;
-};
-
-std::vector<Example> LoadEval(const std::string& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << path;
-  const nlohmann::json j = nlohmann::json::parse(in);
-  std::vector<Example> out;
-  for (const auto& e : j.at("examples")) {
-    out.push_back({e.at("prompt_ids").get<std::vector<int32_t>>(),
-                   e.at("answer_ids").get<std::vector<int32_t>>()});
-  }
-  return out;
-}
-
 // The trained retrieval model (every answer token copied from ~370 tokens back): greedy answers
 // with bf16 KV equal fp32's for at least 95% of the examples, dense and sparse at a 25% budget.
 TEST(KvDtypeTest, Bf16GreedyFollowsF32OnTheRetrievalModel) {
   const std::string dir = SPECULA_RETRIEVAL_MODEL_DIR;
-  const std::vector<Example> examples = LoadEval(dir + "/eval_512.json");
+  const absl::StatusOr<std::vector<RetrievalExample>> loaded =
+      LoadRetrievalEval(dir + "/eval_512.json");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const std::vector<RetrievalExample>& examples = *loaded;
   ASSERT_EQ(examples.size(), 32u);
   std::vector<GenerationRequest> requests;
-  for (const Example& e : examples) {
+  for (const RetrievalExample& e : examples) {
     requests.push_back(Greedy(e.prompt, static_cast<int>(e.answer.size())));
   }
   for (const bool sparse : {false, true}) {
