@@ -234,14 +234,14 @@ void ServerMetrics::OnSparseStep(const SparseStepStats& sparse) {
   if (sparse.pages_hit + not_hit == 0) return;
   hit_window_.emplace_back(sparse.pages_hit, not_hit);
   window_hits_ += sparse.pages_hit;
-  window_misses_ += not_hit;
+  window_not_hits_ += not_hit;
   if (hit_window_.size() > static_cast<size_t>(kHitRatioWindowSteps)) {
     window_hits_ -= hit_window_.front().first;
-    window_misses_ -= hit_window_.front().second;
+    window_not_hits_ -= hit_window_.front().second;
     hit_window_.pop_front();
   }
   prefetch_hit_ratio_->Set(static_cast<double>(window_hits_) /
-                           static_cast<double>(window_hits_ + window_misses_));
+                           static_cast<double>(window_hits_ + window_not_hits_));
 }
 
 void ServerMetrics::OnFinished(const RequestSummary& summary) {

@@ -92,7 +92,7 @@ class ServerMetrics : public EngineObserver {
   // steps that selected pages, and their sums. Engine thread only.
   std::deque<std::pair<int64_t, int64_t>> hit_window_;
   int64_t window_hits_ = 0;
-  int64_t window_misses_ = 0;
+  int64_t window_not_hits_ = 0;
 
   mutable std::mutex exposer_mu_;
   HttpServerOptions exposer_options_;
