@@ -8,40 +8,27 @@
 // - KV pages hold K and V in the view's dtype (f32, bf16 or f16); attention computes in fp32.
 // - Small per-step metadata (token ids, positions, page tables) is passed as host spans; a device
 //   backend copies them itself.
+// - Streams and events (engine/stream.h): compute runs on compute_stream(); page copies that
+//   overlap it run on streams from CreateStream() and are ordered against compute with events.
 // - Threading: a Backend instance is used by one engine thread at a time.
 #pragma once
 
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/common/buffer.h"
 #include "engine/common/dtype.h"
+#include "engine/stream.h"
 
 namespace specula {
-
-// Memory owned by a backend (host memory on the CPU backend, device memory on CUDA).
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(void* data, size_t bytes, std::function<void(void*)> deleter)
-      : data_(data, std::move(deleter)), bytes_(bytes) {}
-
-  void* data() const { return data_.get(); }
-  size_t bytes() const { return bytes_; }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(data_.get());
-  }
-
- private:
-  std::unique_ptr<void, std::function<void(void*)>> data_{nullptr, [](void*) {}};
-  size_t bytes_ = 0;
-};
 
 // A view of a row-major fp32 matrix in backend memory; `stride` = elements between rows.
 struct Mat {
@@ -132,14 +119,12 @@ struct KvWrite {
   absl::Span<const int32_t> offsets;  // per token, in [0, page_size)
 };
 
-// Copies between pinned host memory and backend memory that prefetch threads call concurrently
-// with the engine thread's compute (on CUDA each copier owns a copy stream). Copy returns when
-// the bytes have arrived; the direction follows from the addresses (either side may be host or
-// backend memory).
-class PageCopier {
- public:
-  virtual ~PageCopier() = default;
-  virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
+// What a backend counts for tests and benchmarks: times the host waited for the compute stream
+// (Synchronize, and CopyToHost, which waits before it reads), and reads of backend memory into
+// host memory (CopyToHost). A decode step needs one of each: the logits' readback.
+struct BackendCounters {
+  std::atomic<int64_t> compute_syncs{0};
+  std::atomic<int64_t> host_reads{0};
 };
 
 class Backend {
@@ -151,12 +136,24 @@ class Backend {
 
   // Memory. RESOURCE_EXHAUSTED when the device cannot hold `bytes`.
   virtual absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) = 0;
+  // Host memory the device can copy from and to asynchronously (page-locked on a GPU): the host
+  // KV store lives in it. Committed lazily where the platform allows, so resident memory grows
+  // with use. RESOURCE_EXHAUSTED when it cannot be had.
+  virtual absl::StatusOr<DeviceBuffer> AllocatePinnedHost(size_t bytes) = 0;
+  // Synchronous copies on the compute stream: CopyToDevice is ordered before later compute;
+  // CopyToHost waits for the compute stream first and counts as a host read.
   virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
-  // Waits for all queued work (a no-op on the CPU).
-  virtual void Synchronize() = 0;
-  // A copier for one thread's use; many may exist at once.
-  virtual std::unique_ptr<PageCopier> CreatePageCopier() = 0;
+
+  // Every operation below runs on the compute stream, in call order. The host spans passed to
+  // them are read at the call.
+  virtual Stream& compute_stream() = 0;
+  // Blocks until the compute stream is idle.
+  void Synchronize() { compute_stream().Synchronize(); }
+  // A stream for copies that overlap compute (one per prefetch thread); many may exist at once,
+  // each used by one thread at a time.
+  virtual std::unique_ptr<Stream> CreateStream() = 0;
+  const BackendCounters& counters() const { return counters_; }
 
   // `data` is fp32 [out, in] on the host; the backend keeps its own copy in its weight format.
   virtual absl::StatusOr<Weight> UploadWeight(const float* data, int64_t out, int64_t in) = 0;
@@ -188,6 +185,17 @@ class Backend {
   // from `pool`; out like q. Given every page of a sequence in order, equals PagedAttention.
   virtual void SparseDecodeAttention(const Mat& q, const SparseAttentionBatch& batch,
                                      const PagePoolView& pool, Mat* out) = 0;
+
+ protected:
+  BackendCounters counters_;
 };
+
+// Reads rows of `m` to the host in one CopyToHost (one synchronization): `host` receives the
+// span from row 0 to the end of the last row, so row r starts at host->data() + r * m.stride.
+inline void ReadRowsToHost(Backend& backend, const Mat& m, std::vector<float>* host) {
+  if (m.rows == 0) return host->clear();
+  host->resize(static_cast<size_t>((m.rows - 1) * m.stride + m.cols));
+  backend.CopyToHost(host->data(), m.data, host->size() * sizeof(float));
+}
 
 }  // namespace specula

@@ -7,6 +7,7 @@
 
 #include "engine/backend.h"
 #include "engine/common/thread_pool.h"
+#include "engine/cpu/cpu_stream.h"
 
 namespace specula {
 
@@ -19,10 +20,12 @@ class CpuBackend : public Backend {
   // fp32, so CPU results stay comparable with an fp32 reference.
   DType default_kv_dtype() const override { return DType::kF32; }
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
+  // Lazily committed anonymous memory (MapHostMemory): nothing to pin on the CPU.
+  absl::StatusOr<DeviceBuffer> AllocatePinnedHost(size_t bytes) override;
   void CopyToDevice(void* dst, const void* src, size_t bytes) override;
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
-  void Synchronize() override {}
-  std::unique_ptr<PageCopier> CreatePageCopier() override;
+  Stream& compute_stream() override { return compute_; }
+  std::unique_ptr<Stream> CreateStream() override;
   absl::StatusOr<Weight> UploadWeight(const float* data, int64_t out, int64_t in) override;
 
   void Gemm(const Mat& x, const Weight& w, const Weight& bias, Mat* y) override;
@@ -49,6 +52,7 @@ class CpuBackend : public Backend {
                                   const PagePoolView& pool, const T* base, Mat* out);
 
   ThreadPool pool_;
+  CpuComputeStream compute_{&counters_};
 };
 
 }  // namespace specula

@@ -60,6 +60,8 @@ class Generator {
   const Transformer& model() const { return *model_; }
   // The backend's name ("cpu"), as model.device resolved to.
   std::string backend_name() const { return backend_->name(); }
+  // The backend's synchronization and readback counts (tests, benchmarks).
+  const BackendCounters& backend_counters() const { return backend_->counters(); }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const GeneratorOptions& options() const { return options_; }
   const absl::flat_hash_set<int32_t>& eos_ids() const { return eos_ids_; }

@@ -1,17 +1,10 @@
 #include "engine/kv/host_kv_store.h"
 
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <utility>
 
 #include "absl/strings/str_format.h"
 #include "engine/common/check.h"
-
-#ifdef __linux__
-#include <sys/mman.h>
-#endif
 
 namespace specula {
 
@@ -53,8 +46,8 @@ PageId HostKvSequence::page(int32_t layer, int32_t head, int32_t index) const {
   return pages(layer, head)[index];
 }
 
-absl::StatusOr<std::unique_ptr<HostKvStore>> HostKvStore::Create(
-    const HostKvStoreOptions& options) {
+absl::StatusOr<std::unique_ptr<HostKvStore>> HostKvStore::Create(const HostKvStoreOptions& options,
+                                                                 const Allocator& allocate) {
   if (options.num_layers <= 0 || options.num_kv_heads <= 0 || options.head_dim <= 0 ||
       options.page_size <= 0 || options.capacity_tokens <= 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -86,24 +79,14 @@ absl::StatusOr<std::unique_ptr<HostKvStore>> HostKvStore::Create(
   store->pages_per_head_capacity_ = static_cast<int32_t>(per_head);
   store->capacity_pages_ = static_cast<int32_t>(pages);
   const size_t bytes = static_cast<size_t>(bytes128);
-#ifdef __linux__
-  // mmap: page-aligned (so also 64-byte aligned for SIMD) and registrable with cudaHostRegister
-  // by a device backend. Not pre-faulted: resident memory grows with use up to the capacity.
-  void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (data == MAP_FAILED) {
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("host kv store: cannot map %d bytes (%d pages of %d bytes): %s", bytes,
-                        store->capacity_pages_, store->page_bytes(), std::strerror(errno)));
+  auto memory = allocate(bytes);
+  if (!memory.ok()) {
+    return absl::ResourceExhaustedError(absl::StrFormat("host kv store: %d pages of %d bytes: %s",
+                                                        store->capacity_pages_, store->page_bytes(),
+                                                        memory.status().message()));
   }
-  store->mmapped_ = true;
-#else
-  void* data = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-  if (data == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("host kv store: cannot allocate %d bytes (%d pages of %d bytes)", bytes,
-                        store->capacity_pages_, store->page_bytes()));
-  }
-#endif
+  store->memory_ = std::move(*memory);
+  void* data = store->memory_.data();
   store->data_ = data;
   store->bytes_ = bytes;
   store->refcount_.assign(store->capacity_pages_, 0);
@@ -113,16 +96,7 @@ absl::StatusOr<std::unique_ptr<HostKvStore>> HostKvStore::Create(
   return store;
 }
 
-HostKvStore::~HostKvStore() {
-  if (data_ == nullptr) return;
-#ifdef __linux__
-  if (mmapped_) {
-    munmap(data_, bytes_);
-    return;
-  }
-#endif
-  std::free(data_);
-}
+HostKvStore::~HostKvStore() = default;
 
 char* HostKvStore::PageBase(PageId page) const {
   CHECK(page >= 0 && page < capacity_pages_) << "host kv: page " << page << " out of range";

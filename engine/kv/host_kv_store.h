@@ -16,12 +16,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/common/buffer.h"
 #include "engine/common/dtype.h"
 
 namespace specula {
@@ -77,7 +79,11 @@ class HostKvStore {
  public:
   // INVALID_ARGUMENT for non-positive sizes or a capacity beyond PageId's range;
   // RESOURCE_EXHAUSTED (naming the bytes) when the memory cannot be allocated.
-  static absl::StatusOr<std::unique_ptr<HostKvStore>> Create(const HostKvStoreOptions& options);
+  // The page pool comes from `allocate` (a backend's pinned host memory, so copies to and from
+  // the device can be asynchronous); by default lazily committed anonymous memory.
+  using Allocator = std::function<absl::StatusOr<DeviceBuffer>(size_t bytes)>;
+  static absl::StatusOr<std::unique_ptr<HostKvStore>> Create(
+      const HostKvStoreOptions& options, const Allocator& allocate = MapHostMemory);
   ~HostKvStore();
   HostKvStore(const HostKvStore&) = delete;
   HostKvStore& operator=(const HostKvStore&) = delete;
@@ -158,9 +164,9 @@ class HostKvStore {
   HostKvStoreOptions options_;
   int32_t pages_per_head_capacity_ = 0;
   int32_t capacity_pages_ = 0;
+  DeviceBuffer memory_;
   void* data_ = nullptr;
   size_t bytes_ = 0;
-  bool mmapped_ = false;
 
   mutable std::mutex mu_;
   std::vector<PageId> free_;       // stack of free page ids; guarded by mu_

@@ -14,9 +14,9 @@ double MonotonicSeconds() {
 PrefetchExecutor::PrefetchExecutor(int32_t threads, size_t max_queued, Backend& backend,
                                    RunFn run)
     : run_(std::move(run)), max_queued_(max_queued) {
-  for (int32_t i = 0; i < threads; ++i) copiers_.push_back(backend.CreatePageCopier());
+  for (int32_t i = 0; i < threads; ++i) streams_.push_back(backend.CreateStream());
   for (int32_t i = 0; i < threads; ++i) {
-    threads_.emplace_back([this, c = copiers_[i].get()] { Loop(c); });
+    threads_.emplace_back([this, c = streams_[i].get()] { Loop(c); });
   }
 }
 
@@ -54,7 +54,7 @@ int64_t PrefetchExecutor::dropped() const {
   return dropped_;
 }
 
-void PrefetchExecutor::Loop(PageCopier* copier) {
+void PrefetchExecutor::Loop(Stream* stream) {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     cv_.wait(lock, [&] { return stop_ || !queue_.empty() || !urgent_.empty(); });
@@ -64,7 +64,7 @@ void PrefetchExecutor::Loop(PageCopier* copier) {
     q.pop_front();
     ++running_;
     lock.unlock();
-    run_(task, *copier);
+    run_(task, *stream);
     task = PrefetchTask();  // drop the working-set reference outside the lock
     lock.lock();
     --running_;

@@ -1,5 +1,6 @@
 // The dedicated prefetch executor (docs/ARCHITECTURE.md §4): its own threads take predicted page
-// sets and stage the missing pages into device slots before decode needs them. Submit never blocks
+// sets and stage the missing pages into device slots before decode needs them, each thread
+// enqueuing batched gathers on its own copy stream. Submit never blocks
 // the engine thread: when the queue is full the oldest prediction (the stalest) is dropped.
 #pragma once
 
@@ -32,13 +33,14 @@ struct PrefetchTask {
   // For the step running now (cross_layer): served before predictions for the next step, which
   // would otherwise make it stale in the queue.
   bool urgent = false;
+  int32_t staged_pages = 0;  // pages the task copied (set by the runner)
 };
 
 class PrefetchExecutor {
  public:
-  using RunFn = std::function<void(PrefetchTask& task, PageCopier& copier)>;
+  using RunFn = std::function<void(PrefetchTask& task, Stream& copy_stream)>;
 
-  // Starts `threads` threads, each with its own copier from `backend`.
+  // Starts `threads` threads, each with its own copy stream from `backend`.
   PrefetchExecutor(int32_t threads, size_t max_queued, Backend& backend, RunFn run);
   ~PrefetchExecutor();  // drops what is queued, waits for running tasks
   PrefetchExecutor(const PrefetchExecutor&) = delete;
@@ -50,7 +52,7 @@ class PrefetchExecutor {
   int64_t dropped() const;
 
  private:
-  void Loop(PageCopier* copier);
+  void Loop(Stream* stream);
 
   RunFn run_;
   size_t max_queued_;
@@ -62,7 +64,7 @@ class PrefetchExecutor {
   int32_t running_ = 0;
   int64_t dropped_ = 0;
   bool stop_ = false;
-  std::vector<std::unique_ptr<PageCopier>> copiers_;
+  std::vector<std::unique_ptr<Stream>> streams_;
   std::vector<std::thread> threads_;
 };
 

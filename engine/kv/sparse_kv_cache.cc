@@ -23,8 +23,6 @@ int32_t PagesOf(int64_t tokens, int32_t page_size) {
 uint64_t PredictStamp(uint64_t step) { return 2 * step; }
 uint64_t UseStamp(uint64_t step) { return 2 * step + 1; }
 
-enum class PageOutcome { kHit, kLate, kMissed };
-
 // Adds one selected page's outcome to KvStats or SparseStepStats.
 template <typename Stats>
 void CountPage(PageOutcome outcome, Stats* stats) {
@@ -64,7 +62,8 @@ absl::StatusOr<std::unique_ptr<SparseKvCache>> SparseKvCache::Create(
   host.page_size = device.page_size();
   host.capacity_tokens = options.host_capacity_tokens;
   host.dtype = device.dtype();  // pages move between host and slots as bytes
-  auto store = HostKvStore::Create(host);
+  auto store = HostKvStore::Create(
+      host, [&backend](size_t bytes) { return backend.AllocatePinnedHost(bytes); });
   if (!store.ok()) {
     return absl::Status(store.status().code(),
                         absl::StrFormat("sparse.host_capacity_tokens = %d: %s",
@@ -73,11 +72,11 @@ absl::StatusOr<std::unique_ptr<SparseKvCache>> SparseKvCache::Create(
   c->store_ = std::move(*store);
   c->key_scratch_.resize(static_cast<size_t>(c->page_size_) * shape.head_dim);
   ASSIGN_OR_RETURN(c->selector_, MakePageSelector(options.selector, *c->store_));
-  c->copier_ = backend.CreatePageCopier();
+  c->compute_done_ = backend.compute_stream().Record();
   SparseKvCache* self = c.get();
   c->executor_ = std::make_unique<PrefetchExecutor>(
       options.prefetch_threads, kMaxQueuedPredictions, backend,
-      [self](PrefetchTask& task, PageCopier& copier) { self->RunTask(task, copier); });
+      [self](PrefetchTask& task, Stream& stream) { self->RunTask(task, stream); });
   return c;
 }
 
@@ -163,8 +162,8 @@ absl::StatusOr<std::shared_ptr<WorkingSet>> SparseKvCache::Admit(int64_t total_t
 void SparseKvCache::Quiesce(WorkingSet& ws) {
   std::unique_lock<std::mutex> lock(ws.mu);
   ws.closing = true;
+  // A task ends only after its copies have landed, so no copy into the slots is in flight.
   ws.cv.wait(lock, [&] { return ws.active_tasks == 0; });
-  CHECK_EQ(ws.loading_locked(), 0);
 }
 
 std::vector<std::shared_ptr<WorkingSet>>::const_iterator SparseKvCache::FindLive(
@@ -268,10 +267,8 @@ void SparseKvCache::Prefill(int32_t layer, absl::Span<const SparseRows> rows, co
       const int32_t candidate_end = ws.geometry().window_begin(end / ps);
       if (wants_step_prediction() && candidate_end - ws.geometry().sink_pages > ws.geometry().budget_pages) {
         // The last prompt token's query predicts the first decode step's pages.
-        backend_.Synchronize();
-        std::vector<float> last(q.cols);
-        backend_.CopyToHost(last.data(), q.row(r.q_begin + r.q_len - 1), q.cols * sizeof(float));
-        SubmitQueries(layer, Owner(ws), 1, last.data(), candidate_end);
+        ReadRowsToHost(backend_, q.Rows(r.q_begin + r.q_len - 1, 1), &q_host_);
+        SubmitQueries(layer, Owner(ws), 1, q_host_.data(), candidate_end);
       }
     }
   }
@@ -283,50 +280,62 @@ void SparseKvCache::LoadWindow(int32_t layer, WorkingSet& ws, int64_t prompt_tok
   const int32_t written = PagesOf(prompt_tokens, ps);  // pages holding prompt tokens
   const int32_t current = static_cast<int32_t>(prompt_tokens / ps);  // first decode token's page
   const int32_t window_begin = g.window_begin(current);
+  // The budget covers every candidate: the first step would select them all anyway.
+  const bool all_candidates = window_begin - g.sink_pages <= g.budget_pages;
+  copies_.clear();
+  claimed_.clear();
+  std::lock_guard<std::mutex> lock(ws.mu);
   for (int32_t h = 0; h < shape_.kv_heads; ++h) {
     auto load = [&](int32_t page, int32_t slot) {
-      copier_->Copy(SlotPage(layer, ws, slot, h), store_->Page(ws.host().page(layer, h, page)),
-                    store_->page_bytes());
+      copies_.push_back(
+          {SlotPage(layer, ws, slot, h), store_->Page(ws.host().page(layer, h, page))});
     };
     for (int32_t p = 0; p < std::min(g.sink_pages, written); ++p) load(p, ws.sink_slot(p));
     for (int32_t p = window_begin; p < written; ++p) load(p, ws.ring_slot(p));
-    if (window_begin - g.sink_pages <= g.budget_pages) {
-      // The budget covers every candidate: the first step would select them all anyway.
-      std::lock_guard<std::mutex> lock(ws.mu);
-      for (int32_t p = g.sink_pages; p < window_begin; ++p) {
-        const int32_t j = ws.ClaimLocked(lh(layer, h), p, std::numeric_limits<uint64_t>::max());
-        CHECK_GE(j, 0);
-        load(p, ws.cache_slot(j));
-        ws.FinishLoadLocked(lh(layer, h), j);
-        ws.stats.bytes_fetched += static_cast<int64_t>(store_->page_bytes());
-        step_.bytes_fetched += static_cast<int64_t>(store_->page_bytes());
-      }
+    if (!all_candidates) continue;
+    for (int32_t p = g.sink_pages; p < window_begin; ++p) {
+      const int32_t j = ws.ClaimLocked(lh(layer, h), p, std::numeric_limits<uint64_t>::max());
+      CHECK_GE(j, 0);
+      load(p, ws.cache_slot(j));
+      claimed_.push_back({lh(layer, h), j});
+      ws.stats.bytes_fetched += static_cast<int64_t>(store_->page_bytes());
+      step_.bytes_fetched += static_cast<int64_t>(store_->page_bytes());
     }
   }
+  FillOnCompute(ws);
   ws.window_begin = window_begin;
 }
 
+void SparseKvCache::FillOnCompute(WorkingSet& ws) {
+  if (copies_.empty()) return;
+  Stream& compute = backend_.compute_stream();
+  compute.CopyPages(copies_, store_->page_bytes());
+  if (claimed_.empty()) return;
+  std::shared_ptr<Event> fill = compute.Record();
+  for (const auto& [l_h, j] : claimed_) ws.FilledByComputeLocked(l_h, j, fill);
+}
+
 void SparseKvCache::RetireWindowPages(int32_t layer, WorkingSet& ws, int32_t new_begin) {
+  if (ws.window_begin >= new_begin) return;
+  copies_.clear();
+  claimed_.clear();
+  std::lock_guard<std::mutex> lock(ws.mu);
   for (int32_t p = ws.window_begin; p < new_begin; ++p) {
     for (int32_t h = 0; h < shape_.kv_heads; ++h) {
-      int32_t j;
-      {
-        std::lock_guard<std::mutex> lock(ws.mu);
-        // A cross_layer prediction may have staged it from the host already (it was written
-        // back when it filled).
-        if (ws.FindLocked(lh(layer, h), p) >= 0) continue;
-        // Never evict a page the previous step used or one predicted for this step; a page
-        // that finds no slot is fetched if it is ever selected.
-        j = ws.ClaimLocked(lh(layer, h), p, UseStamp(ws.decode_step - 1));
-      }
+      // A cross_layer prediction may have staged it from the host already (it was written
+      // back when it filled).
+      if (ws.FindLocked(lh(layer, h), p) >= 0) continue;
+      // Never evict a page the previous step used or one predicted for this step; a page
+      // that finds no slot is fetched if it is ever selected.
+      const int32_t j = ws.ClaimLocked(lh(layer, h), p, UseStamp(ws.decode_step - 1));
       if (j < 0) continue;
-      copier_->Copy(SlotPage(layer, ws, ws.cache_slot(j), h), SlotPage(layer, ws, ws.ring_slot(p), h),
-                    store_->page_bytes());
-      std::lock_guard<std::mutex> lock(ws.mu);
       ws.slot_locked(lh(layer, h), j).last_use = UseStamp(ws.decode_step - 1);
-      ws.FinishLoadLocked(lh(layer, h), j);
+      copies_.push_back(
+          {SlotPage(layer, ws, ws.cache_slot(j), h), SlotPage(layer, ws, ws.ring_slot(p), h)});
+      claimed_.push_back({lh(layer, h), j});
     }
   }
+  FillOnCompute(ws);
 }
 
 void SparseKvCache::TopCandidates(int32_t layer, int32_t head, const WorkingSet& ws,
@@ -341,6 +350,74 @@ void SparseKvCache::TopCandidates(int32_t layer, int32_t head, const WorkingSet&
                    group, all.subspan(first, n), absl::MakeSpan(*scores));
   SelectTopPages(*scores, k, out);
   for (int32_t& p : *out) p += first;
+}
+
+int32_t SparseKvCache::MakeResident(int32_t layer, int32_t head, WorkingSet& ws, int32_t page,
+                                    std::unique_lock<std::mutex>& lock, PageOutcome* outcome,
+                                    double* waited, std::vector<int32_t>* skipped) {
+  const int32_t l_h = lh(layer, head);
+  const bool skip = options_.miss_policy == MissPolicy::kSkip;
+  auto wait = [&](const std::shared_ptr<Event>& fill, bool host) {
+    const double t0 = MonotonicSeconds();
+    lock.unlock();
+    if (host) {
+      fill->Synchronize();
+    } else {
+      backend_.compute_stream().Wait(fill);
+    }
+    lock.lock();
+    *waited += MonotonicSeconds() - t0;
+  };
+  // What attention finds when it needs the page: its copy landed (a hit), a prefetch's copy
+  // still in flight (late), or nothing (a miss).
+  int32_t j = ws.FindLocked(l_h, page);
+  if (j >= 0) ws.LandedLocked(l_h, j);
+  *outcome = j < 0                                                           ? PageOutcome::kMissed
+             : ws.slot_locked(l_h, j).state == WorkingSet::SlotState::kReady ? PageOutcome::kHit
+                                                                             : PageOutcome::kLate;
+  while (true) {
+    j = ws.FindLocked(l_h, page);
+    if (j >= 0) {
+      WorkingSet::CacheSlot& s = ws.slot_locked(l_h, j);
+      if (s.state == WorkingSet::SlotState::kReady || ws.LandedLocked(l_h, j)) return j;
+      CHECK(s.fill != nullptr) << "a claimed slot without a copy";
+      if (skip) return -1;  // attend without it; its copy is on the way
+      // Pinned, so the slot stays this page's; the compute stream then reads it after the copy.
+      s.pin = ws.active_pin;
+      wait(s.fill, /*host=*/false);
+      return j;
+    }
+    if (skip) {
+      skipped->push_back(page);
+      return -1;
+    }
+    j = ws.ClaimLocked(l_h, page, std::numeric_limits<uint64_t>::max());
+    if (j >= 0) {
+      // Fetched on the compute stream before this layer's attention (FlushFetches).
+      ws.slot_locked(l_h, j).pin = ws.active_pin;
+      ws.FilledByComputeLocked(l_h, j, nullptr);
+      fetches_.push_back({SlotPage(layer, ws, ws.cache_slot(j), head),
+                          store_->Page(ws.host().page(layer, head, page))});
+      ws.stats.bytes_fetched += static_cast<int64_t>(store_->page_bytes());
+      step_.bytes_fetched += static_cast<int64_t>(store_->page_bytes());
+      return j;
+    }
+    // Every slot this step does not use is still being filled by a prefetch: wait on the host
+    // for one copy to land, then claim again (a prefetch may have mapped the page meanwhile).
+    const int32_t in_flight = ws.InFlightLocked(l_h);
+    CHECK_GE(in_flight, 0) << "no cache slot to fetch into";
+    wait(ws.slot_locked(l_h, in_flight).fill, /*host=*/true);
+  }
+}
+
+void SparseKvCache::FlushFetches(WorkingSet& ws) {
+  if (fetches_.empty()) return;
+  const double t0 = MonotonicSeconds();
+  backend_.compute_stream().CopyPages(fetches_, store_->page_bytes());
+  const double waited = MonotonicSeconds() - t0;  // the copy itself on the CPU backend
+  ws.stats.stall_seconds += waited;
+  step_.stall_seconds += waited;
+  fetches_.clear();
 }
 
 void SparseKvCache::Resolve(int32_t layer, int32_t head, WorkingSet& ws, int32_t pos,
@@ -384,45 +461,9 @@ void SparseKvCache::Resolve(int32_t layer, int32_t head, WorkingSet& ws, int32_t
     }
     for (size_t i = 0; i < selected.size(); ++i) {
       const int32_t p = selected[i];
-      // What attention finds when it needs the page: resident (a hit), still being copied by a
-      // prefetch (late), or absent (a miss).
-      const int32_t found = ws.FindLocked(l_h, p);
-      const PageOutcome outcome =
-          found < 0                                                           ? PageOutcome::kMissed
-          : ws.slot_locked(l_h, found).state == WorkingSet::SlotState::kReady ? PageOutcome::kHit
-                                                                              : PageOutcome::kLate;
+      PageOutcome outcome = PageOutcome::kMissed;
       double waited = 0;
-      int32_t j;
-      while (true) {
-        j = ws.FindLocked(l_h, p);
-        if (j >= 0 && ws.slot_locked(l_h, j).state == WorkingSet::SlotState::kReady) break;
-        if (options_.miss_policy == MissPolicy::kSkip) {
-          // Not resident now: attend without it. A loading page is on its way already (late).
-          if (j < 0) skipped->push_back(p);
-          j = -1;
-          break;
-        }
-        if (j < 0) {
-          j = ws.ClaimLocked(l_h, p, std::numeric_limits<uint64_t>::max());
-          if (j >= 0) {
-            ws.slot_locked(l_h, j).pin = ws.active_pin;
-            const double t0 = MonotonicSeconds();
-            lock.unlock();
-            copier_->Copy(SlotPage(layer, ws, ws.cache_slot(j), head),
-                          store_->Page(ws.host().page(layer, head, p)), store_->page_bytes());
-            lock.lock();
-            ws.FinishLoadLocked(l_h, j);
-            waited += MonotonicSeconds() - t0;
-            ws.stats.bytes_fetched += static_cast<int64_t>(store_->page_bytes());
-            step_.bytes_fetched += static_cast<int64_t>(store_->page_bytes());
-            continue;  // re-check: the slot is ready now
-          }
-        }
-        // Loading (a prefetch is copying it) or no claimable slot: wait for a copy to land.
-        const double t0 = MonotonicSeconds();
-        ws.cv.wait(lock);
-        waited += MonotonicSeconds() - t0;
-      }
+      const int32_t j = MakeResident(layer, head, ws, p, lock, &outcome, &waited, skipped);
       ws.stats.stall_seconds += waited;
       step_.stall_seconds += waited;
       if (j >= 0) {
@@ -456,6 +497,27 @@ void SparseKvCache::BeginDecodeStep(absl::Span<const SparseRows> rows) {
   }
 }
 
+void SparseKvCache::WriteBackFullPages(int32_t layer, absl::Span<const SparseRows> rows) {
+  // A page the new token completed goes back to the host store and becomes selectable.
+  copies_.clear();
+  written_back_.clear();
+  for (const SparseRows& r : rows) {
+    if (r.start % page_size_ != page_size_ - 1) continue;
+    const WorkingSet& ws = *r.ws;
+    const int32_t current = r.start / page_size_;
+    for (int32_t h = 0; h < shape_.kv_heads; ++h) {
+      const PageId id = ws.host().page(layer, h, current);
+      copies_.push_back({store_->Page(id), SlotPage(layer, ws, ws.write_slot(current), h)});
+      written_back_.push_back(id);
+    }
+  }
+  if (copies_.empty()) return;
+  backend_.compute_stream().CopyPages(copies_, store_->page_bytes());
+  // The summaries are built on the host from the written-back keys.
+  backend_.Synchronize();
+  for (PageId id : written_back_) SummarizePage(id);
+}
+
 void SparseKvCache::Decode(int32_t layer, absl::Span<const SparseRows> rows, const Mat& q,
                            const Mat& k, const Mat& v, Mat* out) {
   if (rows.empty()) return;
@@ -481,25 +543,11 @@ void SparseKvCache::Decode(int32_t layer, absl::Span<const SparseRows> rows, con
   backend_.WriteKv(k.Rows(first_row, rows.size()), v.Rows(first_row, rows.size()),
                    KvWrite{write_blocks, write_offsets}, dev);
 
-  // A page the new token completed goes back to the host store and becomes selectable.
-  for (const SparseRows& r : rows) {
-    if (r.start % ps != ps - 1) continue;
-    WorkingSet& ws = *r.ws;
-    const int32_t current = r.start / ps;
-    for (int32_t h = 0; h < shape_.kv_heads; ++h) {
-      const PageId id = ws.host().page(layer, h, current);
-      copier_->Copy(store_->Page(id), SlotPage(layer, ws, ws.write_slot(current), h),
-                    store_->page_bytes());
-      SummarizePage(id);
-    }
-  }
+  WriteBackFullPages(layer, rows);
 
-  // Resolve every (row, KV head) with the real queries.
-  backend_.Synchronize();
-  std::vector<float> q_host(static_cast<size_t>(rows.size()) * q.cols);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    backend_.CopyToHost(q_host.data() + i * q.cols, q.row(first_row + i), q.cols * sizeof(float));
-  }
+  // Resolve every (row, KV head) with the real queries: one read of the rows' span (q is a
+  // column block of the QKV matrix, so row i starts at i * q.stride).
+  ReadRowsToHost(backend_, q.Rows(first_row, static_cast<int64_t>(rows.size())), &q_host_);
   std::vector<int32_t> page_begin{0}, pages, tokens, logical, predicted, skipped;
   for (size_t i = 0; i < rows.size(); ++i) {
     const SparseRows& r = rows[i];
@@ -508,9 +556,10 @@ void SparseKvCache::Decode(int32_t layer, absl::Span<const SparseRows> rows, con
     for (int32_t h = 0; h < shape_.kv_heads; ++h) {
       predicted.clear();
       skipped.clear();
-      const float* queries = q_host.data() + i * q.cols + static_cast<size_t>(h) * group * hd;
+      const float* queries = q_host_.data() + i * q.stride + static_cast<size_t>(h) * group * hd;
       Resolve(layer, h, ws, r.start, queries, &pages, &tokens, &logical, &predicted, &skipped);
       page_begin.push_back(static_cast<int32_t>(pages.size()));
+      if (h == shape_.kv_heads - 1) FlushFetches(ws);  // one batched gather per sequence
       if (!predicted.empty() || !skipped.empty()) {
         task.pages.resize(shape_.kv_heads);
         std::vector<int32_t>& dst = task.pages[h];
@@ -528,7 +577,7 @@ void SparseKvCache::Decode(int32_t layer, absl::Span<const SparseRows> rows, con
       executor_->Submit(std::move(task));
     }
     if (recall_ != nullptr) {
-      MeasureRecall(layer, ws, r.start, q_host.data() + i * q.cols, page_begin, pages, tokens,
+      MeasureRecall(layer, ws, r.start, q_host_.data() + i * q.stride, page_begin, pages, tokens,
                     static_cast<int64_t>(i) * shape_.kv_heads);
     }
   }
@@ -557,13 +606,19 @@ void SparseKvCache::Decode(int32_t layer, absl::Span<const SparseRows> rows, con
   pool.head_dim = hd;
   Mat o = out->Rows(first_row, rows.size());
   backend_.SparseDecodeAttention(q.Rows(first_row, rows.size()), sb, pool, &o);
-  backend_.Synchronize();
+  {
+    // A copy stream overwrites a slot only after this attention has read it.
+    std::shared_ptr<Event> done = backend_.compute_stream().Record();
+    std::lock_guard<std::mutex> lock(compute_done_mu_);
+    compute_done_ = std::move(done);
+  }
   if (observer_) {
+    backend_.Synchronize();  // the observer reads the output
     seen.after = true;
     observer_(seen);
   }
 
-  // The attention is done: its slots may be replaced again.
+  // The attention is enqueued: its slots may be claimed again.
   for (const SparseRows& r : rows) {
     std::lock_guard<std::mutex> lock(r.ws->mu);
     ++r.ws->active_pin;
@@ -615,69 +670,87 @@ bool SparseKvCache::StaleLocked(const WorkingSet& ws, const PrefetchTask& task) 
          ws.resolved_step[task.layer] >= task.target_step;
 }
 
-void SparseKvCache::RunTask(PrefetchTask& task, PageCopier& copier) {
+void SparseKvCache::RunTask(PrefetchTask& task, Stream& stream) {
   WorkingSet& ws = *task.ws;
   {
     std::lock_guard<std::mutex> lock(ws.mu);
     if (StaleLocked(ws, task)) return;
     ++ws.active_tasks;
   }
-  const WorkingSetGeometry& g = ws.geometry();
-  const int32_t group = shape_.heads / shape_.kv_heads;
-  std::vector<double> latencies;
-  int64_t bytes = 0;
-  std::vector<float> scores;
-  std::unique_lock<std::mutex> lock(ws.mu, std::defer_lock);
-  const bool score = !task.queries.empty();  // else the engine ranked the pages already
-  if (score) task.pages.assign(shape_.kv_heads, {});
-  for (int32_t h = 0; h < static_cast<int32_t>(task.pages.size()); ++h) {
-    if (score) {
-      // Reads only summaries of candidate pages, which cannot change until release.
+  if (!task.queries.empty()) {
+    // Cross_layer: rank the candidates here, off the engine thread. Reads only summaries of
+    // candidate pages, which cannot change until release.
+    const int32_t group = shape_.heads / shape_.kv_heads;
+    std::vector<float> scores;
+    task.pages.assign(shape_.kv_heads, {});
+    for (int32_t h = 0; h < shape_.kv_heads; ++h) {
       TopCandidates(task.layer, h, ws, task.candidate_end,
                     task.queries.data() + static_cast<size_t>(h) * group * shape_.head_dim,
-                    g.cache_slots, &scores, &task.pages[h]);
+                    ws.geometry().cache_slots, &scores, &task.pages[h]);
     }
-    const int32_t l_h = lh(task.layer, h);
-    const uint64_t stamp = task.urgent ? UseStamp(task.target_step) : PredictStamp(task.target_step);
-    lock.lock();
-    if (StaleLocked(ws, task)) {
-      lock.unlock();
-      break;
-    }
-    // Stamp the predicted pages already resident first, so staging the others cannot evict them.
-    for (int32_t p : task.pages[h]) {
-      const int32_t j = ws.FindLocked(l_h, p);
-      if (j >= 0) {
-        WorkingSet::CacheSlot& s = ws.slot_locked(l_h, j);
-        s.last_use = std::max(s.last_use, stamp);
-      }
-    }
-    for (int32_t p : task.pages[h]) {
-      if (StaleLocked(ws, task)) break;
-      if (ws.FindLocked(l_h, p) >= 0) continue;
-      const int32_t j = ws.ClaimLocked(l_h, p, stamp);
-      if (j < 0) break;  // every slot holds something at least as recent
-      lock.unlock();
-      copier.Copy(SlotPage(task.layer, ws, ws.cache_slot(j), h),
-                  store_->Page(ws.host().page(task.layer, h, p)), store_->page_bytes());
-      lock.lock();
-      ws.slot_locked(l_h, j).last_use = stamp;
-      ws.FinishLoadLocked(l_h, j);
-      bytes += static_cast<int64_t>(store_->page_bytes());
-      latencies.push_back(MonotonicSeconds() - task.issued_seconds);
-    }
-    lock.unlock();
   }
-  lock.lock();
-  --ws.active_tasks;
-  ws.cv.notify_all();
-  lock.unlock();
+  const std::shared_ptr<Event> landed = StagePages(task, stream);
+  int64_t copied = 0;
+  if (landed != nullptr) {
+    landed->Synchronize();  // this thread's own wait, to measure the latency; not the engine's
+    copied = task.staged_pages;
+  }
+  const double latency = MonotonicSeconds() - task.issued_seconds;
+  {
+    std::lock_guard<std::mutex> lock(ws.mu);
+    --ws.active_tasks;
+    ws.cv.notify_all();
+  }
+  const int64_t bytes = copied * static_cast<int64_t>(store_->page_bytes());
   ws.bytes_prefetched += bytes;
   std::lock_guard<std::mutex> l(latency_mu_);
   step_bytes_prefetched_ += bytes;
-  for (double s : latencies) {
-    if (latencies_.size() < kMaxLatencySamples) latencies_.push_back(s);
+  for (int64_t i = 0; i < copied && latencies_.size() < kMaxLatencySamples; ++i) {
+    latencies_.push_back(latency);
   }
+}
+
+std::shared_ptr<Event> SparseKvCache::StagePages(PrefetchTask& task, Stream& stream) {
+  WorkingSet& ws = *task.ws;
+  const uint64_t stamp = task.urgent ? UseStamp(task.target_step) : PredictStamp(task.target_step);
+  std::vector<PageCopy> copies;
+  std::vector<std::pair<int32_t, int32_t>> claimed;  // (layer * kv_heads + head, cache slot)
+  std::lock_guard<std::mutex> lock(ws.mu);
+  if (StaleLocked(ws, task)) return nullptr;
+  const int32_t heads = static_cast<int32_t>(task.pages.size());
+  // Stamp the predicted pages already resident first, so staging the others cannot evict them.
+  for (int32_t h = 0; h < heads; ++h) {
+    for (int32_t p : task.pages[h]) {
+      const int32_t j = ws.FindLocked(lh(task.layer, h), p);
+      if (j < 0) continue;
+      WorkingSet::CacheSlot& s = ws.slot_locked(lh(task.layer, h), j);
+      s.last_use = std::max(s.last_use, stamp);
+    }
+  }
+  for (int32_t h = 0; h < heads; ++h) {
+    const int32_t l_h = lh(task.layer, h);
+    for (int32_t p : task.pages[h]) {
+      if (ws.FindLocked(l_h, p) >= 0) continue;
+      const int32_t j = ws.ClaimLocked(l_h, p, stamp);
+      if (j < 0) break;  // every slot holds something at least as recent
+      ws.slot_locked(l_h, j).last_use = stamp;
+      copies.push_back({SlotPage(task.layer, ws, ws.cache_slot(j), h),
+                        store_->Page(ws.host().page(task.layer, h, p))});
+      claimed.emplace_back(l_h, j);
+    }
+  }
+  if (copies.empty()) return nullptr;
+  // One batched gather for the whole (layer, step) prediction, after the compute stream has
+  // finished reading the slots it reuses; the event says when the pages have landed.
+  {
+    std::lock_guard<std::mutex> l(compute_done_mu_);
+    stream.Wait(compute_done_);
+  }
+  stream.CopyPages(copies, store_->page_bytes());
+  std::shared_ptr<Event> landed = stream.Record();
+  for (const auto& [l_h, j] : claimed) ws.FilledByCopyStreamLocked(l_h, j, landed);
+  task.staged_pages = static_cast<int32_t>(copies.size());
+  return landed;
 }
 
 SparseStepStats SparseKvCache::TakeStepStats() {

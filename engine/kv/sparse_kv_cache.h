@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -25,6 +26,10 @@
 #include "engine/kv/working_set.h"
 
 namespace specula {
+
+// What decode attention found for a selected page: its copy landed (a hit), a prefetch's copy
+// still in flight (late), or nothing (a miss).
+enum class PageOutcome { kHit, kLate, kMissed };
 
 struct SparseModelShape {
   int32_t layers = 0;
@@ -152,7 +157,23 @@ class SparseKvCache {
                      std::vector<int32_t>* out) const;
   void SubmitQueries(int32_t layer, const std::shared_ptr<WorkingSet>& ws, uint64_t target_step,
                      const float* queries, int32_t candidate_end, bool urgent = false);
-  void RunTask(PrefetchTask& task, PageCopier& copier);
+  // Prefetch threads: scores the task's pages if it carries queries, stages them, and waits for
+  // them to land.
+  void RunTask(PrefetchTask& task, Stream& stream);
+  // Claims slots for the task's pages that are not resident and enqueues one gather for them
+  // on `stream`; the event of that gather, or null when nothing was copied.
+  std::shared_ptr<Event> StagePages(PrefetchTask& task, Stream& stream);
+  // Enqueues copies_ on the compute stream; the slots in claimed_ become ready.
+  void FillOnCompute(WorkingSet& ws);
+  // Makes `page` of (layer, head) attendable per the miss policy (lock held): returns its cache
+  // slot, or -1 to attend without it (skip). Sets what attention found and the time waited.
+  int32_t MakeResident(int32_t layer, int32_t head, WorkingSet& ws, int32_t page,
+                       std::unique_lock<std::mutex>& lock, PageOutcome* outcome, double* waited,
+                       std::vector<int32_t>* skipped);
+  // Enqueues the misses MakeResident collected as one gather on the compute stream.
+  void FlushFetches(WorkingSet& ws);
+  // Copies pages the decode rows just filled back to the host store and summarizes them.
+  void WriteBackFullPages(int32_t layer, absl::Span<const SparseRows> rows);
   bool StaleLocked(const WorkingSet& ws, const PrefetchTask& task) const;
   void MeasureRecall(int32_t layer, const WorkingSet& ws, int32_t pos, const float* q_row,
                      absl::Span<const int32_t> page_begin, absl::Span<const int32_t> pages,
@@ -165,7 +186,16 @@ class SparseKvCache {
   KvPool& device_;
   std::unique_ptr<HostKvStore> store_;
   std::unique_ptr<PageSelector> selector_;
-  std::unique_ptr<PageCopier> copier_;  // the engine thread's
+  // Engine-thread scratch for batched copies, reused so steady-state steps do not allocate.
+  std::vector<PageCopy> copies_;
+  std::vector<std::pair<int32_t, int32_t>> claimed_;  // (layer * kv_heads + head, cache slot)
+  std::vector<PageCopy> fetches_;                     // misses of the sequence being resolved
+  std::vector<PageId> written_back_;
+  std::vector<float> q_host_;  // decode queries read back for selection
+  // The compute stream's event after the latest decode attention: copy streams wait on it
+  // before overwriting a slot that attention may have read.
+  std::mutex compute_done_mu_;
+  std::shared_ptr<Event> compute_done_;  // guarded by compute_done_mu_
   std::vector<float> key_scratch_;      // one page's keys in fp32 (SummarizePage)
   int64_t device_slots_used_ = 0;
   // Working sets by raw pointer -> owner, so tasks can hold a reference.

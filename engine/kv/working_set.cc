@@ -31,9 +31,7 @@ int32_t WorkingSet::ClaimLocked(int32_t lh, int32_t page, uint64_t evict_before)
       victim = j;
       break;
     }
-    if (s.state != SlotState::kReady || s.pin == active_pin || s.last_use >= evict_before) {
-      continue;
-    }
+    if (s.pin == active_pin || s.last_use >= evict_before || !LandedLocked(lh, j)) continue;
     if (victim < 0 || s.last_use < h.slots[victim].last_use) victim = j;
   }
   if (victim < 0) return -1;
@@ -42,17 +40,38 @@ int32_t WorkingSet::ClaimLocked(int32_t lh, int32_t page, uint64_t evict_before)
   s.page = page;
   s.state = SlotState::kLoading;
   s.pin = 0;
+  s.fill = nullptr;
   h.page_to_slot[page] = victim;
-  ++loading_;
   return victim;
 }
 
-void WorkingSet::FinishLoadLocked(int32_t lh, int32_t j) {
+void WorkingSet::FilledByComputeLocked(int32_t lh, int32_t j, std::shared_ptr<Event> fill) {
   CacheSlot& s = heads_[lh].slots[j];
-  CHECK(s.state == SlotState::kLoading);
+  CHECK(s.state == SlotState::kLoading && s.fill == nullptr);
   s.state = SlotState::kReady;
-  --loading_;
-  cv.notify_all();
+  s.fill = std::move(fill);
+}
+
+void WorkingSet::FilledByCopyStreamLocked(int32_t lh, int32_t j, std::shared_ptr<Event> fill) {
+  CacheSlot& s = heads_[lh].slots[j];
+  CHECK(s.state == SlotState::kLoading && s.fill == nullptr && fill != nullptr);
+  s.fill = std::move(fill);
+}
+
+bool WorkingSet::LandedLocked(int32_t lh, int32_t j) {
+  CacheSlot& s = heads_[lh].slots[j];
+  if (s.state == SlotState::kLoading && s.fill == nullptr) return false;  // not enqueued yet
+  if (s.fill != nullptr && !s.fill->Done()) return false;
+  s.fill = nullptr;
+  if (s.state == SlotState::kLoading) s.state = SlotState::kReady;
+  return true;
+}
+
+int32_t WorkingSet::InFlightLocked(int32_t lh) {
+  for (int32_t j = 0; j < static_cast<int32_t>(heads_[lh].slots.size()); ++j) {
+    if (heads_[lh].slots[j].fill != nullptr && !LandedLocked(lh, j)) return j;
+  }
+  return -1;
 }
 
 }  // namespace specula

@@ -11,22 +11,30 @@
 // all heads, as in the dense pool.
 //
 // Cache slot states and who may change them (invariant 2 of the issue):
-//   free -> loading   a thread claims it for a page (engine thread on a miss, prefetch thread);
-//   loading -> ready  the claiming thread, after its copy has arrived;
-//   ready -> loading  only when not pinned: a slot read by the running attention is pinned
-//                     (pin == active_pin) from its Resolve until the layer's attention is done.
-// A page that is loading is never attended: the engine thread waits for it. Everything is
-// guarded by `mu`; copies run outside it on slots their thread claimed.
+//   free -> loading   a thread claims it for a page (not landed until its copy is enqueued
+//                     and done) and enqueues its copy: the engine thread on
+//                     the compute stream (a miss, a page leaving the window), a prefetch thread
+//                     on its copy stream;
+//   loading -> ready  compute-stream copies at once (compute reads the slot only after them, in
+//                     stream order); copy-stream copies once their event is seen done;
+//   ready -> loading  a claim, only when the slot is not pinned and its copy has landed: a slot
+//                     read by the running attention is pinned (pin == active_pin) from its
+//                     Resolve until the layer's attention is enqueued; the copy stream then
+//                     waits on the compute stream's event recorded after that attention.
+// A loading page attended by decode is a late prefetch: the compute stream waits on its event.
+// Everything is guarded by `mu`; a thread enqueues copies only to slots it claimed.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <vector>
 
 #include "engine/kv/host_kv_store.h"
 #include "engine/kv/sparse_options.h"
+#include "engine/stream.h"
 
 namespace specula {
 
@@ -54,6 +62,8 @@ class WorkingSet {
     SlotState state = SlotState::kFree;
     uint64_t last_use = 0;  // recency stamp: the step that used or was predicted to use it
     uint64_t pin = 0;       // == active_pin while the running attention reads it
+    // The event of the copy that filled the slot, until it is seen done.
+    std::shared_ptr<Event> fill;
   };
 
   WorkingSet(const WorkingSetGeometry& geometry, HostKvSequence host,
@@ -80,15 +90,22 @@ class WorkingSet {
   int32_t FindLocked(int32_t lh, int32_t page) const;
   CacheSlot& slot_locked(int32_t lh, int32_t j) { return heads_[lh].slots[j]; }
   // Claims a cache slot for `page` (not present): a free slot, else the least recently used
-  // ready slot that is not pinned and was last used before `evict_before`. Marks it loading
-  // and maps the page to it. -1 when every slot is loading, pinned or too recent.
+  // slot that is not pinned, whose copy has landed and that was last used before
+  // `evict_before`. Marks it loading and maps the page to it. -1 when every slot is loading,
+  // pinned or too recent.
   int32_t ClaimLocked(int32_t lh, int32_t page, uint64_t evict_before);
-  // The claimed copy arrived: ready, and waiters wake up.
-  void FinishLoadLocked(int32_t lh, int32_t j);
-  int32_t loading_locked() const { return loading_; }
+  // The claimed slot's copy was enqueued on the compute stream (`fill` marks it): ready, since
+  // compute reads the slot after it in stream order.
+  void FilledByComputeLocked(int32_t lh, int32_t j, std::shared_ptr<Event> fill);
+  // The claimed slot's copy was enqueued on a copy stream: loading until `fill` is done.
+  void FilledByCopyStreamLocked(int32_t lh, int32_t j, std::shared_ptr<Event> fill);
+  // Whether slot j's copy has completed; a loading slot whose copy has becomes ready.
+  bool LandedLocked(int32_t lh, int32_t j);
+  // A slot of (lh) whose enqueued copy is still in flight (its `fill` can be waited on), or -1.
+  int32_t InFlightLocked(int32_t lh);
 
   std::mutex mu;
-  std::condition_variable cv;  // a load finished, or a prefetch task ended
+  std::condition_variable cv;  // a prefetch task ended
 
   // Engine-thread state (no lock: only the engine thread touches these).
   uint64_t decode_step = 0;   // decode steps run so far
@@ -117,7 +134,6 @@ class WorkingSet {
   std::vector<int32_t> blocks_;  // KV-pool block per slot
   int64_t prompt_tokens_ = 0;
   std::vector<HeadState> heads_;  // [layer * kv_heads + head]
-  int32_t loading_ = 0;           // slots in kLoading over all heads; under mu
 };
 
 }  // namespace specula

@@ -150,10 +150,10 @@ void Transformer::PredictSparseLayer(int64_t next, const ForwardBatch& batch, co
     }
   }
   backend_.Rope(&q, heads, hd, absl::MakeConstSpan(batch.positions).subspan(first, n), inv_freq_);
-  std::vector<float> host(static_cast<size_t>(n * c.q_dim()));
-  backend_.Synchronize();
+  std::vector<float> span, host(static_cast<size_t>(n * c.q_dim()));
+  ReadRowsToHost(backend_, q, &span);
   for (int64_t r = 0; r < n; ++r) {
-    backend_.CopyToHost(host.data() + r * c.q_dim(), q.row(r), c.q_dim() * sizeof(float));
+    std::copy_n(span.data() + r * q.stride, c.q_dim(), host.data() + r * c.q_dim());
   }
   sparse.PredictLayer(static_cast<int32_t>(next), batch.sparse_decode, host);
 }
@@ -239,8 +239,8 @@ absl::Status Transformer::Forward(const ForwardBatch& batch, KvPool& kv, SparseK
   backend_.GatherRows(x, batch.logit_rows, &last);
   backend_.RmsNorm(last, weights_.final_norm, eps, &last);
   backend_.Gemm(last, weights_.output(), Weight{}, &out);
+  // The step's one host synchronization (CopyToHost waits for the compute stream).
   backend_.CopyToHost(logits->data(), out.data, logits->size() * sizeof(float));
-  backend_.Synchronize();
   return absl::OkStatus();
 }
 

@@ -1,18 +1,18 @@
-// A delayed copy stream for tests: a CPU backend whose page copies made on any thread but the
-// test's own (that is, the prefetch executor's) can be held at a gate. A held copy has claimed
-// its slot already (the page is mapped and loading); it reports that it started, then waits until
-// the gate opens or `hold_limit` passes, and only then copies. So a test can make a prefetch
+// A delayed copy stream for tests: a CPU backend whose copy streams (the prefetch executor's) can
+// be held at a gate. A held copy has claimed its slots already (the pages are mapped and
+// loading, their event not done); it reports that it started, then waits until the gate opens or
+// `hold_limit` passes, and only then copies. So a test can make a prefetch
 // exactly as late as it wants, and know when it is in flight instead of sleeping and hoping.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <thread>
 
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/cpu_stream.h"
 
 namespace specula::testing {
 
@@ -61,22 +61,12 @@ class GatedCopyBackend : public CpuBackend {
  public:
   GatedCopyBackend() : CpuBackend(1) {}
   CopyGate& gate() { return gate_; }
-  std::unique_ptr<PageCopier> CreatePageCopier() override {
-    return std::make_unique<GatedCopier>(&gate_);
+  // Copy streams (the prefetch executor's) pass every batched copy through the gate.
+  std::unique_ptr<Stream> CreateStream() override {
+    return std::make_unique<CpuCopyStream>([this] { gate_.Enter(); });
   }
 
  private:
-  class GatedCopier : public PageCopier {
-   public:
-    explicit GatedCopier(CopyGate* gate) : gate_(gate) {}
-    void Copy(void* dst, const void* src, size_t bytes) override {
-      gate_->Enter();
-      std::memcpy(dst, src, bytes);
-    }
-
-   private:
-    CopyGate* gate_;
-  };
   CopyGate gate_;
 };
 

@@ -127,6 +127,29 @@ TEST(HostKvStoreTest, AllocationFailureIsResourceExhaustedNamingBytes) {
   EXPECT_THAT(store.status().message(), HasSubstr("8796093022208000 bytes"));
 }
 
+TEST(HostKvStoreTest, PagesLiveInTheMemoryTheAllocatorGives) {
+  // The sparse cache passes the backend's pinned host memory: the store must use exactly it
+  // (a device registers that range for asynchronous copies), and report its failure.
+  std::vector<size_t> asked;
+  std::vector<char> arena(1 << 20);
+  auto allocate = [&](size_t bytes) -> absl::StatusOr<DeviceBuffer> {
+    asked.push_back(bytes);
+    if (bytes > arena.size()) return absl::ResourceExhaustedError("no pinned memory left");
+    return DeviceBuffer(arena.data(), bytes, [](void*) {});
+  };
+  auto store = HostKvStore::Create(SmallOptions(), allocate);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ((*store)->data(), arena.data());
+  EXPECT_EQ((*store)->bytes(), asked[0]);
+
+  HostKvStoreOptions big = SmallOptions();
+  big.capacity_tokens *= 1 << 12;
+  auto failed = HostKvStore::Create(big, allocate);
+  ASSERT_EQ(failed.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(failed.status().message(), HasSubstr("no pinned memory left"));
+}
+
 TEST(HostKvStoreTest, ReserveAndReleaseAccounting) {
   auto store = MakeStore(SmallOptions());
   auto seq = store->Reserve(33);  // 3 pages per (layer, head)

@@ -1,0 +1,78 @@
+// The CPU backend's streams and events (semantics in engine/stream.h).
+// - CpuEvent: a flag set when its stream reaches it.
+// - CpuComputeStream: the engine thread is the executor of the compute stream, so work runs at
+//   enqueue time, which is one legal schedule of an in-order stream. Wait(event) therefore blocks
+//   the caller until the event is done: compute never runs ahead of a copy it was ordered after.
+// - CpuCopyStream: an in-order queue run by its own thread, truly asynchronous to the enqueuing
+//   thread, so a test can delay it and tell a missing Wait.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "engine/stream.h"
+
+namespace specula {
+
+struct BackendCounters;
+
+class CpuEvent : public Event {
+ public:
+  bool Done() const override;
+  void Synchronize() override;
+  void Complete();
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+};
+
+class CpuComputeStream : public Stream {
+ public:
+  // Counts Synchronize calls in `counters` (the backend's; must outlive the stream).
+  explicit CpuComputeStream(BackendCounters* counters) : counters_(counters) {}
+  void CopyPages(absl::Span<const PageCopy> copies, size_t page_bytes) override;
+  std::shared_ptr<Event> Record() override;
+  void Wait(const std::shared_ptr<Event>& event) override;
+  void Synchronize() override;
+
+ private:
+  BackendCounters* counters_;
+};
+
+class CpuCopyStream : public Stream {
+ public:
+  // `before_copy`, if set, runs on the stream's thread before each batched copy (tests use it
+  // to hold a copy in flight).
+  explicit CpuCopyStream(std::function<void()> before_copy = nullptr);
+  ~CpuCopyStream() override;  // finishes what is enqueued, like destroying a CUDA stream
+  CpuCopyStream(const CpuCopyStream&) = delete;
+  CpuCopyStream& operator=(const CpuCopyStream&) = delete;
+
+  void CopyPages(absl::Span<const PageCopy> copies, size_t page_bytes) override;
+  std::shared_ptr<Event> Record() override;
+  void Wait(const std::shared_ptr<Event>& event) override;
+  void Synchronize() override;
+
+ private:
+  void Enqueue(std::function<void()> work);
+  void Loop();
+
+  std::function<void()> before_copy_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
+// Copies each page of a batch (the one definition both stream kinds use).
+void CopyPagesNow(absl::Span<const PageCopy> copies, size_t page_bytes);
+
+}  // namespace specula

@@ -1,0 +1,52 @@
+// Streams and events, with CUDA's semantics, so the engine orders copies against compute the same
+// way on every backend:
+// - A Stream runs what is enqueued on it in order, asynchronously to the host thread that
+//   enqueued it. Enqueuing never waits for earlier work.
+// - An Event marks a point in a stream: it is done once everything enqueued on that stream before
+//   Record has completed.
+// - Stream::Wait(event) orders the stream after the event without blocking the host: work
+//   enqueued afterwards starts only once the event is done. This is how the compute stream
+//   consumes pages a copy stream brings in, and how a copy stream avoids overwriting a slot the
+//   compute stream may still be reading.
+// Only Event::Synchronize and Stream::Synchronize block the host; they are the host
+// synchronizations a backend counts (see Backend::counters()).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "absl/types/span.h"
+
+namespace specula {
+
+class Event {
+ public:
+  virtual ~Event() = default;
+  // Whether the marked work has completed. Never blocks.
+  virtual bool Done() const = 0;
+  // Blocks the calling thread until Done().
+  virtual void Synchronize() = 0;
+};
+
+// One page of a batched gather: `page_bytes` bytes from src to dst. Either side may be pinned
+// host memory or backend memory.
+struct PageCopy {
+  void* dst = nullptr;
+  const void* src = nullptr;
+};
+
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  // Enqueues one batched copy of equal-sized pages (a gather or a scatter), done in list order.
+  // The list itself is captured at the call: it need not outlive it.
+  virtual void CopyPages(absl::Span<const PageCopy> copies, size_t page_bytes) = 0;
+  // An event marking everything enqueued so far.
+  virtual std::shared_ptr<Event> Record() = 0;
+  // Work enqueued after this call starts only once `event` (of any stream) is done.
+  virtual void Wait(const std::shared_ptr<Event>& event) = 0;
+  // Blocks the calling thread until everything enqueued so far has completed.
+  virtual void Synchronize() = 0;
+};
+
+}  // namespace specula

@@ -1,0 +1,159 @@
+// The CPU backend's streams and events (engine/stream.h): each ordering rule has a test that
+// fails if the rule is broken. Copy streams are held at a CopyGate, so "not yet" is a state the
+// test controls instead of a race it hopes to win.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/cpu_stream.h"
+#include "tests/engine/kv/gated_copy_backend.h"
+
+namespace specula {
+namespace {
+
+using ::specula::testing::CopyGate;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr size_t kPage = 64;
+
+struct Pages {
+  std::vector<char> a = std::vector<char>(kPage, 'a');
+  std::vector<char> b = std::vector<char>(kPage, 'b');
+  std::vector<char> c = std::vector<char>(kPage, 'c');
+};
+
+std::vector<PageCopy> One(std::vector<char>& dst, const std::vector<char>& src) {
+  return {PageCopy{dst.data(), src.data()}};
+}
+
+TEST(CpuStreamTest, AnEventIsDoneOnlyOnceTheCopiesBeforeItLanded) {
+  CopyGate gate;
+  gate.Close(seconds(30));
+  CpuCopyStream stream([&] { gate.Enter(); });
+  Pages p;
+  stream.CopyPages(One(p.b, p.a), kPage);  // returns while the copy is held
+  const std::shared_ptr<Event> landed = stream.Record();
+  ASSERT_TRUE(gate.WaitForHeld(1, seconds(30)));
+  EXPECT_FALSE(landed->Done());
+  EXPECT_EQ(p.b[0], 'b');
+  gate.Open();
+  landed->Synchronize();
+  EXPECT_TRUE(landed->Done());
+  EXPECT_EQ(p.b, p.a);
+}
+
+TEST(CpuStreamTest, OneStreamRunsItsWorkInOrder) {
+  // The second copy reads what the first writes; the first is held a while.
+  CopyGate gate;
+  gate.Close(milliseconds(200));
+  int copies = 0;
+  CpuCopyStream stream([&] {
+    if (copies++ == 0) gate.Enter();
+  });
+  Pages p;
+  stream.CopyPages(One(p.b, p.a), kPage);
+  stream.CopyPages(One(p.c, p.b), kPage);
+  stream.Synchronize();
+  EXPECT_EQ(p.c, p.a);
+}
+
+TEST(CpuStreamTest, AStreamWaitingOnAnEventRunsLaterWorkAfterIt) {
+  // Stream 1 brings a into b, held for 200 ms; stream 2 then copies b into c. Without the wait,
+  // stream 2 would copy the old b at once.
+  CopyGate gate;
+  gate.Close(milliseconds(200));
+  CpuCopyStream first([&] { gate.Enter(); });
+  CpuCopyStream second;
+  Pages p;
+  first.CopyPages(One(p.b, p.a), kPage);
+  second.Wait(first.Record());
+  second.CopyPages(One(p.c, p.b), kPage);
+  second.Synchronize();
+  EXPECT_GE(gate.held(), 1);
+  EXPECT_EQ(p.c, p.a);
+}
+
+TEST(CpuStreamTest, TheComputeStreamWaitingOnAnEventDoesNotRunAheadOfIt) {
+  // The engine thread executes compute work, so Wait holds it until the copy landed: what it
+  // reads next is the copied page.
+  CopyGate gate;
+  gate.Close(milliseconds(200));
+  CpuCopyStream copy([&] { gate.Enter(); });
+  CpuBackend backend(1);
+  Pages p;
+  copy.CopyPages(One(p.b, p.a), kPage);
+  backend.compute_stream().Wait(copy.Record());
+  backend.compute_stream().CopyPages(One(p.c, p.b), kPage);
+  EXPECT_GE(gate.held(), 1);
+  EXPECT_EQ(p.c, p.a);
+}
+
+TEST(CpuStreamTest, DestroyingAStreamFinishesWhatWasEnqueued) {
+  CopyGate gate;
+  gate.Close(milliseconds(100));
+  Pages p;
+  {
+    CpuCopyStream stream([&] { gate.Enter(); });
+    stream.CopyPages(One(p.b, p.a), kPage);
+  }
+  EXPECT_EQ(p.b, p.a);
+}
+
+TEST(CpuStreamTest, ABatchedCopyMovesEveryPageOfItsList) {
+  CpuBackend backend(1);
+  std::unique_ptr<Stream> stream = backend.CreateStream();
+  std::vector<char> src(4 * kPage), dst(4 * kPage, 0);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i / kPage + 1);
+  // A gather: source pages 3, 0, 2 into destination slots 0, 1, 2; slot 3 stays untouched.
+  std::vector<PageCopy> list = {{dst.data(), src.data() + 3 * kPage},
+                                {dst.data() + kPage, src.data()},
+                                {dst.data() + 2 * kPage, src.data() + 2 * kPage}};
+  stream->CopyPages(list, kPage);
+  list.clear();  // the stream captured the list at the call
+  stream->Synchronize();
+  EXPECT_EQ(dst[0], 4);
+  EXPECT_EQ(dst[kPage], 1);
+  EXPECT_EQ(dst[2 * kPage], 3);
+  EXPECT_EQ(dst[3 * kPage], 0);
+}
+
+TEST(CpuStreamTest, TheBackendCountsComputeSynchronizationsAndHostReads) {
+  CpuBackend backend(1);
+  EXPECT_TRUE(backend.compute_stream().Record()->Done());  // compute runs at enqueue
+  backend.Synchronize();
+  backend.compute_stream().Synchronize();
+  float x = 1, y = 0;
+  backend.CopyToHost(&y, &x, sizeof(x));
+  backend.CopyToDevice(&x, &y, sizeof(x));                // not a read
+  EXPECT_EQ(backend.counters().compute_syncs.load(), 3);  // a read waits for compute
+  EXPECT_EQ(backend.counters().host_reads.load(), 1);
+}
+
+// Resident set size of this process, from /proc/self/statm.
+size_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  size_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+TEST(CpuStreamTest, PinnedHostMemoryIsUsableAndCommittedLazily) {
+  CpuBackend backend(1);
+  const size_t before = ResidentBytes();
+  auto memory = backend.AllocatePinnedHost(size_t{1} << 30);  // 1 GiB mapped, not touched
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  EXPECT_EQ(memory->bytes(), size_t{1} << 30);
+  static_cast<char*>(memory->data())[12345] = 7;
+  EXPECT_EQ(static_cast<char*>(memory->data())[12345], 7);
+  // The host KV store maps its whole capacity at startup; only pages in use may cost memory.
+  EXPECT_LT(ResidentBytes(), before + (size_t{64} << 20));
+}
+
+}  // namespace
+}  // namespace specula
