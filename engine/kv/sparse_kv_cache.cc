@@ -357,7 +357,8 @@ int32_t SparseKvCache::MakeResident(int32_t layer, int32_t head, WorkingSet& ws,
                                     double* waited, std::vector<int32_t>* skipped) {
   const int32_t l_h = lh(layer, head);
   const bool skip = options_.miss_policy == MissPolicy::kSkip;
-  auto wait = [&](const std::shared_ptr<Event>& fill, bool host) {
+  // `fill` by value: the slot's own pointer may be reset by a claim while the lock is released.
+  auto wait = [&](std::shared_ptr<Event> fill, bool host) {
     const double t0 = MonotonicSeconds();
     lock.unlock();
     if (host) {
@@ -404,8 +405,9 @@ int32_t SparseKvCache::MakeResident(int32_t layer, int32_t head, WorkingSet& ws,
     }
     // Every slot this step does not use is still being filled by a prefetch: wait on the host
     // for one copy to land, then claim again (a prefetch may have mapped the page meanwhile).
+    // (A host wait on a copy stream, not counted as a compute sync: rare, since C >= B.)
     const int32_t in_flight = ws.InFlightLocked(l_h);
-    CHECK_GE(in_flight, 0) << "no cache slot to fetch into";
+    if (in_flight < 0) continue;  // they all landed since the claim failed: claim again
     wait(ws.slot_locked(l_h, in_flight).fill, /*host=*/true);
   }
 }
@@ -696,18 +698,19 @@ void SparseKvCache::RunTask(PrefetchTask& task, Stream& stream) {
     copied = task.staged_pages;
   }
   const double latency = MonotonicSeconds() - task.issued_seconds;
-  {
-    std::lock_guard<std::mutex> lock(ws.mu);
-    --ws.active_tasks;
-    ws.cv.notify_all();
-  }
+  // Count before the task ends, so Quiesce (which waits for it) sees final stats.
   const int64_t bytes = copied * static_cast<int64_t>(store_->page_bytes());
   ws.bytes_prefetched += bytes;
-  std::lock_guard<std::mutex> l(latency_mu_);
-  step_bytes_prefetched_ += bytes;
-  for (int64_t i = 0; i < copied && latencies_.size() < kMaxLatencySamples; ++i) {
-    latencies_.push_back(latency);
+  {
+    std::lock_guard<std::mutex> l(latency_mu_);
+    step_bytes_prefetched_ += bytes;
+    for (int64_t i = 0; i < copied && latencies_.size() < kMaxLatencySamples; ++i) {
+      latencies_.push_back(latency);
+    }
   }
+  std::lock_guard<std::mutex> lock(ws.mu);
+  --ws.active_tasks;
+  ws.cv.notify_all();
 }
 
 std::shared_ptr<Event> SparseKvCache::StagePages(PrefetchTask& task, Stream& stream) {

@@ -109,7 +109,7 @@ class WorkingSet {
 
   // Engine-thread state (no lock: only the engine thread touches these).
   uint64_t decode_step = 0;   // decode steps run so far
-  uint64_t active_pin = 1;    // pins equal to this are live
+  uint64_t active_pin = 1;    // pins equal to this are live; written under mu (claims read it)
   int32_t window_begin = -1;  // first page held by the ring; -1 before decode starts
   KvStats stats;              // pages hit / missed, fetch bytes, stall time
 
