@@ -36,7 +36,7 @@ class CpuEvent : public Event {
 class CpuComputeStream : public Stream {
  public:
   // Counts Synchronize calls in `counters` (the backend's; must outlive the stream).
-  explicit CpuComputeStream(BackendCounters* counters) : counters_(counters) {}
+  explicit CpuComputeStream(BackendCounters* counters);
   void CopyPages(absl::Span<const PageCopy> copies, size_t page_bytes) override;
   std::shared_ptr<Event> Record() override;
   void Wait(const std::shared_ptr<Event>& event) override;
@@ -44,6 +44,8 @@ class CpuComputeStream : public Stream {
 
  private:
   BackendCounters* counters_;
+  // What Record returns: one completed event, so a decode layer's Record does not allocate.
+  std::shared_ptr<CpuEvent> done_;
 };
 
 class CpuCopyStream : public Stream {

@@ -85,10 +85,8 @@ absl::StatusOr<std::unique_ptr<HostKvStore>> HostKvStore::Create(const HostKvSto
                                                         store->capacity_pages_, store->page_bytes(),
                                                         memory.status().message()));
   }
+  CHECK_GE(memory->bytes(), bytes) << "host kv store: the allocator returned too little";
   store->memory_ = std::move(*memory);
-  void* data = store->memory_.data();
-  store->data_ = data;
-  store->bytes_ = bytes;
   store->refcount_.assign(store->capacity_pages_, 0);
   store->free_.reserve(store->capacity_pages_);
   // Hand out low ids first: nicer to read in logs and tests.
@@ -100,7 +98,7 @@ HostKvStore::~HostKvStore() = default;
 
 char* HostKvStore::PageBase(PageId page) const {
   CHECK(page >= 0 && page < capacity_pages_) << "host kv: page " << page << " out of range";
-  return static_cast<char*>(data_) + static_cast<size_t>(page) * page_bytes();
+  return static_cast<char*>(memory_.data()) + static_cast<size_t>(page) * page_bytes();
 }
 
 float* HostKvStore::F32Page(PageId page) const {

@@ -149,8 +149,8 @@ class HostKvStore {
 
   // The one allocation holding every page (page p at p * page_bytes()), so a device backend can
   // register it for direct transfers.
-  void* data() const { return data_; }
-  size_t bytes() const { return bytes_; }
+  void* data() const { return memory_.data(); }
+  size_t bytes() const { return static_cast<size_t>(capacity_pages_) * page_bytes(); }
 
  private:
   HostKvStore() = default;
@@ -164,9 +164,7 @@ class HostKvStore {
   HostKvStoreOptions options_;
   int32_t pages_per_head_capacity_ = 0;
   int32_t capacity_pages_ = 0;
-  DeviceBuffer memory_;
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
+  DeviceBuffer memory_;  // the page pool, from the allocator
 
   mutable std::mutex mu_;
   std::vector<PageId> free_;       // stack of free page ids; guarded by mu_

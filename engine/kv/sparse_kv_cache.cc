@@ -372,15 +372,14 @@ int32_t SparseKvCache::MakeResident(int32_t layer, int32_t head, WorkingSet& ws,
   // What attention finds when it needs the page: its copy landed (a hit), a prefetch's copy
   // still in flight (late), or nothing (a miss).
   int32_t j = ws.FindLocked(l_h, page);
-  if (j >= 0) ws.LandedLocked(l_h, j);
-  *outcome = j < 0                                                           ? PageOutcome::kMissed
-             : ws.slot_locked(l_h, j).state == WorkingSet::SlotState::kReady ? PageOutcome::kHit
-                                                                             : PageOutcome::kLate;
+  *outcome = j < 0                       ? PageOutcome::kMissed
+             : ws.ReadableLocked(l_h, j) ? PageOutcome::kHit
+                                         : PageOutcome::kLate;
   while (true) {
     j = ws.FindLocked(l_h, page);
     if (j >= 0) {
       WorkingSet::CacheSlot& s = ws.slot_locked(l_h, j);
-      if (s.state == WorkingSet::SlotState::kReady || ws.LandedLocked(l_h, j)) return j;
+      if (ws.ReadableLocked(l_h, j)) return j;
       CHECK(s.fill != nullptr) << "a claimed slot without a copy";
       if (skip) return -1;  // attend without it; its copy is on the way
       // Pinned, so the slot stays this page's; the compute stream then reads it after the copy.
@@ -561,7 +560,6 @@ void SparseKvCache::Decode(int32_t layer, absl::Span<const SparseRows> rows, con
       const float* queries = q_host_.data() + i * q.stride + static_cast<size_t>(h) * group * hd;
       Resolve(layer, h, ws, r.start, queries, &pages, &tokens, &logical, &predicted, &skipped);
       page_begin.push_back(static_cast<int32_t>(pages.size()));
-      if (h == shape_.kv_heads - 1) FlushFetches(ws);  // one batched gather per sequence
       if (!predicted.empty() || !skipped.empty()) {
         task.pages.resize(shape_.kv_heads);
         std::vector<int32_t>& dst = task.pages[h];
@@ -571,6 +569,7 @@ void SparseKvCache::Decode(int32_t layer, absl::Span<const SparseRows> rows, con
         }
       }
     }
+    FlushFetches(ws);  // the sequence's misses over all KV heads: one batched gather
     if (!task.pages.empty()) {
       task.ws = Owner(ws);
       task.layer = layer;

@@ -101,6 +101,11 @@ class WorkingSet {
   void FilledByCopyStreamLocked(int32_t lh, int32_t j, std::shared_ptr<Event> fill);
   // Whether slot j's copy has completed; a loading slot whose copy has becomes ready.
   bool LandedLocked(int32_t lh, int32_t j);
+  // Whether the compute stream may read slot j now without waiting: ready (filled on the
+  // compute stream, or its copy seen landed), or its copy has just landed.
+  bool ReadableLocked(int32_t lh, int32_t j) {
+    return LandedLocked(lh, j) || heads_[lh].slots[j].state == SlotState::kReady;
+  }
   // A slot of (lh) whose enqueued copy is still in flight (its `fill` can be waited on), or -1.
   int32_t InFlightLocked(int32_t lh);
 
