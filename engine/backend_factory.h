@@ -15,9 +15,14 @@ struct BackendOptions {
   int threads = 0;              // CPU threads, 0 = all cores
 };
 
-// "cpu": the CPU backend. "auto": the best backend this build and machine have (the CPU today).
-// "cuda": FAILED_PRECONDITION until the CUDA backend exists (a silent CPU run would hide the
-// misconfiguration). Anything else: INVALID_ARGUMENT. Messages start with "model.device: ".
+// "cpu": the CPU backend. "cuda": the CUDA backend on the first visible GPU; FAILED_PRECONDITION
+// when this build has none or no GPU is usable (a silent CPU run would hide the
+// misconfiguration). "auto": the CPU for now: the CUDA backend compiles in CI but has not yet
+// passed its check on a GPU (tools/gpu/check.sh, issue 16), and auto will pick it once it has.
+// Anything else: INVALID_ARGUMENT. Messages start with "model.device: ".
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);
+
+// Whether this build has the CUDA backend (SPECULA_CUDA was on).
+bool CudaBackendBuilt();
 
 }  // namespace specula

@@ -1,0 +1,25 @@
+// The CUDA backend's entry points. The header names no CUDA type, so the backend factory can
+// include it; the implementation (cuda_backend.cc) is built only when SPECULA_CUDA is on.
+//
+// Formats: weight matrices bf16 on the device (converted at upload; vectors such as norms and
+// biases stay fp32), activations fp32, GEMMs through cuBLAS with bf16 inputs and fp32
+// accumulation, KV pages in the view's dtype (bf16 by default). Semantics are the CPU backend's;
+// tests/cuda/ compares them operation by operation.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "engine/backend.h"
+
+namespace specula {
+
+// CUDA devices visible to this process; 0 when there is no driver or no device.
+int CudaDeviceCount();
+
+// A backend on the first visible CUDA device (CUDA_VISIBLE_DEVICES picks which GPU that is):
+// every thread that touches the backend then uses device 0, the CUDA runtime's default, with no
+// per-thread cudaSetDevice to forget. FAILED_PRECONDITION when no device is usable.
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend();
+
+}  // namespace specula

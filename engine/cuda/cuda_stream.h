@@ -1,0 +1,56 @@
+// The CUDA backend's streams and events (semantics in engine/stream.h), thin owners of a
+// cudaStream_t / cudaEvent_t. Streams are non-blocking (they never wait on the legacy default
+// stream); batched page copies are one cudaMemcpyBatchAsync call on the copy engines.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/stream.h"
+
+namespace specula {
+
+class CudaEvent : public Event {
+ public:
+  // Records a new event on `stream`.
+  explicit CudaEvent(cudaStream_t stream);
+  ~CudaEvent() override;
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  bool Done() const override;
+  void Synchronize() override;
+  cudaEvent_t raw() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+class CudaStream : public Stream {
+ public:
+  // `syncs`, if set, counts Synchronize calls (the backend's compute-stream counter).
+  explicit CudaStream(std::atomic<int64_t>* syncs = nullptr);
+  ~CudaStream() override;  // waits for what is enqueued, like the CPU copy stream
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+
+  void CopyPages(absl::Span<const PageCopy> copies, size_t page_bytes) override;
+  std::shared_ptr<Event> Record() override;
+  void Wait(const std::shared_ptr<Event>& event) override;
+  void Synchronize() override;
+  cudaStream_t raw() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  std::atomic<int64_t>* syncs_;
+  // CopyPages' argument arrays, reused (a stream is used by one thread at a time).
+  std::vector<void*> dsts_;
+  std::vector<const void*> srcs_;
+  std::vector<size_t> sizes_;
+};
+
+}  // namespace specula

@@ -1,0 +1,68 @@
+// Softmax attention of query rows over lists of KV pages (the layout of engine/backend.h): the
+// dense paged attention (causal, each row sees the first row_keys[row] keys of its block table)
+// and the sparse decode attention (each (row, KV head) reads its own list of pages, each with a
+// count of valid tokens). One kernel serves both, so given the same keys in the same order they
+// agree. Design:
+// - One thread block per (row, KV head, split of the list): the GQA group's query heads (up to 8
+//   per block) share every K/V load; 4 warps take the pages of the split in turn; a page's key is
+//   read by the 32 lanes of a warp, each holding head_dim / 32 channels.
+// - Online softmax in fp32; the warps' partial results merge in shared memory.
+// - Split-K: when rows x KV heads cannot fill the GPU, a list is cut into splits whose partial
+//   (max, sum, accumulator) go to `scratch` and a second kernel combines them.
+// head_dim must be at most 256.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/common/dtype.h"
+
+namespace specula::kernels {
+
+struct AttentionCommon {
+  const float* q = nullptr;  // [rows, num_heads * head_dim]
+  int64_t q_stride = 0;
+  float* out = nullptr;  // like q
+  int64_t out_stride = 0;
+  int32_t rows = 0;
+  int32_t num_heads = 0;     // query heads; head h reads KV head h / (num_heads / num_kv_heads)
+  int32_t num_kv_heads = 0;  // of the lists (dense: of the layer's blocks)
+  int32_t head_dim = 0;
+  int32_t page_size = 0;
+  float scale = 1.0f;
+  const void* kv_base = nullptr;  // page p at kv_base + p * 2 * page_size * head_dim elements
+  DType dtype = DType::kF32;
+  // The longest list in pages (it sizes the split).
+  int32_t max_pages = 0;
+  // Split-K workspace: AttentionScratchFloats(...) floats, or null to run without splits.
+  float* scratch = nullptr;
+  size_t scratch_floats = 0;
+  int32_t sm_count = 1;
+};
+
+// Dense: row r attends to keys [0, row_keys[r]) of its sequence: key j lives in page
+// blocks[row_block_begin[r] + j / page_size] * num_kv_heads + kv_head, row j % page_size.
+struct PagedAttentionParams {
+  AttentionCommon common;
+  const int32_t* row_keys = nullptr;
+  const int32_t* row_block_begin = nullptr;
+  const int32_t* blocks = nullptr;
+};
+cudaError_t PagedAttention(const PagedAttentionParams& p, cudaStream_t stream);
+
+// Sparse: row r, KV head h attends to pages[page_begin[r * num_kv_heads + h] ..
+// page_begin[r * num_kv_heads + h + 1]), each with its first page_tokens[i] tokens.
+struct SparseAttentionParams {
+  AttentionCommon common;
+  const int32_t* page_begin = nullptr;
+  const int32_t* pages = nullptr;
+  const int32_t* page_tokens = nullptr;
+};
+cudaError_t SparseDecodeAttention(const SparseAttentionParams& p, cudaStream_t stream);
+
+// Floats of split-K workspace for `rows` x `num_heads` with up to `splits` splits.
+size_t AttentionScratchFloats(int32_t rows, int32_t num_heads, int32_t head_dim, int32_t splits);
+
+}  // namespace specula::kernels

@@ -1,0 +1,69 @@
+// Device-side helpers shared by the kernels: storage types per DType (bf16/f16 storage, fp32
+// compute, round to nearest even like the CPU backend), warp reductions and launch helpers.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "engine/common/dtype.h"
+
+namespace specula::kernels {
+
+__device__ __forceinline__ float ToFloat(float v) { return v; }
+__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
+
+template <typename T>
+__device__ __forceinline__ T FromFloat(float v);
+template <>
+__device__ __forceinline__ float FromFloat<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half FromFloat<__half>(float v) {
+  return __float2half_rn(v);
+}
+
+// Calls fn(T{}) with T the CUDA storage type of `t`, so a kernel is written once as a template.
+template <typename Fn>
+cudaError_t VisitStorageType(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::kBF16:
+      return fn(__nv_bfloat16{});
+    case DType::kF16:
+      return fn(__half{});
+    case DType::kF32:
+      return fn(float{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+// Sum over the 32 lanes of a warp; every lane receives it.
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+__device__ __forceinline__ double WarpSum(double v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Blocks of `threads` covering n items, capped to what one grid dimension takes (kernels loop
+// with a grid stride beyond it).
+inline unsigned GridFor(int64_t n, int threads) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 * 16 ? 65535 * 16 : blocks));
+}
+
+// The launch's error (a bad configuration), or the sticky error of an earlier asynchronous
+// failure; cudaSuccess otherwise.
+inline cudaError_t LaunchStatus() { return cudaGetLastError(); }
+
+}  // namespace specula::kernels

@@ -1,0 +1,152 @@
+#include "kernels/device_math.cuh"
+#include "kernels/elementwise.h"
+
+namespace specula::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Calls fn(r, c) for every cell of a rows x cols problem, in a grid-stride loop.
+template <typename Fn>
+__device__ __forceinline__ void ForEachCell(int64_t rows, int64_t cols, Fn fn) {
+  const int64_t n = rows * cols;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += step) {
+    fn(i / cols, i % cols);
+  }
+}
+
+template <typename T>
+__global__ void EmbedKernel(EmbedParams p) {
+  const T* table = static_cast<const T*>(p.table);
+  ForEachCell(p.out.rows, p.out.cols, [&](int64_t r, int64_t c) {
+    const int64_t id = p.ids[r];
+    p.out.data[r * p.out.stride + c] = ToFloat(table[id * p.out.cols + c]);
+  });
+}
+
+// One block per row: the sum of squares in double (as the CPU backend), then the scaled row.
+__global__ void RmsNormKernel(RmsNormParams p) {
+  __shared__ double partial[kThreads / 32];
+  for (int64_t r = blockIdx.x; r < p.x.rows; r += gridDim.x) {
+    const float* in = p.x.data + r * p.x.stride;
+    double sum = 0.0;
+    for (int64_t c = threadIdx.x; c < p.x.cols; c += blockDim.x) {
+      sum += static_cast<double>(in[c]) * in[c];
+    }
+    sum = WarpSum(sum);
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
+    __syncthreads();
+    double total = 0.0;
+    for (int w = 0; w < kThreads / 32; ++w) total += partial[w];
+    const float inv = static_cast<float>(1.0 / sqrt(total / p.x.cols + p.eps));
+    float* out = p.y.data + r * p.y.stride;
+    for (int64_t c = threadIdx.x; c < p.x.cols; c += blockDim.x) out[c] = in[c] * inv * p.weight[c];
+    __syncthreads();  // `partial` is reused by the next row
+  }
+}
+
+__global__ void RopeKernel(RopeParams p) {
+  const int32_t half = p.head_dim / 2;
+  ForEachCell(p.x.rows, static_cast<int64_t>(p.num_heads) * half, [&](int64_t t, int64_t hi) {
+    const int64_t h = hi / half;
+    const int32_t i = static_cast<int32_t>(hi % half);
+    double s, co;
+    sincos(static_cast<double>(p.positions[t]) * p.inv_freq[i], &s, &co);
+    const float cos_t = static_cast<float>(co), sin_t = static_cast<float>(s);
+    float* v = p.x.data + t * p.x.stride + h * p.head_dim;
+    const float a = v[i], b = v[i + half];
+    v[i] = a * cos_t - b * sin_t;
+    v[i + half] = b * cos_t + a * sin_t;
+  });
+}
+
+__global__ void SwiGluKernel(SwiGluParams p) {
+  const int64_t n = p.out.cols;
+  ForEachCell(p.out.rows, n, [&](int64_t r, int64_t c) {
+    const float g = p.gate_up.data[r * p.gate_up.stride + c];
+    const float u = p.gate_up.data[r * p.gate_up.stride + n + c];
+    p.out.data[r * p.out.stride + c] = g / (1.0f + expf(-g)) * u;
+  });
+}
+
+__global__ void AddKernel(AddParams p) {
+  ForEachCell(p.x.rows, p.x.cols, [&](int64_t r, int64_t c) {
+    p.x.data[r * p.x.stride + c] += p.y.data[r * p.y.stride + c];
+  });
+}
+
+__global__ void AddBiasKernel(AddBiasParams p) {
+  ForEachCell(p.y.rows, p.y.cols,
+              [&](int64_t r, int64_t c) { p.y.data[r * p.y.stride + c] += p.bias[c]; });
+}
+
+__global__ void GatherRowsKernel(GatherRowsParams p) {
+  ForEachCell(p.out.rows, p.out.cols, [&](int64_t r, int64_t c) {
+    p.out.data[r * p.out.stride + c] = p.src.data[p.rows[r] * p.src.stride + c];
+  });
+}
+
+__global__ void ToBf16Kernel(ToBf16Params p) {
+  auto* out = static_cast<__nv_bfloat16*>(p.out);
+  ForEachCell(p.x.rows, p.x.cols, [&](int64_t r, int64_t c) {
+    out[r * p.x.cols + c] = __float2bfloat16_rn(p.x.data[r * p.x.stride + c]);
+  });
+}
+
+}  // namespace
+
+cudaError_t Embed(const EmbedParams& p, cudaStream_t stream) {
+  if (p.out.rows == 0) return cudaSuccess;
+  return VisitStorageType(p.table_dtype, [&](auto tag) {
+    EmbedKernel<decltype(tag)>
+        <<<GridFor(p.out.rows * p.out.cols, kThreads), kThreads, 0, stream>>>(p);
+    return LaunchStatus();
+  });
+}
+
+cudaError_t RmsNorm(const RmsNormParams& p, cudaStream_t stream) {
+  if (p.x.rows == 0) return cudaSuccess;
+  const unsigned blocks = static_cast<unsigned>(p.x.rows < 65535 ? p.x.rows : 65535);
+  RmsNormKernel<<<blocks, kThreads, 0, stream>>>(p);
+  return LaunchStatus();
+}
+
+cudaError_t Rope(const RopeParams& p, cudaStream_t stream) {
+  if (p.x.rows == 0) return cudaSuccess;
+  RopeKernel<<<GridFor(p.x.rows * p.num_heads * (p.head_dim / 2), kThreads), kThreads, 0, stream>>>(
+      p);
+  return LaunchStatus();
+}
+
+cudaError_t SwiGlu(const SwiGluParams& p, cudaStream_t stream) {
+  if (p.out.rows == 0) return cudaSuccess;
+  SwiGluKernel<<<GridFor(p.out.rows * p.out.cols, kThreads), kThreads, 0, stream>>>(p);
+  return LaunchStatus();
+}
+
+cudaError_t Add(const AddParams& p, cudaStream_t stream) {
+  if (p.x.rows == 0) return cudaSuccess;
+  AddKernel<<<GridFor(p.x.rows * p.x.cols, kThreads), kThreads, 0, stream>>>(p);
+  return LaunchStatus();
+}
+
+cudaError_t AddBias(const AddBiasParams& p, cudaStream_t stream) {
+  if (p.y.rows == 0) return cudaSuccess;
+  AddBiasKernel<<<GridFor(p.y.rows * p.y.cols, kThreads), kThreads, 0, stream>>>(p);
+  return LaunchStatus();
+}
+
+cudaError_t GatherRows(const GatherRowsParams& p, cudaStream_t stream) {
+  if (p.out.rows == 0) return cudaSuccess;
+  GatherRowsKernel<<<GridFor(p.out.rows * p.out.cols, kThreads), kThreads, 0, stream>>>(p);
+  return LaunchStatus();
+}
+
+cudaError_t ToBf16(const ToBf16Params& p, cudaStream_t stream) {
+  if (p.x.rows == 0) return cudaSuccess;
+  ToBf16Kernel<<<GridFor(p.x.rows * p.x.cols, kThreads), kThreads, 0, stream>>>(p);
+  return LaunchStatus();
+}
+
+}  // namespace specula::kernels

@@ -1,0 +1,40 @@
+#include "kernels/device_math.cuh"
+#include "kernels/kv_write.h"
+
+namespace specula::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename T>
+__global__ void WriteKvKernel(KvWriteParams p) {
+  const int64_t width = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
+  const int64_t n = p.k.rows * width;
+  const int64_t page_elems = 2 * static_cast<int64_t>(p.page_size) * p.head_dim;
+  T* base = static_cast<T*>(p.base);
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += step) {
+    const int64_t t = i / width;
+    const int64_t hc = i % width;  // head * head_dim + channel
+    const int64_t h = hc / p.head_dim;
+    const int64_t c = hc % p.head_dim;
+    T* page = base + (static_cast<int64_t>(p.blocks[t]) * p.num_kv_heads + h) * page_elems;
+    page[static_cast<int64_t>(p.offsets[t]) * p.head_dim + c] =
+        FromFloat<T>(p.k.data[t * p.k.stride + hc]);
+    page[(static_cast<int64_t>(p.page_size) + p.offsets[t]) * p.head_dim + c] =
+        FromFloat<T>(p.v.data[t * p.v.stride + hc]);
+  }
+}
+
+}  // namespace
+
+cudaError_t WriteKv(const KvWriteParams& p, cudaStream_t stream) {
+  if (p.k.rows == 0) return cudaSuccess;
+  return VisitStorageType(p.dtype, [&](auto tag) {
+    WriteKvKernel<decltype(tag)>
+        <<<GridFor(p.k.rows * p.num_kv_heads * p.head_dim, kThreads), kThreads, 0, stream>>>(p);
+    return LaunchStatus();
+  });
+}
+
+}  // namespace specula::kernels
