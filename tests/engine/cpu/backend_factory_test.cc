@@ -21,12 +21,22 @@ TEST(BackendFactoryTest, CpuAndAutoGiveTheCpuBackend) {
   }
 }
 
-TEST(BackendFactoryTest, CudaIsAClearErrorUntilItExists) {
+// Without a CUDA build or a visible GPU, cuda is a clear startup error, never a silent CPU run;
+// with both (tools/gpu/check.sh), it is the CUDA backend.
+TEST(BackendFactoryTest, CudaIsTheCudaBackendOrAClearError) {
   BackendOptions options;
   options.device = "cuda";
   absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(options);
+  if (backend.ok()) {
+    EXPECT_TRUE(CudaBackendBuilt());
+    EXPECT_EQ((*backend)->name(), "cuda");
+    EXPECT_EQ((*backend)->default_kv_dtype(), DType::kBF16);
+    return;
+  }
   EXPECT_EQ(backend.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(backend.status().message()), HasSubstr("model.device: cuda"));
+  EXPECT_THAT(std::string(backend.status().message()),
+              HasSubstr(CudaBackendBuilt() ? "no usable CUDA device" : "no CUDA backend"));
 }
 
 TEST(BackendFactoryTest, UnknownDevicesAreInvalid) {

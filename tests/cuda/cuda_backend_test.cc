@@ -1,0 +1,341 @@
+// The CUDA backend against the CPU reference, operation by operation: the same inputs on both
+// backends, outputs compared element by element within each operation's stated tolerance.
+// Compiled in every CUDA build; each test skips when no GPU is visible (CI), and runs in
+// tools/gpu/check.sh on a GPU machine.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/backend_factory.h"
+#include "engine/common/dtype.h"
+#include "engine/cpu/cpu_backend.h"
+#include "gtest/gtest.h"
+#include "tests/engine/cpu/random_vector.h"
+
+namespace specula {
+namespace {
+
+using ::specula::testing::RandomVector;
+
+// Values a bf16 weight holds exactly, so the CPU (fp32 weights) and CUDA (bf16 weights) backends
+// multiply by the same numbers.
+std::vector<float> RoundedToBf16(std::vector<float> v) {
+  for (float& x : v) x = Bf16ToFloat(FloatToBf16(x));
+  return v;
+}
+
+// Memory of one shape on both backends, filled with the same bytes.
+struct Twin {
+  DeviceBuffer cpu, gpu;
+  size_t bytes = 0;
+};
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    BackendOptions options;
+    options.device = "cuda";
+    auto gpu = CreateBackend(options);
+    if (!gpu.ok()) GTEST_SKIP() << "no GPU: " << gpu.status();
+    gpu_ = std::move(*gpu);
+  }
+
+  Twin Make(const void* host, size_t bytes) {
+    Twin t;
+    t.bytes = bytes;
+    t.cpu = cpu_.Allocate(bytes).value();
+    t.gpu = gpu_->Allocate(bytes).value();
+    std::memcpy(t.cpu.data(), host, bytes);
+    gpu_->CopyToDevice(t.gpu.data(), host, bytes);
+    return t;
+  }
+  Twin Make(const std::vector<float>& host) { return Make(host.data(), host.size() * 4); }
+  Twin Zeros(size_t bytes) { return Make(std::vector<char>(bytes, 0).data(), bytes); }
+
+  std::vector<float> ReadGpu(const Twin& t) {
+    std::vector<float> out(t.bytes / sizeof(float));
+    gpu_->CopyToHost(out.data(), t.gpu.data(), t.bytes);
+    return out;
+  }
+  std::vector<float> ReadCpu(const Twin& t) {
+    std::vector<float> out(t.bytes / sizeof(float));
+    std::memcpy(out.data(), t.cpu.data(), t.bytes);
+    return out;
+  }
+  std::vector<char> ReadGpuBytes(const Twin& t) {
+    std::vector<char> out(t.bytes);
+    gpu_->CopyToHost(out.data(), t.gpu.data(), t.bytes);
+    return out;
+  }
+
+  // |gpu - cpu| <= rel * |cpu| + abs, element by element.
+  void ExpectClose(const Twin& t, double rel, double abs, const std::string& what) {
+    const std::vector<float> g = ReadGpu(t), c = ReadCpu(t);
+    int reported = 0;
+    for (size_t i = 0; i < c.size(); ++i) {
+      const double diff = std::abs(static_cast<double>(g[i]) - c[i]);
+      if (!(diff <= rel * std::abs(c[i]) + abs) && reported++ < 5) {
+        ADD_FAILURE() << what << " [" << i << "]: cuda " << g[i] << " cpu " << c[i];
+      }
+    }
+  }
+
+  CpuBackend cpu_{2};
+  std::unique_ptr<Backend> gpu_;
+};
+
+Mat Of(const DeviceBuffer& b, int64_t rows, int64_t cols, int64_t stride = 0) {
+  return Mat(b.as<float>(), rows, cols, stride == 0 ? cols : stride);
+}
+
+TEST_F(CudaBackendTest, ElementwiseOpsMatchTheCpu) {
+  constexpr int64_t kRows = 7, kDim = 96, kVocab = 50, kHeads = 3, kHeadDim = 32;
+  const std::vector<float> table = RoundedToBf16(RandomVector(kVocab * kDim, 1));
+  const std::vector<int32_t> ids = {3, 0, 49, 17, 17, 8, 22};
+  const std::vector<int32_t> positions = {0, 1, 7, 4095, 65536, 131071, 1000003};
+  const std::vector<float> inv_freq = [] {
+    std::vector<float> f(kHeadDim / 2);
+    for (size_t i = 0; i < f.size(); ++i) f[i] = std::pow(500000.0f, -2.0f * i / kHeadDim);
+    return f;
+  }();
+  Weight cpu_table = cpu_.UploadWeight(table.data(), kVocab, kDim).value();
+  Weight gpu_table = gpu_->UploadWeight(table.data(), kVocab, kDim).value();
+  const std::vector<float> norm = RandomVector(kDim, 2), norm_head = RandomVector(kHeadDim, 3);
+  Weight cpu_norm = cpu_.UploadWeight(norm.data(), 1, kDim).value();
+  Weight gpu_norm = gpu_->UploadWeight(norm.data(), 1, kDim).value();
+  Weight cpu_norm_head = cpu_.UploadWeight(norm_head.data(), 1, kHeadDim).value();
+  Weight gpu_norm_head = gpu_->UploadWeight(norm_head.data(), 1, kHeadDim).value();
+
+  Twin x = Zeros(kRows * kDim * 4);
+  Twin gate_up = Make(RandomVector(kRows * 2 * kDim, 4));
+  Twin act = Zeros(kRows * kDim * 4);
+  Twin other = Make(RandomVector(kRows * kDim, 5));
+  Twin gathered = Zeros(3 * kDim * 4);
+  const std::vector<int32_t> gather_rows = {6, 0, 3};
+  for (int side = 0; side < 2; ++side) {
+    Backend& b = side == 0 ? static_cast<Backend&>(cpu_) : *gpu_;
+    auto buf = [&](const Twin& t) -> const DeviceBuffer& { return side == 0 ? t.cpu : t.gpu; };
+    Mat xm = Of(buf(x), kRows, kDim);
+    b.Embed(ids, side == 0 ? cpu_table : gpu_table, &xm);
+    b.RmsNorm(xm, side == 0 ? cpu_norm : gpu_norm, 1e-6f, &xm);  // in place
+    // Per-head norm on a column block with a row stride, as Qwen3's q/k norm does.
+    Mat head = xm.Cols(kHeadDim, kHeadDim);
+    b.RmsNorm(head, side == 0 ? cpu_norm_head : gpu_norm_head, 1e-6f, &head);
+    Mat rope = xm.Cols(0, kHeads * kHeadDim);
+    b.Rope(&rope, kHeads, kHeadDim, positions, inv_freq);
+    Mat am = Of(buf(act), kRows, kDim);
+    b.SwiGlu(Of(buf(gate_up), kRows, 2 * kDim), &am);
+    b.Add(&am, Of(buf(other), kRows, kDim));
+    b.Add(&xm, am);
+    Mat gm = Of(buf(gathered), 3, kDim);
+    b.GatherRows(xm, gather_rows, &gm);
+  }
+  ExpectClose(x, 1e-5, 1e-5, "embed+norm+rope+swiglu+add");
+  ExpectClose(act, 1e-5, 1e-6, "swiglu+add");
+  ExpectClose(gathered, 1e-5, 1e-5, "gather rows");
+}
+
+// cuBLAS multiplies bf16 inputs: the activations are rounded to bf16 (relative error 2^-9), so
+// each output may differ from the fp32 product by about 2^-8 of the sum of |x||w| it adds up.
+TEST_F(CudaBackendTest, GemmMatchesTheCpuWithinBf16InputRounding) {
+  constexpr int64_t kIn = 160, kOut = 72;
+  const std::vector<float> w = RoundedToBf16(RandomVector(kOut * kIn, 10));
+  const std::vector<float> bias = RandomVector(kOut, 11);
+  Weight cw = cpu_.UploadWeight(w.data(), kOut, kIn).value();
+  Weight gw = gpu_->UploadWeight(w.data(), kOut, kIn).value();
+  Weight cb = cpu_.UploadWeight(bias.data(), 1, kOut).value();
+  Weight gb = gpu_->UploadWeight(bias.data(), 1, kOut).value();
+  for (int64_t m : {1, 5, 67}) {
+    const std::vector<float> xh = RandomVector(m * (kIn + 8), 12 + m);
+    Twin x = Make(xh);
+    Twin y = Zeros(m * (kOut + 4) * 4);
+    for (int side = 0; side < 2; ++side) {
+      Backend& b = side == 0 ? static_cast<Backend&>(cpu_) : *gpu_;
+      const Twin* tx = &x;
+      Mat xm(side == 0 ? tx->cpu.as<float>() : tx->gpu.as<float>(), m, kIn, kIn + 8);
+      Mat ym(side == 0 ? y.cpu.as<float>() : y.gpu.as<float>(), m, kOut, kOut + 4);
+      b.Gemm(xm, side == 0 ? cw : gw, side == 0 ? cb : gb, &ym);
+    }
+    const std::vector<float> g = ReadGpu(y), c = ReadCpu(y);
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t o = 0; o < kOut; ++o) {
+        double magnitude = 0;
+        for (int64_t i = 0; i < kIn; ++i)
+          magnitude += std::abs(xh[r * (kIn + 8) + i] * w[o * kIn + i]);
+        const size_t at = r * (kOut + 4) + o;
+        EXPECT_NEAR(g[at], c[at], magnitude * std::ldexp(1.0, -8) + 1e-5)
+            << m << " " << r << " " << o;
+      }
+    }
+  }
+}
+
+// Paged KV of one layer on both backends, written through WriteKv from the same fp32 K/V.
+struct KvSetup {
+  int32_t kv_heads, head_dim, page_size;
+  DType dtype;
+  int32_t num_blocks;
+  Twin pages;
+
+  size_t page_elems() const { return 2 * static_cast<size_t>(page_size) * head_dim; }
+  KvLayerView View(const DeviceBuffer& b) const {
+    return KvLayerView{b.data(), dtype, kv_heads, page_size, head_dim};
+  }
+};
+
+class CudaKvTest : public CudaBackendTest,
+                   public ::testing::WithParamInterface<std::tuple<DType, int, int>> {
+ protected:
+  DType dtype() const { return std::get<0>(GetParam()); }
+  int head_dim() const { return std::get<1>(GetParam()); }
+  int group() const { return std::get<2>(GetParam()); }
+
+  // Sequences of `lens` tokens, each with its own shuffled blocks (so tables have holes), and
+  // their K/V written on both backends.
+  KvSetup Write(const std::vector<int>& lens, std::vector<std::vector<int32_t>>* tables) {
+    KvSetup s{2, head_dim(), 16, dtype(), 0, {}};
+    for (int len : lens) s.num_blocks += (len + s.page_size - 1) / s.page_size + 1;
+    s.pages =
+        Zeros(static_cast<size_t>(s.num_blocks) * s.kv_heads * s.page_elems() * DTypeSize(s.dtype));
+    std::vector<int32_t> order(s.num_blocks);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937(7));
+    size_t next = 0;
+    uint32_t seed = 100;
+    for (int len : lens) {
+      std::vector<int32_t> table;
+      for (int i = 0; i < (len + s.page_size - 1) / s.page_size; ++i)
+        table.push_back(order[next++]);
+      ++next;  // a hole: a block no sequence uses
+      const int64_t width = static_cast<int64_t>(s.kv_heads) * s.head_dim;
+      Twin k = Make(RandomVector(len * width, seed++)), v = Make(RandomVector(len * width, seed++));
+      std::vector<int32_t> wb, wo;
+      for (int t = 0; t < len; ++t) {
+        wb.push_back(table[t / s.page_size]);
+        wo.push_back(t % s.page_size);
+      }
+      cpu_.WriteKv(Of(k.cpu, len, width), Of(v.cpu, len, width), KvWrite{wb, wo},
+                   s.View(s.pages.cpu));
+      gpu_->WriteKv(Of(k.gpu, len, width), Of(v.gpu, len, width), KvWrite{wb, wo},
+                    s.View(s.pages.gpu));
+      tables->push_back(std::move(table));
+    }
+    return s;
+  }
+};
+
+TEST_P(CudaKvTest, WriteKvStoresTheSameBytes) {
+  std::vector<std::vector<int32_t>> tables;
+  KvSetup s = Write({1, 16, 37}, &tables);
+  std::vector<char> g = ReadGpuBytes(s.pages);
+  EXPECT_EQ(std::memcmp(g.data(), s.pages.cpu.data(), g.size()), 0);
+}
+
+TEST_P(CudaKvTest, PagedAttentionMatchesTheCpu) {
+  // Decode rows (q_len 1) over short and long contexts, and one prefill chunk (causal).
+  const std::vector<int> lens = {1, 17, 300, 40};
+  std::vector<std::vector<int32_t>> tables;
+  KvSetup s = Write(lens, &tables);
+  std::vector<AttentionSeq> seqs;
+  std::vector<int32_t> blocks;
+  int32_t rows = 0;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    AttentionSeq a;
+    a.q_begin = rows;
+    a.q_len = i + 1 == lens.size() ? 9 : 1;
+    a.kv_len = lens[i];
+    a.block_begin = static_cast<int32_t>(blocks.size());
+    blocks.insert(blocks.end(), tables[i].begin(), tables[i].end());
+    seqs.push_back(a);
+    rows += a.q_len;
+  }
+  const int heads = s.kv_heads * group();
+  Twin q = Make(RandomVector(rows * heads * head_dim(), 5));
+  Twin out = Zeros(static_cast<size_t>(rows) * heads * head_dim() * 4);
+  AttentionBatch batch{seqs, blocks, heads, AttentionScale(head_dim())};
+  for (int side = 0; side < 2; ++side) {
+    Backend& b = side == 0 ? static_cast<Backend&>(cpu_) : *gpu_;
+    const int64_t width = static_cast<int64_t>(heads) * head_dim();
+    Mat om = Of(side == 0 ? out.cpu : out.gpu, rows, width);
+    b.PagedAttention(Of(side == 0 ? q.cpu : q.gpu, rows, width), batch,
+                     s.View(side == 0 ? s.pages.cpu : s.pages.gpu), &om);
+  }
+  ExpectClose(out, 1e-4, 1e-5, "paged attention");
+}
+
+TEST_P(CudaKvTest, SparseDecodeAttentionMatchesTheCpu) {
+  // Row 0 picks pages with holes and partial tokens; row 1 reads a long list (split-K).
+  std::vector<std::vector<int32_t>> tables;
+  KvSetup s = Write({200, 2000}, &tables);
+  std::vector<int32_t> page_begin{0}, pages, tokens;
+  for (int row = 0; row < 2; ++row) {
+    for (int h = 0; h < s.kv_heads; ++h) {
+      const std::vector<int32_t>& t = tables[row];
+      for (size_t i = h; i < t.size(); i += row == 0 ? 3 : 1) {
+        pages.push_back(t[i] * s.kv_heads + h);
+        tokens.push_back(i + 1 == t.size() ? 1 + static_cast<int32_t>(i % s.page_size)
+                                           : s.page_size);
+      }
+      page_begin.push_back(static_cast<int32_t>(pages.size()));
+    }
+  }
+  const int heads = s.kv_heads * group();
+  const int64_t width = static_cast<int64_t>(heads) * head_dim();
+  Twin q = Make(RandomVector(2 * width, 6));
+  Twin out = Zeros(2 * width * 4);
+  SparseAttentionBatch batch{page_begin, pages,      tokens,
+                             heads,      s.kv_heads, AttentionScale(head_dim())};
+  for (int side = 0; side < 2; ++side) {
+    Backend& b = side == 0 ? static_cast<Backend&>(cpu_) : *gpu_;
+    const DeviceBuffer& base = side == 0 ? s.pages.cpu : s.pages.gpu;
+    Mat om = Of(side == 0 ? out.cpu : out.gpu, 2, width);
+    b.SparseDecodeAttention(Of(side == 0 ? q.cpu : q.gpu, 2, width), batch,
+                            PagePoolView{base.data(), s.dtype, s.page_size, s.head_dim}, &om);
+  }
+  ExpectClose(out, 1e-4, 1e-5, "sparse decode attention");
+}
+
+std::string KvParamName(const ::testing::TestParamInfo<std::tuple<DType, int, int>>& info) {
+  return std::string(DTypeName(std::get<0>(info.param))) + "_d" +
+         std::to_string(std::get<1>(info.param)) + "_g" + std::to_string(std::get<2>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    DtypesHeadDimsGroups, CudaKvTest,
+    ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
+                       ::testing::Values(32, 64, 128), ::testing::Values(1, 4, 12)),
+    KvParamName);
+
+// Pages travel pinned host -> device on a copy stream, the compute stream waits on its event and
+// copies them back: what arrives is what was sent, and each readback is one counted sync.
+TEST_F(CudaBackendTest, CopyStreamGatherIsOrderedByItsEvent) {
+  constexpr size_t kPage = 8192, kPages = 64;
+  DeviceBuffer host = gpu_->AllocatePinnedHost(kPages * kPage).value();
+  DeviceBuffer back = gpu_->AllocatePinnedHost(kPages * kPage).value();
+  DeviceBuffer slots = gpu_->Allocate(kPages * kPage).value();
+  std::mt19937 rng(3);
+  for (size_t i = 0; i < kPages * kPage; ++i) host.as<char>()[i] = static_cast<char>(rng());
+  std::vector<PageCopy> in, out;
+  for (size_t p = 0; p < kPages; ++p) {
+    const size_t slot = (p * 37) % kPages;  // a permutation: a gather, not one block copy
+    in.push_back({slots.as<char>() + slot * kPage, host.as<char>() + p * kPage});
+    out.push_back({back.as<char>() + p * kPage, slots.as<char>() + slot * kPage});
+  }
+  std::unique_ptr<Stream> copy = gpu_->CreateStream();
+  copy->CopyPages(in, kPage);
+  std::shared_ptr<Event> landed = copy->Record();
+  gpu_->compute_stream().Wait(landed);
+  gpu_->compute_stream().CopyPages(out, kPage);
+  const int64_t syncs = gpu_->counters().compute_syncs;
+  gpu_->Synchronize();
+  EXPECT_EQ(gpu_->counters().compute_syncs, syncs + 1);
+  EXPECT_TRUE(landed->Done());
+  EXPECT_EQ(std::memcmp(host.data(), back.data(), kPages * kPage), 0);
+}
+
+}  // namespace
+}  // namespace specula
