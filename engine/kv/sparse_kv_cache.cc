@@ -245,10 +245,18 @@ void SparseKvCache::Prefill(int32_t layer, absl::Span<const SparseRows> rows, co
       const Mat kh = k.Rows(r.q_begin, r.q_len).Cols(static_cast<int64_t>(h) * hd, hd);
       const Mat vh = v.Rows(r.q_begin, r.q_len).Cols(static_cast<int64_t>(h) * hd, hd);
       backend_.WriteKv(kh, vh, KvWrite{write_pages, write_offsets}, host);
-      // Pages completed by this chunk become selectable.
-      for (int32_t p = r.start / ps; (p + 1) * ps <= end; ++p) {
-        SummarizePage(ws.host().page(layer, h, p));
+    }
+    // Pages completed by this chunk become selectable. The summaries are built on the host from
+    // the host store, which the compute stream has just written: wait for it once.
+    if ((r.start / ps + 1) * ps <= end) {
+      backend_.Synchronize();
+      for (int32_t h = 0; h < shape_.kv_heads; ++h) {
+        for (int32_t p = r.start / ps; (p + 1) * ps <= end; ++p) {
+          SummarizePage(ws.host().page(layer, h, p));
+        }
       }
+    }
+    for (int32_t h = 0; h < shape_.kv_heads; ++h) {
       AttentionSeq a;
       a.q_begin = r.q_begin;
       a.q_len = r.q_len;
