@@ -1,6 +1,7 @@
 // Helpers for tests that drive the Transformer directly (below the Generator).
 #pragma once
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,8 +13,11 @@
 
 namespace specula::testing {
 
+// The build's test models, or $SPECULA_TEST_MODELS_DIR's where set (a GPU bundle runs the test
+// binaries on another machine, away from the build tree).
 inline std::string TestModelDir(const std::string& name) {
-  return std::string(SPECULA_TEST_MODELS_DIR) + "/" + name;
+  const char* moved = std::getenv("SPECULA_TEST_MODELS_DIR");
+  return std::string(moved != nullptr ? moved : SPECULA_TEST_MODELS_DIR) + "/" + name;
 }
 
 inline const std::vector<std::string>& AllTestModels() {

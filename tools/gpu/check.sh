@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from a bundle made by tools/gpu/bundle.sh:
+#   tools/gpu/check.sh BUNDLE_DIR REPORT_DIR   (BUNDLE_DIR holds specula-gpu.tar.xz)
+# Runs the CUDA tests (every kernel against the CPU backend; greedy generation against the CPU),
+# the same tests under compute-sanitizer memcheck, and an end-to-end server check with
+# --device cuda, then writes REPORT_DIR/report.md and report.json. Exit status: 0 when every
+# check passed. One call, well under the device tool's 10 minutes.
+set -uo pipefail
+report=$2
+mkdir -p "$report"
+bundle=/tmp/specula-gpu
+rm -rf "$bundle" && mkdir -p "$bundle"
+tar -C "$bundle" -xJf "$1/specula-gpu.tar.xz" || { echo "no bundle in $1" >&2; exit 2; }
+
+# The CUDA toolkit's cuBLAS and runtime are the machine's: find them.
+for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+           $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, "cu13", "lib") for p in nvidia.__path__))' 2>/dev/null); do
+  [[ -e "$dir/libcublas.so.13" ]] && cuda_lib=${cuda_lib:-$dir}
+done
+export LD_LIBRARY_PATH=$bundle/lib:${cuda_lib:-}:${LD_LIBRARY_PATH:-}
+export SPECULA_TEST_MODELS_DIR=$bundle/test_models
+export SPECULA_CACHE_DIR=$report/cache
+
+declare -A result
+order=()
+run() {  # run NAME COMMAND...: logs to REPORT_DIR/NAME.log, records pass/fail
+  local name=$1
+  shift
+  local start=$SECONDS
+  order+=("$name")
+  if "$@" >"$report/$name.log" 2>&1; then result[$name]="pass"; else result[$name]="FAIL"; fi
+  echo "$name: ${result[$name]} ($((SECONDS - start)) s)"
+}
+
+# Without a GPU every CUDA test skips and "passes": a missing GPU fails the check itself.
+run gpu nvidia-smi -L
+nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current \
+  --format=csv >"$report/gpu.csv" 2>&1 || true
+run factory "$bundle/bin/cpu_backend_test" --gtest_filter='BackendFactory*'
+run kernels "$bundle/bin/cuda_backend_test" --gtest_output="json:$report/kernels.json"
+run generate "$bundle/bin/cuda_generate_test" --gtest_output="json:$report/generate.json"
+if command -v compute-sanitizer >/dev/null; then
+  run memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
+    "$bundle/bin/cuda_backend_test" --gtest_filter='*F32_d64_g4*:CudaBackendTest.*'
+  run racecheck compute-sanitizer --tool racecheck --error-exitcode 1 \
+    "$bundle/bin/cuda_backend_test" --gtest_filter='*BF16_d128_g4*'
+fi
+
+# End to end: the server on the GPU answers a generation over gRPC.
+server_check() {
+  "$bundle/bin/specula-server" --device cuda --model "$bundle/test_models/llama3-bf16" \
+    --listen 127.0.0.1:50151 --metrics-listen "" --log-level info &
+  local pid=$!
+  for _ in $(seq 1 100); do
+    kill -0 "$pid" 2>/dev/null || return 1  # it exited: the log says why
+    "$bundle/bin/specula-cli" health --server 127.0.0.1:50151 >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+  "$bundle/bin/specula-cli" info --server 127.0.0.1:50151 &&
+    "$bundle/bin/specula-cli" generate --server 127.0.0.1:50151 --prompt_ids 1,2,3,4,5 \
+      --max-tokens 16
+  local status=$?
+  kill -TERM "$pid"
+  wait "$pid" || status=1
+  return $status
+}
+run server server_check
+
+{
+  echo "# specula GPU check, $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo
+  echo '```'
+  cat "$report/gpu.csv"
+  echo '```'
+  echo
+  echo "| check | result |"
+  echo "|---|---|"
+  for name in "${order[@]}"; do echo "| $name | ${result[$name]} |"; done
+} >"$report/report.md"
+{
+  echo "{"
+  first=1
+  for name in "${order[@]}"; do
+    (( first )) || echo ","
+    first=0
+    printf '  "%s": "%s"' "$name" "${result[$name]}"
+  done
+  echo
+  echo "}"
+} >"$report/report.json"
+cat "$report/report.md"
+for r in "${result[@]}"; do [[ $r == pass ]] || exit 1; done
