@@ -38,8 +38,9 @@ struct PageCopy {
 class Stream {
  public:
   virtual ~Stream() = default;
-  // Enqueues one batched copy of equal-sized pages (a gather or a scatter), done in list order.
-  // The list itself is captured at the call: it need not outlive it.
+  // Enqueues one batched copy of equal-sized pages (a gather or a scatter). The destinations of
+  // one batch must not overlap: its copies may run in any order (CUDA's batched copy gives no
+  // order within a batch). The list itself is captured at the call: it need not outlive it.
   virtual void CopyPages(absl::Span<const PageCopy> copies, size_t page_bytes) = 0;
   // An event marking everything enqueued so far.
   virtual std::shared_ptr<Event> Record() = 0;

@@ -156,7 +156,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     const int64_t head = head0 + g;
     if (splits == 1) {
-      p.out[row * p.out_stride + head * p.head_dim + c] = a / l;
+      p.out[row * p.out_stride + head * p.head_dim + c] =
+          l > 0.0f ? a / l : 0.0f;  // an empty list (the backend refuses one) gives 0, not NaN
     } else {
       const int64_t slot = (static_cast<int64_t>(row) * p.num_heads + head) * splits + blockIdx.y;
       const int64_t slots = static_cast<int64_t>(p.rows) * p.num_heads * splits;
@@ -187,7 +188,8 @@ __global__ void CombineSplitsKernel(AttentionCommon p, int32_t splits) {
     a += p.scratch[2 * slots + (rh * splits + s) * p.head_dim + c] * f;
   }
   const int64_t row = rh / p.num_heads, head = rh % p.num_heads;
-  p.out[row * p.out_stride + head * p.head_dim + c] = a / l;
+  p.out[row * p.out_stride + head * p.head_dim + c] =
+      l > 0.0f ? a / l : 0.0f;  // an empty list (the backend refuses one) gives 0, not NaN
 }
 
 // Splits per list: enough blocks to cover the GPU twice, at least two pages per split, within

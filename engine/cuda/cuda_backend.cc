@@ -20,8 +20,8 @@ namespace {
 
 constexpr size_t kStagingChunkBytes = size_t{1} << 20;
 constexpr int kStagingChunks = 8;
-// Split-K workspace of the attention kernels: 64 MiB covers 256 rows x 64 heads x 8 splits at
-// head_dim 128.
+// Split-K workspace of the attention kernels: 64 MiB covers 256 rows x 64 heads x 7 splits at
+// head_dim 128 (fewer splits are used when it does not fit).
 constexpr size_t kAttentionScratchBytes = size_t{64} << 20;
 
 kernels::Rows ToRows(const Mat& m) { return {m.data, m.rows, m.cols, m.stride}; }
@@ -36,7 +36,8 @@ class CudaBackend : public Backend {
  public:
   CudaBackend() = default;
   ~CudaBackend() override {
-    if (compute_ != nullptr) compute_->Synchronize();
+    // Unchecked: at process exit the CUDA runtime may already be unloading.
+    if (compute_ != nullptr) cudaStreamSynchronize(stream());
     if (cublas_ != nullptr) cublasDestroy(cublas_);
   }
 
@@ -77,9 +78,10 @@ class CudaBackend : public Backend {
   }
 
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
-    // The source may be reused once this returns: wait for the copy.
+    // The source may be reused once this returns: wait for the copy. Not a counted sync (the
+    // CPU backend counts none here either): it uploads weights, never runs in a decode step.
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()));
-    compute_->Synchronize();
+    CUDA_CHECK(cudaStreamSynchronize(stream()));
   }
 
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
@@ -121,6 +123,7 @@ class CudaBackend : public Backend {
   void Embed(absl::Span<const int32_t> ids, const Weight& table, Mat* out) override {
     CHECK_EQ(out->cols, table.in);
     CHECK_EQ(static_cast<int64_t>(ids.size()), out->rows);
+    for (int32_t id : ids) CHECK(id >= 0 && id < table.out) << "token id " << id;
     kernels::EmbedParams p;
     p.ids = staging_->Upload(ids);
     p.table = table.buffer.data();
@@ -137,11 +140,14 @@ class CudaBackend : public Backend {
   void GatherRows(const Mat& src, absl::Span<const int32_t> rows, Mat* out) override {
     CHECK_EQ(src.cols, out->cols);
     CHECK_EQ(static_cast<int64_t>(rows.size()), out->rows);
+    for (int32_t r : rows) CHECK(r >= 0 && r < src.rows) << "row " << r;
     Launch(kernels::GatherRows({ToRows(src), staging_->Upload(rows), ToRows(*out)}, stream()));
   }
 
   void WriteKv(const Mat& k, const Mat& v, const KvWrite& where,
                const KvLayerView& layer) override {
+    CHECK(static_cast<int64_t>(where.blocks.size()) >= k.rows &&
+          static_cast<int64_t>(where.offsets.size()) >= k.rows);
     kernels::KvWriteParams p;
     p.k = ToRows(k);
     p.v = ToRows(v);
@@ -181,8 +187,9 @@ absl::StatusOr<Weight> CudaBackend::UploadWeight(const float* data, int64_t out,
   Weight w;
   w.out = out;
   w.in = in;
-  // Vectors (norm weights, biases) stay fp32: they are tiny, and the kernels that read them
-  // compute in fp32. Matrices are bf16, the format of the checkpoints and of cuBLAS's fast path.
+  // Vectors (norm weights, biases; the model loader uploads them as [1, n]) stay fp32: they are
+  // tiny, and the kernels that read them compute in fp32. Matrices are bf16, the format of the
+  // checkpoints and of cuBLAS's fast path.
   w.dtype = out == 1 ? DType::kF32 : DType::kBF16;
   ASSIGN_OR_RETURN(w.buffer, Allocate(n * DTypeSize(w.dtype)));
   if (w.dtype == DType::kF32) {
@@ -205,7 +212,8 @@ void CudaBackend::Gemm(const Mat& x, const Weight& w, const Weight& bias, Mat* y
   if (x.rows == 0) return;
   const size_t input_bytes = static_cast<size_t>(x.rows) * x.cols * sizeof(uint16_t);
   if (gemm_input_.bytes() < input_bytes) {
-    compute_->Synchronize();  // the old buffer may still be read
+    // Freeing the old buffer (cudaFree) waits for the kernels that read it; a batch larger than
+    // any before costs that once.
     auto grown = Allocate(input_bytes);
     CHECK(grown.ok()) << grown.status();
     gemm_input_ = std::move(*grown);
@@ -247,17 +255,24 @@ void CudaBackend::PagedAttention(const Mat& q, const AttentionBatch& batch,
                                  const KvLayerView& layer, Mat* out) {
   row_keys_.clear();
   row_block_begin_.clear();
-  int32_t max_keys = 0;
+  // The sequences tile rows [first, next) of q and out (the sparse prefill passes one sequence
+  // in the middle of the batch); the kernel indexes rows from 0.
+  const int32_t first = batch.seqs.empty() ? 0 : batch.seqs.front().q_begin;
+  int32_t next = first, max_keys = 0;
   for (const AttentionSeq& s : batch.seqs) {
+    CHECK_EQ(s.q_begin, next) << "cuda PagedAttention: sequences must tile the rows in order";
+    next += s.q_len;
     for (int32_t i = 0; i < s.q_len; ++i) {
       row_keys_.push_back(s.kv_len - s.q_len + i + 1);
       row_block_begin_.push_back(s.block_begin);
     }
     max_keys = std::max(max_keys, s.kv_len);
   }
+  const Mat rows_q = q.Rows(first, next - first);
+  Mat rows_out = out->Rows(first, next - first);
   kernels::PagedAttentionParams p;
-  p.common = AttentionFor(q, out, static_cast<int32_t>(row_keys_.size()), batch.num_heads,
-                          layer.num_kv_heads, batch.scale);
+  p.common = AttentionFor(rows_q, &rows_out, next - first, batch.num_heads, layer.num_kv_heads,
+                          batch.scale);
   p.common.head_dim = layer.head_dim;
   p.common.page_size = layer.page_size;
   p.common.kv_base = layer.base;
@@ -275,8 +290,11 @@ void CudaBackend::SparseDecodeAttention(const Mat& q, const SparseAttentionBatch
   CHECK_EQ(batch.pages.size(), batch.page_tokens.size());
   int32_t max_pages = 0;
   for (size_t i = 0; i + 1 < batch.page_begin.size(); ++i) {
-    max_pages = std::max(max_pages, batch.page_begin[i + 1] - batch.page_begin[i]);
+    const int32_t n = batch.page_begin[i + 1] - batch.page_begin[i];
+    CHECK_GE(n, 1) << "sparse attention list " << i << " has no pages";
+    max_pages = std::max(max_pages, n);
   }
+  for (int32_t t : batch.page_tokens) CHECK(t >= 1 && t <= pool.page_size) << "page tokens " << t;
   kernels::SparseAttentionParams p;
   p.common = AttentionFor(q, out, static_cast<int32_t>(q.rows), batch.num_heads, batch.num_kv_heads,
                           batch.scale);

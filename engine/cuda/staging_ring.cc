@@ -19,7 +19,9 @@ StagingRing::StagingRing(cudaStream_t stream, size_t chunk_bytes, int chunks)
 
 StagingRing::~StagingRing() {
   cudaStreamSynchronize(stream_);
-  Free();
+  cudaFreeHost(host_);
+  cudaFree(device_);
+  for (char* d : retired_) cudaFree(d);
   for (cudaEvent_t e : released_) cudaEventDestroy(e);
 }
 
@@ -30,12 +32,7 @@ void StagingRing::Allocate(size_t chunk_bytes) {
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_), total));
   current_ = 0;
   offset_ = 0;
-}
-
-void StagingRing::Free() {
-  cudaFreeHost(host_);
-  cudaFree(device_);
-  host_ = device_ = nullptr;
+  in_use_.assign(chunks_, false);
 }
 
 void StagingRing::NextChunk() {
@@ -53,10 +50,14 @@ const void* StagingRing::Upload(const void* src, size_t bytes) {
   if (bytes == 0) return device_;
   const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   if (rounded > chunk_bytes_) {
+    // After this sync every enqueued copy and kernel is done: the pinned ring and older retired
+    // rings are free. The current device ring is not: this operation's earlier uploads point
+    // into it, read by a kernel not yet enqueued.
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-    Free();
+    for (char* d : retired_) cudaFree(d);
+    retired_.assign(1, device_);
+    CUDA_CHECK(cudaFreeHost(host_));
     Allocate(rounded * 2);
-    in_use_.assign(chunks_, false);
   } else if (offset_ + rounded > chunk_bytes_) {
     NextChunk();
   }

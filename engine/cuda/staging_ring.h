@@ -41,7 +41,6 @@ class StagingRing {
 
  private:
   void Allocate(size_t chunk_bytes);
-  void Free();
   void NextChunk();
 
   cudaStream_t stream_;
@@ -53,6 +52,9 @@ class StagingRing {
   size_t offset_ = 0;                  // within the current chunk
   std::vector<cudaEvent_t> released_;  // per chunk: recorded when the ring moved past it
   std::vector<bool> in_use_;           // per chunk: released_ was recorded and not yet waited
+  // Device rings replaced by a growth: uploads made earlier in the same operation still point
+  // into the last one, so each is freed only at the next growth or at destruction.
+  std::vector<char*> retired_;
 };
 
 }  // namespace specula

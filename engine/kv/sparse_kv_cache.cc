@@ -272,6 +272,9 @@ void SparseKvCache::Prefill(int32_t layer, absl::Span<const SparseRows> rows, co
     }
     if (end == ws.prompt_tokens()) {
       LoadWindow(layer, ws, end);
+      // The prediction submitted below stages pages into slots: not before the compute stream
+      // is done with what it enqueued so far (the window loads above, a freed sequence's reads).
+      RecordComputeDone();
       const int32_t candidate_end = ws.geometry().window_begin(end / ps);
       if (wants_step_prediction() && candidate_end - ws.geometry().sink_pages > ws.geometry().budget_pages) {
         // The last prompt token's query predicts the first decode step's pages.
@@ -280,6 +283,12 @@ void SparseKvCache::Prefill(int32_t layer, absl::Span<const SparseRows> rows, co
       }
     }
   }
+}
+
+void SparseKvCache::RecordComputeDone() {
+  std::shared_ptr<Event> done = backend_.compute_stream().Record();
+  std::lock_guard<std::mutex> lock(compute_done_mu_);
+  compute_done_ = std::move(done);
 }
 
 void SparseKvCache::LoadWindow(int32_t layer, WorkingSet& ws, int64_t prompt_tokens) {
@@ -615,12 +624,7 @@ void SparseKvCache::Decode(int32_t layer, absl::Span<const SparseRows> rows, con
   pool.head_dim = hd;
   Mat o = out->Rows(first_row, rows.size());
   backend_.SparseDecodeAttention(q.Rows(first_row, rows.size()), sb, pool, &o);
-  {
-    // A copy stream overwrites a slot only after this attention has read it.
-    std::shared_ptr<Event> done = backend_.compute_stream().Record();
-    std::lock_guard<std::mutex> lock(compute_done_mu_);
-    compute_done_ = std::move(done);
-  }
+  RecordComputeDone();  // a copy stream overwrites a slot only after this attention read it
   if (observer_) {
     backend_.Synchronize();  // the observer reads the output
     seen.after = true;

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/backend.h"
+#include "engine/common/check.h"
 #include "engine/kv/host_kv_store.h"
 #include "engine/kv/kv_pool.h"
 #include "engine/kv/page_selector.h"
@@ -120,7 +121,12 @@ class SparseKvCache {
 
   // Evaluation: when on, Decode also computes exact attention over the whole context and adds
   // the share of its mass on the attended tokens to the probe. Slow.
-  void set_recall_probe(RecallProbe* probe) { recall_ = probe; }
+  // The probe reads KV from the host, so it needs a backend whose memory the host can read.
+  void set_recall_probe(RecallProbe* probe) {
+    CHECK(probe == nullptr || backend_.name() == "cpu")
+        << "the recall probe runs on the CPU backend only";
+    recall_ = probe;
+  }
   void WaitForPrefetches() { executor_->WaitIdle(); }
   // Test hook, called on the engine thread right before and right after each decode attention.
   void set_attention_observer(std::function<void(const AttendedPages&)> observer) {
@@ -140,6 +146,8 @@ class SparseKvCache {
   void SummarizePage(PageId id);
   int32_t PoolPageId(const WorkingSet& ws, int32_t slot, int32_t head) const;
   KvLayerView HostView() const;
+  // Records compute_done_: the point copy streams wait for before writing slots.
+  void RecordComputeDone();
   // Copies host pages [0, S) and the window into the device slots when decode starts.
   void LoadWindow(int32_t layer, WorkingSet& ws, int64_t prompt_tokens);
   // Moves pages leaving the window from the ring into cache slots (engine thread).

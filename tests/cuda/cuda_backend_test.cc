@@ -270,15 +270,15 @@ TEST_P(CudaKvTest, PagedAttentionMatchesTheCpu) {
 TEST_P(CudaKvTest, SparseDecodeAttentionMatchesTheCpu) {
   // Row 0 picks pages with holes and partial tokens; row 1 reads a long list (split-K).
   std::vector<std::vector<int32_t>> tables;
-  KvSetup s = Write({200, 2000}, &tables);
+  KvSetup s = Write({208, 2000}, &tables);  // whole pages: every token read was written
   std::vector<int32_t> page_begin{0}, pages, tokens;
   for (int row = 0; row < 2; ++row) {
     for (int h = 0; h < s.kv_heads; ++h) {
       const std::vector<int32_t>& t = tables[row];
       for (size_t i = h; i < t.size(); i += row == 0 ? 3 : 1) {
         pages.push_back(t[i] * s.kv_heads + h);
-        tokens.push_back(i + 1 == t.size() ? 1 + static_cast<int32_t>(i % s.page_size)
-                                           : s.page_size);
+        // Full pages, except a page cut short now and then (as the window's last page is).
+        tokens.push_back(i % 5 == 4 ? 1 + static_cast<int32_t>(i % s.page_size) : s.page_size);
       }
       page_begin.push_back(static_cast<int32_t>(pages.size()));
     }
@@ -307,8 +307,74 @@ std::string KvParamName(const ::testing::TestParamInfo<std::tuple<DType, int, in
 INSTANTIATE_TEST_SUITE_P(
     DtypesHeadDimsGroups, CudaKvTest,
     ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
-                       ::testing::Values(32, 64, 128), ::testing::Values(1, 4, 12)),
+                       ::testing::Values(32, 64, 96, 128, 256), ::testing::Values(1, 4, 12)),
     KvParamName);
+
+// The sparse prefill's call: one sequence whose rows sit in the middle of the batch, its query
+// heads a column block of q (with the batch's row stride), over one-KV-head pages in pinned host
+// memory. Rows outside the sequence must keep what they held.
+TEST_F(CudaBackendTest, PagedAttentionOnRowsInTheMiddleOfABatchOverPinnedHostPages) {
+  constexpr int kGroup = 4, kHeadDim = 64, kPage = 16, kKv = 50, kBatchRows = 12, kFirst = 5,
+                kChunk = 4, kWidth = 2 * kGroup * kHeadDim;
+  const size_t page_bytes = 2 * kPage * kHeadDim * sizeof(float);
+  const int pages = (kKv + kPage - 1) / kPage;
+  DeviceBuffer cpu_pages = cpu_.Allocate(pages * page_bytes).value();
+  DeviceBuffer gpu_pages = gpu_->AllocatePinnedHost(pages * page_bytes).value();
+  std::vector<int32_t> table(pages), wb, wo;
+  std::iota(table.rbegin(), table.rend(), 0);  // pages in reverse
+  for (int t = 0; t < kKv; ++t) {
+    wb.push_back(table[t / kPage]);
+    wo.push_back(t % kPage);
+  }
+  Twin k = Make(RandomVector(kKv * kHeadDim, 30)), v = Make(RandomVector(kKv * kHeadDim, 31));
+  cpu_.WriteKv(Of(k.cpu, kKv, kHeadDim), Of(v.cpu, kKv, kHeadDim), KvWrite{wb, wo},
+               KvLayerView{cpu_pages.data(), DType::kF32, 1, kPage, kHeadDim});
+  gpu_->WriteKv(Of(k.gpu, kKv, kHeadDim), Of(v.gpu, kKv, kHeadDim), KvWrite{wb, wo},
+                KvLayerView{gpu_pages.data(), DType::kF32, 1, kPage, kHeadDim});
+  Twin q = Make(RandomVector(kBatchRows * kWidth, 32));
+  Twin out = Make(RandomVector(kBatchRows * kWidth, 33));  // poison: rows outside must survive
+  AttentionSeq a{kFirst, kChunk, kKv, 0};
+  AttentionBatch batch{absl::MakeConstSpan(&a, 1), table, kGroup, AttentionScale(kHeadDim)};
+  for (int side = 0; side < 2; ++side) {
+    Backend& b = side == 0 ? static_cast<Backend&>(cpu_) : *gpu_;
+    const int64_t col = kGroup * kHeadDim;  // the second KV head's query heads
+    Mat om = Of(side == 0 ? out.cpu : out.gpu, kBatchRows, kWidth).Cols(col, col);
+    b.PagedAttention(Of(side == 0 ? q.cpu : q.gpu, kBatchRows, kWidth).Cols(col, col), batch,
+                     KvLayerView{side == 0 ? cpu_pages.data() : gpu_pages.data(), DType::kF32, 1,
+                                 kPage, kHeadDim},
+                     &om);
+  }
+  ExpectClose(out, 1e-4, 1e-5, "paged attention on a column block over pinned pages");
+}
+
+// A page list larger than a staging chunk (1 MiB) grows the staging ring after the list offsets
+// were uploaded into the old one: the kernel must still read the right offsets.
+TEST_F(CudaBackendTest, PageListsLargerThanAStagingChunk) {
+  constexpr int kKvHeads = 2, kHeadDim = 32, kPage = 16, kPoolPages = 64, kListPages = 140000;
+  std::vector<float> kv = RandomVector(kPoolPages * 2 * kPage * kHeadDim, 40);
+  Twin pool = Make(kv);
+  std::vector<int32_t> page_begin{0}, pages, tokens;
+  std::mt19937 rng(41);
+  for (int h = 0; h < kKvHeads; ++h) {
+    for (int i = 0; i < kListPages; ++i) {
+      pages.push_back(static_cast<int32_t>(rng() % kPoolPages));
+      tokens.push_back(1 + static_cast<int32_t>(rng() % kPage));
+    }
+    page_begin.push_back(static_cast<int32_t>(pages.size()));
+  }
+  const int heads = 2 * kKvHeads;
+  Twin q = Make(RandomVector(heads * kHeadDim, 42));
+  Twin out = Zeros(heads * kHeadDim * 4);
+  SparseAttentionBatch batch{page_begin, pages, tokens, heads, kKvHeads, AttentionScale(kHeadDim)};
+  for (int side = 0; side < 2; ++side) {
+    Backend& b = side == 0 ? static_cast<Backend&>(cpu_) : *gpu_;
+    const DeviceBuffer& base = side == 0 ? pool.cpu : pool.gpu;
+    Mat om = Of(side == 0 ? out.cpu : out.gpu, 1, heads * kHeadDim);
+    b.SparseDecodeAttention(Of(side == 0 ? q.cpu : q.gpu, 1, heads * kHeadDim), batch,
+                            PagePoolView{base.data(), DType::kF32, kPage, kHeadDim}, &om);
+  }
+  ExpectClose(out, 1e-4, 1e-5, "sparse attention over a list larger than a staging chunk");
+}
 
 // Pages travel pinned host -> device on a copy stream, the compute stream waits on its event and
 // copies them back: what arrives is what was sent, and each readback is one counted sync.
