@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "engine/common/ceil_div.h"
 #include "kernels/attention.h"
 #include "kernels/device_math.cuh"
 
@@ -17,7 +18,7 @@ struct DenseLists {
   int32_t page_size;
   int32_t num_kv_heads;
   __device__ int32_t count(int32_t row, int32_t) const {
-    return (row_keys[row] + page_size - 1) / page_size;
+    return static_cast<int32_t>(CeilDiv(row_keys[row], page_size));
   }
   // Page id and valid tokens of entry e.
   __device__ void entry(int32_t row, int32_t kv_head, int32_t e, int64_t* page,
@@ -101,7 +102,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int32_t head0 = kv_head * group + blockIdx.z * kMaxGroup;
   const int32_t heads = min(kMaxGroup, group - static_cast<int32_t>(blockIdx.z) * kMaxGroup);
   const int32_t count = lists.count(row, kv_head);
-  const int32_t per_split = (count + splits - 1) / splits;
+  const auto per_split = static_cast<int32_t>(CeilDiv(count, splits));
   const int32_t e_begin = blockIdx.y * per_split;
   const int32_t e_end = min(count, e_begin + per_split);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -196,7 +197,7 @@ __global__ void CombineSplitsKernel(AttentionCommon p, int32_t splits) {
 // the workspace.
 int32_t ChooseSplits(const AttentionCommon& p, int64_t base_blocks) {
   if (p.scratch == nullptr || p.max_pages < 4) return 1;
-  const int64_t want = (2 * static_cast<int64_t>(p.sm_count) + base_blocks - 1) / base_blocks;
+  const int64_t want = CeilDiv(2 * static_cast<int64_t>(p.sm_count), base_blocks);
   int64_t splits = std::min<int64_t>(want, p.max_pages / 2);
   while (splits > 1 && AttentionScratchFloats(p.rows, p.num_heads, p.head_dim,
                                               static_cast<int32_t>(splits)) > p.scratch_floats) {
@@ -208,7 +209,7 @@ int32_t ChooseSplits(const AttentionCommon& p, int64_t base_blocks) {
 template <typename Lists, typename T>
 cudaError_t LaunchTyped(const AttentionCommon& p, const Lists& lists, cudaStream_t stream) {
   const int32_t group = p.num_heads / p.num_kv_heads;
-  const unsigned chunks = static_cast<unsigned>((group + kMaxGroup - 1) / kMaxGroup);
+  const auto chunks = static_cast<unsigned>(CeilDiv(group, kMaxGroup));
   const int64_t base_blocks = static_cast<int64_t>(p.rows) * p.num_kv_heads * chunks;
   const int32_t splits = ChooseSplits(p, base_blocks);
   const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(p.rows) * p.num_kv_heads),

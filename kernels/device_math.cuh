@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "engine/common/ceil_div.h"
 #include "engine/common/dtype.h"
 
 namespace specula::kernels {
@@ -55,10 +56,10 @@ __device__ __forceinline__ double WarpSum(double v) {
   return v;
 }
 
-// Blocks of `threads` covering n items, capped to what one grid dimension takes (kernels loop
-// with a grid stride beyond it).
+// Blocks of `threads` covering n items, capped at about a million blocks: the kernels' grid
+// stride covers the rest, so a huge problem does not launch more blocks than it can use.
 inline unsigned GridFor(int64_t n, int threads) {
-  const int64_t blocks = (n + threads - 1) / threads;
+  const int64_t blocks = CeilDiv(n, threads);
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 * 16 ? 65535 * 16 : blocks));
 }
 

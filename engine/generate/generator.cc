@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/backend_factory.h"
+#include "engine/common/ceil_div.h"
 #include "engine/common/check.h"
 #include "engine/common/status_macros.h"
 #include "engine/kv/kv_dtype.h"
@@ -257,7 +258,7 @@ absl::Status Generator::Step(std::vector<SequenceOutput>* outputs) {
     a.q_len = static_cast<int32_t>(n);
     a.kv_len = static_cast<int32_t>(start + n);
     a.block_begin = static_cast<int32_t>(batch_.blocks.size());
-    const int32_t used_blocks = (a.kv_len + ps - 1) / ps;
+    const auto used_blocks = static_cast<int32_t>(CeilDiv(a.kv_len, ps));
     batch_.blocks.insert(batch_.blocks.end(), s->blocks().begin(),
                          s->blocks().begin() + used_blocks);
     for (int64_t i = 0; i < n; ++i) {

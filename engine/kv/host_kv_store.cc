@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "engine/common/ceil_div.h"
 #include "engine/common/check.h"
 
 namespace specula {
@@ -56,7 +57,7 @@ absl::StatusOr<std::unique_ptr<HostKvStore>> HostKvStore::Create(const HostKvSto
         options.num_layers, options.num_kv_heads, options.head_dim, options.page_size,
         options.capacity_tokens));
   }
-  const int64_t per_head = (options.capacity_tokens + options.page_size - 1) / options.page_size;
+  const int64_t per_head = CeilDiv(options.capacity_tokens, options.page_size);
   // 128-bit so absurd configurations are reported instead of wrapping around.
   const unsigned __int128 pages =
       static_cast<unsigned __int128>(per_head) * options.num_layers * options.num_kv_heads;

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/common/buffer.h"
+#include "engine/common/ceil_div.h"
 #include "engine/common/dtype.h"
 
 namespace specula {
@@ -131,9 +132,7 @@ class HostKvStore {
   int32_t head_dim() const { return options_.head_dim; }
   int32_t page_size() const { return options_.page_size; }
   // Pages per (layer, head) for `tokens` positions.
-  int64_t PagesFor(int64_t tokens) const {
-    return (tokens + options_.page_size - 1) / options_.page_size;
-  }
+  int64_t PagesFor(int64_t tokens) const { return CeilDiv(tokens, options_.page_size); }
   int32_t pages_per_head_capacity() const { return pages_per_head_capacity_; }
   int32_t capacity_pages() const { return capacity_pages_; }
   int32_t used_pages() const;

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/backend.h"
+#include "engine/common/ceil_div.h"
 
 namespace specula {
 
@@ -41,7 +42,7 @@ class KvPool {
   int32_t used_blocks() const { return num_blocks() - free_blocks(); }
   // Blocks needed for `tokens` positions.
   int32_t BlocksFor(int64_t tokens) const {
-    return static_cast<int32_t>((tokens + options_.page_size - 1) / options_.page_size);
+    return static_cast<int32_t>(CeilDiv(tokens, options_.page_size));
   }
   size_t bytes_per_block() const;
 

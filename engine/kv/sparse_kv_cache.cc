@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "absl/strings/str_format.h"
+#include "engine/common/ceil_div.h"
 #include "engine/common/check.h"
 #include "engine/common/status_macros.h"
 #include "engine/kv/top_pages.h"
@@ -14,7 +15,7 @@ namespace specula {
 namespace {
 
 int32_t PagesOf(int64_t tokens, int32_t page_size) {
-  return static_cast<int32_t>((tokens + page_size - 1) / page_size);
+  return static_cast<int32_t>(CeilDiv(tokens, page_size));
 }
 
 // Slot recency stamps, in half steps: a cross_step prediction for step t ranks below a real use

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
+#include "engine/common/ceil_div.h"
 #include "engine/common/status_macros.h"
 #include "engine/model/rope.h"
 #include "engine/model/safetensors.h"
@@ -78,8 +79,7 @@ absl::Status Transformer::ValidateBatch(const ForwardBatch& b, const KvPool& kv,
   // Sequences must tile the rows in order, and each block table must cover its keys.
   int64_t next_row = 0;
   for (const AttentionSeq& a : b.seqs) {
-    const int64_t blocks_needed = (static_cast<int64_t>(a.kv_len) + kv.page_size() - 1) /
-                                  kv.page_size();
+    const int64_t blocks_needed = CeilDiv(a.kv_len, kv.page_size());
     if (a.q_begin != next_row || a.q_len <= 0 || a.kv_len < a.q_len || a.block_begin < 0 ||
         a.block_begin + blocks_needed > static_cast<int64_t>(b.blocks.size())) {
       return absl::InvalidArgumentError("forward: inconsistent attention sequence metadata");
