@@ -56,7 +56,17 @@ __device__ __forceinline__ double WarpSum(double v) {
   return v;
 }
 
-// Blocks of `threads` covering n items, capped at about a million blocks: the kernels' grid
+// Calls fn(r, c) for every cell of a rows x cols problem, in a grid-stride loop.
+template <typename Fn>
+__device__ __forceinline__ void ForEachCell(int64_t rows, int64_t cols, Fn fn) {
+  const int64_t n = rows * cols;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += step) {
+    fn(i / cols, i % cols);
+  }
+}
+
+// Blocks of `threads` covering n items, capped at about a million blocks: ForEachCell's grid
 // stride covers the rest, so a huge problem does not launch more blocks than it can use.
 inline unsigned GridFor(int64_t n, int threads) {
   const int64_t blocks = CeilDiv(n, threads);

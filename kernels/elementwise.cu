@@ -6,16 +6,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Calls fn(r, c) for every cell of a rows x cols problem, in a grid-stride loop.
-template <typename Fn>
-__device__ __forceinline__ void ForEachCell(int64_t rows, int64_t cols, Fn fn) {
-  const int64_t n = rows * cols;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += step) {
-    fn(i / cols, i % cols);
-  }
-}
-
 template <typename T>
 __global__ void EmbedKernel(EmbedParams p) {
   const T* table = static_cast<const T*>(p.table);
@@ -94,14 +84,20 @@ __global__ void ToBf16Kernel(ToBf16Params p) {
   });
 }
 
+// Launches a ForEachCell kernel over rows x cols cells; nothing for an empty problem.
+template <typename Params>
+cudaError_t LaunchOverCells(void (*kernel)(Params), const Params& p, int64_t rows, int64_t cols,
+                            cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  kernel<<<GridFor(rows * cols, kThreads), kThreads, 0, stream>>>(p);
+  return LaunchStatus();
+}
+
 }  // namespace
 
 cudaError_t Embed(const EmbedParams& p, cudaStream_t stream) {
-  if (p.out.rows == 0) return cudaSuccess;
   return VisitStorageType(p.table_dtype, [&](auto tag) {
-    EmbedKernel<decltype(tag)>
-        <<<GridFor(p.out.rows * p.out.cols, kThreads), kThreads, 0, stream>>>(p);
-    return LaunchStatus();
+    return LaunchOverCells(EmbedKernel<decltype(tag)>, p, p.out.rows, p.out.cols, stream);
   });
 }
 
@@ -113,40 +109,28 @@ cudaError_t RmsNorm(const RmsNormParams& p, cudaStream_t stream) {
 }
 
 cudaError_t Rope(const RopeParams& p, cudaStream_t stream) {
-  if (p.x.rows == 0) return cudaSuccess;
-  RopeKernel<<<GridFor(p.x.rows * p.num_heads * (p.head_dim / 2), kThreads), kThreads, 0, stream>>>(
-      p);
-  return LaunchStatus();
+  return LaunchOverCells(RopeKernel, p, p.x.rows,
+                         static_cast<int64_t>(p.num_heads) * (p.head_dim / 2), stream);
 }
 
 cudaError_t SwiGlu(const SwiGluParams& p, cudaStream_t stream) {
-  if (p.out.rows == 0) return cudaSuccess;
-  SwiGluKernel<<<GridFor(p.out.rows * p.out.cols, kThreads), kThreads, 0, stream>>>(p);
-  return LaunchStatus();
+  return LaunchOverCells(SwiGluKernel, p, p.out.rows, p.out.cols, stream);
 }
 
 cudaError_t Add(const AddParams& p, cudaStream_t stream) {
-  if (p.x.rows == 0) return cudaSuccess;
-  AddKernel<<<GridFor(p.x.rows * p.x.cols, kThreads), kThreads, 0, stream>>>(p);
-  return LaunchStatus();
+  return LaunchOverCells(AddKernel, p, p.x.rows, p.x.cols, stream);
 }
 
 cudaError_t AddBias(const AddBiasParams& p, cudaStream_t stream) {
-  if (p.y.rows == 0) return cudaSuccess;
-  AddBiasKernel<<<GridFor(p.y.rows * p.y.cols, kThreads), kThreads, 0, stream>>>(p);
-  return LaunchStatus();
+  return LaunchOverCells(AddBiasKernel, p, p.y.rows, p.y.cols, stream);
 }
 
 cudaError_t GatherRows(const GatherRowsParams& p, cudaStream_t stream) {
-  if (p.out.rows == 0) return cudaSuccess;
-  GatherRowsKernel<<<GridFor(p.out.rows * p.out.cols, kThreads), kThreads, 0, stream>>>(p);
-  return LaunchStatus();
+  return LaunchOverCells(GatherRowsKernel, p, p.out.rows, p.out.cols, stream);
 }
 
 cudaError_t ToBf16(const ToBf16Params& p, cudaStream_t stream) {
-  if (p.x.rows == 0) return cudaSuccess;
-  ToBf16Kernel<<<GridFor(p.x.rows * p.x.cols, kThreads), kThreads, 0, stream>>>(p);
-  return LaunchStatus();
+  return LaunchOverCells(ToBf16Kernel, p, p.x.rows, p.x.cols, stream);
 }
 
 }  // namespace specula::kernels

@@ -9,13 +9,10 @@ constexpr int kThreads = 256;
 template <typename T>
 __global__ void WriteKvKernel(KvWriteParams p) {
   const int64_t width = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
-  const int64_t n = p.k.rows * width;
   const int64_t page_elems = 2 * static_cast<int64_t>(p.page_size) * p.head_dim;
   T* base = static_cast<T*>(p.base);
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += step) {
-    const int64_t t = i / width;
-    const int64_t hc = i % width;  // head * head_dim + channel
+  // One cell per (token, head * head_dim + channel).
+  ForEachCell(p.k.rows, width, [&](int64_t t, int64_t hc) {
     const int64_t h = hc / p.head_dim;
     const int64_t c = hc % p.head_dim;
     T* page = base + (static_cast<int64_t>(p.blocks[t]) * p.num_kv_heads + h) * page_elems;
@@ -23,7 +20,7 @@ __global__ void WriteKvKernel(KvWriteParams p) {
         FromFloat<T>(p.k.data[t * p.k.stride + hc]);
     page[(static_cast<int64_t>(p.page_size) + p.offsets[t]) * p.head_dim + c] =
         FromFloat<T>(p.v.data[t * p.v.stride + hc]);
-  }
+  });
 }
 
 }  // namespace

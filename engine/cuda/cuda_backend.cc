@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "engine/common/ceil_div.h"
 #include "engine/common/status_macros.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/cuda_stream.h"
@@ -169,8 +170,10 @@ class CudaBackend : public Backend {
  private:
   cudaStream_t stream() const { return compute_->raw(); }
   static void Launch(cudaError_t e) { CUDA_CHECK(e); }
+  // The kernels' common parameters: `rows` rows of q and out, over pages of `pool`.
   kernels::AttentionCommon AttentionFor(const Mat& q, Mat* out, int32_t rows, int32_t num_heads,
-                                        int32_t num_kv_heads, float scale) const;
+                                        int32_t num_kv_heads, float scale, const PagePoolView& pool,
+                                        int32_t max_pages) const;
 
   int sm_count_ = 1;
   std::unique_ptr<CudaStream> compute_;
@@ -196,11 +199,9 @@ absl::StatusOr<Weight> CudaBackend::UploadWeight(const float* data, int64_t out,
     CopyToDevice(w.buffer.data(), data, n * sizeof(float));
     return w;
   }
-  bf16_host_.resize(n);
-  ConvertFromF32(DType::kBF16, data, bf16_host_.data(), n);
-  CopyToDevice(w.buffer.data(), bf16_host_.data(), n * sizeof(uint16_t));
-  bf16_host_.clear();
-  bf16_host_.shrink_to_fit();
+  std::vector<uint16_t> bf16(n);
+  ConvertFromF32(DType::kBF16, data, bf16.data(), n);
+  CopyToDevice(w.buffer.data(), bf16.data(), n * sizeof(uint16_t));
   return w;
 }
 
@@ -235,8 +236,14 @@ void CudaBackend::Gemm(const Mat& x, const Weight& w, const Weight& bias, Mat* y
 
 kernels::AttentionCommon CudaBackend::AttentionFor(const Mat& q, Mat* out, int32_t rows,
                                                    int32_t num_heads, int32_t num_kv_heads,
-                                                   float scale) const {
+                                                   float scale, const PagePoolView& pool,
+                                                   int32_t max_pages) const {
   kernels::AttentionCommon c;
+  c.kv_base = pool.base;
+  c.dtype = pool.dtype;
+  c.page_size = pool.page_size;
+  c.head_dim = pool.head_dim;
+  c.max_pages = max_pages;
   c.q = q.data;
   c.q_stride = q.stride;
   c.out = out->data;
@@ -272,12 +279,9 @@ void CudaBackend::PagedAttention(const Mat& q, const AttentionBatch& batch,
   Mat rows_out = out->Rows(first, next - first);
   kernels::PagedAttentionParams p;
   p.common = AttentionFor(rows_q, &rows_out, next - first, batch.num_heads, layer.num_kv_heads,
-                          batch.scale);
-  p.common.head_dim = layer.head_dim;
-  p.common.page_size = layer.page_size;
-  p.common.kv_base = layer.base;
-  p.common.dtype = layer.dtype;
-  p.common.max_pages = (max_keys + layer.page_size - 1) / layer.page_size;
+                          batch.scale,
+                          PagePoolView{layer.base, layer.dtype, layer.page_size, layer.head_dim},
+                          static_cast<int32_t>(CeilDiv(max_keys, layer.page_size)));
   p.row_keys = staging_->Upload(absl::MakeConstSpan(row_keys_));
   p.row_block_begin = staging_->Upload(absl::MakeConstSpan(row_block_begin_));
   p.blocks = staging_->Upload(batch.blocks);
@@ -297,12 +301,7 @@ void CudaBackend::SparseDecodeAttention(const Mat& q, const SparseAttentionBatch
   for (int32_t t : batch.page_tokens) CHECK(t >= 1 && t <= pool.page_size) << "page tokens " << t;
   kernels::SparseAttentionParams p;
   p.common = AttentionFor(q, out, static_cast<int32_t>(q.rows), batch.num_heads, batch.num_kv_heads,
-                          batch.scale);
-  p.common.head_dim = pool.head_dim;
-  p.common.page_size = pool.page_size;
-  p.common.kv_base = pool.base;
-  p.common.dtype = pool.dtype;
-  p.common.max_pages = max_pages;
+                          batch.scale, pool, max_pages);
   p.page_begin = staging_->Upload(batch.page_begin);
   p.pages = staging_->Upload(batch.pages);
   p.page_tokens = staging_->Upload(batch.page_tokens);
@@ -310,15 +309,6 @@ void CudaBackend::SparseDecodeAttention(const Mat& q, const SparseAttentionBatch
 }
 
 }  // namespace
-
-int CudaDeviceCount() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend() {
   int count = 0;

@@ -14,9 +14,6 @@
 
 namespace specula {
 
-// CUDA devices visible to this process; 0 when there is no driver or no device.
-int CudaDeviceCount();
-
 // A backend on the first visible CUDA device (CUDA_VISIBLE_DEVICES picks which GPU that is):
 // every thread that touches the backend then uses device 0, the CUDA runtime's default, with no
 // per-thread cudaSetDevice to forget. FAILED_PRECONDITION when no device is usable.
