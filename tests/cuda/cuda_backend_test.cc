@@ -155,9 +155,8 @@ TEST_F(CudaBackendTest, GemmMatchesTheCpuWithinBf16InputRounding) {
     Twin y = Zeros(m * (kOut + 4) * 4);
     for (int side = 0; side < 2; ++side) {
       Backend& b = side == 0 ? static_cast<Backend&>(cpu_) : *gpu_;
-      const Twin* tx = &x;
-      Mat xm(side == 0 ? tx->cpu.as<float>() : tx->gpu.as<float>(), m, kIn, kIn + 8);
-      Mat ym(side == 0 ? y.cpu.as<float>() : y.gpu.as<float>(), m, kOut, kOut + 4);
+      Mat xm = Of(side == 0 ? x.cpu : x.gpu, m, kIn, kIn + 8);
+      Mat ym = Of(side == 0 ? y.cpu : y.gpu, m, kOut, kOut + 4);
       b.Gemm(xm, side == 0 ? cw : gw, side == 0 ? cb : gb, &ym);
     }
     const std::vector<float> g = ReadGpu(y), c = ReadCpu(y);

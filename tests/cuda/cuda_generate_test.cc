@@ -19,6 +19,7 @@
 namespace specula {
 namespace {
 
+using ::specula::testing::GtestSafeName;
 using ::specula::testing::PageBoundaryRequests;
 using ::specula::testing::TestModelDir;
 
@@ -78,12 +79,9 @@ TEST_P(CudaGenerateTest, GreedyTokensEqualTheCpu) {
 
 std::string Name(
     const ::testing::TestParamInfo<std::tuple<std::string, bool, SpeculationMode>>& info) {
-  std::string name = std::get<0>(info.param) + (std::get<1>(info.param) ? "_sparse_" : "_dense_") +
-                     SpeculationModeName(std::get<2>(info.param));
-  for (char& c : name) {
-    if (c == '-') c = '_';
-  }
-  return name;
+  return GtestSafeName(std::get<0>(info.param) +
+                       (std::get<1>(info.param) ? "_sparse_" : "_dense_") +
+                       SpeculationModeName(std::get<2>(info.param)));
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -27,13 +27,16 @@ inline const std::vector<std::string>& AllTestModels() {
   return names;
 }
 
-// gtest parameter names may not contain '-'.
-inline std::string ModelParamName(const ::testing::TestParamInfo<std::string>& info) {
-  std::string n = info.param;
-  for (char& c : n) {
+// gtest parameter names may not contain '-' (model names do).
+inline std::string GtestSafeName(std::string name) {
+  for (char& c : name) {
     if (c == '-') c = '_';
   }
-  return n;
+  return name;
+}
+
+inline std::string ModelParamName(const ::testing::TestParamInfo<std::string>& info) {
+  return GtestSafeName(info.param);
 }
 
 // One sequence's KV plus the model, fed chunk by chunk.

@@ -16,6 +16,7 @@ namespace {
 
 using ::specula::testing::AllTestModels;
 using ::specula::testing::Greedy;
+using ::specula::testing::GtestSafeName;
 using ::specula::testing::PageBoundaryRequests;
 using ::specula::testing::TestModelDir;
 
@@ -78,13 +79,9 @@ TEST_P(FullBudgetTest, EqualsDense) {
 
 std::string FullBudgetName(
     const ::testing::TestParamInfo<std::tuple<std::string, SpeculationMode, MissPolicy>>& info) {
-  std::string name = std::get<0>(info.param) + "_" +
-                     SpeculationModeName(std::get<1>(info.param)) + "_" +
-                     MissPolicyName(std::get<2>(info.param));
-  for (char& c : name) {
-    if (c == '-') c = '_';
-  }
-  return name;
+  return GtestSafeName(std::get<0>(info.param) + "_" +
+                       SpeculationModeName(std::get<1>(info.param)) + "_" +
+                       MissPolicyName(std::get<2>(info.param)));
 }
 
 INSTANTIATE_TEST_SUITE_P(
