@@ -76,6 +76,8 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
     ASSIGN_OR_RETURN(g->sparse_,
                      SparseKvCache::Create(options.sparse, shape, *g->backend_, g->kv_));
   }
+  g->prefix_ = std::make_unique<PrefixCache>(options.prefix_cache, g->kv_,
+                                             g->sparse_ ? &g->sparse_->mutable_store() : nullptr);
   // The largest step: every running sequence decodes while a full prefill chunk runs.
   if (absl::Status s = g->model_->Reserve(
           int64_t{options.prefill_chunk_tokens} + options.max_running, options.max_running);
@@ -145,12 +147,20 @@ bool Generator::UsesSparse(const GenerationRequest& r) const {
 bool Generator::HasRoomFor(const GenerationRequest& request) const {
   if (static_cast<int32_t>(running_.size()) >= options_.max_running) return false;
   const int64_t total = TotalTokens(request);
-  if (UsesSparse(request)) return sparse_->HasRoomFor(total, request.sparse.budget_tokens);
-  return kv_.free_blocks() >= kv_.BlocksFor(total);
+  const bool sparse = UsesSparse(request);
+  const int64_t cached_blocks =
+      prefix_->PeekTokens(sparse, request.prompt, request.session_id) / kv_.page_size();
+  const int64_t free_blocks = kv_.free_blocks() + prefix_->reclaimable_blocks();
+  if (!sparse) return free_blocks >= kv_.BlocksFor(total) - cached_blocks;
+  const HostKvStore& store = sparse_->store();
+  const int64_t host_pages =
+      (store.PagesFor(total) - cached_blocks) * store.num_layers() * store.num_kv_heads();
+  return store.free_pages() + prefix_->reclaimable_host_pages() >= host_pages &&
+         free_blocks >= sparse_->Geometry(total, request.sparse.budget_tokens).slots_per_head();
 }
 
 int64_t Generator::host_pages_used() const {
-  return sparse_ == nullptr ? 0 : sparse_->host_pages_used();
+  return sparse_ == nullptr ? 0 : sparse_->host_pages_used() - prefix_->evictable_host_pages();
 }
 int64_t Generator::host_pages_capacity() const {
   return sparse_ == nullptr ? 0 : sparse_->host_pages_capacity();
@@ -174,32 +184,95 @@ absl::StatusOr<uint64_t> Generator::Add(GenerationRequest request) {
   const uint64_t id = next_id_++;
   auto seq = std::make_unique<Sequence>(id, std::move(request), *tokenizer_, eos_ids_,
                                         model_->config().max_position_embeddings);
-  // Reserving the whole lifetime's KV up front means a running sequence never fails for lack
-  // of cache.
-  if (UsesSparse(seq->request())) {
-    ASSIGN_OR_RETURN(std::shared_ptr<WorkingSet> ws,
-                     sparse_->Admit(seq->max_total_tokens(), seq->request().sparse.budget_tokens,
-                                    static_cast<int64_t>(seq->request().prompt.size())));
-    seq->set_sparse_kv(std::move(ws));
-  } else {
-    ASSIGN_OR_RETURN(seq->blocks(), kv_.Allocate(kv_.BlocksFor(seq->max_total_tokens())));
-  }
+  RETURN_IF_ERROR(AttachKv(*seq));
   running_.emplace(id, std::move(seq));
   return id;
 }
 
-void Generator::Retire(uint64_t id) {
+absl::Status Generator::AttachKv(Sequence& seq) {
+  const GenerationRequest& r = seq.request();
+  const bool sparse = UsesSparse(r);
+  ASSIGN_OR_RETURN(seq.prefix_hit(), prefix_->Begin(sparse, r.prompt, r.session_id));
+  std::vector<int32_t> shared;
+  prefix_->HitPages(seq.prefix_hit(), &shared);
+  const int64_t cached_blocks = seq.prefix_hit().tokens / kv_.page_size();
+  const int64_t total = seq.max_total_tokens();
+  // Reserving the whole lifetime's KV up front means a running sequence never fails for lack
+  // of cache.
+  absl::Status status;
+  if (sparse) {
+    const HostKvStore& store = sparse_->store();
+    const WorkingSetGeometry g = sparse_->Geometry(total, r.sparse.budget_tokens);
+    prefix_->MakeRoom(g.slots_per_head(), (store.PagesFor(total) - cached_blocks) *
+                                              store.num_layers() * store.num_kv_heads());
+    absl::StatusOr<std::shared_ptr<WorkingSet>> ws = sparse_->Admit(
+        total, r.sparse.budget_tokens, static_cast<int64_t>(r.prompt.size()), shared);
+    if (ws.ok()) seq.set_sparse_kv(*std::move(ws));
+    status = ws.status();
+  } else {
+    const int64_t fresh = kv_.BlocksFor(total) - cached_blocks;
+    prefix_->MakeRoom(fresh, 0);
+    absl::StatusOr<std::vector<int32_t>> blocks = kv_.Allocate(static_cast<int32_t>(fresh));
+    if (blocks.ok()) {
+      kv_.Retain(shared);
+      seq.blocks() = std::move(shared);
+      seq.blocks().insert(seq.blocks().end(), blocks->begin(), blocks->end());
+    }
+    status = blocks.status();
+  }
+  if (!status.ok()) {
+    prefix_->Finish(
+        seq.prefix_hit(), /*kv_valid=*/false, {}, 0,
+        [](int64_t) { return absl::Span<const int32_t>(); }, absl::Now());
+    return status;
+  }
+  if (seq.prefix_hit().tokens > 0) seq.SkipCachedPrefix(seq.prefix_hit().tokens);
+  return absl::OkStatus();
+}
+
+void Generator::CacheKv(Sequence& seq, bool kv_valid) {
+  const int32_t ps = kv_.page_size();
+  const int64_t blocks = kv_valid ? seq.kv_len() / ps : 0;
+  std::vector<int32_t> tokens(static_cast<size_t>(blocks * ps));
+  for (int64_t i = 0; i < blocks * ps; ++i) tokens[i] = seq.TokenAt(i);
+  std::vector<int32_t> block_pages;
+  auto pages_of = [&](int64_t block) -> absl::Span<const int32_t> {
+    if (seq.sparse_kv() == nullptr) return absl::MakeConstSpan(&seq.blocks()[block], 1);
+    const HostKvSequence& host = seq.sparse_kv()->host();
+    block_pages.clear();
+    for (int32_t layer = 0; layer < sparse_->store().num_layers(); ++layer) {
+      for (int32_t head = 0; head < sparse_->store().num_kv_heads(); ++head) {
+        block_pages.push_back(host.page(layer, head, static_cast<int32_t>(block)));
+      }
+    }
+    return block_pages;
+  };
+  prefix_->Finish(seq.prefix_hit(), kv_valid, tokens, blocks, pages_of, absl::Now());
+}
+
+int64_t Generator::CachedPromptTokens(uint64_t id) const {
   auto it = running_.find(id);
   CHECK(it != running_.end());
-  if (it->second->sparse_kv() != nullptr) {
-    sparse_->Release(*it->second->sparse_kv());
+  return it->second->cached_prompt_tokens();
+}
+
+void Generator::Retire(uint64_t id, bool kv_valid) {
+  auto it = running_.find(id);
+  CHECK(it != running_.end());
+  Sequence& seq = *it->second;
+  if (seq.sparse_kv() != nullptr) {
+    // Write-backs and prefetches end first, so the pages the cache takes are complete.
+    sparse_->Quiesce(*seq.sparse_kv());
+    CacheKv(seq, kv_valid);
+    sparse_->Release(*seq.sparse_kv());
   } else {
-    kv_.Free(it->second->blocks());
+    CacheKv(seq, kv_valid);
+    kv_.Free(seq.blocks());
   }
   running_.erase(it);
 }
 
-absl::Status Generator::Cancel(uint64_t id, SequenceOutput* out) {
+absl::Status Generator::Cancel(uint64_t id, SequenceOutput* out, bool kv_valid) {
   auto it = running_.find(id);
   if (it == running_.end()) {
     return absl::NotFoundError(absl::StrFormat("no running sequence %d", id));
@@ -207,7 +280,7 @@ absl::Status Generator::Cancel(uint64_t id, SequenceOutput* out) {
   out->id = id;
   it->second->Finish(FinishReason::kCancelled, out);
   out->kv_stats = FinalKvStats(*it->second);
-  Retire(id);
+  Retire(id, kv_valid);
   return absl::OkStatus();
 }
 

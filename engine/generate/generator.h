@@ -13,9 +13,11 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "engine/backend.h"
 #include "engine/generate/sequence.h"
 #include "engine/kv/kv_pool.h"
+#include "engine/kv/prefix_cache.h"
 #include "engine/model/model_config.h"
 #include "engine/model/transformer.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -32,6 +34,9 @@ struct GeneratorOptions {
   int32_t max_running = 64;            // most sequences in one step
   int32_t threads = 0;                 // CPU threads, 0 = all cores
   std::string device = "cpu";          // model.device: cpu | cuda | auto (CreateBackend)
+  // KV reuse across requests: sessions always; requests without a session when
+  // prefix_cache.cache_sessionless (kv_cache.prefix_cache).
+  PrefixCacheOptions prefix_cache;
   SparseOptions sparse;  // sparse KV cache with host backing (docs/ARCHITECTURE.md §4)
 };
 
@@ -68,9 +73,15 @@ class Generator {
   const KvPool& kv_pool() const { return kv_; }
   // The KV pages' dtype, as kv_cache.dtype resolved on this backend.
   DType kv_dtype() const { return kv_.dtype(); }
+  // KV-pool blocks held by running requests and sessions (cached blocks nothing holds are free
+  // for admission and not counted), and those cached blocks.
+  int64_t kv_blocks_used() const { return kv_.used_blocks() - prefix_->evictable_blocks(); }
+  int64_t kv_blocks_cached() const { return prefix_->evictable_blocks(); }
   // Sparse KV accounting; all 0 when sparse.enabled is false. Host pages count one page per
-  // (layer, KV head); device slots are pages of the KV pool held by sparse working sets.
+  // (layer, KV head), held by running requests and sessions (cached pages nothing holds are
+  // host_pages_cached); device slots are pages of the KV pool held by sparse working sets.
   int64_t host_pages_used() const;
+  int64_t host_pages_cached() const { return prefix_->evictable_host_pages(); }
   int64_t host_pages_capacity() const;
   int64_t device_slots_used() const;
   // The sparse cache (null unless sparse.enabled), for benchmarks' probes.
@@ -88,7 +99,17 @@ class Generator {
   // validating or copying it.
   bool HasRoomFor(const GenerationRequest& request) const;
   // Retires a sequence now and frees its KV; its output reports kCancelled. NOT_FOUND if unknown.
-  absl::Status Cancel(uint64_t id, SequenceOutput* out);
+  // With `kv_valid` false (the step that wrote it failed) its KV is not kept for reuse.
+  absl::Status Cancel(uint64_t id, SequenceOutput* out, bool kv_valid = true);
+  // Prompt tokens of a running sequence whose KV came from the prefix cache.
+  int64_t CachedPromptTokens(uint64_t id) const;
+
+  // Sessions (docs/SESSIONS.md). Engine thread, like everything here.
+  int ExpireSessions(absl::Time now) { return prefix_->ExpireSessions(now); }
+  absl::Status DeleteSession(const std::string& id) { return prefix_->DeleteSession(id); }
+  std::vector<SessionInfo> ListSessions() const { return prefix_->ListSessions(); }
+  absl::Time NextSessionExpiry() const { return prefix_->NextExpiry(); }
+  const PrefixCacheCounters& prefix_cache_counters() const { return prefix_->counters(); }
 
   bool HasWork() const { return !running_.empty(); }
   size_t num_running() const { return running_.size(); }
@@ -106,7 +127,12 @@ class Generator {
 
  private:
   Generator() = default;
-  void Retire(uint64_t id);
+  void Retire(uint64_t id, bool kv_valid = true);
+  // Gives a new sequence its KV: the prefix cache's hit, then fresh pages (evicting cache
+  // for room). On failure the hit is released.
+  absl::Status AttachKv(Sequence& seq);
+  // Hands a retiring sequence's full pages to the prefix cache.
+  void CacheKv(Sequence& seq, bool kv_valid);
   // The final output's kv_stats (waits for the sequence's prefetch copies in flight).
   KvStats FinalKvStats(const Sequence& s) const;
   int64_t TotalTokens(const GenerationRequest& r) const;
@@ -117,6 +143,7 @@ class Generator {
   std::unique_ptr<Tokenizer> tokenizer_;
   KvPool kv_ = KvPool();
   std::unique_ptr<SparseKvCache> sparse_;  // null unless sparse.enabled; after kv_ (uses it)
+  std::unique_ptr<PrefixCache> prefix_;    // after kv_ and sparse_ (holds their pages)
   absl::flat_hash_set<int32_t> eos_ids_;
   std::map<uint64_t, std::unique_ptr<Sequence>> running_;  // ordered: admission order
   uint64_t next_id_ = 1;

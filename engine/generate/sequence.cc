@@ -41,6 +41,11 @@ void Sequence::AdvanceKv(int64_t n, bool prefill) {
   CHECK_LE(kv_len_, num_tokens());
 }
 
+void Sequence::SkipCachedPrefix(int64_t tokens) {
+  CHECK(kv_len_ == 0 && tokens >= 0 && tokens < static_cast<int64_t>(request_.prompt.size()));
+  prefilled_ = kv_len_ = cached_prompt_tokens_ = tokens;
+}
+
 int64_t MaxTotalTokens(const GenerationRequest& request, int64_t max_context) {
   return std::min<int64_t>(max_context, static_cast<int64_t>(request.prompt.size()) +
                                             request.stopping.max_tokens);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "engine/kv/prefix_cache.h"
 #include "engine/kv/sparse_options.h"
 #include "engine/kv/working_set.h"
 #include "engine/sampling/sampler.h"
@@ -23,6 +24,8 @@ struct GenerationRequest {
   SamplingParams sampling;
   StoppingCriteria stopping;
   SparseRequestOptions sparse;
+  // A conversation whose KV the engine keeps between requests (docs/SESSIONS.md); empty = none.
+  std::string session_id;
 };
 
 // The most tokens a request can ever hold: prompt + max_tokens, capped by the model's context.
@@ -63,6 +66,11 @@ class Sequence {
   bool in_prefill() const { return prefill_remaining() > 0; }
   int64_t kv_len() const { return kv_len_; }
   void AdvanceKv(int64_t n, bool prefill);
+  // The first `tokens` prompt tokens' KV came from the prefix cache: prefill starts after them.
+  void SkipCachedPrefix(int64_t tokens);
+  int64_t cached_prompt_tokens() const { return cached_prompt_tokens_; }
+  // What this sequence reuses from the prefix cache (locked until it retires).
+  PrefixHit& prefix_hit() { return prefix_hit_; }
 
   std::vector<int32_t>& blocks() { return blocks_; }
   // The sparse cache's working set when this sequence runs sparse, else null (dense blocks).
@@ -88,6 +96,8 @@ class Sequence {
   std::shared_ptr<WorkingSet> sparse_kv_;
   int64_t prefilled_ = 0;
   int64_t kv_len_ = 0;
+  int64_t cached_prompt_tokens_ = 0;
+  PrefixHit prefix_hit_;
   Sampler sampler_;
   StreamingDetokenizer detok_;
   StopMatcher stops_;

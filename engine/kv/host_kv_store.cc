@@ -145,13 +145,30 @@ absl::StatusOr<HostKvSequence> HostKvStore::ReserveWithPrefix(const HostKvSequen
                                                               int64_t prefix_pages,
                                                               int64_t tokens) {
   CHECK(prefix.empty() || prefix.store_ == this) << "host kv: prefix from another store";
-  if (tokens < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("host kv: negative token count %d", tokens));
-  }
   if (prefix_pages < 0 || prefix_pages > prefix.pages_per_head()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("host kv: cannot share %d prefix pages of a sequence with %d per head",
                         prefix_pages, prefix.pages_per_head()));
+  }
+  return ReserveShared(prefix_pages, tokens, [&](int64_t lh, int64_t i) {
+    return prefix.pages_[lh * prefix.pages_per_head() + i];
+  });
+}
+
+absl::StatusOr<HostKvSequence> HostKvStore::ReserveWithSharedPages(absl::Span<const PageId> shared,
+                                                                   int64_t tokens) {
+  const int64_t heads = static_cast<int64_t>(num_layers()) * num_kv_heads();
+  CHECK_EQ(static_cast<int64_t>(shared.size()) % heads, 0)
+      << "host kv: shared pages are not whole blocks of every layer and KV head";
+  return ReserveShared(static_cast<int64_t>(shared.size()) / heads, tokens,
+                       [&](int64_t lh, int64_t i) { return shared[i * heads + lh]; });
+}
+
+absl::StatusOr<HostKvSequence> HostKvStore::ReserveShared(
+    int64_t prefix_pages, int64_t tokens,
+    absl::FunctionRef<PageId(int64_t lh, int64_t index)> shared_page) {
+  if (tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("host kv: negative token count %d", tokens));
   }
   const int64_t per_head = PagesFor(tokens);
   if (per_head < prefix_pages) {
@@ -176,11 +193,12 @@ absl::StatusOr<HostKvSequence> HostKvStore::ReserveWithPrefix(const HostKvSequen
   seq.pages_.resize(static_cast<size_t>(per_head * heads));
   for (int64_t lh = 0; lh < heads; ++lh) {
     PageId* out = seq.pages_.data() + lh * per_head;
-    const PageId* shared = prefix.pages_.data() + lh * prefix.pages_per_head();
     for (int64_t i = 0; i < prefix_pages; ++i) {
-      CHECK_GT(refcount_[shared[i]], 0) << "host kv: prefix page " << shared[i] << " is free";
-      ++refcount_[shared[i]];
-      out[i] = shared[i];
+      const PageId p = shared_page(lh, i);
+      CHECK(p >= 0 && p < capacity_pages_) << "host kv: page " << p << " out of range";
+      CHECK_GT(refcount_[p], 0) << "host kv: prefix page " << p << " is free";
+      ++refcount_[p];
+      out[i] = p;
     }
     TakePagesLocked(new_per_head, out + prefix_pages);
   }

@@ -5,7 +5,8 @@
 // ever need is reserved at admission, so running out is RESOURCE_EXHAUSTED there and never a
 // failure mid-request.
 //
-// Pages are refcounted so a later sessions feature can share prefix pages between sequences.
+// Pages are refcounted so sequences and the prefix cache (engine/kv/prefix_tree.h) can share
+// prefix pages.
 //
 // Thread-safety: Reserve, ReserveWithPrefix, Release, Retain, ReleasePage and the accounting
 // getters may be called from any thread; they serialize on one mutex. Page *contents* (K, V,
@@ -21,6 +22,7 @@
 #include <mutex>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/common/buffer.h"
@@ -99,6 +101,11 @@ class HostKvStore {
   // pages per head or `tokens` needs fewer pages than `prefix_pages`.
   absl::StatusOr<HostKvSequence> ReserveWithPrefix(const HostKvSequence& prefix,
                                                    int64_t prefix_pages, int64_t tokens);
+  // Like ReserveWithPrefix, with the shared pages given block-major as the prefix cache keeps
+  // them: `shared`[i * layers * kv_heads + layer * kv_heads + head] is page i of (layer, head).
+  // Its size must be whole blocks (CHECKed).
+  absl::StatusOr<HostKvSequence> ReserveWithSharedPages(absl::Span<const PageId> shared,
+                                                        int64_t tokens);
   // Drops the sequence's reference to each of its pages (freeing those that reach zero) and
   // empties it. Releasing an empty sequence is a no-op.
   void Release(HostKvSequence& sequence);
@@ -157,6 +164,9 @@ class HostKvStore {
   float* F32Page(PageId page) const;
   // Takes `n` free pages; the caller holds mu_ and has checked that n fit.
   void TakePagesLocked(int64_t n, PageId* out);
+  absl::StatusOr<HostKvSequence> ReserveShared(
+      int64_t prefix_pages, int64_t tokens,
+      absl::FunctionRef<PageId(int64_t lh, int64_t index)> shared_page);
   void DropReferenceLocked(PageId page);
   absl::Status NotEnoughPagesLocked(int64_t tokens, int64_t needed_pages) const;
 

@@ -22,7 +22,7 @@ absl::StatusOr<KvPool> KvPool::Create(Backend& backend, const KvPoolOptions& opt
   pool.free_.reserve(options.num_blocks);
   // Hand out low ids first: nicer to read in logs and tests.
   for (int32_t b = options.num_blocks - 1; b >= 0; --b) pool.free_.push_back(b);
-  pool.allocated_.assign(options.num_blocks, false);
+  pool.refs_.assign(options.num_blocks, 0);
   return pool;
 }
 
@@ -40,15 +40,21 @@ absl::StatusOr<std::vector<int32_t>> KvPool::Allocate(int32_t n) {
   }
   std::vector<int32_t> out(free_.end() - n, free_.end());
   free_.resize(free_.size() - n);
-  for (int32_t b : out) allocated_[b] = true;
+  for (int32_t b : out) refs_[b] = 1;
   return out;
+}
+
+void KvPool::Retain(absl::Span<const int32_t> blocks) {
+  for (int32_t b : blocks) {
+    CHECK(b >= 0 && b < num_blocks() && refs_[b] > 0) << "kv pool: retaining free block " << b;
+    ++refs_[b];
+  }
 }
 
 void KvPool::Free(absl::Span<const int32_t> blocks) {
   for (int32_t b : blocks) {
-    CHECK(b >= 0 && b < num_blocks() && allocated_[b]) << "kv pool: bad free of block " << b;
-    allocated_[b] = false;
-    free_.push_back(b);
+    CHECK(b >= 0 && b < num_blocks() && refs_[b] > 0) << "kv pool: bad free of block " << b;
+    if (--refs_[b] == 0) free_.push_back(b);
   }
 }
 

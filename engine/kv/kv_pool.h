@@ -31,8 +31,12 @@ class KvPool {
 
   // RESOURCE_EXHAUSTED when fewer than `n` blocks are free (nothing is taken then).
   absl::StatusOr<std::vector<int32_t>> Allocate(int32_t n);
-  // Every block must have come from Allocate and not been freed since.
+  // Blocks are refcounted so finished sequences' blocks can stay in the prefix cache while new
+  // sequences share them: Allocate gives each block one reference, Retain adds one, Free drops
+  // one and returns the block at zero. Every block must be held (CHECKed).
+  void Retain(absl::Span<const int32_t> blocks);
   void Free(absl::Span<const int32_t> blocks);
+  int32_t refcount(int32_t block) const { return refs_[block]; }
 
   KvLayerView Layer(int32_t layer) const;
   int32_t page_size() const { return options_.page_size; }
@@ -50,7 +54,7 @@ class KvPool {
   KvPoolOptions options_;
   DeviceBuffer memory_;
   std::vector<int32_t> free_;      // stack of free block ids
-  std::vector<bool> allocated_;    // catches double frees
+  std::vector<int32_t> refs_;      // per block, 0 when free (catches double frees)
 };
 
 }  // namespace specula

@@ -136,9 +136,9 @@ bool SparseKvCache::HasRoomFor(int64_t total_tokens, int64_t budget_tokens) cons
          device_.free_blocks() >= Geometry(total_tokens, budget_tokens).slots_per_head();
 }
 
-absl::StatusOr<std::shared_ptr<WorkingSet>> SparseKvCache::Admit(int64_t total_tokens,
-                                                                 int64_t budget_tokens,
-                                                                 int64_t prompt_tokens) {
+absl::StatusOr<std::shared_ptr<WorkingSet>> SparseKvCache::Admit(
+    int64_t total_tokens, int64_t budget_tokens, int64_t prompt_tokens,
+    absl::Span<const PageId> shared_pages) {
   RETURN_IF_ERROR(CheckCapacity(total_tokens, budget_tokens));
   const WorkingSetGeometry g = Geometry(total_tokens, budget_tokens);
   if (device_.free_blocks() < g.slots_per_head()) {
@@ -146,7 +146,7 @@ absl::StatusOr<std::shared_ptr<WorkingSet>> SparseKvCache::Admit(int64_t total_t
         "KV cache full: a sparse working set needs %d pages, %d of %d free", g.slots_per_head(),
         device_.free_blocks(), device_.num_blocks()));
   }
-  ASSIGN_OR_RETURN(HostKvSequence host, store_->Reserve(total_tokens));
+  ASSIGN_OR_RETURN(HostKvSequence host, store_->ReserveWithSharedPages(shared_pages, total_tokens));
   auto blocks = device_.Allocate(g.slots_per_head());
   if (!blocks.ok()) {
     store_->Release(host);

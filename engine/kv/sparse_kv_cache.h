@@ -85,9 +85,12 @@ class SparseKvCache {
   absl::Status CheckCapacity(int64_t total_tokens, int64_t budget_tokens) const;
   bool HasRoomFor(int64_t total_tokens, int64_t budget_tokens) const;
   // Reserves host pages for `total_tokens` and the device slots; RESOURCE_EXHAUSTED when they
-  // are not free now (nothing is held then).
+  // are not free now (nothing is held then). The first pages are `shared_pages` (block-major, as
+  // HostKvStore::ReserveWithSharedPages takes them): a cached prefix whose KV and summaries are
+  // in place, so prefill starts after it.
   absl::StatusOr<std::shared_ptr<WorkingSet>> Admit(int64_t total_tokens, int64_t budget_tokens,
-                                                    int64_t prompt_tokens);
+                                                    int64_t prompt_tokens,
+                                                    absl::Span<const PageId> shared_pages = {});
   // Stops new prefetches for the sequence and waits for those running, so its stats are final.
   void Quiesce(WorkingSet& ws);
   // Quiesces, then returns the sequence's host pages and device slots.
@@ -116,6 +119,7 @@ class SparseKvCache {
   int64_t host_pages_capacity() const { return store_->capacity_pages(); }
   int64_t device_slots_used() const { return device_slots_used_; }
   const HostKvStore& store() const { return *store_; }
+  HostKvStore& mutable_store() { return *store_; }
   const PageSelector& selector() const { return *selector_; }
   size_t index_bytes_per_page() const { return selector_->index_bytes_per_page(); }
 

@@ -1,0 +1,105 @@
+// The prefix index of the KV cache (docs/SESSIONS.md): a trie over page-sized token blocks. The
+// node at depth d holds the KV pages of tokens [(d-1) * page_size, d * page_size) computed after
+// the tokens on its path, so the path from the root to a node is a token prefix whose KV is
+// cached. Children are looked up by the block's tokens themselves (a hash map whose keys are
+// compared element by element), so a match is verified token by token, never by a hash alone.
+//
+// Each node holds `pages_per_block` page ids of one pool (the dense KV pool: one block; the host
+// store: one page per layer and KV head) and one reference to each, taken through the pool's
+// `retain` when the node is inserted and dropped through `release` when it is evicted.
+//
+// Locks keep pages from eviction, each on a whole path (a node is locked at least as often as
+// any descendant): a running sequence locks the prefix it reuses, a session the KV of its last
+// turn. Unlocked leaves are evicted least recently used first. Two lock kinds let the owner tell
+// pages a running request reads (never evicted) from pages only idle sessions keep (released
+// when their session is dropped).
+//
+// Not thread-safe: the engine thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/types/span.h"
+
+namespace specula {
+
+class PrefixTree {
+ public:
+  struct Node;
+  enum class LockKind { kRunning, kSession };
+  struct PagePool {
+    std::function<void(absl::Span<const int32_t>)> retain;
+    std::function<void(absl::Span<const int32_t>)> release;
+  };
+
+  PrefixTree(int32_t page_size, int32_t pages_per_block, PagePool pool);
+  // Releases the tree's reference to every page it holds.
+  ~PrefixTree();
+  PrefixTree(const PrefixTree&) = delete;
+  PrefixTree& operator=(const PrefixTree&) = delete;
+
+  int32_t page_size() const { return page_size_; }
+  int32_t pages_per_block() const { return pages_per_block_; }
+
+  // The deepest node whose path equals the first blocks of `tokens`, at most `max_blocks` deep;
+  // null when not even the first block is cached.
+  Node* Match(absl::Span<const int32_t> tokens, int64_t max_blocks) const;
+  // Blocks on the path to `node` (0 for null).
+  static int64_t Depth(const Node* node);
+  // The pages on the path to `node`, block-major: Depth(node) * pages_per_block ids.
+  void PathPages(const Node* node, std::vector<int32_t>* out) const;
+
+  // Lock/unlock the path to `node` (null: nothing). Locking marks the path as just used.
+  void Lock(Node* node, LockKind kind);
+  void Unlock(Node* node, LockKind kind);
+
+  // Caches blocks [0, blocks) of `tokens`: blocks already in the tree are kept (their pages
+  // win), the others become nodes holding `pages_of(i)` (pages_per_block ids, retained). Marks
+  // the path as just used and returns its deepest node (null when `blocks` is 0).
+  Node* Insert(absl::Span<const int32_t> tokens, int64_t blocks,
+               absl::FunctionRef<absl::Span<const int32_t>(int64_t block)> pages_of);
+
+  // Evicts unlocked leaves, least recently used first, until at least `pages` pages were
+  // released or nothing unlocked is left. Returns the pages released.
+  int64_t Evict(int64_t pages);
+  // Evicts `node` and then its ancestors while each is an unlocked leaf (a session's KV leaving
+  // at once). Returns the pages released.
+  int64_t EvictPath(Node* node);
+
+  int64_t cached_pages() const { return cached_pages_; }
+  // Pages no lock holds: Evict can release them.
+  int64_t evictable_pages() const { return evictable_pages_; }
+  // Pages no running sequence holds: evictable once the sessions holding them are dropped.
+  int64_t reclaimable_pages() const { return reclaimable_pages_; }
+
+ private:
+  bool EvictableLeaf(const Node* node) const;
+  void Remove(Node* leaf);
+
+  const int32_t page_size_;
+  const int32_t pages_per_block_;
+  const PagePool pool_;
+  std::unique_ptr<Node> root_;
+  uint64_t clock_ = 0;  // logical time of the last use, for LRU
+  int64_t cached_pages_ = 0;
+  int64_t evictable_pages_ = 0;
+  int64_t reclaimable_pages_ = 0;
+};
+
+struct PrefixTree::Node {
+  std::vector<int32_t> tokens;  // page_size tokens: the map key in the parent points here
+  std::vector<int32_t> pages;   // pages_per_block page ids
+  Node* parent = nullptr;
+  int64_t depth = 0;
+  int32_t running_locks = 0;
+  int32_t session_locks = 0;
+  uint64_t last_use = 0;
+  absl::flat_hash_map<absl::Span<const int32_t>, std::unique_ptr<Node>> children;
+};
+
+}  // namespace specula
