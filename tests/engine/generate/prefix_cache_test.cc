@@ -1,0 +1,221 @@
+// KV reuse across requests in the Generator (docs/SESSIONS.md): a session's next turn prefills
+// only what its last turn did not cache, and generates exactly what a fresh server would; shared
+// prefixes are found across sessions; sessions are deleted, expired and dropped for room, and
+// pages return to the baseline every time.
+#include <string>
+#include <vector>
+
+#include "engine/generate/generator.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/engine/generate/forward_helpers.h"
+#include "tests/engine/generate/greedy_request.h"
+
+namespace specula {
+namespace {
+
+using ::specula::testing::AllTestModels;
+using ::specula::testing::Greedy;
+using ::specula::testing::TestModelDir;
+
+constexpr int kPage = 16;
+
+GeneratorOptions Options(bool sparse, bool sessionless = false, int64_t kv_tokens = 8192) {
+  GeneratorOptions o;
+  o.prefill_chunk_tokens = 48;
+  o.kv_cache_tokens = kv_tokens;
+  o.sparse.enabled = sparse;
+  o.sparse.min_context_tokens = 0;  // every request sparse when enabled
+  o.sparse.budget_tokens = 32;
+  o.sparse.sink_tokens = 16;
+  o.sparse.recent_tokens = 32;
+  o.sparse.host_capacity_tokens = 8192;
+  o.prefix_cache.cache_sessionless = sessionless;
+  return o;
+}
+
+std::vector<int32_t> Tokens(int n, int seed) {
+  std::vector<int32_t> v;
+  for (int j = 0; j < n; ++j) v.push_back(1 + (seed * 31 + j * 17) % 250);
+  return v;
+}
+
+std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+struct Turn {
+  std::vector<int32_t> tokens;
+  int64_t cached = 0;
+};
+
+// Runs one request alone to completion and reports how much of its prompt came from the cache.
+Turn RunAlone(Generator& gen, GenerationRequest request) {
+  auto id = gen.Add(std::move(request));
+  EXPECT_TRUE(id.ok()) << id.status();
+  Turn turn;
+  if (!id.ok()) return turn;
+  turn.cached = gen.CachedPromptTokens(*id);
+  std::vector<SequenceOutput> outputs;
+  bool done = false;
+  while (!done) {
+    outputs.clear();
+    EXPECT_TRUE(gen.Step(&outputs).ok());
+    for (const SequenceOutput& o : outputs) {
+      turn.tokens.insert(turn.tokens.end(), o.tokens.begin(), o.tokens.end());
+      done |= o.finish != FinishReason::kNone;
+    }
+  }
+  return turn;
+}
+
+GenerationRequest InSession(std::vector<int32_t> prompt, int max_tokens, std::string session) {
+  GenerationRequest r = Greedy(std::move(prompt), max_tokens);
+  r.session_id = std::move(session);
+  return r;
+}
+
+int64_t PageFloor(int64_t n) { return n / kPage * kPage; }
+
+class SessionTest : public ::testing::TestWithParam<bool> {};  // dense / sparse
+
+// Three turns of a conversation; each turn's prompt is the last prompt + its output + new text.
+// Turn N+1 reuses every full page of turn N's KV (prompt + output, less the last sampled token,
+// whose KV is computed only when it is fed back) and generates what a server without the
+// session generates for the same prompt.
+TEST_P(SessionTest, NextTurnReusesTheLastTurnAndGeneratesTheSame) {
+  const bool sparse = GetParam();
+  const std::string model = TestModelDir(AllTestModels().front());
+  auto gen = Generator::Create(model, Options(sparse)).value();
+  std::vector<int32_t> prompt = Tokens(37, 1);
+  for (int turn = 0; turn < 3; ++turn) {
+    const Turn got = RunAlone(*gen, InSession(prompt, 20, "agent-1"));
+    auto fresh = Generator::Create(model, Options(sparse)).value();
+    const Turn want = RunAlone(*fresh, Greedy(prompt, 20));
+    EXPECT_EQ(got.tokens, want.tokens) << "turn " << turn;
+    EXPECT_EQ(want.cached, 0);
+    if (turn > 0) EXPECT_GT(got.cached, 0);
+    const std::vector<int32_t> next =
+        Concat(Concat(prompt, got.tokens), Tokens(11 + turn * 9, turn + 2));
+    const int64_t kv_written = static_cast<int64_t>(prompt.size() + got.tokens.size()) - 1;
+    const std::vector<SessionInfo> sessions = gen->ListSessions();
+    ASSERT_EQ(sessions.size(), 1u);
+    EXPECT_EQ(sessions[0].id, "agent-1");
+    EXPECT_EQ(sessions[0].tokens, PageFloor(kv_written));
+    EXPECT_EQ(sessions[0].sparse, sparse);
+    EXPECT_GT(sessions[0].bytes, 0);
+    EXPECT_FALSE(sessions[0].running);
+    prompt = next;
+    // The next turn will reuse exactly those pages.
+    if (turn < 2) {
+      auto id = gen->Add(InSession(prompt, 20, "agent-1")).value();
+      EXPECT_EQ(gen->CachedPromptTokens(id), PageFloor(kv_written));
+      SequenceOutput ignored;
+      ASSERT_TRUE(gen->Cancel(id, &ignored, /*kv_valid=*/false).ok());
+    }
+  }
+  ASSERT_TRUE(gen->DeleteSession("agent-1").ok());
+  EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
+  EXPECT_EQ(gen->host_pages_used(), 0);
+  EXPECT_EQ(gen->sparse_cache() ? gen->sparse_cache()->store().used_pages() : 0, 0);
+}
+
+// A second session whose prompt starts with the same system prompt reuses its pages.
+TEST_P(SessionTest, ASharedSystemPromptIsReusedAcrossSessions) {
+  const bool sparse = GetParam();
+  auto gen = Generator::Create(TestModelDir(AllTestModels().front()), Options(sparse)).value();
+  const std::vector<int32_t> system = Tokens(50, 7);
+  RunAlone(*gen, InSession(Concat(system, Tokens(9, 8)), 4, "a"));
+  const Turn b = RunAlone(*gen, InSession(Concat(system, Tokens(13, 9)), 4, "b"));
+  EXPECT_EQ(b.cached, PageFloor(50));
+  // A request without a session neither reuses nor caches (kv_cache.prefix_cache off).
+  EXPECT_EQ(RunAlone(*gen, Greedy(Concat(system, Tokens(5, 3)), 4)).cached, 0);
+  EXPECT_EQ(gen->ListSessions().size(), 2u);
+  ASSERT_TRUE(gen->DeleteSession("a").ok());
+  ASSERT_TRUE(gen->DeleteSession("b").ok());
+  EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
+  EXPECT_EQ(gen->sparse_cache() ? gen->sparse_cache()->store().used_pages() : 0, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(DenseAndSparse, SessionTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "sparse" : "dense"; });
+
+TEST(SessionTest, DeleteIsNotFoundForAnUnknownIdAndRefusedWhileRunning) {
+  auto gen = Generator::Create(TestModelDir(AllTestModels().front()), Options(false)).value();
+  EXPECT_EQ(gen->DeleteSession("nope").code(), absl::StatusCode::kNotFound);
+  auto id = gen->Add(InSession(Tokens(40, 1), 8, "s")).value();
+  EXPECT_EQ(gen->DeleteSession("s").code(), absl::StatusCode::kFailedPrecondition);
+  // A second turn while the first runs is refused, and the first is unaffected.
+  auto second = gen->Add(InSession(Tokens(40, 1), 8, "s"));
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(second.status().message()), ::testing::HasSubstr("'s'"));
+  SequenceOutput out;
+  ASSERT_TRUE(gen->Cancel(id, &out).ok());
+  ASSERT_TRUE(gen->DeleteSession("s").ok());
+  EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
+}
+
+TEST(SessionTest, IdleSessionsExpireAfterTheirTtl) {
+  GeneratorOptions o = Options(false);
+  o.prefix_cache.session_ttl = absl::Seconds(60);
+  auto gen = Generator::Create(TestModelDir(AllTestModels().front()), o).value();
+  RunAlone(*gen, InSession(Tokens(40, 1), 8, "s"));
+  EXPECT_GT(gen->kv_pool().used_blocks(), 0);
+  const absl::Time expiry = gen->NextSessionExpiry();
+  EXPECT_LE(expiry, absl::Now() + absl::Seconds(60));
+  EXPECT_EQ(gen->ExpireSessions(expiry - absl::Seconds(1)), 0);
+  EXPECT_EQ(gen->ExpireSessions(expiry), 1);
+  EXPECT_TRUE(gen->ListSessions().empty());
+  EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
+  EXPECT_EQ(gen->prefix_cache_counters()
+                .evicted_pages[static_cast<int>(EvictionReason::kSessionTtl)],
+            PageFloor(40 + 8 - 1) / kPage);
+}
+
+// A pool of 16 blocks: two idle sessions of 5 blocks each leave 6 free; a request needing 9
+// drops the least recently used session only, and is admitted.
+TEST(SessionTest, IdleSessionsAreDroppedLeastRecentlyUsedFirstForRoom) {
+  auto gen =
+      Generator::Create(TestModelDir(AllTestModels().front()), Options(false, false, 16 * kPage))
+          .value();
+  RunAlone(*gen, InSession(Tokens(80, 1), 1, "old"));  // 80 tokens of KV: 5 blocks
+  RunAlone(*gen, InSession(Tokens(80, 2), 1, "new"));
+  EXPECT_EQ(gen->kv_blocks_used(), 10);
+  const GenerationRequest big = Greedy(Tokens(100, 3), 40);  // 140 tokens: 9 blocks
+  EXPECT_TRUE(gen->HasRoomFor(big));
+  RunAlone(*gen, big);
+  const std::vector<SessionInfo> left = gen->ListSessions();
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].id, "new");
+  EXPECT_EQ(gen->prefix_cache_counters()
+                .evicted_pages[static_cast<int>(EvictionReason::kSessionDropped)],
+            5);
+  // Nothing can make room for more than the pool minus what the running request holds.
+  ASSERT_TRUE(gen->DeleteSession("new").ok());
+  EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
+}
+
+// With kv_cache.prefix_cache, requests without a session reuse each other's pages; the cached
+// pages count as free for admission and leave least recently used first when space is needed.
+TEST(PrefixCacheTest, SessionlessRequestsShareCachedPagesUntilSpaceIsNeeded) {
+  auto gen = Generator::Create(TestModelDir(AllTestModels().front()),
+                               Options(false, /*sessionless=*/true, 16 * kPage))
+                 .value();
+  const std::vector<int32_t> shared = Tokens(64, 5);
+  const Turn first = RunAlone(*gen, Greedy(Concat(shared, Tokens(3, 1)), 2));
+  EXPECT_EQ(first.cached, 0);
+  const Turn second = RunAlone(*gen, Greedy(Concat(shared, Tokens(3, 2)), 2));
+  EXPECT_EQ(second.cached, 64);
+  EXPECT_EQ(gen->kv_blocks_used(), 0);
+  EXPECT_GT(gen->kv_blocks_cached(), 0);
+  // A request needing the whole pool evicts every cached page.
+  const Turn whole = RunAlone(*gen, Greedy(Tokens(200, 9), 56));
+  EXPECT_EQ(whole.tokens.size(), 56u);
+  EXPECT_GT(gen->prefix_cache_counters()
+                .evicted_pages[static_cast<int>(EvictionReason::kCapacity)],
+            0);
+}
+
+}  // namespace
+}  // namespace specula
