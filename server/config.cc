@@ -20,6 +20,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/log.h"
 #include "engine/kv/kv_dtype.h"
@@ -40,6 +41,7 @@ constexpr int kMaxThreads = 1024;
 constexpr int kMaxTokenizingRequests = 1024;
 // KV pages are counted in int32, and a page may hold one token.
 constexpr int64_t kMaxKvCacheTokens = std::numeric_limits<int32_t>::max();
+constexpr double kMaxSessionTtlSeconds = 30 * 24 * 3600;  // 30 days
 // A config file is a page of YAML; anything bigger is a mistake (or /dev/zero).
 constexpr int64_t kMaxConfigFileBytes = 1 << 20;
 
@@ -146,6 +148,12 @@ std::optional<Violation> FindViolation(const ServerConfig& c) {
   }
   if (absl::StatusOr<DType> t = ResolveKvDtype(kv.dtype, DType::kF32); !t.ok()) {
     return Violation{"kv_cache.dtype", std::string(t.status().message())};
+  }
+  // NaN fails both comparisons.
+  if (!(kv.session_ttl_seconds > 0 && kv.session_ttl_seconds <= kMaxSessionTtlSeconds)) {
+    return Violation{"kv_cache.session_ttl_seconds",
+                     absl::StrFormat("must be in (0, %.0f], got %.15g", kMaxSessionTtlSeconds,
+                                     kv.session_ttl_seconds)};
   }
   // Checked whether or not sparse.enabled: a bad value should not wait for the day it is switched
   // on to be noticed.
@@ -357,7 +365,9 @@ absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
                              {"max_tokenizing_requests", Int(&sc.max_tokenizing_requests)}})},
       {"kv_cache", Section({{"page_size", Int(&kv.page_size)},
                             {"capacity_tokens", Int(&kv.capacity_tokens)},
-                            {"dtype", String(&kv.dtype)}})},
+                            {"dtype", String(&kv.dtype)},
+                            {"prefix_cache", Bool(&kv.prefix_cache)},
+                            {"session_ttl_seconds", Double(&kv.session_ttl_seconds)}})},
       {"sparse", Section({{"enabled", Bool(&sp.enabled)},
                           {"budget_tokens", Int(&sp.budget_tokens)},
                           {"sink_tokens", Int(&sp.sink_tokens)},

@@ -44,6 +44,8 @@ struct KvCacheSection {
   int page_size = 16;               // power of two in [1, 1024]
   int64_t capacity_tokens = 65536;  // >= page_size
   std::string dtype = "auto";       // auto | bf16 | f16 | f32 (engine's ResolveKvDtype)
+  bool prefix_cache = true;         // reuse KV across requests without a session too
+  double session_ttl_seconds = 900;  // (0, 30 days]: an idle session's KV is freed after this
   bool operator==(const KvCacheSection&) const = default;
 };
 

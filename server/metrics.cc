@@ -139,6 +139,33 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                               "Prompt tokens of requests admitted into the running batch.");
   generation_tokens_ =
       AddCounter(r, "specula_generation_tokens_total", "Tokens generated, over all requests.");
+  prefix_hit_tokens_ = AddCounter(
+      r, "specula_prefix_cache_hit_tokens_total",
+      "Prompt tokens of admitted requests whose KV came from the prefix cache (a session's "
+      "earlier turns or a shared prefix) instead of being computed; divide by "
+      "specula_prompt_tokens_total for the hit ratio.");
+  kv_blocks_cached_ = AddGauge(r, "specula_kv_cache_blocks_cached",
+                               "KV cache blocks kept by the prefix cache that no request or "
+                               "session holds: reusable, and free for admission (not in "
+                               "specula_kv_cache_blocks_used).");
+  kv_host_pages_cached_ = AddGauge(r, "specula_kv_host_pages_cached",
+                                   "Host KV store pages kept by the prefix cache that no request "
+                                   "or session holds (not in specula_kv_host_pages_used).");
+  sessions_ = AddGauge(r, "specula_sessions", "Sessions whose KV the server keeps.");
+  session_kv_bytes_ = AddGauge(r, "specula_session_kv_bytes",
+                               "Bytes of KV the sessions' last turns keep (host store and KV "
+                               "cache; pages shared by sessions counted in each).");
+  auto& evictions = prometheus::BuildCounter()
+                        .Name("specula_kv_cache_evictions_total")
+                        .Help("Cached KV pages freed, by reason: capacity (least recently used, "
+                              "for a request's room), session_ttl, session_deleted, "
+                              "session_dropped (an idle session dropped for room). A page is "
+                              "a KV cache block, or one layer's and KV head's host page.")
+                        .Register(r);
+  for (int i = 0; i < kEvictionReasons; ++i) {
+    evicted_pages_[i] = &evictions.Add(
+        {{"reason", EvictionReasonName(static_cast<EvictionReason>(i))}});
+  }
   requests_ = &prometheus::BuildCounter()
                    .Name("specula_requests_total")
                    .Help(
@@ -196,10 +223,12 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
 
 ServerMetrics::~ServerMetrics() = default;
 
-void ServerMetrics::OnAdmitted(const std::string& request_id, int64_t prompt_tokens,
-                               double queue_seconds) {
-  ObserveIfValid(queue_time_, queue_seconds);
-  if (prompt_tokens > 0) prompt_tokens_->Increment(static_cast<double>(prompt_tokens));
+void ServerMetrics::OnAdmitted(const Admission& a) {
+  ObserveIfValid(queue_time_, a.queue_seconds);
+  if (a.prompt_tokens > 0) prompt_tokens_->Increment(static_cast<double>(a.prompt_tokens));
+  if (a.cached_prompt_tokens > 0) {
+    prefix_hit_tokens_->Increment(static_cast<double>(a.cached_prompt_tokens));
+  }
 }
 
 void ServerMetrics::OnFirstToken(double ttft_seconds) {
@@ -263,6 +292,15 @@ void ServerMetrics::OnLoad(const EngineLoad& load) {
   kv_host_pages_used_->Set(static_cast<double>(load.host_pages_used));
   kv_host_pages_capacity_->Set(static_cast<double>(load.host_pages_capacity));
   kv_device_slots_used_->Set(static_cast<double>(load.device_slots_used));
+  kv_blocks_cached_->Set(static_cast<double>(load.kv_blocks_cached));
+  kv_host_pages_cached_->Set(static_cast<double>(load.host_pages_cached));
+  sessions_->Set(static_cast<double>(load.sessions));
+  session_kv_bytes_->Set(static_cast<double>(load.session_kv_bytes));
+  for (int i = 0; i < kEvictionReasons; ++i) {
+    const int64_t delta = load.evicted_pages[i] - evicted_seen_[i];
+    if (delta > 0) evicted_pages_[i]->Increment(static_cast<double>(delta));
+    evicted_seen_[i] = load.evicted_pages[i];
+  }
 }
 
 void ServerMetrics::RecordRejected(absl::StatusCode code) {

@@ -6,6 +6,7 @@
 // so no lock is needed beyond the one guarding the exposer's start.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -33,8 +34,7 @@ class ServerMetrics : public EngineObserver {
   ServerMetrics(const ServerMetrics&) = delete;
   ServerMetrics& operator=(const ServerMetrics&) = delete;
 
-  void OnAdmitted(const std::string& request_id, int64_t prompt_tokens,
-                  double queue_seconds) override;
+  void OnAdmitted(const Admission& admission) override;
   void OnFirstToken(double ttft_seconds) override;
   void OnNextToken(double tbt_seconds) override;
   void OnStep(const StepSummary& step) override;
@@ -73,6 +73,13 @@ class ServerMetrics : public EngineObserver {
   prometheus::Gauge* kv_blocks_total_;
   prometheus::Gauge* kv_usage_ratio_;
   prometheus::Counter* prompt_tokens_;
+  prometheus::Counter* prefix_hit_tokens_;
+  prometheus::Gauge* kv_blocks_cached_;
+  prometheus::Gauge* kv_host_pages_cached_;
+  prometheus::Gauge* sessions_;
+  prometheus::Gauge* session_kv_bytes_;
+  std::array<prometheus::Counter*, kEvictionReasons> evicted_pages_ = {};
+  std::array<int64_t, kEvictionReasons> evicted_seen_ = {};  // load.evicted_pages last reported
   prometheus::Counter* generation_tokens_;
   prometheus::Family<prometheus::Counter>* requests_;
 

@@ -100,6 +100,21 @@ std::string NewRequestId() {
   return absl::StrFormat("req-%016x", rng());
 }
 
+absl::Status ValidateSessionId(absl::string_view id) {
+  if (id.empty() || id.size() > kMaxSessionIdBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "session_id is %d bytes; it must be 1 to %d", id.size(), kMaxSessionIdBytes));
+  }
+  for (size_t i = 0; i < id.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(id[i]);
+    if (c <= 0x20 || c >= 0x7f) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "session_id: byte %d (0x%02x) is not printable ASCII without spaces", i, c));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                               const Tokenizer& tokenizer,
                                               int32_t default_max_tokens,
@@ -110,6 +125,10 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
         "request_id is %d bytes; at most %d", request.request_id().size(), kMaxRequestIdBytes));
   }
   out.request_id = request.request_id().empty() ? NewRequestId() : request.request_id();
+  if (!request.session_id().empty()) {
+    if (absl::Status s = ValidateSessionId(request.session_id()); !s.ok()) return s;
+    out.generation.session_id = request.session_id();
+  }
 
   const bool has_text = request.has_prompt();
   const bool has_ids = request.has_prompt_token_ids();
@@ -203,6 +222,8 @@ void FillResponse(const StreamChunk& chunk, const std::string& request_id,
     response->mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(chunk.prompt_tokens));
     response->mutable_usage()->set_completion_tokens(
         static_cast<uint32_t>(chunk.completion_tokens));
+    response->mutable_usage()->set_cached_prompt_tokens(
+        static_cast<uint32_t>(chunk.cached_prompt_tokens));
     if (chunk.kv_stats.has_value()) {
       const KvStats& k = *chunk.kv_stats;
       v1::KvStats* out = response->mutable_kv_stats();

@@ -17,6 +17,10 @@ namespace specula {
 
 // Requests whose request_id is longer are INVALID_ARGUMENT (it goes into every log line).
 inline constexpr size_t kMaxRequestIdBytes = 256;
+// Session ids are 1 to this many printable ASCII bytes without spaces (they appear in logs and
+// ListSessions).
+inline constexpr size_t kMaxSessionIdBytes = 128;
+absl::Status ValidateSessionId(absl::string_view id);
 
 // Checks the request's shape (exactly one non-empty input, ids representable, request_id length),
 // tokenizes `prompt`, and fills the engine request. Value checks that need the model (ids below

@@ -5,13 +5,13 @@
 
 namespace specula {
 
-void RequestLog::OnAdmitted(const std::string& request_id, int64_t prompt_tokens,
-                            double queue_seconds) {
+void RequestLog::OnAdmitted(const Admission& a) {
   if (!LogEnabled(LogLevel::kDebug)) return;
   LogAsync(LogLevel::kDebug, "request_admitted",
-      {{"request_id", request_id},
-       {"prompt_tokens", prompt_tokens},
-       {"queue_ms", queue_seconds * 1e3}});
+      {{"request_id", a.request_id},
+       {"prompt_tokens", a.prompt_tokens},
+       {"cached_prompt_tokens", a.cached_prompt_tokens},
+       {"queue_ms", a.queue_seconds * 1e3}});
 }
 
 void RequestLog::OnFinished(const RequestSummary& s) {

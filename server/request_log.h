@@ -9,8 +9,7 @@ namespace specula {
 
 class RequestLog : public EngineObserver {
  public:
-  void OnAdmitted(const std::string& request_id, int64_t prompt_tokens,
-                  double queue_seconds) override;
+  void OnAdmitted(const Admission& admission) override;
   void OnFinished(const RequestSummary& summary) override;
 };
 

@@ -25,6 +25,8 @@ GeneratorOptions ToGeneratorOptions(const ServerConfig& c) {
   o.page_size = c.kv_cache.page_size;
   o.kv_cache_tokens = c.kv_cache.capacity_tokens;
   o.kv_dtype = c.kv_cache.dtype;
+  o.prefix_cache.cache_sessionless = c.kv_cache.prefix_cache;
+  o.prefix_cache.session_ttl = absl::Seconds(c.kv_cache.session_ttl_seconds);
   o.prefill_chunk_tokens = c.scheduler.prefill_chunk_tokens;
   o.max_running = c.scheduler.max_running_requests;
   o.threads = c.scheduler.threads;

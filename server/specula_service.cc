@@ -67,7 +67,73 @@ absl::Status DetokenizeIds(const Tokenizer& tokenizer, const v1::DetokenizeReque
   return absl::OkStatus();
 }
 
+absl::Status ListSessionsOf(Engine& engine, v1::ListSessionsResponse* response) {
+  absl::StatusOr<std::vector<SessionInfo>> sessions = engine.ListSessions();
+  if (!sessions.ok()) return sessions.status();
+  for (const SessionInfo& s : *sessions) {
+    v1::Session* out = response->add_sessions();
+    out->set_session_id(s.id);
+    out->set_cached_tokens(static_cast<uint64_t>(s.tokens));
+    (s.sparse ? out->set_host_bytes(static_cast<uint64_t>(s.bytes))
+              : out->set_kv_cache_bytes(static_cast<uint64_t>(s.bytes)));
+    out->set_running(s.running);
+    if (s.last_use != absl::Time()) out->set_last_use_unix_ms(absl::ToUnixMillis(s.last_use));
+  }
+  return absl::OkStatus();
+}
+
+// Parses and admits a unary request here, then runs `body` on the tokenizer queue (it waits for
+// the engine thread, which must not hold one of gRPC's threads) and answers from there.
+template <typename Request, typename Response, typename Body>
+grpc::ServerUnaryReactor* ServeOffThread(const char* method, CallEnv& env,
+                                         grpc::CallbackServerContext* ctx,
+                                         const grpc::ByteBuffer* bytes, grpc::ByteBuffer* out,
+                                         Body body) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  auto request = std::make_shared<Request>();
+  if (absl::Status s = ParseRequest(*bytes, request.get()); !s.ok()) {
+    return Answer(method, reactor, s);
+  }
+  if (absl::Status s = CheckAdmission(env, *request); !s.ok()) return Answer(method, reactor, s);
+  auto run = [method, reactor, request, out, body] {
+    Response response;
+    absl::Status s = body(*request, &response);
+    if (s.ok()) s = SerializeResponse(response, out);
+    Answer(method, reactor, s);
+  };
+  if (env.tokenizer_queue == nullptr) {
+    run();
+    return reactor;
+  }
+  absl::Status refusal;
+  if (!PostTokenization(env, run, &refusal)) return Answer(method, reactor, refusal);
+  return reactor;
+}
+
 }  // namespace
+
+grpc::ServerUnaryReactor* SpeculaService::ListSessions(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* request,
+                                                       grpc::ByteBuffer* response) {
+  Engine* engine = env_->engine;
+  return ServeOffThread<v1::ListSessionsRequest, v1::ListSessionsResponse>(
+      "ListSessions", *env_, ctx, request, response,
+      [engine](const v1::ListSessionsRequest&, v1::ListSessionsResponse* out) {
+        return ListSessionsOf(*engine, out);
+      });
+}
+
+grpc::ServerUnaryReactor* SpeculaService::DeleteSession(grpc::CallbackServerContext* ctx,
+                                                        const grpc::ByteBuffer* request,
+                                                        grpc::ByteBuffer* response) {
+  Engine* engine = env_->engine;
+  return ServeOffThread<v1::DeleteSessionRequest, v1::DeleteSessionResponse>(
+      "DeleteSession", *env_, ctx, request, response,
+      [engine](const v1::DeleteSessionRequest& r, v1::DeleteSessionResponse*) {
+        if (absl::Status s = ValidateSessionId(r.session_id()); !s.ok()) return s;
+        return engine->DeleteSession(r.session_id());
+      });
+}
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* SpeculaService::Generate(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request) {

@@ -1,7 +1,8 @@
 // The specula.v1.Specula service on gRPC's callback API. Every method is registered raw: it parses
 // the request bytes itself (server/request_parse.h) so a malformed request gets INVALID_ARGUMENT
 // naming the field. Generate streams through a GenerateCall; the unary methods answer inline,
-// except that a long text is tokenized on the tokenizer queue, off gRPC's threads.
+// except that a long text is tokenized on the tokenizer queue, off gRPC's threads, and the session
+// methods, which wait for the engine thread's next step boundary, run there too.
 #pragma once
 
 #include "server/generate_call.h"
@@ -11,7 +12,9 @@ namespace specula {
 
 using RawSpeculaService = v1::Specula::WithRawCallbackMethod_Generate<
     v1::Specula::WithRawCallbackMethod_Tokenize<v1::Specula::WithRawCallbackMethod_Detokenize<
-        v1::Specula::WithRawCallbackMethod_GetModelInfo<v1::Specula::Service>>>>;
+        v1::Specula::WithRawCallbackMethod_GetModelInfo<
+            v1::Specula::WithRawCallbackMethod_ListSessions<
+                v1::Specula::WithRawCallbackMethod_DeleteSession<v1::Specula::Service>>>>>>;
 
 class SpeculaService final : public RawSpeculaService {
  public:
@@ -30,6 +33,12 @@ class SpeculaService final : public RawSpeculaService {
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* ctx,
                                          const grpc::ByteBuffer* request,
                                          grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListSessions(grpc::CallbackServerContext* ctx,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* DeleteSession(grpc::CallbackServerContext* ctx,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
 
  private:
   CallEnv* const env_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -14,6 +15,7 @@ struct Engine::Request {
   EngineRequest request;
   std::shared_ptr<RequestStream> stream;
   int64_t prompt_tokens = 0;
+  int64_t cached_prompt_tokens = 0;  // set once admitted
   absl::Time submitted;
   double queue_seconds = -1;  // set once admitted
   // Output so far.
@@ -69,6 +71,13 @@ absl::StatusOr<uint64_t> Engine::Submit(EngineRequest request,
         "%d run; retry later",
         pending_, options_.max_waiting, running_count_));
   }
+  const std::string& session = r->request.generation.session_id;
+  if (!session.empty() && !busy_sessions_.insert(session).second) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "session '%s' has a request queued or running; send its next turn after that one "
+        "finishes",
+        session));
+  }
   r->handle = next_handle_++;
   const uint64_t handle = r->handle;
   submitted_.push_back(std::move(r));
@@ -82,6 +91,53 @@ void Engine::Cancel(uint64_t handle, absl::Status reason) {
   cancels_.emplace_back(handle, std::move(reason));
   wake_.notify_one();
 }
+
+bool Engine::RunOnEngineThread(std::function<void()> op) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> ran = done->get_future();
+  {
+    std::lock_guard lock(mu_);
+    if (thread_done_) return false;
+    control_.push_back([op = std::move(op), done] {
+      op();
+      done->set_value();
+    });
+    wake_.notify_one();
+  }
+  ran.wait();
+  return true;
+}
+
+void Engine::RunControlOps(std::vector<std::function<void()>>& ops) {
+  for (auto& op : ops) op();
+  ops.clear();
+}
+
+absl::StatusOr<std::vector<SessionInfo>> Engine::ListSessions() {
+  std::vector<SessionInfo> sessions;
+  if (!RunOnEngineThread([&] { sessions = generator_->ListSessions(); })) {
+    return absl::UnavailableError("the engine has stopped");
+  }
+  return sessions;
+}
+
+absl::Status Engine::DeleteSession(const std::string& id) {
+  {
+    std::lock_guard lock(mu_);
+    if (busy_sessions_.contains(id)) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "session '%s' has a request queued or running; delete it after that request ends",
+          id));
+    }
+  }
+  absl::Status status;
+  if (!RunOnEngineThread([&] { status = generator_->DeleteSession(id); })) {
+    return absl::UnavailableError("the engine has stopped");
+  }
+  return status;
+}
+
+absl::Time Engine::NextWake() const { return generator_->NextSessionExpiry(); }
 
 void Engine::StopAccepting() {
   std::lock_guard lock(mu_);
@@ -121,23 +177,33 @@ void Engine::SetPausedForTesting(bool paused) {
 void Engine::Loop() {
   std::vector<std::unique_ptr<Request>> submitted;
   std::vector<std::pair<uint64_t, absl::Status>> cancels;
+  std::vector<std::function<void()>> control;
   bool stop = false;
   while (!stop) {
     bool paused = false;
+    const absl::Time session_expiry = NextWake();
     {
       std::unique_lock lock(mu_);
-      auto control = [&] { return stop_ || !submitted_.empty() || !cancels_.empty(); };
+      auto has_control = [&] {
+        return stop_ || !submitted_.empty() || !cancels_.empty() || !control_.empty();
+      };
       const bool has_requests = !running_.empty() || !waiting_.empty();
       if (paused_ || !has_requests) {
         if (has_requests) {
           // Paused with requests: wake now and then to expire deadlines.
-          wake_.wait_for(lock, std::chrono::milliseconds(20), control);
+          wake_.wait_for(lock, std::chrono::milliseconds(20), has_control);
         } else {
-          wake_.wait(lock, control);
+          // Idle: sleep until there is work or a session expires.
+          if (session_expiry == absl::InfiniteFuture()) {
+            wake_.wait(lock, has_control);
+          } else {
+            wake_.wait_until(lock, absl::ToChronoTime(session_expiry), has_control);
+          }
         }
       }
       submitted.swap(submitted_);
       cancels.swap(cancels_);
+      control.swap(control_);
       stop = stop_;
       paused = paused_;
     }
@@ -145,8 +211,11 @@ void Engine::Loop() {
     submitted.clear();
     for (auto& [handle, reason] : cancels) CancelRequest(handle, reason);
     cancels.clear();
+    RunControlOps(control);
     if (stop) break;
-    RetireExpired(absl::Now());
+    const absl::Time now = absl::Now();
+    generator_->ExpireSessions(now);
+    RetireExpired(now);
     if (!paused) {
       Admit();
       if (generator_->HasWork()) {
@@ -162,7 +231,10 @@ void Engine::Loop() {
     reason = stop_reason_;
     for (auto& r : submitted_) waiting_.push_back(std::move(r));
     submitted_.clear();
+    control.swap(control_);
+    thread_done_ = true;
   }
+  RunControlOps(control);
   while (!waiting_.empty()) {
     Finish(*waiting_.front(), reason, FinishReason::kCancelled);
     waiting_.pop_front();
@@ -227,7 +299,11 @@ void Engine::Admit() {
       continue;
     }
     r.queue_seconds = Seconds(absl::Now() - r.submitted);
-    if (observer_) observer_->OnAdmitted(r.request.request_id, r.prompt_tokens, r.queue_seconds);
+    r.cached_prompt_tokens = generator_->CachedPromptTokens(*id);
+    if (observer_) {
+      observer_->OnAdmitted(Admission{r.request.request_id, r.prompt_tokens,
+                                      r.cached_prompt_tokens, r.queue_seconds});
+    }
     running_.emplace(*id, std::move(waiting_.front()));
     waiting_.pop_front();
   }
@@ -275,15 +351,16 @@ absl::Status Engine::RunStep() {
 
 void Engine::FailRunning(const absl::Status& status, FinishReason finish) {
   for (auto& [id, r] : running_) {
-    CancelSequence(id, *r);
+    // A failed step may have written part of the KV: it is not kept for reuse.
+    CancelSequence(id, *r, /*kv_valid=*/finish != FinishReason::kNone);
     Finish(*r, status, finish);
   }
   running_.clear();
 }
 
-void Engine::CancelSequence(uint64_t id, Request& r) {
+void Engine::CancelSequence(uint64_t id, Request& r, bool kv_valid) {
   SequenceOutput last;
-  CHECK(generator_->Cancel(id, &last).ok());
+  CHECK(generator_->Cancel(id, &last, kv_valid).ok());
   if (last.kv_stats.has_value()) r.kv_stats = last.kv_stats;
 }
 
@@ -293,6 +370,7 @@ void Engine::Finish(Request& r, absl::Status status, FinishReason finish) {
     s.request_id = r.request.request_id;
     s.prompt_tokens = r.prompt_tokens;
     s.completion_tokens = r.completion_tokens;
+    s.cached_prompt_tokens = r.cached_prompt_tokens;
     s.finish = finish;
     s.code = status.code();
     const absl::Time now = absl::Now();
@@ -302,7 +380,13 @@ void Engine::Finish(Request& r, absl::Status status, FinishReason finish) {
     s.kv_stats = r.kv_stats;
     observer_->OnFinished(s);
   }
-  r.stream->Close(std::move(status), finish, r.prompt_tokens, r.completion_tokens, r.kv_stats);
+  if (const std::string& session = r.request.generation.session_id; !session.empty()) {
+    std::lock_guard lock(mu_);
+    busy_sessions_.erase(session);
+  }
+  r.stream->Close(std::move(status), finish,
+                  TokenUsage{r.prompt_tokens, r.completion_tokens, r.cached_prompt_tokens},
+                  r.kv_stats);
 }
 
 void Engine::PublishLoad() {
@@ -311,9 +395,15 @@ void Engine::PublishLoad() {
   running_count_ = static_cast<int32_t>(running_.size());
   load_.waiting = pending_;
   load_.running = running_count_;
-  load_.kv_blocks_used = generator_->kv_pool().used_blocks();
+  load_.kv_blocks_used = generator_->kv_blocks_used();
   load_.host_pages_used = generator_->host_pages_used();
   load_.device_slots_used = generator_->device_slots_used();
+  load_.kv_blocks_cached = generator_->kv_blocks_cached();
+  load_.host_pages_cached = generator_->host_pages_cached();
+  const PrefixCacheCounters& cache = generator_->prefix_cache_counters();
+  load_.sessions = cache.sessions;
+  load_.session_kv_bytes = cache.session_bytes;
+  load_.evicted_pages = cache.evicted_pages;
   // Under the lock, so that whoever WaitIdle() releases already sees the observer's view (e.g.
   // the running gauge at 0). Observers are cheap and never call back into the engine.
   if (observer_) observer_->OnLoad(load_);

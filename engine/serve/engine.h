@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -60,6 +62,12 @@ class Engine {
   // Unknown or already finished handles are ignored (the request may have just finished).
   void Cancel(uint64_t handle, absl::Status reason);
 
+  // Sessions (docs/SESSIONS.md), answered by the engine thread between steps. UNAVAILABLE once
+  // the engine has stopped. DeleteSession: NOT_FOUND for an unknown id, FAILED_PRECONDITION
+  // while a request of the session is queued or running.
+  absl::StatusOr<std::vector<SessionInfo>> ListSessions();
+  absl::Status DeleteSession(const std::string& id);
+
   // New submissions get UNAVAILABLE from now on; queued and running requests go on.
   void StopAccepting();
   // Blocks until nothing is queued or running, or until `deadline`. True when idle.
@@ -81,12 +89,18 @@ class Engine {
   void Admit();
   absl::Status RunStep();
   // Retires a running sequence in the generator (freeing its KV) and keeps its kv_stats.
-  void CancelSequence(uint64_t id, Request& r);
+  void CancelSequence(uint64_t id, Request& r, bool kv_valid = true);
   void Finish(Request& r, absl::Status status, FinishReason finish);
   // Ends every running request with `status`: kCancelled for shutdown, kNone for failures.
   void FailRunning(const absl::Status& status, FinishReason finish);
   void CancelRequest(uint64_t handle, const absl::Status& reason);
   void PublishLoad();
+  // Runs `op` on the engine thread between steps and waits for it; false when the engine stops
+  // first (op not run).
+  bool RunOnEngineThread(std::function<void()> op);
+  void RunControlOps(std::vector<std::function<void()>>& ops);
+  // How long an idle loop may sleep: until the next session expiry.
+  absl::Time NextWake() const;
 
   const std::unique_ptr<Generator> generator_;
   const EngineOptions options_;
@@ -98,10 +112,14 @@ class Engine {
   std::condition_variable idle_;   // WaitIdle
   std::vector<std::unique_ptr<Request>> submitted_;
   std::vector<std::pair<uint64_t, absl::Status>> cancels_;
+  std::vector<std::function<void()>> control_;  // RunOnEngineThread's ops
+  // Sessions with a request queued or running: a second turn is refused at Submit.
+  absl::flat_hash_set<std::string> busy_sessions_;
   uint64_t next_handle_ = 1;
   bool accepting_ = true;
   bool stop_ = false;
   bool paused_ = false;
+  bool thread_done_ = false;  // the loop has ended: control ops are refused
   absl::Status stop_reason_;
   int32_t pending_ = 0;  // submitted + waiting, i.e. not admitted yet
   int32_t running_count_ = 0;

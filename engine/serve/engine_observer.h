@@ -5,6 +5,7 @@
 // step's outputs. Implementations must be cheap and must not block or call back into the Engine.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "engine/generate/sequence.h"
+#include "engine/kv/prefix_cache.h"
 #include "engine/kv/sparse_options.h"
 
 namespace specula {
@@ -21,6 +23,7 @@ struct RequestSummary {
   std::string request_id;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t cached_prompt_tokens = 0;  // of prompt_tokens, whose KV came from the prefix cache
   FinishReason finish = FinishReason::kNone;  // kNone when it failed or was never admitted
   absl::StatusCode code = absl::StatusCode::kOk;  // what the client's stream ends with
   double queue_seconds = 0;   // submit -> admission (or -> leaving, if never admitted)
@@ -28,6 +31,14 @@ struct RequestSummary {
   double e2e_seconds = 0;     // submit -> leaving
   // What the KV cache did for it; unset when it was never admitted.
   std::optional<KvStats> kv_stats;
+};
+
+// A request moved from the waiting queue into the running batch.
+struct Admission {
+  std::string request_id;
+  int64_t prompt_tokens = 0;
+  int64_t cached_prompt_tokens = 0;  // of prompt_tokens, whose KV came from the prefix cache
+  double queue_seconds = 0;          // submit -> admission
 };
 
 // One forward pass of the continuous-batching loop.
@@ -50,14 +61,21 @@ struct EngineLoad {
   int64_t host_pages_used = 0;
   int64_t host_pages_capacity = 0;
   int64_t device_slots_used = 0;
+  // The prefix cache (docs/SESSIONS.md): KV-pool blocks and host pages cached but held by no
+  // request or session (free for admission, not counted as used above); sessions and the KV
+  // bytes their last turns keep; pages evicted so far, by EvictionReason.
+  int64_t kv_blocks_cached = 0;
+  int64_t host_pages_cached = 0;
+  int64_t sessions = 0;
+  int64_t session_kv_bytes = 0;
+  std::array<int64_t, kEvictionReasons> evicted_pages = {};
 };
 
 class EngineObserver {
  public:
   virtual ~EngineObserver() = default;
   // A request moved from the waiting queue into the running batch.
-  virtual void OnAdmitted(const std::string& request_id, int64_t prompt_tokens,
-                          double queue_seconds) {}
+  virtual void OnAdmitted(const Admission& admission) {}
   // A request produced its first token (time to first token, from submission).
   virtual void OnFirstToken(double ttft_seconds) {}
   // A request produced a token after its first: the time since its previous token.
@@ -74,9 +92,8 @@ class ObserverList : public EngineObserver {
  public:
   explicit ObserverList(std::vector<EngineObserver*> observers)
       : observers_(std::move(observers)) {}
-  void OnAdmitted(const std::string& request_id, int64_t prompt_tokens,
-                  double queue_seconds) override {
-    for (auto* o : observers_) o->OnAdmitted(request_id, prompt_tokens, queue_seconds);
+  void OnAdmitted(const Admission& admission) override {
+    for (auto* o : observers_) o->OnAdmitted(admission);
   }
   void OnFirstToken(double ttft_seconds) override {
     for (auto* o : observers_) o->OnFirstToken(ttft_seconds);

@@ -22,16 +22,17 @@ void RequestStream::Append(const SequenceOutput& out) {
   Notify(lock);
 }
 
-void RequestStream::Close(absl::Status status, FinishReason finish, int64_t prompt_tokens,
-                          int64_t completion_tokens, std::optional<KvStats> kv_stats) {
+void RequestStream::Close(absl::Status status, FinishReason finish, const TokenUsage& usage,
+                          std::optional<KvStats> kv_stats) {
   std::unique_lock lock(mu_);
   if (closed_) return;
   closed_ = true;
   pending_.done = true;
   pending_.status = std::move(status);
   pending_.finish = finish;
-  pending_.prompt_tokens = prompt_tokens;
-  pending_.completion_tokens = completion_tokens;
+  pending_.prompt_tokens = usage.prompt;
+  pending_.completion_tokens = usage.completion;
+  pending_.cached_prompt_tokens = usage.cached_prompt;
   pending_.kv_stats = kv_stats;
   Notify(lock);
 }

@@ -20,6 +20,12 @@
 
 namespace specula {
 
+struct TokenUsage {
+  int64_t prompt = 0;
+  int64_t completion = 0;
+  int64_t cached_prompt = 0;  // of `prompt`, served from the prefix cache (docs/SESSIONS.md)
+};
+
 struct StreamChunk {
   std::vector<int32_t> tokens;
   std::string text;
@@ -31,6 +37,7 @@ struct StreamChunk {
   FinishReason finish = FinishReason::kNone;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t cached_prompt_tokens = 0;  // prompt tokens whose KV came from the prefix cache
   // What the KV cache did for the request (last chunk; unset if it was never admitted).
   std::optional<KvStats> kv_stats;
 };
@@ -42,8 +49,8 @@ class RequestStream {
 
   // Producer. Appends after Close are ignored.
   void Append(const SequenceOutput& out);
-  void Close(absl::Status status, FinishReason finish, int64_t prompt_tokens,
-             int64_t completion_tokens, std::optional<KvStats> kv_stats = std::nullopt);
+  void Close(absl::Status status, FinishReason finish, const TokenUsage& usage,
+             std::optional<KvStats> kv_stats = std::nullopt);
 
   // Consumer. Moves everything pending (and the end, once closed) into `*chunk` and returns true;
   // returns false when nothing is pending and arms `on_ready` for the next Append or Close.

@@ -38,6 +38,8 @@ void ExpectDefaults(const ServerConfig& c) {
   EXPECT_EQ(c.kv_cache.page_size, d.kv_cache.page_size);
   EXPECT_EQ(c.kv_cache.capacity_tokens, d.kv_cache.capacity_tokens);
   EXPECT_EQ(c.kv_cache.dtype, d.kv_cache.dtype);
+  EXPECT_EQ(c.kv_cache.prefix_cache, d.kv_cache.prefix_cache);
+  EXPECT_EQ(c.kv_cache.session_ttl_seconds, d.kv_cache.session_ttl_seconds);
   const SparseOptions& s = c.sparse.options;
   const SparseOptions& ds = d.sparse.options;
   EXPECT_EQ(s.enabled, ds.enabled);
@@ -129,6 +131,8 @@ kv_cache:
   page_size: 1024
   capacity_tokens: 1024
   dtype: bf16
+  prefix_cache: false
+  session_ttl_seconds: 30.5
 sparse:
   enabled: true
   budget_tokens: 4096
@@ -162,6 +166,8 @@ sparse:
   EXPECT_EQ(c->kv_cache.page_size, 1024);
   EXPECT_EQ(c->kv_cache.capacity_tokens, 1024);
   EXPECT_EQ(c->kv_cache.dtype, "bf16");
+  EXPECT_FALSE(c->kv_cache.prefix_cache);
+  EXPECT_EQ(c->kv_cache.session_ttl_seconds, 30.5);
   const SparseOptions& s = c->sparse.options;
   EXPECT_TRUE(s.enabled);
   EXPECT_EQ(s.budget_tokens, 4096);
@@ -269,6 +275,13 @@ TEST(ConfigTest, InvalidValuesNameTheirKeyAndLine) {
       {"kv_cache:\n  dtype: fp8\n",
        "kv_cache.dtype: unknown KV cache dtype 'fp8' (accepted: auto, bf16, f16, f32)", 2},
       {"kv_cache:\n  dtype: BF16\n", "kv_cache.dtype: unknown KV cache dtype 'BF16'", 2},
+      {"kv_cache:\n  session_ttl_seconds: 0\n",
+       "kv_cache.session_ttl_seconds: must be in (0, 2592000], got 0", 2},
+      {"kv_cache:\n  session_ttl_seconds: 2592001\n",
+       "kv_cache.session_ttl_seconds: must be in (0, 2592000]", 2},
+      {"kv_cache:\n  session_ttl_seconds: .nan\n",
+       "kv_cache.session_ttl_seconds: must be in (0, 2592000], got nan", 2},
+      {"kv_cache:\n  prefix_cache: maybe\n", "kv_cache.prefix_cache:", 2},
       {"kv_cache:\n  page_size: 0\n",
        "kv_cache.page_size: must be a power of two in [1, 1024], got 0", 2},
       {"kv_cache:\n  page_size: 24\n", "kv_cache.page_size: must be a power of two", 2},

@@ -42,8 +42,8 @@ double GaugeValue(const ServerMetrics& metrics, const std::string& name) {
 }
 
 void DriveTraffic(ServerMetrics& m) {
-  m.OnAdmitted("r1", 5, 0.002);
-  m.OnAdmitted("r2", 7, 0.5);
+  m.OnAdmitted(Admission{"r1", 5, 0, 0.002});
+  m.OnAdmitted(Admission{"r2", 7, 4, 0.5});
   m.OnFirstToken(0.01);
   m.OnFirstToken(0.03);
   m.OnNextToken(0.0003);

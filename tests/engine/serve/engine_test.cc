@@ -72,9 +72,9 @@ class Collector {
 
 class CountingObserver : public EngineObserver {
  public:
-  void OnAdmitted(const std::string&, int64_t prompt_tokens, double) override {
+  void OnAdmitted(const Admission& a) override {
     admitted++;
-    prompt += prompt_tokens;
+    prompt += a.prompt_tokens;
   }
   void OnFirstToken(double ttft) override { tokens++; }
   void OnNextToken(double tbt) override { tokens++; }

@@ -47,7 +47,7 @@ TEST(RequestStreamTest, CloseEndsTheStreamWithPendingData) {
   StreamChunk chunk;
   EXPECT_FALSE(stream.Take(&chunk));
   stream.Append(Token(4, "w"));
-  stream.Close(absl::OkStatus(), FinishReason::kLength, 3, 1);
+  stream.Close(absl::OkStatus(), FinishReason::kLength, TokenUsage{3, 1, 0});
   stream.Append(Token(9, "ignored"));
   EXPECT_EQ(calls, 1);
   ASSERT_TRUE(stream.Take(&chunk));
@@ -57,7 +57,7 @@ TEST(RequestStreamTest, CloseEndsTheStreamWithPendingData) {
   EXPECT_EQ(chunk.prompt_tokens, 3);
   EXPECT_EQ(chunk.completion_tokens, 1);
   EXPECT_FALSE(stream.Take(&chunk));
-  stream.Close(absl::CancelledError(), FinishReason::kCancelled, 0, 0);
+  stream.Close(absl::CancelledError(), FinishReason::kCancelled, TokenUsage{});
   EXPECT_EQ(calls, 1) << "nothing is armed after the end was taken";
 }
 
@@ -68,7 +68,7 @@ TEST(RequestStreamTest, EmptyOutputsDoNotWakeTheReader) {
   EXPECT_FALSE(stream.Take(&chunk));
   stream.Append(SequenceOutput());
   EXPECT_EQ(calls, 0);
-  stream.Close(absl::CancelledError("gone"), FinishReason::kCancelled, 2, 0);
+  stream.Close(absl::CancelledError("gone"), FinishReason::kCancelled, TokenUsage{2, 0, 0});
   EXPECT_EQ(calls, 1);
   ASSERT_TRUE(stream.Take(&chunk));
   EXPECT_TRUE(chunk.done);
