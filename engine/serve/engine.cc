@@ -131,7 +131,11 @@ absl::Status Engine::DeleteSession(const std::string& id) {
     }
   }
   absl::Status status;
-  if (!RunOnEngineThread([&] { status = generator_->DeleteSession(id); })) {
+  // Load is published before the call returns, so gauges already show the freed KV.
+  if (!RunOnEngineThread([&] {
+        status = generator_->DeleteSession(id);
+        PublishLoad();
+      })) {
     return absl::UnavailableError("the engine has stopped");
   }
   return status;

@@ -1,0 +1,211 @@
+// End to end over gRPC, sessions (docs/SESSIONS.md): a multi-turn conversation reuses its KV
+// (usage.cached_prompt_tokens) and answers exactly as a request without the session; sessions
+// are listed, deleted back to the baseline, refused while busy; shared system prompts are reused
+// across sessions; the prefix-cache metrics count what happened.
+#include <atomic>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/server/e2e/test_server.h"
+#include "tests/server/prometheus_scrape.h"
+
+namespace specula::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kPage = 16;
+
+// Sparse requests run with a working set far smaller than the prompts (sinks 1 page + recent
+// 1 page + budget 2 pages), so reused pages are selected and prefetched like computed ones.
+void SessionConfig(ServerConfig& c, bool sparse) {
+  c.server.metrics_listen = "127.0.0.1:0";
+  c.kv_cache.page_size = kPage;
+  c.kv_cache.prefix_cache = false;  // session-less requests are computed from scratch
+  c.sparse.options.enabled = sparse;
+  c.sparse.options.budget_tokens = 32;
+  c.sparse.options.sink_tokens = 16;
+  c.sparse.options.recent_tokens = 16;
+  c.sparse.options.min_context_tokens = 0;
+  c.sparse.options.host_capacity_tokens = 65536;
+}
+
+std::vector<int32_t> Text(int n, int seed) {
+  std::vector<int32_t> v;
+  for (int j = 0; j < n; ++j) v.push_back(1 + (seed * 41 + j * 13) % 400);
+  return v;
+}
+
+v1::GenerateRequest InSession(const std::vector<int32_t>& prompt, int max_tokens,
+                              const std::string& session) {
+  v1::GenerateRequest r = GreedyIds(prompt, max_tokens);
+  r.set_session_id(session);
+  return r;
+}
+
+Exposition IdleMetrics(Server& server) {
+  EXPECT_TRUE(server.engine().WaitIdle(absl::Now() + absl::Seconds(30)));
+  Exposition m = ScrapeMetrics(server.metrics().metrics_port());
+  EXPECT_THAT(m.errors, ::testing::IsEmpty());
+  return m;
+}
+
+class SessionE2eTest : public ::testing::TestWithParam<bool> {};  // dense / sparse
+
+// Four turns of an agent: each prompt is the last prompt, the model's answer and a tool result.
+TEST_P(SessionE2eTest, TurnsReuseTheConversationsKvAndAnswerAsWithoutTheSession) {
+  const bool sparse = GetParam();
+  auto server = StartServer([&](ServerConfig& c) { SessionConfig(c, sparse); });
+  ASSERT_NE(server, nullptr);
+  auto stub = Connect(server->address());
+  v1::ModelInfo info;
+  grpc::ClientContext info_ctx;
+  ASSERT_TRUE(stub->GetModelInfo(&info_ctx, v1::GetModelInfoRequest(), &info).ok());
+  ASSERT_EQ(info.kv_cache_dtype(), "f32");
+  // K and V of every layer and KV head.
+  const uint64_t kv_bytes_per_token = uint64_t{2} * info.num_layers() *
+                                      info.num_key_value_heads() * info.head_dim() * sizeof(float);
+  std::vector<int32_t> prompt = Text(45, 1);
+  int64_t reused = 0;
+  for (int turn = 0; turn < 4; ++turn) {
+    const StreamResult got = RunGenerate(*stub, InSession(prompt, 12, "agent-7"));
+    ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+    const StreamResult alone = RunGenerate(*stub, GreedyIds(prompt, 12));
+    ASSERT_TRUE(alone.status.ok()) << alone.status.error_message();
+    EXPECT_EQ(got.tokens, alone.tokens) << "turn " << turn;
+    EXPECT_EQ(alone.usage.cached_prompt_tokens(), 0u);
+    EXPECT_EQ(got.usage.prompt_tokens(), prompt.size());
+    ASSERT_EQ(got.kv_stats.has_value(), true);
+    EXPECT_EQ(got.kv_stats->sparse(), sparse);
+    if (turn == 0) EXPECT_EQ(got.usage.cached_prompt_tokens(), 0u);
+    reused += got.usage.cached_prompt_tokens();
+    // Everything but the last answer token has KV; whole pages of it are kept.
+    const int64_t kept = (static_cast<int64_t>(prompt.size() + got.tokens.size()) - 1) / kPage *
+                         kPage;
+    prompt.insert(prompt.end(), got.tokens.begin(), got.tokens.end());
+    const std::vector<int32_t> tool_result = Text(9 + 7 * turn, 10 + turn);
+    prompt.insert(prompt.end(), tool_result.begin(), tool_result.end());
+
+    v1::ListSessionsResponse list;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->ListSessions(&ctx, v1::ListSessionsRequest(), &list).ok());
+    ASSERT_EQ(list.sessions_size(), 1);
+    const v1::Session& s = list.sessions(0);
+    EXPECT_EQ(s.session_id(), "agent-7");
+    EXPECT_EQ(s.cached_tokens(), static_cast<uint64_t>(kept));
+    EXPECT_EQ(sparse ? s.host_bytes() : s.kv_cache_bytes(), kept * kv_bytes_per_token);
+    EXPECT_EQ(sparse ? s.kv_cache_bytes() : s.host_bytes(), 0u);
+    EXPECT_FALSE(s.running());
+    EXPECT_GT(s.last_use_unix_ms(), absl::ToUnixMillis(absl::Now() - absl::Minutes(1)));
+  }
+  EXPECT_GT(reused, 0);
+  Exposition m = IdleMetrics(*server);
+  EXPECT_EQ(m.Get("specula_prefix_cache_hit_tokens_total"), static_cast<double>(reused));
+  EXPECT_EQ(m.Get("specula_sessions"), 1);
+  EXPECT_GT(m.Get("specula_session_kv_bytes"), 0);
+
+  v1::DeleteSessionRequest del;
+  del.set_session_id("agent-7");
+  v1::DeleteSessionResponse ignored;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub->DeleteSession(&ctx, del, &ignored).ok());
+  m = ScrapeMetrics(server->metrics().metrics_port());
+  EXPECT_EQ(m.Get("specula_sessions"), 0);
+  EXPECT_EQ(m.Get("specula_session_kv_bytes"), 0);
+  EXPECT_EQ(m.Get("specula_kv_cache_blocks_used"), 0);
+  EXPECT_EQ(m.Get("specula_kv_host_pages_used"), 0);
+  EXPECT_GT(m.Get(R"(specula_kv_cache_evictions_total{reason="session_deleted"})"), 0);
+  grpc::ClientContext again;
+  EXPECT_EQ(stub->DeleteSession(&again, del, &ignored).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// One request per session at a time: a second turn and a delete while the first streams are
+// FAILED_PRECONDITION, and the first is unaffected; once it ends, both work.
+TEST(SessionE2eTest, ABusySessionRefusesASecondTurnAndDeletion) {
+  auto server = StartServer([](ServerConfig& c) { SessionConfig(c, false); });
+  ASSERT_NE(server, nullptr);
+  auto stub = Connect(server->address());
+  std::promise<grpc::ClientContext*> streaming;
+  std::atomic<bool> signalled{false};
+  StreamResult first;
+  std::thread t([&] {
+    first = RunGenerate(*stub, InSession(Text(40, 3), 3000, "busy"), {},
+                        [&](grpc::ClientContext& ctx, const v1::GenerateResponse&) {
+                          if (!signalled.exchange(true)) streaming.set_value(&ctx);
+                        });
+  });
+  grpc::ClientContext* first_ctx = streaming.get_future().get();
+  const StreamResult second = RunGenerate(*stub, InSession(Text(40, 3), 4, "busy"));
+  EXPECT_EQ(second.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(second.status.error_message(), HasSubstr("'busy'"));
+  v1::DeleteSessionRequest del;
+  del.set_session_id("busy");
+  v1::DeleteSessionResponse ignored;
+  grpc::ClientContext del_ctx;
+  EXPECT_EQ(stub->DeleteSession(&del_ctx, del, &ignored).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  first_ctx->TryCancel();
+  t.join();
+  EXPECT_EQ(first.status.error_code(), grpc::StatusCode::CANCELLED);
+  // The client hears CANCELLED at once; the session is free once the engine has retired the
+  // request (docs/SESSIONS.md: retry FAILED_PRECONDITION after a cancel).
+  ASSERT_TRUE(server->engine().WaitIdle(absl::Now() + absl::Seconds(30)));
+  // A cancelled turn's KV is valid: the next turn reuses it.
+  const StreamResult next = RunGenerate(*stub, InSession(Text(40, 3), 4, "busy"));
+  ASSERT_TRUE(next.status.ok()) << next.status.error_message();
+  EXPECT_EQ(next.usage.cached_prompt_tokens(), 32u);
+  grpc::ClientContext del_again;
+  EXPECT_TRUE(stub->DeleteSession(&del_again, del, &ignored).ok());
+}
+
+TEST(SessionE2eTest, MalformedSessionIdsAreInvalidArgument) {
+  auto server = StartServer([](ServerConfig& c) { SessionConfig(c, false); });
+  ASSERT_NE(server, nullptr);
+  auto stub = Connect(server->address());
+  for (const std::string& id : {std::string(129, 'a'), std::string("has space"),
+                                std::string("tab\t"), std::string("caf\xc3\xa9")}) {
+    const StreamResult r = RunGenerate(*stub, InSession(Text(20, 1), 2, id));
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << id;
+    EXPECT_THAT(r.status.error_message(), HasSubstr("session_id")) << id;
+    v1::DeleteSessionRequest del;
+    del.set_session_id(id);
+    v1::DeleteSessionResponse ignored;
+    grpc::ClientContext ctx;
+    EXPECT_EQ(stub->DeleteSession(&ctx, del, &ignored).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  v1::DeleteSessionRequest empty;
+  v1::DeleteSessionResponse ignored;
+  grpc::ClientContext ctx;
+  EXPECT_EQ(stub->DeleteSession(&ctx, empty, &ignored).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// Agents of one framework share a system prompt and tool schemas: the second session's first
+// turn reuses the first session's pages of it, and the metrics count those tokens.
+TEST(SessionE2eTest, ASecondSessionReusesASharedSystemPrompt) {
+  auto server = StartServer([](ServerConfig& c) { SessionConfig(c, true); });
+  ASSERT_NE(server, nullptr);
+  auto stub = Connect(server->address());
+  std::vector<int32_t> system = Text(70, 5);
+  std::vector<int32_t> a = system, b = system;
+  for (int32_t t : Text(10, 6)) a.push_back(t);
+  for (int32_t t : Text(12, 7)) b.push_back(t);
+  ASSERT_TRUE(RunGenerate(*stub, InSession(a, 3, "agent-a")).status.ok());
+  const StreamResult rb = RunGenerate(*stub, InSession(b, 3, "agent-b"));
+  ASSERT_TRUE(rb.status.ok()) << rb.status.error_message();
+  EXPECT_EQ(rb.usage.cached_prompt_tokens(), 64u);  // 70 system tokens: 4 whole pages
+  const Exposition m = IdleMetrics(*server);
+  EXPECT_EQ(m.Get("specula_prefix_cache_hit_tokens_total"), 64);
+  EXPECT_EQ(m.Get("specula_sessions"), 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(DenseAndSparse, SessionE2eTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "sparse" : "dense"; });
+
+}  // namespace
+}  // namespace specula::testing
