@@ -146,16 +146,23 @@ bool Generator::UsesSparse(const GenerationRequest& r) const {
 
 bool Generator::HasRoomFor(const GenerationRequest& request) const {
   if (static_cast<int32_t>(running_.size()) >= options_.max_running) return false;
+  // Preempted sequences come back before anything new starts.
+  if (HasPreempted()) return false;
   const int64_t total = TotalTokens(request);
   const bool sparse = UsesSparse(request);
-  const int64_t cached_blocks =
-      prefix_->PeekTokens(sparse, request.prompt, request.session_id) / kv_.page_size();
-  const int64_t free_blocks = kv_.free_blocks() + prefix_->reclaimable_blocks();
-  if (!sparse) return free_blocks >= kv_.BlocksFor(total) - cached_blocks;
+  const PrefixCache::Peek hit = prefix_->PeekHit(sparse, request.prompt, request.session_id);
+  const int64_t cached_blocks = hit.tokens / kv_.page_size();
+  // A sparse request's hit is host pages: every reclaimable pool block stays reclaimable.
+  const int64_t free_blocks =
+      kv_.free_blocks() + (sparse ? prefix_->reclaimable_blocks() : hit.reclaimable_after);
+  if (!sparse) {
+    const int64_t now = std::min<int64_t>(total, static_cast<int64_t>(request.prompt.size()) + 1);
+    return free_blocks >= kv_.BlocksFor(now) - cached_blocks;
+  }
   const HostKvStore& store = sparse_->store();
   const int64_t host_pages =
       (store.PagesFor(total) - cached_blocks) * store.num_layers() * store.num_kv_heads();
-  return store.free_pages() + prefix_->reclaimable_host_pages() >= host_pages &&
+  return store.free_pages() + hit.reclaimable_after >= host_pages &&
          free_blocks >= sparse_->Geometry(total, request.sparse.budget_tokens).slots_per_head();
 }
 
@@ -181,24 +188,46 @@ absl::StatusOr<uint64_t> Generator::Add(GenerationRequest request) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("%d sequences are running already (max_running)", running_.size()));
   }
+  if (HasPreempted()) {
+    return absl::ResourceExhaustedError(
+        "preempted sequences are waiting for KV cache; new ones start after them");
+  }
   const uint64_t id = next_id_++;
   auto seq = std::make_unique<Sequence>(id, std::move(request), *tokenizer_, eos_ids_,
                                         model_->config().max_position_embeddings);
-  RETURN_IF_ERROR(AttachKv(*seq));
+  RETURN_IF_ERROR(AttachKv(*seq, /*resume=*/false));
   running_.emplace(id, std::move(seq));
   return id;
 }
 
-absl::Status Generator::AttachKv(Sequence& seq) {
+std::vector<int32_t> Generator::TokensOf(const Sequence& seq, int64_t n) {
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) tokens[i] = seq.TokenAt(i);
+  return tokens;
+}
+
+int64_t Generator::InitialDenseTokens(const Sequence& seq) const {
+  // What it runs through the model before sampling, plus the first token it samples: decode
+  // grows it a block at a time (GrowDecodeBlocks).
+  return std::min(seq.max_total_tokens(), seq.kv_len() + seq.prefill_remaining() + 1);
+}
+
+absl::Status Generator::AttachKv(Sequence& seq, bool resume) {
   const GenerationRequest& r = seq.request();
-  const bool sparse = UsesSparse(r);
-  ASSIGN_OR_RETURN(seq.prefix_hit(), prefix_->Begin(sparse, r.prompt, r.session_id));
+  const bool sparse = seq.sparse_kv() != nullptr || UsesSparse(r);
+  if (resume) {
+    CHECK(!sparse) << "sparse sequences are never preempted";
+    seq.prefix_hit() =
+        prefix_->Resume(false, TokensOf(seq, seq.num_tokens()), r.session_id);
+  } else {
+    ASSIGN_OR_RETURN(seq.prefix_hit(), prefix_->Begin(sparse, r.prompt, r.session_id));
+  }
   std::vector<int32_t> shared;
   prefix_->HitPages(seq.prefix_hit(), &shared);
   const int64_t cached_blocks = seq.prefix_hit().tokens / kv_.page_size();
-  const int64_t total = seq.max_total_tokens();
-  // Reserving the whole lifetime's KV up front means a running sequence never fails for lack
-  // of cache.
+  const int64_t total = sparse ? seq.max_total_tokens() : InitialDenseTokens(seq);
+  // A sparse sequence reserves its whole lifetime's host pages and device slots up front; a dense
+  // one what it needs now, growing later (and preempted when the pool runs out).
   absl::Status status;
   if (sparse) {
     const HostKvStore& store = sparse_->store();
@@ -230,11 +259,10 @@ absl::Status Generator::AttachKv(Sequence& seq) {
   return absl::OkStatus();
 }
 
-void Generator::CacheKv(Sequence& seq, bool kv_valid) {
+void Generator::CacheKv(Sequence& seq, bool kv_valid, bool park) {
   const int32_t ps = kv_.page_size();
   const int64_t blocks = kv_valid ? seq.kv_len() / ps : 0;
-  std::vector<int32_t> tokens(static_cast<size_t>(blocks * ps));
-  for (int64_t i = 0; i < blocks * ps; ++i) tokens[i] = seq.TokenAt(i);
+  const std::vector<int32_t> tokens = TokensOf(seq, blocks * ps);
   std::vector<int32_t> block_pages;
   auto pages_of = [&](int64_t block) -> absl::Span<const int32_t> {
     if (seq.sparse_kv() == nullptr) return absl::MakeConstSpan(&seq.blocks()[block], 1);
@@ -247,7 +275,64 @@ void Generator::CacheKv(Sequence& seq, bool kv_valid) {
     }
     return block_pages;
   };
-  prefix_->Finish(seq.prefix_hit(), kv_valid, tokens, blocks, pages_of, absl::Now());
+  if (park) {
+    prefix_->Park(seq.prefix_hit(), tokens, blocks, pages_of);
+  } else {
+    prefix_->Finish(seq.prefix_hit(), kv_valid, tokens, blocks, pages_of, absl::Now());
+  }
+}
+
+void Generator::Preempt(Sequence& seq) {
+  CHECK(seq.sparse_kv() == nullptr);
+  CacheKv(seq, /*kv_valid=*/true, /*park=*/true);
+  kv_.Free(seq.blocks());
+  seq.Preempt();
+  ++preemptions_;
+}
+
+bool Generator::HasPreempted() const {
+  return std::any_of(running_.begin(), running_.end(),
+                     [](const auto& e) { return e.second->preempted(); });
+}
+
+void Generator::ResumePreempted() {
+  // Oldest first, and none behind one that does not fit: the oldest is never passed over.
+  for (auto& [id, s] : running_) {
+    if (!s->preempted()) continue;
+    const PrefixCache::Peek hit = prefix_->PeekHit(false, TokensOf(*s, s->num_tokens()),
+                                                   s->request().session_id, /*always=*/true);
+    const int64_t need = kv_.BlocksFor(InitialDenseTokens(*s)) - hit.tokens / kv_.page_size();
+    if (kv_.free_blocks() + hit.reclaimable_after < need) return;
+    const absl::Status attached = AttachKv(*s, /*resume=*/true);
+    CHECK(attached.ok()) << attached;
+    resumed_cached_tokens_ += s->kv_len();
+    s->set_preempted(false);
+  }
+}
+
+void Generator::GrowDecodeBlocks() {
+  const int32_t ps = kv_.page_size();
+  auto active_dense = [](const Sequence& s) { return !s.preempted() && s.sparse_kv() == nullptr; };
+  std::vector<Sequence*> growing;  // decoding into a position past their last block
+  for (auto& [id, s] : running_) {
+    if (active_dense(*s) && !s->in_prefill() &&
+        s->kv_len() / ps >= static_cast<int64_t>(s->blocks().size())) {
+      growing.push_back(s.get());
+    }
+  }
+  if (growing.empty()) return;
+  prefix_->MakeRoom(static_cast<int64_t>(growing.size()), 0);
+  // Out of blocks: the youngest running sequences give theirs back (parked in the prefix cache
+  // while nothing else needs the room) until the others can grow.
+  for (auto it = running_.rbegin();
+       kv_.free_blocks() < static_cast<int32_t>(growing.size()) && it != running_.rend(); ++it) {
+    Sequence& victim = *it->second;
+    if (!active_dense(victim)) continue;
+    Preempt(victim);
+    growing.erase(std::remove(growing.begin(), growing.end(), &victim), growing.end());
+    prefix_->MakeRoom(static_cast<int64_t>(growing.size()), 0);
+  }
+  for (Sequence* s : growing) s->blocks().push_back(kv_.Allocate(1).value().front());
 }
 
 int64_t Generator::CachedPromptTokens(uint64_t id) const {
@@ -295,6 +380,8 @@ absl::Status Generator::Step(std::vector<SequenceOutput>* outputs) {
     bool prefill;
     bool sample;    // has a logit row
   };
+  ResumePreempted();
+  GrowDecodeBlocks();
   std::vector<Planned> plan;
   int64_t prefill_budget = options_.prefill_chunk_tokens;
 
@@ -353,13 +440,13 @@ absl::Status Generator::Step(std::vector<SequenceOutput>* outputs) {
   std::vector<std::pair<Sequence*, int64_t>> prefills;
   for (auto& [id, s] : running_) {
     if (prefill_budget == 0) break;
-    if (!s->in_prefill()) continue;
+    if (!s->in_prefill() || s->preempted()) continue;
     const int64_t n = std::min(prefill_budget, s->prefill_remaining());
     prefills.emplace_back(s.get(), n);
     prefill_budget -= n;
   }
   auto decoding = [](const Sequence& s, bool sparse) {
-    return !s.in_prefill() && (s.sparse_kv() != nullptr) == sparse;
+    return !s.preempted() && !s.in_prefill() && (s.sparse_kv() != nullptr) == sparse;
   };
   for (bool sparse : {false, true}) {
     for (auto& [id, s] : running_) {

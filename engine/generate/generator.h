@@ -110,6 +110,10 @@ class Generator {
   std::vector<SessionInfo> ListSessions() const { return prefix_->ListSessions(); }
   absl::Time NextSessionExpiry() const { return prefix_->NextExpiry(); }
   const PrefixCacheCounters& prefix_cache_counters() const { return prefix_->counters(); }
+  // Preemptions so far (cumulative).
+  int64_t preemptions() const { return preemptions_; }
+  // Tokens resumed sequences found still cached (not recomputed), cumulative.
+  int64_t resumed_cached_tokens() const { return resumed_cached_tokens_; }
 
   bool HasWork() const { return !running_.empty(); }
   size_t num_running() const { return running_.size(); }
@@ -130,9 +134,22 @@ class Generator {
   void Retire(uint64_t id, bool kv_valid = true);
   // Gives a new sequence its KV: the prefix cache's hit, then fresh pages (evicting cache
   // for room). On failure the hit is released.
-  absl::Status AttachKv(Sequence& seq);
-  // Hands a retiring sequence's full pages to the prefix cache.
-  void CacheKv(Sequence& seq, bool kv_valid);
+  // With `resume`, a preempted sequence gets KV for every token so far back.
+  absl::Status AttachKv(Sequence& seq, bool resume);
+  // Hands a retiring sequence's full pages to the prefix cache; with `park`, a preempted one's
+  // (evictable, to be found again by Resume).
+  void CacheKv(Sequence& seq, bool kv_valid, bool park = false);
+  // Dense KV tokens a sequence starts with: what it prefills plus its first sampled token.
+  int64_t InitialDenseTokens(const Sequence& seq) const;
+  static std::vector<int32_t> TokensOf(const Sequence& seq, int64_t n);
+  // Preemption (docs/SESSIONS.md): a dense sequence whose next token needs a block gets one; when
+  // the pool (less what the prefix cache can give back) runs out, the youngest running dense
+  // sequences are preempted: their KV parked in the prefix cache, resumed oldest first (before
+  // new requests) by prefilling what eviction did not spare.
+  void GrowDecodeBlocks();
+  void Preempt(Sequence& seq);
+  void ResumePreempted();
+  bool HasPreempted() const;
   // The final output's kv_stats (waits for the sequence's prefetch copies in flight).
   KvStats FinalKvStats(const Sequence& s) const;
   int64_t TotalTokens(const GenerationRequest& r) const;
@@ -147,6 +164,8 @@ class Generator {
   absl::flat_hash_set<int32_t> eos_ids_;
   std::map<uint64_t, std::unique_ptr<Sequence>> running_;  // ordered: admission order
   uint64_t next_id_ = 1;
+  int64_t preemptions_ = 0;
+  int64_t resumed_cached_tokens_ = 0;
   ForwardBatch batch_;
   StepStats last_step_;
   std::vector<float> logits_;

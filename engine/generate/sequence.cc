@@ -25,6 +25,7 @@ Sequence::Sequence(uint64_t id, GenerationRequest request, const Tokenizer& toke
       sampler_(request_.sampling, request_.prompt),
       detok_(tokenizer, /*skip_special_tokens=*/true),
       stops_(request_.stopping.stop) {
+  prefill_target_ = static_cast<int64_t>(request_.prompt.size());
   if (!request_.stopping.ignore_eos) stop_ids_ = std::move(eos_ids);
   stop_ids_.insert(request_.stopping.stop_token_ids.begin(),
                    request_.stopping.stop_token_ids.end());
@@ -42,8 +43,18 @@ void Sequence::AdvanceKv(int64_t n, bool prefill) {
 }
 
 void Sequence::SkipCachedPrefix(int64_t tokens) {
-  CHECK(kv_len_ == 0 && tokens >= 0 && tokens < static_cast<int64_t>(request_.prompt.size()));
-  prefilled_ = kv_len_ = cached_prompt_tokens_ = tokens;
+  CHECK(kv_len_ == 0 && tokens >= 0 && tokens < prefill_target_);
+  prefilled_ = kv_len_ = tokens;
+  if (preemptions_ == 0) cached_prompt_tokens_ = tokens;
+}
+
+void Sequence::Preempt() {
+  CHECK(!finished() && !preempted_);
+  prefill_target_ = num_tokens();
+  prefilled_ = kv_len_ = 0;
+  blocks_.clear();
+  preempted_ = true;
+  ++preemptions_;
 }
 
 int64_t MaxTotalTokens(const GenerationRequest& request, int64_t max_context) {

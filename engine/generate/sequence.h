@@ -59,15 +59,20 @@ class Sequence {
   }
   int32_t TokenAt(int64_t i) const;
 
-  // Tokens of the prompt not yet run through the model.
-  int64_t prefill_remaining() const {
-    return static_cast<int64_t>(request_.prompt.size()) - prefilled_;
-  }
+  // Tokens not yet run through the model before the next sampling: the prompt's, or after a
+  // preemption every token so far (the last one's logits give the next token).
+  int64_t prefill_remaining() const { return prefill_target_ - prefilled_; }
   bool in_prefill() const { return prefill_remaining() > 0; }
   int64_t kv_len() const { return kv_len_; }
   void AdvanceKv(int64_t n, bool prefill);
-  // The first `tokens` prompt tokens' KV came from the prefix cache: prefill starts after them.
+  // The first `tokens` tokens' KV came from the prefix cache: prefill starts after them.
   void SkipCachedPrefix(int64_t tokens);
+  // The sequence lost its KV to a preemption (Generator::Preempt): it resumes by prefilling every
+  // token so far (less what the prefix cache still holds), then decodes on.
+  void Preempt();
+  bool preempted() const { return preempted_; }
+  void set_preempted(bool p) { preempted_ = p; }
+  int32_t preemptions() const { return preemptions_; }
   int64_t cached_prompt_tokens() const { return cached_prompt_tokens_; }
   // What this sequence reuses from the prefix cache (locked until it retires).
   PrefixHit& prefix_hit() { return prefix_hit_; }
@@ -96,7 +101,10 @@ class Sequence {
   std::shared_ptr<WorkingSet> sparse_kv_;
   int64_t prefilled_ = 0;
   int64_t kv_len_ = 0;
-  int64_t cached_prompt_tokens_ = 0;
+  int64_t prefill_target_ = 0;  // prompt size, or num_tokens() at the last preemption
+  int64_t cached_prompt_tokens_ = 0;  // at admission (a resume's reuse is not the prompt's)
+  bool preempted_ = false;            // waiting to be resumed: holds no KV
+  int32_t preemptions_ = 0;
   PrefixHit prefix_hit_;
   Sampler sampler_;
   StreamingDetokenizer detok_;

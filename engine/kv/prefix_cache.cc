@@ -55,11 +55,17 @@ int64_t PrefixCache::MaxHitBlocks(absl::Span<const int32_t> prompt) const {
   return prompt.empty() ? 0 : (static_cast<int64_t>(prompt.size()) - 1) / pool_.page_size();
 }
 
-int64_t PrefixCache::PeekTokens(bool sparse, absl::Span<const int32_t> prompt,
-                                const std::string& session_id) const {
+PrefixCache::Peek PrefixCache::PeekHit(bool sparse, absl::Span<const int32_t> prompt,
+                                       const std::string& session_id, bool always) const {
+  Peek peek;
   const PrefixTree* t = tree_or_null(sparse);
-  if (t == nullptr || !Caches(session_id)) return 0;
-  return PrefixTree::Depth(t->Match(prompt, MaxHitBlocks(prompt))) * pool_.page_size();
+  if (t == nullptr) return peek;
+  peek.reclaimable_after = t->reclaimable_pages();
+  if (!always && !Caches(session_id)) return peek;
+  const PrefixTree::Node* node = t->Match(prompt, MaxHitBlocks(prompt));
+  peek.tokens = PrefixTree::Depth(node) * pool_.page_size();
+  peek.reclaimable_after -= t->UnrunPathPages(node);
+  return peek;
 }
 
 absl::StatusOr<PrefixHit> PrefixCache::Begin(bool sparse, absl::Span<const int32_t> prompt,
@@ -77,11 +83,34 @@ absl::StatusOr<PrefixHit> PrefixCache::Begin(bool sparse, absl::Span<const int32
     }
     s.running = true;
   }
-  if (!Caches(session_id)) return hit;
-  hit.node = tree(sparse).Match(prompt, MaxHitBlocks(prompt));
-  hit.tokens = PrefixTree::Depth(hit.node) * pool_.page_size();
-  tree(sparse).Lock(hit.node, PrefixTree::LockKind::kRunning);
+  if (Caches(session_id)) MatchAndLock(prompt, &hit);
   return hit;
+}
+
+void PrefixCache::MatchAndLock(absl::Span<const int32_t> tokens, PrefixHit* hit) {
+  PrefixTree& t = tree(hit->sparse);
+  hit->node = t.Match(tokens, MaxHitBlocks(tokens));
+  hit->tokens = PrefixTree::Depth(hit->node) * pool_.page_size();
+  t.Lock(hit->node, PrefixTree::LockKind::kRunning);
+}
+
+PrefixHit PrefixCache::Resume(bool sparse, absl::Span<const int32_t> tokens,
+                              const std::string& session_id) {
+  CHECK(!sparse || sparse_ != nullptr);
+  PrefixHit hit;
+  hit.sparse = sparse;
+  hit.session_id = session_id;
+  MatchAndLock(tokens, &hit);
+  return hit;
+}
+
+void PrefixCache::Park(PrefixHit& hit, absl::Span<const int32_t> tokens, int64_t blocks,
+                       absl::FunctionRef<absl::Span<const int32_t>(int64_t block)> pages_of) {
+  PrefixTree& t = tree(hit.sparse);
+  t.Insert(tokens, blocks, pages_of);
+  t.Unlock(hit.node, PrefixTree::LockKind::kRunning);
+  hit.node = nullptr;
+  hit.tokens = 0;
 }
 
 void PrefixCache::HitPages(const PrefixHit& hit, std::vector<int32_t>* out) const {
@@ -98,6 +127,9 @@ void PrefixCache::Finish(PrefixHit& hit, bool kv_valid, absl::Span<const int32_t
   PrefixTree::Node* cached = nullptr;
   if (kv_valid && Caches(hit.session_id)) cached = t.Insert(tokens, blocks, pages_of);
   t.Unlock(hit.node, PrefixTree::LockKind::kRunning);
+  // A request that does not cache can still have hit pages it parked when preempted: they go
+  // with it (unless something else holds them).
+  if (!Caches(hit.session_id)) t.EvictPath(hit.node);
   hit.node = nullptr;
   if (!hit.session_id.empty()) {
     auto it = sessions_.find(hit.session_id);

@@ -75,9 +75,22 @@ class PrefixCache {
   // session already has a request running.
   absl::StatusOr<PrefixHit> Begin(bool sparse, absl::Span<const int32_t> prompt,
                                   const std::string& session_id);
+  // A preempted request comes back: the cached prefix of all its `tokens` (what Park left and
+  // eviction spared), locked again. Its session stays running throughout.
+  PrefixHit Resume(bool sparse, absl::Span<const int32_t> tokens, const std::string& session_id);
+  // A running request is preempted: its first `blocks` full blocks enter the index unlocked
+  // (evictable: kept if nothing needs the room), whatever kv_cache.prefix_cache says, and its
+  // hit is unlocked.
+  void Park(PrefixHit& hit, absl::Span<const int32_t> tokens, int64_t blocks,
+            absl::FunctionRef<absl::Span<const int32_t>(int64_t block)> pages_of);
   // The hit's length without locking anything (admission checks).
-  int64_t PeekTokens(bool sparse, absl::Span<const int32_t> prompt,
-                     const std::string& session_id) const;
+  // With `always`, as Resume matches (whatever kv_cache.prefix_cache says).
+  struct Peek {
+    int64_t tokens = 0;             // cached tokens the request would reuse
+    int64_t reclaimable_after = 0;  // reclaimable pages of its kind once it locks them
+  };
+  Peek PeekHit(bool sparse, absl::Span<const int32_t> prompt, const std::string& session_id,
+               bool always = false) const;
   // The hit's pages, block-major (dense: one block per page-size tokens; sparse: layers x KV
   // heads host pages per block).
   void HitPages(const PrefixHit& hit, std::vector<int32_t>* out) const;
@@ -118,6 +131,7 @@ class PrefixCache {
   PrefixTree& tree(bool sparse) { return sparse ? *sparse_ : dense_; }
   const PrefixTree* tree_or_null(bool sparse) const { return sparse ? sparse_.get() : &dense_; }
   int64_t MaxHitBlocks(absl::Span<const int32_t> prompt) const;
+  void MatchAndLock(absl::Span<const int32_t> tokens, PrefixHit* hit);
   bool Caches(const std::string& session_id) const {
     return !session_id.empty() || options_.cache_sessionless;
   }

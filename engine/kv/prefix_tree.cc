@@ -40,6 +40,14 @@ PrefixTree::Node* PrefixTree::Match(absl::Span<const int32_t> tokens, int64_t ma
 
 int64_t PrefixTree::Depth(const Node* node) { return node == nullptr ? 0 : node->depth; }
 
+int64_t PrefixTree::UnrunPathPages(const Node* node) const {
+  int64_t pages = 0;
+  for (; node != nullptr && node != root_.get(); node = node->parent) {
+    if (node->running_locks == 0) pages += pages_per_block_;
+  }
+  return pages;
+}
+
 void PrefixTree::PathPages(const Node* node, std::vector<int32_t>* out) const {
   out->assign(static_cast<size_t>(Depth(node)) * pages_per_block_, 0);
   for (; node != nullptr && node != root_.get(); node = node->parent) {

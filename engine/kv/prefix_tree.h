@@ -49,6 +49,9 @@ class PrefixTree {
   // The deepest node whose path equals the first blocks of `tokens`, at most `max_blocks` deep;
   // null when not even the first block is cached.
   Node* Match(absl::Span<const int32_t> tokens, int64_t max_blocks) const;
+  // Pages on the path to `node` that no running sequence locks: the part of reclaimable_pages()
+  // that locking this path would take away.
+  int64_t UnrunPathPages(const Node* node) const;
   // Blocks on the path to `node` (0 for null).
   static int64_t Depth(const Node* node);
   // The pages on the path to `node`, block-major: Depth(node) * pages_per_block ids.

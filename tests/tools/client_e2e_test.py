@@ -15,6 +15,7 @@ PYTHONPATH=<build>/python (the client package as the build writes it). Run by ha
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -208,6 +209,30 @@ class ClientE2ETest(unittest.TestCase):
         self.assertTrue(info.sparse.enabled)
         self.assertEqual(info.sparse.budget_tokens, SPARSE_BUDGET)
         self.assertRegex(self.cli_ok("info"), r"(?m)^sparse_enabled:\s+true$")
+
+    # --- sessions -------------------------------------------------------------------------
+
+    def test_session_turns_reuse_kv_from_both_clients(self):
+        first = list(self.client.generate(LONG_PROMPT, max_tokens=8, temperature=0.0,
+                                          ignore_eos=True, session_id="py-agent"))[-1]
+        self.assertEqual(first.usage.cached_prompt_tokens, 0)
+        sessions = {s.session_id: s for s in self.client.list_sessions()}
+        self.assertIn("py-agent", sessions)
+        self.assertGreater(sessions["py-agent"].cached_tokens, 0)
+        self.assertFalse(sessions["py-agent"].running)
+        # The next turn through the CLI: the same prompt plus more text reuses the first turn.
+        r = self.cli("generate", "--prompt=" + LONG_PROMPT + " And then?", "--max-tokens=4",
+                     "--temperature=0", "--session-id=py-agent")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        cached = int(re.search(r"cached_prompt_tokens=(\d+)", r.stderr).group(1))
+        self.assertGreater(cached, 0)
+        self.assertRegex(self.cli_ok("sessions"), r"(?m)^py-agent\t\d+\t")
+        self.assertIn("deleted py-agent", self.cli_ok("delete-session", "--session-id=py-agent"))
+        with self.assertRaises(grpc.RpcError) as e:
+            self.client.delete_session("py-agent")
+        self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
+        r = self.cli("delete-session", "--session-id=no such")
+        self.assertEqual(r.returncode, 2, r.stderr)
 
     # --- tokenizer ------------------------------------------------------------------------
 

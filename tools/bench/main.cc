@@ -5,6 +5,9 @@
 //       [--warmup N] [--json FILE] [--compare-engine [--model DIR]] [--server-pid PID]
 //   specula-bench sparse [--retrieval-dir tests/fixtures/retrieval_model] [--contexts 256,512]
 //       [--budgets 1,0.5,0.25,0.125] [--tbt-contexts 8192,32768] [--tbt-decode-tokens 32]
+//   specula-bench agent [--model DIR] [--conversations 4] [--turns 10] [--system-tokens 512]
+//       [--user-tokens 64] [--tool-tokens 64] [--output-tokens 32] [--think-ms 0]
+//       [--modes none,prefix,session]
 // Flags may be spelled with dashes or underscores.
 #include <algorithm>
 #include <cmath>
@@ -17,6 +20,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "tools/bench/agent_bench.h"
 #include "tools/bench/cpu_bench.h"
 #include "tools/bench/serve_bench.h"
 #include "tools/bench/sparse_bench.h"
@@ -72,10 +76,39 @@ ABSL_FLAG(int32_t, tbt_decode_tokens, 32, "sparse: decode steps timed per TBT me
 ABSL_FLAG(std::vector<std::string>, kv_dtypes, std::vector<std::string>({"f32", "bf16"}),
           "sparse: KV dtypes (kv_cache.dtype) of the cost part; the quality part uses the first");
 
+// agent
+ABSL_FLAG(int32_t, conversations, 4, "agent: conversations run concurrently");
+ABSL_FLAG(int32_t, turns, 10, "agent: turns per conversation");
+ABSL_FLAG(int32_t, system_tokens, 512, "agent: system prompt shared by every conversation");
+ABSL_FLAG(int32_t, user_tokens, 64, "agent: each conversation's first user message");
+ABSL_FLAG(int32_t, tool_tokens, 64, "agent: tool result appended after each answer");
+ABSL_FLAG(int32_t, output_tokens, 32, "agent: answer tokens per turn");
+ABSL_FLAG(int32_t, think_ms, 0, "agent: pause between a turn's end and the next turn");
+ABSL_FLAG(std::vector<std::string>, modes,
+          std::vector<std::string>({"none", "prefix", "session"}),
+          "agent: none (no reuse), prefix (kv_cache.prefix_cache), session (session_id)");
+
 namespace {
 
 constexpr char kUsage[] =
-    "specula-bench cpu|serve|sparse [flags]; see --help. Results go to docs/BENCHMARKS.md.";
+    "specula-bench cpu|serve|sparse|agent [flags]; see --help. Results go to "
+    "docs/BENCHMARKS.md.";
+
+int RunAgent() {
+  specula::AgentBenchOptions o;
+  o.model_dir = absl::GetFlag(FLAGS_model);
+  o.work_dir = absl::GetFlag(FLAGS_work_dir);
+  o.conversations = absl::GetFlag(FLAGS_conversations);
+  o.turns = absl::GetFlag(FLAGS_turns);
+  o.system_tokens = absl::GetFlag(FLAGS_system_tokens);
+  o.user_tokens = absl::GetFlag(FLAGS_user_tokens);
+  o.tool_tokens = absl::GetFlag(FLAGS_tool_tokens);
+  o.output_tokens = absl::GetFlag(FLAGS_output_tokens);
+  o.think_ms = absl::GetFlag(FLAGS_think_ms);
+  o.threads = absl::GetFlag(FLAGS_threads);
+  o.modes = absl::GetFlag(FLAGS_modes);
+  return specula::RunAgentBench(o);
+}
 
 template <typename T>
 bool ParseList(const char* flag, const std::vector<std::string>& in, std::vector<T>* out) {
@@ -187,6 +220,7 @@ int main(int argc, char** argv) {
   if (command == "cpu") return RunCpu();
   if (command == "serve") return RunServe();
   if (command == "sparse") return RunSparse();
+  if (command == "agent") return RunAgent();
   std::cerr << kUsage << "\n";
   return 2;
 }

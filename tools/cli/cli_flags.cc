@@ -23,6 +23,9 @@ ABSL_FLAG(std::string, prompt_ids, "",
 ABSL_FLAG(bool, add_special_tokens, true, "let the tokenizer add BOS etc. to --prompt");
 ABSL_FLAG(bool, skip_special_tokens, false, "detokenize: leave special tokens out of the text");
 ABSL_FLAG(std::string, request_id, "", "request id for the server's logs (default: its own)");
+ABSL_FLAG(std::string, session_id, "",
+          "generate: the conversation whose KV the server keeps between turns; "
+          "delete-session: the session to free");
 ABSL_FLAG(int32_t, max_tokens, 64, "most tokens to generate");
 ABSL_FLAG(float, temperature, 0.0f, "0 = greedy");
 ABSL_FLAG(float, top_p, 1.0f, "nucleus sampling mass");

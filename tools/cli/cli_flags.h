@@ -16,6 +16,7 @@ ABSL_DECLARE_FLAG(std::string, server);
 ABSL_DECLARE_FLAG(double, timeout);
 ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(std::string, prompt);
+ABSL_DECLARE_FLAG(std::string, session_id);
 ABSL_DECLARE_FLAG(std::string, prompt_ids);
 ABSL_DECLARE_FLAG(bool, add_special_tokens);
 ABSL_DECLARE_FLAG(bool, skip_special_tokens);

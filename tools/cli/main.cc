@@ -18,11 +18,13 @@ namespace {
 constexpr char kUsage[] =
     "specula-cli COMMAND [flags]\n"
     "  generate    --prompt TEXT | --prompt_ids 1,2,3 [--max_tokens N --temperature T ...]\n"
-    "              [--sparse-mode default|dense|sparse --budget-tokens N]\n"
+    "              [--sparse-mode default|dense|sparse --budget-tokens N] [--session_id ID]\n"
     "              streams the completion (--offline: run the engine in-process)\n"
     "  tokenize    --prompt TEXT\n"
     "  detokenize  --prompt_ids 1,2,3\n"
     "  info        the server's model and limits\n"
+    "  sessions    the sessions whose KV the server keeps\n"
+    "  delete-session --session_id ID: frees a session's KV\n"
     "  health      [--service NAME]: SERVING exits 0\n"
     "Server commands take --server HOST:PORT (default 127.0.0.1:50051) and --timeout SECONDS.";
 
@@ -49,6 +51,8 @@ int main(int argc, char** argv) {
   if (command == "detokenize") return specula::DetokenizeRemote();
   if (command == "info") return specula::InfoRemote();
   if (command == "health") return specula::HealthRemote();
+  if (command == "sessions") return specula::ListSessionsRemote();
+  if (command == "delete-session") return specula::DeleteSessionRemote();
   std::cerr << "specula-cli: unknown command '" << command << "'\n" << kUsage << "\n";
   return 2;
 }

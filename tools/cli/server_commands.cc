@@ -62,6 +62,7 @@ std::unique_ptr<grpc::ClientContext> Context() {
 absl::StatusOr<pb::GenerateRequest> BuildGenerateRequest() {
   pb::GenerateRequest req;
   req.set_request_id(absl::GetFlag(FLAGS_request_id));
+  req.set_session_id(absl::GetFlag(FLAGS_session_id));
   if (!absl::GetFlag(FLAGS_prompt_ids).empty()) {
     auto ids = ParseTokenIds("prompt_ids", absl::GetFlag(FLAGS_prompt_ids));
     if (!ids.ok()) return ids.status();
@@ -173,9 +174,10 @@ int GenerateRemote() {
   // Over the whole call: the server may coalesce tokens into few messages, so a rate over the
   // gaps between messages would read as arbitrarily fast.
   std::cerr << absl::StrFormat(
-      "[%s] prompt_tokens=%d completion_tokens=%d finish=%s ttft=%.1fms total=%.1fms "
-      "(%.1f tok/s)\n",
-      absl::GetFlag(FLAGS_server), usage.prompt_tokens(), usage.completion_tokens(),
+      "[%s] prompt_tokens=%d cached_prompt_tokens=%d completion_tokens=%d finish=%s "
+      "ttft=%.1fms total=%.1fms (%.1f tok/s)\n",
+      absl::GetFlag(FLAGS_server), usage.prompt_tokens(), usage.cached_prompt_tokens(),
+      usage.completion_tokens(),
       pb::FinishReason_Name(finish), first_token_s * 1e3, total_s * 1e3,
       total_s > 0 ? completion_tokens / total_s : 0.0);
   if (kv_stats.has_value()) {
@@ -265,6 +267,35 @@ int InfoRemote() {
       l.max_receive_message_bytes(), l.kv_cache_tokens(), l.prefill_chunk_tokens(),
       sp.enabled() ? "true" : "false", sp.budget_tokens(), sp.sink_tokens(), sp.recent_tokens(),
       sp.selector(), sp.speculation(), sp.miss_policy(), sp.min_context_tokens(), sp.page_size());
+  return 0;
+}
+
+int ListSessionsRemote() {
+  pb::ListSessionsResponse resp;
+  auto ctx = Context();
+  const grpc::Status status = pb::Specula::NewStub(Channel())->ListSessions(
+      ctx.get(), pb::ListSessionsRequest(), &resp);
+  if (!status.ok()) return Fail(status);
+  std::cout << "session_id\tcached_tokens\thost_bytes\tkv_cache_bytes\trunning\tidle_s\n";
+  const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+  for (const pb::Session& s : resp.sessions()) {
+    std::cout << absl::StrFormat(
+        "%s\t%d\t%d\t%d\t%s\t%.1f\n", s.session_id(), s.cached_tokens(), s.host_bytes(),
+        s.kv_cache_bytes(), s.running() ? "yes" : "no",
+        s.last_use_unix_ms() > 0 ? (now_ms - s.last_use_unix_ms()) / 1e3 : 0.0);
+  }
+  return 0;
+}
+
+int DeleteSessionRemote() {
+  pb::DeleteSessionRequest req;
+  req.set_session_id(absl::GetFlag(FLAGS_session_id));
+  pb::DeleteSessionResponse resp;
+  auto ctx = Context();
+  const grpc::Status status =
+      pb::Specula::NewStub(Channel())->DeleteSession(ctx.get(), req, &resp);
+  if (!status.ok()) return Fail(status);
+  std::cout << "deleted " << req.session_id() << "\n";
   return 0;
 }
 

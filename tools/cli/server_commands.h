@@ -13,6 +13,10 @@ int TokenizeRemote();
 int DetokenizeRemote();
 // The model and server limits, one field per line.
 int InfoRemote();
+// The sessions the server keeps, one tab-separated line each after a header.
+int ListSessionsRemote();
+// Frees --session_id's KV.
+int DeleteSessionRemote();
 // Prints the serving status of --service; exit 0 only when SERVING.
 int HealthRemote();
 

@@ -195,11 +195,14 @@ TEST(GeneratorTest, FullCacheIsResourceExhaustedAndCancelFreesBlocks) {
   opt.kv_cache_tokens = 64;
   opt.page_size = 16;
   auto gen = Generator::Create(TestModelDir("llama-f32"), opt).value();
-  auto a = gen->Add(Greedy({1, 2, 3}, 40));  // 43 tokens: 3 of 4 blocks
+  // Admission takes what a request needs now: its prompt and first token (decode grows it).
+  std::vector<int32_t> prompt40(40, 5), prompt30(30, 6);
+  auto a = gen->Add(Greedy(prompt40, 20));  // 41 tokens now: 3 of 4 blocks
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(gen->kv_pool().used_blocks(), 3);
-  auto b = gen->Add(Greedy({1, 2, 3}, 20));  // needs 2 blocks, 1 free
+  auto b = gen->Add(Greedy(prompt30, 1));  // needs 2 blocks now, 1 free
   EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_FALSE(gen->HasRoomFor(Greedy(prompt30, 1)));
   auto never = gen->Add(Greedy({1, 2, 3}, 100));  // could never fit
   EXPECT_EQ(never.status().code(), absl::StatusCode::kInvalidArgument);
   std::vector<SequenceOutput> out;

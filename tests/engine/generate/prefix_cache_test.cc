@@ -217,5 +217,56 @@ TEST(PrefixCacheTest, SessionlessRequestsShareCachedPagesUntilSpaceIsNeeded) {
             0);
 }
 
+// Admission takes what a request needs now; when decode outgrows the pool, the youngest
+// sequences are preempted and resumed later. A pool sized for two whole requests serves six
+// submitted together, each exactly as if it ran alone.
+TEST(PreemptionTest, APoolForTwoServesSixWithTheirSoloOutputs) {
+  const std::string model = TestModelDir(AllTestModels().front());
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 6; ++i) {
+    GenerationRequest r = Greedy(Tokens(20 + i, 40 + i), 44);  // <= 70 tokens: 5 blocks
+    if (i == 2) r.session_id = "agent";  // a session's turn survives preemption too
+    requests.push_back(r);
+  }
+  std::vector<std::vector<int32_t>> solo;
+  for (const GenerationRequest& r : requests) {
+    auto alone = Generator::Create(model, Options(false)).value();
+    solo.push_back(alone->GenerateAll({r}).value()[0].tokens);
+  }
+  auto gen = Generator::Create(model, Options(false, false, 10 * kPage)).value();
+  auto results = gen->GenerateAll(requests);
+  ASSERT_TRUE(results.ok()) << results.status();
+  for (int i = 0; i < 6; ++i) EXPECT_EQ((*results)[i].tokens, solo[i]) << "request " << i;
+  EXPECT_GT(gen->preemptions(), 0);
+  // The session's KV was kept, unless later requests needed its room (it was idle by then).
+  const int64_t dropped = gen->prefix_cache_counters()
+                              .evicted_pages[static_cast<int>(EvictionReason::kSessionDropped)];
+  if (gen->ListSessions().empty()) {
+    EXPECT_GT(dropped, 0);
+  } else {
+    ASSERT_TRUE(gen->DeleteSession("agent").ok());
+  }
+  EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
+}
+
+// A preempted sequence's full pages stay cached while nothing else needs them, so resuming
+// recomputes less than everything. Three requests of 6 blocks each in 14 blocks: the two that
+// keep running need 12, so 2 of the third's parked blocks survive until it resumes.
+TEST(PreemptionTest, ResumeReusesParkedPagesWhenTheyWereNotEvicted) {
+  const std::string model = TestModelDir(AllTestModels().front());
+  auto gen = Generator::Create(model, Options(false, false, 14 * kPage)).value();
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 3; ++i) requests.push_back(Greedy(Tokens(30, 60 + i), 60));
+  auto results = gen->GenerateAll(requests);
+  ASSERT_TRUE(results.ok()) << results.status();
+  for (int i = 0; i < 3; ++i) {
+    auto alone = Generator::Create(model, Options(false)).value();
+    EXPECT_EQ((*results)[i].tokens, alone->GenerateAll({requests[i]}).value()[0].tokens) << i;
+  }
+  EXPECT_GT(gen->preemptions(), 0);
+  EXPECT_GT(gen->resumed_cached_tokens(), 0);
+  EXPECT_EQ(gen->kv_blocks_used(), 0);
+}
+
 }  // namespace
 }  // namespace specula

@@ -2,8 +2,6 @@
 // (usage.cached_prompt_tokens) and answers exactly as a request without the session; sessions
 // are listed, deleted back to the baseline, refused while busy; shared system prompts are reused
 // across sessions; the prefix-cache metrics count what happened.
-#include <atomic>
-#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -129,16 +127,24 @@ TEST(SessionE2eTest, ABusySessionRefusesASecondTurnAndDeletion) {
   auto server = StartServer([](ServerConfig& c) { SessionConfig(c, false); });
   ASSERT_NE(server, nullptr);
   auto stub = Connect(server->address());
-  std::promise<grpc::ClientContext*> streaming;
-  std::atomic<bool> signalled{false};
-  StreamResult first;
+  // Paused, the engine queues the first turn and runs nothing: it stays queued (its session
+  // busy, its stream open) until its client cancels it.
+  server->engine().SetPausedForTesting(true);
+  // The context outlives the reading thread: a TryCancel must not race its destruction.
+  grpc::ClientContext first_ctx;
+  grpc::Status first_status;
   std::thread t([&] {
-    first = RunGenerate(*stub, InSession(Text(40, 3), 3000, "busy"), {},
-                        [&](grpc::ClientContext& ctx, const v1::GenerateResponse&) {
-                          if (!signalled.exchange(true)) streaming.set_value(&ctx);
-                        });
+    auto reader = stub->Generate(&first_ctx, InSession(Text(40, 3), 3000, "busy"));
+    v1::GenerateResponse msg;
+    while (reader->Read(&msg)) {
+    }
+    first_status = reader->Finish();
   });
-  grpc::ClientContext* first_ctx = streaming.get_future().get();
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (server->engine().load().waiting < 1 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));  // polls the queue, not a stand-in for an event
+  }
+  ASSERT_EQ(server->engine().load().waiting, 1);
   const StreamResult second = RunGenerate(*stub, InSession(Text(40, 3), 4, "busy"));
   EXPECT_EQ(second.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(second.status.error_message(), HasSubstr("'busy'"));
@@ -148,16 +154,15 @@ TEST(SessionE2eTest, ABusySessionRefusesASecondTurnAndDeletion) {
   grpc::ClientContext del_ctx;
   EXPECT_EQ(stub->DeleteSession(&del_ctx, del, &ignored).error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);
-  first_ctx->TryCancel();
+  first_ctx.TryCancel();
   t.join();
-  EXPECT_EQ(first.status.error_code(), grpc::StatusCode::CANCELLED);
+  server->engine().SetPausedForTesting(false);
+  EXPECT_EQ(first_status.error_code(), grpc::StatusCode::CANCELLED);
   // The client hears CANCELLED at once; the session is free once the engine has retired the
   // request (docs/SESSIONS.md: retry FAILED_PRECONDITION after a cancel).
   ASSERT_TRUE(server->engine().WaitIdle(absl::Now() + absl::Seconds(30)));
-  // A cancelled turn's KV is valid: the next turn reuses it.
   const StreamResult next = RunGenerate(*stub, InSession(Text(40, 3), 4, "busy"));
   ASSERT_TRUE(next.status.ok()) << next.status.error_message();
-  EXPECT_EQ(next.usage.cached_prompt_tokens(), 32u);
   grpc::ClientContext del_again;
   EXPECT_TRUE(stub->DeleteSession(&del_again, del, &ignored).ok());
 }

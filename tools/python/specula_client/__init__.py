@@ -43,6 +43,22 @@ SPECULA_HEALTH = "specula.v1.Specula"
 class Usage:
     prompt_tokens: int
     completion_tokens: int
+    # Of prompt_tokens, those whose KV the server reused (a session's earlier turns or a shared
+    # prefix) instead of computing it.
+    cached_prompt_tokens: int = 0
+
+
+@dataclasses.dataclass
+class Session:
+    """A session whose KV the server keeps (ListSessions)."""
+    session_id: str
+    cached_tokens: int
+    # Bytes its KV takes: in the host store (its last turn ran sparse) or in the KV cache.
+    host_bytes: int
+    kv_cache_bytes: int
+    running: bool
+    # When its last request ended (Unix time, ms); 0 before the first one ended.
+    last_use_unix_ms: int
 
 
 @dataclasses.dataclass
@@ -103,7 +119,7 @@ class Tokens:
 
 
 def _usage(msg) -> Usage:
-    return Usage(msg.prompt_tokens, msg.completion_tokens)
+    return Usage(msg.prompt_tokens, msg.completion_tokens, msg.cached_prompt_tokens)
 
 
 def _kv_stats(msg) -> KvStats:
@@ -176,7 +192,8 @@ class SpeculaClient:
                       stop_token_ids: Sequence[int] = (), ignore_eos: bool = False,
                       add_special_tokens: Optional[bool] = None,
                       request_id: str = "", sparse_mode: str = "default",
-                      budget_tokens: int = 0) -> "specula_pb2.GenerateRequest":
+                      budget_tokens: int = 0,
+                      session_id: str = "") -> "specula_pb2.GenerateRequest":
         """The GenerateRequest for these arguments. Exactly one of prompt / prompt_token_ids.
 
         Parameters left None take the server's defaults (temperature 1, top_p 1, no repetition
@@ -184,6 +201,8 @@ class SpeculaClient:
         sparse_mode: "default" (the server decides from its `sparse:` config), "dense" or
         "sparse" (FAILED_PRECONDITION on a server without the sparse KV cache). budget_tokens:
         selected tokens per layer and KV head for a sparse request; 0 = the server's default.
+        session_id: the conversation whose KV the server keeps between turns (docs/SESSIONS.md);
+        one request per session at a time.
         """
         if (prompt is None) == (prompt_token_ids is None):
             raise ValueError("give exactly one of prompt and prompt_token_ids")
@@ -192,7 +211,7 @@ class SpeculaClient:
                              % (", ".join(_SPARSE_MODES), sparse_mode))
         if budget_tokens < 0:
             raise ValueError("budget_tokens must be >= 0, got %d" % budget_tokens)
-        req = specula_pb2.GenerateRequest(request_id=request_id)
+        req = specula_pb2.GenerateRequest(request_id=request_id, session_id=session_id)
         if prompt is not None:
             req.prompt = prompt
             if add_special_tokens is not None:
@@ -270,6 +289,19 @@ class SpeculaClient:
         """The model and server limits: the ModelInfo message (fields as in the .proto)."""
         return self._stub.GetModelInfo(specula_pb2.GetModelInfoRequest(),
                                        timeout=self._timeout(timeout))
+
+    def list_sessions(self, *, timeout=_DEFAULT) -> List[Session]:
+        """The sessions whose KV the server keeps, sorted by id."""
+        resp = self._stub.ListSessions(specula_pb2.ListSessionsRequest(),
+                                       timeout=self._timeout(timeout))
+        return [Session(s.session_id, s.cached_tokens, s.host_bytes, s.kv_cache_bytes, s.running,
+                        s.last_use_unix_ms) for s in resp.sessions]
+
+    def delete_session(self, session_id: str, *, timeout=_DEFAULT) -> None:
+        """Frees the session's KV. grpc.RpcError: NOT_FOUND for an unknown id,
+        FAILED_PRECONDITION while a request of it is queued or running."""
+        self._stub.DeleteSession(specula_pb2.DeleteSessionRequest(session_id=session_id),
+                                 timeout=self._timeout(timeout))
 
     def health(self, service: str = SERVER_HEALTH, *, timeout=_DEFAULT) -> str:
         """"SERVING", "NOT_SERVING" (e.g. draining) or "UNKNOWN"; raises grpc.RpcError with

@@ -1,0 +1,32 @@
+// `specula-bench agent`: synthetic multi-turn agent conversations replayed through the engine,
+// with and without KV reuse (docs/SESSIONS.md). Each conversation starts with a shared system
+// prompt and a user message; every turn the agent's answer and a tool result of `tool_tokens`
+// tokens are appended, and after `think_ms` the next turn is sent. Reports TTFT per turn for each
+// mode, the new tokens each turn had to prefill, and the KV memory the sessions kept.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace specula {
+
+struct AgentBenchOptions {
+  std::string model_dir;        // "" = generate the 100m benchmark model in work_dir
+  std::string work_dir;         // "" = a temp dir
+  int conversations = 4;        // run concurrently
+  int turns = 10;
+  int system_tokens = 512;      // shared by every conversation
+  int user_tokens = 64;         // the first turn's own text
+  int tool_tokens = 64;         // appended each turn after the answer
+  int output_tokens = 32;       // per turn (greedy, EOS ignored)
+  int think_ms = 0;             // between a turn's end and the next turn
+  int threads = 0;
+  // none: every turn prefilled whole; prefix: kv_cache.prefix_cache without sessions;
+  // session: session_id per conversation.
+  std::vector<std::string> modes = {"none", "prefix", "session"};
+};
+
+// Prints Markdown tables to stdout; returns a process exit code.
+int RunAgentBench(const AgentBenchOptions& options);
+
+}  // namespace specula
