@@ -129,7 +129,8 @@ std::optional<Violation> FindViolation(const ServerConfig& c) {
                            kMaxDefaultMaxTokens)) ||
       (v = CheckRange<int>("scheduler.threads", sc.threads, 0, kMaxThreads)) ||
       (v = CheckRange<int>("scheduler.max_tokenizing_requests", sc.max_tokenizing_requests, 1,
-                           kMaxTokenizingRequests))) {
+                           kMaxTokenizingRequests)) ||
+      (v = CheckRange<int>("scheduler.max_overtakes", sc.max_overtakes, 0, 1 << 20))) {
     return v;
   }
   const KvCacheSection& kv = c.kv_cache;
@@ -362,7 +363,8 @@ absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
                              {"prefill_chunk_tokens", Int(&sc.prefill_chunk_tokens)},
                              {"default_max_tokens", Int(&sc.default_max_tokens)},
                              {"threads", Int(&sc.threads)},
-                             {"max_tokenizing_requests", Int(&sc.max_tokenizing_requests)}})},
+                             {"max_tokenizing_requests", Int(&sc.max_tokenizing_requests)},
+                             {"max_overtakes", Int(&sc.max_overtakes)}})},
       {"kv_cache", Section({{"page_size", Int(&kv.page_size)},
                             {"capacity_tokens", Int(&kv.capacity_tokens)},
                             {"dtype", String(&kv.dtype)},

@@ -37,6 +37,7 @@ struct SchedulerSection {
   int default_max_tokens = 256;     // >= 1
   int threads = 0;                  // 0 = all cores
   int max_tokenizing_requests = 16;  // 1..1024: long text prompts waiting to be tokenized
+  int max_overtakes = 16;           // 0..1048576: later requests may start ahead of a waiting one
   bool operator==(const SchedulerSection&) const = default;
 };
 

@@ -162,6 +162,10 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                               "session_dropped (an idle session dropped for room). A page is "
                               "a KV cache block, or one layer's and KV head's host page.")
                         .Register(r);
+  preemptions_ = AddCounter(r, "specula_preemptions_total",
+                            "Running requests preempted because decode outgrew the KV cache: "
+                            "their KV is parked in the prefix cache and they resume, oldest "
+                            "first, recomputing what was evicted meanwhile.");
   for (int i = 0; i < kEvictionReasons; ++i) {
     evicted_pages_[i] = &evictions.Add(
         {{"reason", EvictionReasonName(static_cast<EvictionReason>(i))}});
@@ -300,6 +304,10 @@ void ServerMetrics::OnLoad(const EngineLoad& load) {
     const int64_t delta = load.evicted_pages[i] - evicted_seen_[i];
     if (delta > 0) evicted_pages_[i]->Increment(static_cast<double>(delta));
     evicted_seen_[i] = load.evicted_pages[i];
+  }
+  if (load.preemptions > preemptions_seen_) {
+    preemptions_->Increment(static_cast<double>(load.preemptions - preemptions_seen_));
+    preemptions_seen_ = load.preemptions;
   }
 }
 

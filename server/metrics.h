@@ -80,6 +80,8 @@ class ServerMetrics : public EngineObserver {
   prometheus::Gauge* session_kv_bytes_;
   std::array<prometheus::Counter*, kEvictionReasons> evicted_pages_ = {};
   std::array<int64_t, kEvictionReasons> evicted_seen_ = {};  // load.evicted_pages last reported
+  prometheus::Counter* preemptions_;
+  int64_t preemptions_seen_ = 0;
   prometheus::Counter* generation_tokens_;
   prometheus::Family<prometheus::Counter>* requests_;
 

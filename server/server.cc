@@ -132,6 +132,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
                                                   : SendExecutor::Priority::kIdle);
   EngineOptions engine_options;
   engine_options.max_waiting = config.scheduler.max_waiting_requests;
+  engine_options.max_overtakes = config.scheduler.max_overtakes;
   s->engine_ = std::make_unique<Engine>(*std::move(generator), engine_options, s->observers_.get());
 
   s->InitCallEnv(config, model_info);

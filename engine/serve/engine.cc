@@ -18,6 +18,7 @@ struct Engine::Request {
   int64_t cached_prompt_tokens = 0;  // set once admitted
   absl::Time submitted;
   double queue_seconds = -1;  // set once admitted
+  int32_t overtaken = 0;      // later requests admitted ahead of it (EngineOptions::max_overtakes)
   // Output so far.
   int64_t completion_tokens = 0;
   double ttft_seconds = -1;
@@ -290,17 +291,30 @@ void Engine::RetireExpired(absl::Time now) {
 }
 
 void Engine::Admit() {
-  while (!waiting_.empty()) {
-    Request& r = *waiting_.front();
-    // Checked first so a long prompt waiting at the head is not copied every step.
-    if (!generator_->HasRoomFor(r.request.generation)) return;
+  const size_t max_running = static_cast<size_t>(generator_->options().max_running);
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    // No slot: nothing in the queue can start.
+    if (generator_->num_running() >= max_running) return;
+    Request& r = **it;
+    // Checked first so a long prompt that does not fit is not copied every step.
+    const bool fits = generator_->HasRoomFor(r.request.generation);
     // A copy: should Add still refuse, the request stays queued, in order.
-    absl::StatusOr<uint64_t> id = generator_->Add(r.request.generation);
-    if (absl::IsResourceExhausted(id.status())) return;
+    absl::StatusOr<uint64_t> id =
+        fits ? generator_->Add(r.request.generation) : absl::ResourceExhaustedError("no room");
+    if (absl::IsResourceExhausted(id.status())) {
+      // Later requests may pass it, until it has been passed max_overtakes times.
+      if (r.overtaken >= options_.max_overtakes) return;
+      ++it;
+      continue;
+    }
     if (!id.ok()) {
       Finish(r, id.status(), FinishReason::kNone);
-      waiting_.pop_front();
+      it = waiting_.erase(it);
       continue;
+    }
+    bool limit_reached = false;  // an earlier request may not be passed again
+    for (auto before = waiting_.begin(); before != it; ++before) {
+      limit_reached |= ++(*before)->overtaken >= options_.max_overtakes;
     }
     r.queue_seconds = Seconds(absl::Now() - r.submitted);
     r.cached_prompt_tokens = generator_->CachedPromptTokens(*id);
@@ -308,8 +322,9 @@ void Engine::Admit() {
       observer_->OnAdmitted(Admission{r.request.request_id, r.prompt_tokens,
                                       r.cached_prompt_tokens, r.queue_seconds});
     }
-    running_.emplace(*id, std::move(waiting_.front()));
-    waiting_.pop_front();
+    running_.emplace(*id, std::move(*it));
+    it = waiting_.erase(it);
+    if (limit_reached) return;
   }
 }
 
@@ -408,6 +423,7 @@ void Engine::PublishLoad() {
   load_.sessions = cache.sessions;
   load_.session_kv_bytes = cache.session_bytes;
   load_.evicted_pages = cache.evicted_pages;
+  load_.preemptions = generator_->preemptions();
   // Under the lock, so that whoever WaitIdle() releases already sees the observer's view (e.g.
   // the running gauge at 0). Observers are cheap and never call back into the engine.
   if (observer_) observer_->OnLoad(load_);

@@ -34,6 +34,12 @@ namespace specula {
 struct EngineOptions {
   // Requests accepted beyond those that can start at the next step; more are RESOURCE_EXHAUSTED.
   int32_t max_waiting = 1024;
+  // scheduler.max_overtakes: requests start in arrival order, but when the oldest waiting one
+  // does not fit yet, later ones that fit may start ahead of it; a waiting request can be
+  // overtaken this many times, then nothing behind it starts until it has (0 = strict FIFO).
+  // Small requests are not held behind a large one, and the large one is not starved: once it
+  // blocks the queue, running requests finish (or are preempted) until it fits.
+  int32_t max_overtakes = 16;
 };
 
 struct EngineRequest {

@@ -69,6 +69,7 @@ struct EngineLoad {
   int64_t sessions = 0;
   int64_t session_kv_bytes = 0;
   std::array<int64_t, kEvictionReasons> evicted_pages = {};
+  int64_t preemptions = 0;  // running requests preempted for KV room so far
 };
 
 class EngineObserver {

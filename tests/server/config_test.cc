@@ -35,6 +35,7 @@ void ExpectDefaults(const ServerConfig& c) {
   EXPECT_EQ(c.scheduler.default_max_tokens, d.scheduler.default_max_tokens);
   EXPECT_EQ(c.scheduler.threads, d.scheduler.threads);
   EXPECT_EQ(c.scheduler.max_tokenizing_requests, d.scheduler.max_tokenizing_requests);
+  EXPECT_EQ(c.scheduler.max_overtakes, d.scheduler.max_overtakes);
   EXPECT_EQ(c.kv_cache.page_size, d.kv_cache.page_size);
   EXPECT_EQ(c.kv_cache.capacity_tokens, d.kv_cache.capacity_tokens);
   EXPECT_EQ(c.kv_cache.dtype, d.kv_cache.dtype);
@@ -127,6 +128,7 @@ scheduler:
   default_max_tokens: 4096
   threads: 3
   max_tokenizing_requests: 2
+  max_overtakes: 0
 kv_cache:
   page_size: 1024
   capacity_tokens: 1024
@@ -163,6 +165,7 @@ sparse:
   EXPECT_EQ(c->scheduler.default_max_tokens, 4096);
   EXPECT_EQ(c->scheduler.threads, 3);
   EXPECT_EQ(c->scheduler.max_tokenizing_requests, 2);
+  EXPECT_EQ(c->scheduler.max_overtakes, 0);
   EXPECT_EQ(c->kv_cache.page_size, 1024);
   EXPECT_EQ(c->kv_cache.capacity_tokens, 1024);
   EXPECT_EQ(c->kv_cache.dtype, "bf16");
@@ -275,6 +278,7 @@ TEST(ConfigTest, InvalidValuesNameTheirKeyAndLine) {
       {"kv_cache:\n  dtype: fp8\n",
        "kv_cache.dtype: unknown KV cache dtype 'fp8' (accepted: auto, bf16, f16, f32)", 2},
       {"kv_cache:\n  dtype: BF16\n", "kv_cache.dtype: unknown KV cache dtype 'BF16'", 2},
+      {"scheduler:\n  max_overtakes: -1\n", "scheduler.max_overtakes: must be >= 0, got -1", 2},
       {"kv_cache:\n  session_ttl_seconds: 0\n",
        "kv_cache.session_ttl_seconds: must be in (0, 2592000], got 0", 2},
       {"kv_cache:\n  session_ttl_seconds: 2592001\n",

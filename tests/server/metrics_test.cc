@@ -88,6 +88,40 @@ void DriveTraffic(ServerMetrics& m) {
             /*device_slots_used=*/5});
 }
 
+// The prefix cache's counters arrive as running totals in EngineLoad; the Prometheus counters
+// must advance by the differences, never twice for the same evictions.
+TEST(MetricsTest, PrefixCacheAndSessionMetricsFollowTheLoad) {
+  ServerMetrics m;
+  m.OnAdmitted(Admission{"r1", 100, 64, 0.001});
+  m.OnAdmitted(Admission{"r2", 50, 0, 0.001});
+  EngineLoad load;
+  load.kv_blocks_cached = 7;
+  load.host_pages_cached = 9;
+  load.sessions = 2;
+  load.session_kv_bytes = 4096;
+  load.evicted_pages = {3, 0, 5, 1};
+  load.preemptions = 2;
+  m.OnLoad(load);
+  m.OnLoad(load);  // published again with nothing new
+  load.evicted_pages = {4, 2, 5, 1};
+  load.preemptions = 3;
+  load.sessions = 1;
+  m.OnLoad(load);
+  const Exposition e = ParseExposition(m.Exposition());
+  EXPECT_THAT(e.errors, ::testing::IsEmpty());
+  EXPECT_EQ(e.Get("specula_prefix_cache_hit_tokens_total"), 64);
+  EXPECT_EQ(e.Get("specula_prompt_tokens_total"), 150);
+  EXPECT_EQ(e.Get("specula_kv_cache_blocks_cached"), 7);
+  EXPECT_EQ(e.Get("specula_kv_host_pages_cached"), 9);
+  EXPECT_EQ(e.Get("specula_sessions"), 1);
+  EXPECT_EQ(e.Get("specula_session_kv_bytes"), 4096);
+  EXPECT_EQ(e.Get(R"(specula_kv_cache_evictions_total{reason="capacity"})"), 4);
+  EXPECT_EQ(e.Get(R"(specula_kv_cache_evictions_total{reason="session_ttl"})"), 2);
+  EXPECT_EQ(e.Get(R"(specula_kv_cache_evictions_total{reason="session_deleted"})"), 5);
+  EXPECT_EQ(e.Get(R"(specula_kv_cache_evictions_total{reason="session_dropped"})"), 1);
+  EXPECT_EQ(e.Get("specula_preemptions_total"), 3);
+}
+
 TEST(MetricsTest, ScrapeOverHttpIsValidAndCarriesEveryMetric) {
   ServerMetrics metrics;
   EXPECT_EQ(metrics.metrics_port(), 0);

@@ -212,6 +212,48 @@ TEST(EngineTest, CancelWaitingAndRunningFreesTheirKv) {
   engine->Cancel(a, absl::CancelledError("late"));  // finished handles are ignored
 }
 
+// scheduler.max_overtakes: a large request that does not fit yet lets two small ones start ahead
+// of it, then holds the rest back until it has started itself. Pool of 12 blocks: A holds 7, so
+// B (6 blocks now) waits while the small ones (1 block each) would all fit.
+TEST(EngineTest, SmallRequestsOvertakeABlockedOneAtMostMaxOvertakesTimes) {
+  GeneratorOptions gen_options;
+  gen_options.kv_cache_tokens = 12 * 16;
+  EngineOptions options;
+  options.max_overtakes = 2;
+  class OrderObserver : public EngineObserver {
+   public:
+    void OnAdmitted(const Admission& a) override {
+      std::lock_guard lock(mu);
+      order.push_back(a.request_id);
+    }
+    std::mutex mu;
+    std::vector<std::string> order;
+  } observer;
+  auto engine = MakeEngine(gen_options, options, &observer);
+  engine->SetPausedForTesting(true);
+  std::vector<Collector> streams(6);
+  auto prompt = [](int n, int seed) {
+    std::vector<int32_t> p;
+    for (int j = 0; j < n; ++j) p.push_back(1 + (seed * 7 + j * 3) % 200);
+    return p;
+  };
+  const std::vector<std::pair<std::string, GenerationRequest>> requests = {
+      {"A", Greedy(prompt(100, 1), 12)},  // 7 blocks for its whole life
+      {"B", Greedy(prompt(80, 2), 4)},    // 6 blocks: waits for A
+      {"C1", Greedy(prompt(5, 3), 3)},    // 1 block each
+      {"C2", Greedy(prompt(5, 4), 3)},
+      {"C3", Greedy(prompt(5, 5), 3)},
+      {"C4", Greedy(prompt(5, 6), 3)}};
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE(
+        engine->Submit(Named(requests[i].second, requests[i].first), streams[i].stream()).ok());
+  }
+  engine->SetPausedForTesting(false);
+  for (Collector& c : streams) EXPECT_TRUE(c.WaitDone().status.ok());
+  std::lock_guard lock(observer.mu);
+  EXPECT_EQ(observer.order, (std::vector<std::string>{"A", "C1", "C2", "B", "C3", "C4"}));
+}
+
 TEST(EngineTest, DeadlinesRetireQueuedAndRunningRequests) {
   auto engine = MakeEngine(GeneratorOptions{}, EngineOptions{});
   engine->SetPausedForTesting(true);
