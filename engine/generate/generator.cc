@@ -157,7 +157,9 @@ bool Generator::HasRoomFor(const GenerationRequest& request) const {
       kv_.free_blocks() + (sparse ? prefix_->reclaimable_blocks() : hit.reclaimable_after);
   if (!sparse) {
     const int64_t now = std::min<int64_t>(total, static_cast<int64_t>(request.prompt.size()) + 1);
-    return free_blocks >= kv_.BlocksFor(now) - cached_blocks;
+    // Beyond what running sequences take at the next step: a new request admitted into their
+    // growth would be the youngest, preempted at once.
+    return free_blocks >= kv_.BlocksFor(now) - cached_blocks + PendingGrowth();
   }
   const HostKvStore& store = sparse_->store();
   const int64_t host_pages =
@@ -301,7 +303,9 @@ void Generator::ResumePreempted() {
     if (!s->preempted()) continue;
     const PrefixCache::Peek hit = prefix_->PeekHit(false, TokensOf(*s, s->num_tokens()),
                                                    s->request().session_id, /*always=*/true);
-    const int64_t need = kv_.BlocksFor(InitialDenseTokens(*s)) - hit.tokens / kv_.page_size();
+    // Room beyond what running sequences take this step, or it would be preempted again at once.
+    const int64_t need = kv_.BlocksFor(InitialDenseTokens(*s)) - hit.tokens / kv_.page_size() +
+                         PendingGrowth();
     if (kv_.free_blocks() + hit.reclaimable_after < need) return;
     const absl::Status attached = AttachKv(*s, /*resume=*/true);
     CHECK(attached.ok()) << attached;
@@ -310,15 +314,21 @@ void Generator::ResumePreempted() {
   }
 }
 
+bool Generator::NeedsBlock(const Sequence& s) const {
+  return !s.preempted() && s.sparse_kv() == nullptr && !s.in_prefill() &&
+         s.kv_len() / kv_.page_size() >= static_cast<int64_t>(s.blocks().size());
+}
+
+int64_t Generator::PendingGrowth() const {
+  return std::count_if(running_.begin(), running_.end(),
+                       [&](const auto& e) { return NeedsBlock(*e.second); });
+}
+
 void Generator::GrowDecodeBlocks() {
-  const int32_t ps = kv_.page_size();
   auto active_dense = [](const Sequence& s) { return !s.preempted() && s.sparse_kv() == nullptr; };
   std::vector<Sequence*> growing;  // decoding into a position past their last block
   for (auto& [id, s] : running_) {
-    if (active_dense(*s) && !s->in_prefill() &&
-        s->kv_len() / ps >= static_cast<int64_t>(s->blocks().size())) {
-      growing.push_back(s.get());
-    }
+    if (NeedsBlock(*s)) growing.push_back(s.get());
   }
   if (growing.empty()) return;
   prefix_->MakeRoom(static_cast<int64_t>(growing.size()), 0);

@@ -147,6 +147,9 @@ class Generator {
   // sequences are preempted: their KV parked in the prefix cache, resumed oldest first (before
   // new requests) by prefilling what eviction did not spare.
   void GrowDecodeBlocks();
+  // Whether `s` decodes into a position past its last block at the next step, and how many do.
+  bool NeedsBlock(const Sequence& s) const;
+  int64_t PendingGrowth() const;
   void Preempt(Sequence& seq);
   void ResumePreempted();
   bool HasPreempted() const;

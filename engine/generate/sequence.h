@@ -78,6 +78,7 @@ class Sequence {
   PrefixHit& prefix_hit() { return prefix_hit_; }
 
   std::vector<int32_t>& blocks() { return blocks_; }
+  const std::vector<int32_t>& blocks() const { return blocks_; }
   // The sparse cache's working set when this sequence runs sparse, else null (dense blocks).
   const std::shared_ptr<WorkingSet>& sparse_kv() const { return sparse_kv_; }
   void set_sparse_kv(std::shared_ptr<WorkingSet> ws) { sparse_kv_ = std::move(ws); }
