@@ -81,6 +81,27 @@ std::optional<Violation> CheckAddress(absl::string_view key, absl::string_view v
   return Violation{std::string(key), std::string(status.message())};
 }
 
+// server.http_listen: "" or an address on no other listener's port.
+std::optional<Violation> CheckHttpListen(const ServerSection& s) {
+  if (s.http_listen.empty()) return std::nullopt;
+  if (std::optional<Violation> v = CheckAddress("server.http_listen", s.http_listen)) return v;
+  std::string http_host;
+  int http_port = 0;
+  (void)ParseHostPort(s.http_listen, &http_host, &http_port);
+  for (const auto& [key, other] :
+       {std::pair<const char*, const std::string*>{"server.listen", &s.listen},
+        {"server.metrics_listen", &s.metrics_listen}}) {
+    std::string host;
+    int port = 0;
+    if (other->empty() || !ParseHostPort(*other, &host, &port).ok()) continue;
+    if (http_port != 0 && http_port == port && http_host == host) {
+      return Violation{"server.http_listen",
+                       absl::StrCat("must differ from ", key, ", both are '", *other, "'")};
+    }
+  }
+  return std::nullopt;
+}
+
 // The one list of value rules, shared by the parser (which adds file and line) and
 // ValidateConfig (which runs again after flag overrides).
 std::optional<Violation> FindViolation(const ServerConfig& c) {
@@ -112,6 +133,17 @@ std::optional<Violation> FindViolation(const ServerConfig& c) {
   if (s.send_priority != "idle" && s.send_priority != "normal") {
     return Violation{"server.send_priority",
                      absl::StrCat("must be one of idle, normal, got '", s.send_priority, "'")};
+  }
+  if ((v = CheckHttpListen(s))) return v;
+  if ((v = CheckRange<int64_t>("server.http_max_body_bytes", s.http_max_body_bytes, 1024,
+                               kIntMax))) {
+    return v;
+  }
+  const std::string& parser = c.model.tool_call_parser;
+  if (parser != "auto" && parser != "none" && parser != "hermes" && parser != "llama3_json") {
+    return Violation{
+        "model.tool_call_parser",
+        absl::StrCat("must be one of auto, none, hermes, llama3_json, got '", parser, "'")};
   }
   const std::string& device = c.model.device;
   if (device != "cpu" && device != "cuda" && device != "auto") {
@@ -353,11 +385,16 @@ absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
   const std::vector<Field> sections = {
       {"server", Section({{"listen", String(&s.listen)},
                           {"metrics_listen", String(&s.metrics_listen)},
+                          {"http_listen", String(&s.http_listen)},
+                          {"http_max_body_bytes", Int(&s.http_max_body_bytes)},
                           {"max_receive_message_bytes", Int(&s.max_receive_message_bytes)},
                           {"shutdown_grace_seconds", Double(&s.shutdown_grace_seconds)},
                           {"log_level", String(&s.log_level)},
                           {"send_priority", String(&s.send_priority)}})},
-      {"model", Section({{"path", String(&m.path)}, {"device", String(&m.device)}})},
+      {"model", Section({{"path", String(&m.path)},
+                         {"device", String(&m.device)},
+                         {"chat_template", String(&m.chat_template)},
+                         {"tool_call_parser", String(&m.tool_call_parser)}})},
       {"scheduler", Section({{"max_running_requests", Int(&sc.max_running_requests)},
                              {"max_waiting_requests", Int(&sc.max_waiting_requests)},
                              {"prefill_chunk_tokens", Int(&sc.prefill_chunk_tokens)},

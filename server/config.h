@@ -17,6 +17,8 @@ namespace specula {
 struct ServerSection {
   std::string listen = "127.0.0.1:50051";         // gRPC address, HOST:PORT
   std::string metrics_listen = "127.0.0.1:9400";  // /metrics address; "" disables it
+  std::string http_listen;                        // OpenAI-compatible HTTP API; "" = off
+  int64_t http_max_body_bytes = 4194304;          // [1024, 2^31-1]: largest HTTP request body
   int64_t max_receive_message_bytes = 4194304;    // >= 1024, fits in int
   double shutdown_grace_seconds = 30;             // >= 0
   std::string log_level = "info";                 // as accepted by ParseLogLevel
@@ -27,6 +29,8 @@ struct ServerSection {
 struct ModelSection {
   std::string path;             // "" = the embedded default tiny model
   std::string device = "auto";  // cpu | cuda | auto
+  std::string chat_template;    // a Jinja template file; "" = tokenizer_config.json's
+  std::string tool_call_parser = "auto";  // auto | none | hermes | llama3_json
   bool operator==(const ModelSection&) const = default;
 };
 

@@ -12,20 +12,48 @@
 #include <mutex>
 #include <optional>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/log.h"
 #include "server/config.h"
+#include "server/connection_watcher.h"
 
 namespace specula {
+
+// One asynchronous exchange, shared by the HttpExchange handed to the route and libmicrohttpd's
+// side (the access handler, the content reader, the completion callback).
+struct HttpExchangeState {
+  std::mutex mu;
+  MHD_Connection* connection = nullptr;  // null once libmicrohttpd is done with it
+  ConnectionWatcher* watcher = nullptr;
+  int fd = -1;
+  bool parked = false;  // suspended in libmicrohttpd (and watched)
+  uint64_t watch_id = 0;
+  enum class Mode { kWaiting, kFull, kStream } mode = Mode::kWaiting;
+  HttpResponse response;  // kFull: all of it; kStream: status and headers
+  bool queued = false;    // handed to libmicrohttpd
+  std::string pending;    // streamed bytes libmicrohttpd has not read yet
+  bool ended = false;     // End() ran: the stream ends once `pending` is read
+  bool gone = false;      // the client left before the answer was complete
+  std::function<void()> on_gone;
+};
+
 namespace {
 
 // What one request has read so far, kept between libmicrohttpd's calls of the access handler.
 struct PendingRequest {
   HttpRequest request;
   const HttpRoute* route = nullptr;
+  std::shared_ptr<HttpExchangeState> exchange;  // an asynchronous route's, once its handler ran
 };
+
+MHD_Result CollectHeader(void* cls, MHD_ValueKind, const char* key, const char* value) {
+  auto* headers = static_cast<std::vector<std::pair<std::string, std::string>>*>(cls);
+  headers->emplace_back(absl::AsciiStrToLower(key), value == nullptr ? "" : value);
+  return MHD_YES;
+}
 
 MHD_Result Send(MHD_Connection* connection, const HttpResponse& r) {
   MHD_Response* response = MHD_create_response_from_buffer(
@@ -103,6 +131,164 @@ absl::StatusOr<sockaddr_storage> ResolveListenAddress(const std::string& host_po
 
 }  // namespace
 
+namespace {
+
+void OnHangUp(const std::weak_ptr<HttpExchangeState>& weak);
+
+// Suspends the connection until the answer (or its next piece) is there, and watches its socket
+// for a hang-up meanwhile. Called on the polling thread, with `s.mu` held.
+void Park(const std::shared_ptr<HttpExchangeState>& state) {
+  HttpExchangeState& s = *state;
+  s.parked = true;
+  MHD_suspend_connection(s.connection);
+  if (s.watcher != nullptr && s.fd >= 0) {
+    s.watch_id = s.watcher->Watch(s.fd, [weak = std::weak_ptr(state)] { OnHangUp(weak); });
+  }
+}
+
+// Resumes a parked connection. Takes the parking under `lock` (so one caller resumes it), then
+// unwatches and resumes outside it: the watcher's callback takes `s.mu` itself. A suspended
+// connection is never closed by libmicrohttpd, so `connection` stays valid until the resume.
+void Unpark(HttpExchangeState& s, std::unique_lock<std::mutex>& lock) {
+  if (!s.parked) return;
+  s.parked = false;
+  MHD_Connection* connection = s.connection;
+  const uint64_t watch_id = s.watch_id;
+  s.watch_id = 0;
+  lock.unlock();
+  if (s.watcher != nullptr) s.watcher->Unwatch(watch_id);
+  MHD_resume_connection(connection);
+}
+
+// The client left while the connection was parked: the route hears it (and cancels its work);
+// the connection is resumed by the answer that follows.
+void OnHangUp(const std::weak_ptr<HttpExchangeState>& weak) {
+  std::shared_ptr<HttpExchangeState> state = weak.lock();
+  if (state == nullptr) return;
+  std::function<void()> on_gone;
+  {
+    std::lock_guard lock(state->mu);
+    state->watch_id = 0;
+    if (state->gone || state->connection == nullptr) return;
+    state->gone = true;
+    on_gone = std::move(state->on_gone);
+  }
+  if (on_gone) on_gone();
+}
+
+// libmicrohttpd reads the streamed body from here. Nothing pending: park until the next Write.
+ssize_t ReadStream(void* cls, uint64_t /*pos*/, char* buf, size_t max) {
+  const auto& state = *static_cast<std::shared_ptr<HttpExchangeState>*>(cls);
+  std::lock_guard lock(state->mu);
+  if (!state->pending.empty()) {
+    const size_t n = std::min(max, state->pending.size());
+    std::memcpy(buf, state->pending.data(), n);
+    state->pending.erase(0, n);
+    return static_cast<ssize_t>(n);
+  }
+  if (state->ended) return MHD_CONTENT_READER_END_OF_STREAM;
+  if (state->gone) return MHD_CONTENT_READER_END_WITH_ERROR;
+  Park(state);
+  return 0;
+}
+
+void FreeStreamState(void* cls) { delete static_cast<std::shared_ptr<HttpExchangeState>*>(cls); }
+
+MHD_Result QueueStream(MHD_Connection* connection,
+                       const std::shared_ptr<HttpExchangeState>& state) {
+  const HttpResponse& r = state->response;
+  MHD_Response* response = MHD_create_response_from_callback(
+      MHD_SIZE_UNKNOWN, 16 * 1024, &ReadStream, new std::shared_ptr<HttpExchangeState>(state),
+      &FreeStreamState);
+  if (response == nullptr) return MHD_NO;
+  MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, r.content_type.c_str());
+  for (const auto& [name, value] : r.headers) {
+    MHD_add_response_header(response, name.c_str(), value.c_str());
+  }
+  const MHD_Result queued =
+      MHD_queue_response(connection, static_cast<unsigned>(r.status), response);
+  MHD_destroy_response(response);
+  return queued;
+}
+
+// The access handler's answer for an asynchronous route: the response if the route gave one,
+// else the connection parks until it does.
+MHD_Result QueueOrPark(MHD_Connection* connection,
+                       const std::shared_ptr<HttpExchangeState>& state) {
+  std::lock_guard lock(state->mu);
+  switch (state->mode) {
+    case HttpExchangeState::Mode::kWaiting:
+      Park(state);
+      return MHD_YES;
+    case HttpExchangeState::Mode::kFull:
+      state->queued = true;
+      return Send(connection, state->response);
+    case HttpExchangeState::Mode::kStream:
+      state->queued = true;
+      return QueueStream(connection, state);
+  }
+  return MHD_NO;
+}
+
+}  // namespace
+
+void HttpExchange::Respond(HttpResponse response) {
+  std::unique_lock lock(state_->mu);
+  if (state_->mode != HttpExchangeState::Mode::kWaiting || state_->connection == nullptr) return;
+  state_->mode = HttpExchangeState::Mode::kFull;
+  state_->response = std::move(response);
+  Unpark(*state_, lock);
+}
+
+void HttpExchange::StartStream(int status, std::string content_type,
+                               std::vector<std::pair<std::string, std::string>> headers) {
+  std::unique_lock lock(state_->mu);
+  if (state_->mode != HttpExchangeState::Mode::kWaiting || state_->connection == nullptr) return;
+  state_->mode = HttpExchangeState::Mode::kStream;
+  state_->response.status = status;
+  state_->response.content_type = std::move(content_type);
+  state_->response.headers = std::move(headers);
+  Unpark(*state_, lock);
+}
+
+void HttpExchange::Write(std::string_view data) {
+  std::unique_lock lock(state_->mu);
+  if (state_->mode != HttpExchangeState::Mode::kStream || state_->ended || state_->gone ||
+      state_->connection == nullptr) {
+    return;
+  }
+  state_->pending.append(data);
+  Unpark(*state_, lock);
+}
+
+void HttpExchange::End() {
+  std::unique_lock lock(state_->mu);
+  if (state_->mode != HttpExchangeState::Mode::kStream || state_->ended ||
+      state_->connection == nullptr) {
+    return;
+  }
+  state_->ended = true;
+  Unpark(*state_, lock);
+}
+
+void HttpExchange::OnClientGone(std::function<void()> on_gone) {
+  {
+    std::lock_guard lock(state_->mu);
+    if (!state_->gone) {
+      state_->on_gone = std::move(on_gone);
+      return;
+    }
+  }
+  on_gone();
+}
+
+const std::string* HttpRequest::header(std::string_view lower_case_name) const {
+  for (const auto& [name, value] : headers) {
+    if (name == lower_case_name) return &value;
+  }
+  return nullptr;
+}
+
 // libmicrohttpd's C callbacks; a struct so HttpServer can befriend them.
 struct HttpServerCallbacks {
   static MHD_Result Access(void* cls, MHD_Connection* connection, const char* url,
@@ -110,12 +296,18 @@ struct HttpServerCallbacks {
                            size_t* upload_data_size, void** state) {
     const auto* server = static_cast<const HttpServer*>(cls);
     auto* pending = static_cast<PendingRequest*>(*state);
+    // Called again after a resume, before the answer was queued.
+    if (pending != nullptr && pending->exchange != nullptr) {
+      return QueueOrPark(connection, pending->exchange);
+    }
     if (pending == nullptr) {
       // First call: headers only. Unknown paths and methods are answered before any body is read.
       pending = new PendingRequest();
       *state = pending;
       pending->request.method = method;
       pending->request.path = url;
+      MHD_get_connection_values(connection, MHD_HEADER_KIND, &CollectHeader,
+                                &pending->request.headers);
       HttpResponse refusal;
       pending->route = server->Match(pending->request, &refusal);
       if (pending->route == nullptr) return Send(connection, refusal);
@@ -134,12 +326,54 @@ struct HttpServerCallbacks {
       *upload_data_size = 0;
       return MHD_YES;
     }
+    if (pending->route->async_handler) return StartAsync(server, connection, pending);
     return Send(connection, RunHandler(*pending->route, pending->request));
   }
 
-  static void Completed(void*, MHD_Connection*, void** state, MHD_RequestTerminationCode) {
-    delete static_cast<PendingRequest*>(*state);
+  static MHD_Result StartAsync(const HttpServer* server, MHD_Connection* connection,
+                               PendingRequest* pending) {
+    auto state = std::make_shared<HttpExchangeState>();
+    state->connection = connection;
+    state->watcher = server->watcher_.get();
+    const MHD_ConnectionInfo* info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    state->fd = info == nullptr ? -1 : info->connect_fd;
+    pending->exchange = state;
+    auto exchange = std::make_shared<HttpExchange>(state);
+    try {
+      pending->route->async_handler(pending->request, exchange);
+    } catch (const std::exception& e) {
+      Log(LogLevel::kError, "http_handler_failed",
+          {{"path", pending->request.path}, {"error", e.what()}});
+      exchange->Respond(Plain(500, "internal error\n"));
+    }
+    return QueueOrPark(connection, state);
+  }
+
+  static void Completed(void*, MHD_Connection*, void** state, MHD_RequestTerminationCode code) {
+    auto* pending = static_cast<PendingRequest*>(*state);
     *state = nullptr;
+    if (pending != nullptr && pending->exchange != nullptr) Finished(*pending->exchange, code);
+    delete pending;
+  }
+
+  // libmicrohttpd is done with an exchange's connection: later answers go nowhere, and a client
+  // that left before the answer was complete is reported to the route.
+  static void Finished(HttpExchangeState& s, MHD_RequestTerminationCode code) {
+    std::function<void()> on_gone;
+    uint64_t watch_id;
+    {
+      std::lock_guard lock(s.mu);
+      s.connection = nullptr;
+      watch_id = s.watch_id;
+      s.watch_id = 0;
+      if (code != MHD_REQUEST_TERMINATED_COMPLETED_OK && !s.gone) {
+        s.gone = true;
+        on_gone = std::move(s.on_gone);
+      }
+    }
+    if (s.watcher != nullptr) s.watcher->Unwatch(watch_id);
+    if (on_gone) on_gone();
   }
 };
 
@@ -149,13 +383,13 @@ const HttpRoute* HttpServer::Match(const HttpRequest& request, HttpResponse* ref
     if (r.path == request.path) route = &r;
   }
   if (route == nullptr) {
-    *refusal = Plain(404, absl::StrCat("no such path: ", request.path, "\n"));
+    *refusal = Refusal(404, absl::StrCat("no such path: ", request.path));
     return nullptr;
   }
   if (std::find(route->methods.begin(), route->methods.end(), request.method) ==
       route->methods.end()) {
-    *refusal = Plain(
-        405, absl::StrCat("method ", request.method, " is not allowed on ", request.path, "\n"));
+    *refusal =
+        Refusal(405, absl::StrCat("method ", request.method, " is not allowed on ", request.path));
     refusal->headers.emplace_back("Allow", absl::StrJoin(route->methods, ", "));
     return nullptr;
   }
@@ -172,7 +406,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   absl::StatusOr<sockaddr_storage> addr = ResolveListenAddress(host_port);
   if (!addr.ok()) return addr.status();
   std::unique_ptr<HttpServer> server(new HttpServer(std::move(routes), options));
-  unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+  absl::StatusOr<std::unique_ptr<ConnectionWatcher>> watcher = ConnectionWatcher::Start();
+  if (!watcher.ok()) return watcher.status();
+  server->watcher_ = *std::move(watcher);
+  unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
   // "[::]" takes IPv4 too, as gRPC's listener does (libmicrohttpd would set IPV6_V6ONLY).
   if (addr->ss_family == AF_INET6) flags |= MHD_USE_DUAL_STACK;
   // The logger first, so complaints about the options below reach it too. One thread is the
@@ -197,8 +434,16 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   return server;
 }
 
+HttpServer::HttpServer(std::vector<HttpRoute> routes, const HttpServerOptions& options)
+    : routes_(std::move(routes)), options_(options) {}
+
 HttpResponse HttpServer::TooLarge() const {
-  return Plain(413, absl::StrCat("request body larger than ", options_.max_body_bytes, " bytes\n"));
+  return Refusal(413, absl::StrCat("request body larger than ", options_.max_body_bytes, " bytes"));
+}
+
+HttpResponse HttpServer::Refusal(int status, const std::string& message) const {
+  if (options_.error_response) return options_.error_response(status, message);
+  return Plain(status, message + "\n");
 }
 
 void HttpServer::set_last_error(std::string message) {

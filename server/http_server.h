@@ -9,13 +9,18 @@
 // an unknown path, 405 (with Allow) for a method the route does not take.
 //
 // Threading: handlers run on the server's polling threads; they must be quick and must not block
-// (they build a response from in-memory state).
+// (they build a response from in-memory state). Work that takes time (a generation) uses an
+// asynchronous route: its handler starts the work and returns; the answer comes later, from any
+// thread, through the HttpExchange, while the connection is parked (suspended in libmicrohttpd,
+// its socket watched for a hang-up by a ConnectionWatcher). Streamed answers use chunked
+// transfer encoding; between two writes the connection is parked again.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -29,6 +34,11 @@ struct HttpRequest {
   std::string method;  // as sent, e.g. "GET"
   std::string path;    // the URL's path, without the query string
   std::string body;    // at most HttpServerOptions::max_body_bytes
+  // Request headers, names lower-cased, in arrival order.
+  std::vector<std::pair<std::string, std::string>> headers;
+
+  // The first header named `lower_case_name`, or null.
+  const std::string* header(std::string_view lower_case_name) const;
 };
 
 struct HttpResponse {
@@ -40,10 +50,37 @@ struct HttpResponse {
 
 using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
 
+class ConnectionWatcher;
+struct HttpExchangeState;
+
+// The answer side of one request on an asynchronous route; any thread. Either Respond once, or
+// StartStream, Write any number of times and End. The connection stays open (parked, costing no
+// thread) until then. Calls after the client went away are ignored.
+class HttpExchange {
+ public:
+  explicit HttpExchange(std::shared_ptr<HttpExchangeState> state) : state_(std::move(state)) {}
+
+  void Respond(HttpResponse response);
+  // Sends the status and headers; the body follows in chunks.
+  void StartStream(int status, std::string content_type,
+                   std::vector<std::pair<std::string, std::string>> headers = {});
+  void Write(std::string_view data);
+  void End();
+  // Runs `on_gone` once if the client hangs up (or the connection fails) before the answer was
+  // complete; at once if that already happened. On a watcher or polling thread: must not block.
+  void OnClientGone(std::function<void()> on_gone);
+
+ private:
+  std::shared_ptr<HttpExchangeState> state_;
+};
+
+using HttpAsyncHandler = std::function<void(const HttpRequest&, std::shared_ptr<HttpExchange>)>;
+
 struct HttpRoute {
   std::string path;                  // matched exactly
   std::vector<std::string> methods;  // e.g. {"GET", "HEAD"}; HEAD answers without the body
-  HttpHandler handler;
+  HttpHandler handler;               // answers at once; or
+  HttpAsyncHandler async_handler = nullptr;  // answers later through the exchange
 };
 
 struct HttpServerOptions {
@@ -56,6 +93,9 @@ struct HttpServerOptions {
   // Largest request body read: a larger declared Content-Length gets 413 before the body is read;
   // a chunked body that grows past it has its connection closed.
   size_t max_body_bytes = 64 * 1024;
+  // The body of the server's own refusals (404, 405, 413); plain text when unset. The OpenAI
+  // listener answers in OpenAI's JSON error format.
+  std::function<HttpResponse(int status, const std::string& message)> error_response;
 };
 
 class HttpServer {
@@ -77,17 +117,19 @@ class HttpServer {
   std::string last_error() const;
 
  private:
-  HttpServer(std::vector<HttpRoute> routes, const HttpServerOptions& options)
-      : routes_(std::move(routes)), options_(options) {}
+  HttpServer(std::vector<HttpRoute> routes, const HttpServerOptions& options);
 
   // The route that serves `request`, or null with `refusal` set to a 404 (unknown path) or a 405
   // naming the allowed methods.
   const HttpRoute* Match(const HttpRequest& request, HttpResponse* refusal) const;
   // The 413 for a body over options_.max_body_bytes.
   HttpResponse TooLarge() const;
+  // One of the server's own refusals, in options_.error_response's format.
+  HttpResponse Refusal(int status, const std::string& message) const;
 
   std::vector<HttpRoute> routes_;
   HttpServerOptions options_;
+  std::unique_ptr<ConnectionWatcher> watcher_;  // outlives the daemon (declared first)
   MHD_Daemon* daemon_ = nullptr;
   int port_ = 0;
   mutable std::mutex error_mu_;

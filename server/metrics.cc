@@ -329,12 +329,15 @@ absl::Status ServerMetrics::StartExposer(const std::string& host_port) {
     return absl::FailedPreconditionError(
         absl::StrCat("metrics exposer already started on port ", port_));
   }
-  HttpRoute metrics{"/metrics", {"GET", "HEAD"}, [this](const HttpRequest&) {
+  HttpRoute metrics{"/metrics",
+                    {"GET", "HEAD"},
+                    [this](const HttpRequest&) {
                       HttpResponse r;
                       r.content_type = "text/plain; version=0.0.4; charset=utf-8";
                       r.body = Exposition();
                       return r;
-                    }};
+                    },
+                    nullptr};
   absl::StatusOr<std::unique_ptr<HttpServer>> server =
       HttpServer::Start(host_port, {std::move(metrics)}, exposer_options_);
   if (!server.ok()) {

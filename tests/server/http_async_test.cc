@@ -1,0 +1,160 @@
+// Asynchronous and streamed answers of the HTTP listener (HttpExchange): a handler that answers
+// later from another thread, a chunked stream written piece by piece, and a client that hangs up
+// while its connection is parked, which the route must hear at once (it cancels a generation).
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/http_server.h"
+#include "tests/server/prometheus_scrape.h"
+
+namespace specula {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Exchanges handed out by the routes, for the test to answer from its own thread.
+struct Parked {
+  absl::Mutex mu;
+  std::vector<std::shared_ptr<HttpExchange>> exchanges ABSL_GUARDED_BY(mu);
+  absl::Notification gone;
+};
+
+std::unique_ptr<HttpServer> StartAsyncServer(Parked* parked) {
+  std::vector<HttpRoute> routes;
+  HttpRoute later{"/later", {"POST"}, nullptr};
+  later.async_handler = [parked](const HttpRequest& r, std::shared_ptr<HttpExchange> ex) {
+    ex->OnClientGone([parked] { parked->gone.Notify(); });
+    if (r.header("x-session-id") != nullptr) {
+      ex->Respond({200, "text/plain", *r.header("x-session-id")});
+      return;
+    }
+    absl::MutexLock lock(&parked->mu);
+    parked->exchanges.push_back(ex);
+  };
+  routes.push_back(std::move(later));
+  absl::StatusOr<std::unique_ptr<HttpServer>> server =
+      HttpServer::Start("127.0.0.1:0", std::move(routes));
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? *std::move(server) : nullptr;
+}
+
+// The first exchange the routes parked.
+std::shared_ptr<HttpExchange> WaitForExchange(Parked* parked) {
+  absl::MutexLock lock(&parked->mu);
+  parked->mu.Await(absl::Condition(
+      +[](std::vector<std::shared_ptr<HttpExchange>>* v) { return !v->empty(); },
+      &parked->exchanges));
+  return parked->exchanges.front();
+}
+
+TEST(HttpAsyncTest, AnswersFromAnotherThreadAfterTheHandlerReturned) {
+  Parked parked;
+  auto server = StartAsyncServer(&parked);
+  ASSERT_NE(server, nullptr);
+  std::future<std::string> reply = std::async(std::launch::async, [&] {
+    return testing::HttpExchange(server->port(), testing::HttpRequestText("POST", "/later", "{}"));
+  });
+  std::shared_ptr<HttpExchange> ex = WaitForExchange(&parked);
+  std::thread([ex] { ex->Respond({201, "application/json", "{\"ok\":true}"}); }).join();
+  const std::string r = reply.get();
+  EXPECT_EQ(testing::HttpStatus(r), 201);
+  EXPECT_EQ(testing::HttpBody(r), "{\"ok\":true}");
+  EXPECT_FALSE(parked.gone.HasBeenNotified());
+}
+
+TEST(HttpAsyncTest, HandlerMayAnswerBeforeReturningAndSeesHeaders) {
+  Parked parked;
+  auto server = StartAsyncServer(&parked);
+  ASSERT_NE(server, nullptr);
+  const std::string r = testing::HttpExchange(
+      server->port(),
+      "POST /later HTTP/1.1\r\nHost: x\r\nX-Session-Id: abc\r\nContent-Length: "
+      "0\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(testing::HttpStatus(r), 200);
+  EXPECT_EQ(testing::HttpBody(r), "abc");
+}
+
+TEST(HttpAsyncTest, StreamsChunksAsTheyAreWritten) {
+  Parked parked;
+  auto server = StartAsyncServer(&parked);
+  ASSERT_NE(server, nullptr);
+  const int fd = testing::ConnectLoopback(server->port());
+  const std::string request = testing::HttpRequestText("POST", "/later", "{}");
+  ASSERT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  std::shared_ptr<HttpExchange> ex = WaitForExchange(&parked);
+  ex->StartStream(200, "text/event-stream");
+  ex->Write("data: one\n\n");
+  // The first piece reaches the client while the stream is still open: read until it is there.
+  std::string got;
+  char buf[4096];
+  while (got.find("data: one") == std::string::npos) {
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    ASSERT_GT(n, 0) << "connection closed before the first chunk";
+    got.append(buf, static_cast<size_t>(n));
+  }
+  EXPECT_THAT(got, HasSubstr("Transfer-Encoding: chunked"));
+  EXPECT_THAT(got, ::testing::Not(HasSubstr("data: two")));
+  ex->Write("data: two\n\n");
+  ex->End();
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) {
+    got.append(buf, static_cast<size_t>(n));
+    if (got.find("\r\n0\r\n\r\n") != std::string::npos) break;  // the last chunk
+  }
+  ::close(fd);
+  EXPECT_THAT(got, HasSubstr("data: two"));
+  EXPECT_THAT(got, HasSubstr("\r\n0\r\n\r\n"));
+  EXPECT_FALSE(parked.gone.HasBeenNotified());
+}
+
+TEST(HttpAsyncTest, AHangUpWhileParkedIsReportedAtOnce) {
+  Parked parked;
+  auto server = StartAsyncServer(&parked);
+  ASSERT_NE(server, nullptr);
+  const int fd = testing::ConnectLoopback(server->port());
+  const std::string request = testing::HttpRequestText("POST", "/later", "{}");
+  ASSERT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  std::shared_ptr<HttpExchange> ex = WaitForExchange(&parked);
+  ::close(fd);
+  // Nothing is written to the connection: only the watcher can notice.
+  parked.gone.WaitForNotification();
+  // Answering afterwards is harmless, and the server keeps serving.
+  ex->Respond({200, "text/plain", "late"});
+  std::future<std::string> reply = std::async(std::launch::async, [&] {
+    return testing::HttpExchange(server->port(),
+                                 "POST /later HTTP/1.1\r\nHost: x\r\nX-Session-Id: next\r\n"
+                                 "Content-Length: 0\r\nConnection: close\r\n\r\n");
+  });
+  EXPECT_EQ(testing::HttpBody(reply.get()), "next");
+}
+
+TEST(HttpAsyncTest, AHangUpDuringAStreamIsReported) {
+  Parked parked;
+  auto server = StartAsyncServer(&parked);
+  ASSERT_NE(server, nullptr);
+  const int fd = testing::ConnectLoopback(server->port());
+  const std::string request = testing::HttpRequestText("POST", "/later", "{}");
+  ASSERT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  std::shared_ptr<HttpExchange> ex = WaitForExchange(&parked);
+  ex->StartStream(200, "text/event-stream");
+  ex->Write("data: one\n\n");
+  char buf[4096];
+  ASSERT_GT(::recv(fd, buf, sizeof(buf), 0), 0);
+  ::close(fd);
+  parked.gone.WaitForNotification();
+  ex->Write("data: ignored\n\n");
+  ex->End();
+}
+
+}  // namespace
+}  // namespace specula
