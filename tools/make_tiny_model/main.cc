@@ -6,6 +6,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "tools/make_tiny_model/scripted_model.h"
 #include "tools/make_tiny_model/tiny_model_writer.h"
 
 ABSL_FLAG(std::string, out, "", "output directory (required)");
@@ -22,6 +23,11 @@ ABSL_FLAG(int64_t, head_dim, 0, "override head_dim (0: preset, or hidden/heads)"
 ABSL_FLAG(int64_t, intermediate, 0, "override intermediate_size (0: preset)");
 ABSL_FLAG(int64_t, max_position_embeddings, 0, "override max_position_embeddings (0: preset)");
 ABSL_FLAG(int64_t, vocab, 0, "override vocab_size, >= the tokenizer's 512 (0: preset)");
+ABSL_FLAG(std::string, script, "",
+          "write a scripted model instead (tools/make_tiny_model/scripted_model.h): its greedy "
+          "answer is this text after its first token; needs --tokenizer_dir");
+ABSL_FLAG(std::string, tokenizer_dir, "",
+          "with --script: a directory holding a real tokenizer.json and tokenizer_config.json");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Writes a random-weight HF model directory for tests/benchmarks.");
@@ -46,6 +52,20 @@ int main(int argc, char** argv) {
   } else {
     std::fprintf(stderr, "make-tiny-model: unknown --dtype '%s' (f32|f16|bf16)\n", dtype.c_str());
     return 2;
+  }
+  if (!absl::GetFlag(FLAGS_script).empty()) {
+    specula::ScriptedModelOptions scripted;
+    scripted.out_dir = o.out_dir;
+    scripted.dtype = o.dtype;
+    scripted.tokenizer_dir = absl::GetFlag(FLAGS_tokenizer_dir);
+    scripted.script = absl::GetFlag(FLAGS_script);
+    scripted.seed = absl::GetFlag(FLAGS_seed);
+    const absl::Status status = specula::WriteScriptedModel(scripted);
+    if (!status.ok()) {
+      std::fprintf(stderr, "make-tiny-model: %s\n", status.ToString().c_str());
+      return 1;
+    }
+    return 0;
   }
   o.seed = absl::GetFlag(FLAGS_seed);
   o.shards = absl::GetFlag(FLAGS_shards);

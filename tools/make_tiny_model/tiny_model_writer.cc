@@ -182,11 +182,7 @@ std::vector<TensorToWrite> MakeWeights(const TinyModelOptions& o, const Shape& s
 }
 
 absl::Status WriteText(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat(path.string(), ": write failed"));
-  return absl::OkStatus();
+  return WriteTextFile(path.string(), text);
 }
 
 absl::Status WriteWeights(const TinyModelOptions& o, std::vector<TensorToWrite> tensors) {
@@ -335,6 +331,19 @@ absl::StatusOr<Shape> ResolveShape(const TinyModelOptions& o) {
 }
 
 }  // namespace
+
+absl::Status WriteTextFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat(path, ": write failed"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TensorToWrite>> MakeTinyWeights(const TinyModelOptions& options) {
+  ASSIGN_OR_RETURN(const Shape shape, ResolveShape(options));
+  return MakeWeights(options, shape);
+}
 
 absl::StatusOr<TinyArch> ParseTinyArch(const std::string& name) {
   for (TinyArch a : {TinyArch::kLlama, TinyArch::kLlama3, TinyArch::kMistral, TinyArch::kQwen2,

@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/common/dtype.h"
+#include "engine/model/safetensors.h"
 
 namespace specula {
 
@@ -46,5 +48,11 @@ struct TinyModelOptions {
 //   qwen2:   Qwen2ForCausalLM, random nonzero q/k/v biases, tied embeddings, ChatML tokens.
 //   qwen3:   Qwen3ForCausalLM, q_norm/k_norm, head_dim != hidden/heads, tied, ChatML tokens.
 absl::Status WriteTinyModel(const TinyModelOptions& options);
+
+// Writes `text` to `path` (replacing it); INTERNAL naming the path when that fails.
+absl::Status WriteTextFile(const std::string& path, const std::string& text);
+
+// The weights WriteTinyModel writes for `options`, in file order.
+absl::StatusOr<std::vector<TensorToWrite>> MakeTinyWeights(const TinyModelOptions& options);
 
 }  // namespace specula

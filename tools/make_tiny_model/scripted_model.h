@@ -1,0 +1,31 @@
+// A tiny model whose greedy answer is known in advance, over a real Hugging Face tokenizer: the
+// fixture of the chat end-to-end tests (a tool call the server must parse, streamed through the
+// real template and tokenizer). Its layers add nothing to the residual stream (o_proj and
+// down_proj are zero), so the next token depends on the current one only, and lm_head maps each
+// token of the script to the next: a bigram chain. Whatever the prompt, decoding falls into the
+// chain (the tokens outside it score 0) and follows it to its last token, an end-of-sequence id.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "tools/make_tiny_model/tiny_model_writer.h"
+
+namespace specula {
+
+struct ScriptedModelOptions {
+  std::string out_dir;
+  DType dtype = DType::kBF16;
+  // A directory holding a real tokenizer.json and tokenizer_config.json; both are copied.
+  std::string tokenizer_dir;
+  // The text of the chain: its first token is the trigger (the last token of the prompt, e.g.
+  // "\n" after "<|im_start|>assistant"), the rest is what the model answers, and then it ends
+  // with the tokenizer's end-of-sequence token. A token may appear once in it (a bigram has one
+  // successor): INVALID_ARGUMENT naming a token that repeats.
+  std::string script;
+  uint64_t seed = 42;
+};
+
+absl::Status WriteScriptedModel(const ScriptedModelOptions& options);
+
+}  // namespace specula
