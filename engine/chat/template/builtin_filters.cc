@@ -491,8 +491,12 @@ Value Trim(Evaluator&, const Value& in, CallArgs& args) {
 
 Value Truncate(Evaluator&, const Value& in, CallArgs& args) {
   ArgBinder a("truncate", args, {"length", "killwords", "end", "leeway"});
-  const std::string s = SoftStr(in);
   const int64_t length = a.Int(0, 255), leeway = a.GetOrNull(3) ? a.Int(3, 5) : 5;
+  if (!in.is_string() && LengthOf(in) <= length + leeway) return in;  // as Python's len(s)
+  const std::string s = SoftStr(in);
+  if (a.Has(2) && !a.Get(2).is_string()) {
+    ThrowRuntime("object of type '" + a.Get(2).TypeName() + "' has no len()");
+  }
   const std::string end = a.Str(2, "...");
   const int64_t end_len = py::Length(end);
   if (length < end_len) ThrowRuntime(Cat("expected length >= ", end_len, ", got ", length));
@@ -510,6 +514,9 @@ Value Unique(Evaluator& ev, const Value& in, CallArgs& args) {
   for (const Value& item : IterateValue(in)) {
     Value key = a.GetOrNull(1) ? LookupPath(ev, item, a.Get(1), nullptr) : item;
     if (!a.Bool(0, false)) key = IgnoreCase(key);
+    if (key.is_dict() || (key.is_list() && !key.is_tuple())) {
+      ThrowRuntime("unhashable type: '" + key.TypeName() + "'");
+    }
     if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return Equals(s, key); })) {
       seen.push_back(std::move(key));
       out.push_back(item);

@@ -49,6 +49,7 @@ std::vector<std::pair<Value, Value>> DictItems(const char* fn, CallArgs& args) {
   DictBuilder dict;
   if (!args.positional.empty()) {
     const Value& source = args.positional[0];
+    if (source.is_undefined()) source.ThrowUndefined();
     if (source.is_dict()) {
       for (const auto& [k, v] : source.dict().items) dict.Set(k, v);
     } else {

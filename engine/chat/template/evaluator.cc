@@ -401,7 +401,8 @@ Value Evaluator::EvalSlice(const SliceExpr& e) {
     }
     return object.is_tuple() ? Value::Tuple(std::move(out)) : Value::List(std::move(out));
   }
-  return Value::Undefined(ObjectTypeRepr(object) + " has no element slice");
+  if (object.is_dict()) ThrowRuntime("unhashable type: 'slice'");
+  ThrowRuntime("'" + object.TypeName() + "' object is not subscriptable");
 }
 
 CallArgs Evaluator::EvalArgs(const Arguments& a) {
