@@ -131,7 +131,10 @@ Evaluator::Flow Evaluator::ExecStmt(const Stmt& s, std::string& out) {
     }
     case Stmt::Kind::kSetBlock: {
       const auto& set = static_cast<const SetBlockStmt&>(s);
-      Assign(set.target, Value::Str(ApplyFilters(set.filters, RenderInScope(set.body))));
+      Flow flow = Flow::kNormal;
+      std::string body = RenderInScope(set.body, &flow);
+      if (flow != Flow::kNormal) return flow;  // a break in the block leaves the loop at once
+      Assign(set.target, Value::Str(ApplyFilters(set.filters, std::move(body))));
       break;
     }
     case Stmt::Kind::kMacro:
@@ -139,7 +142,10 @@ Evaluator::Flow Evaluator::ExecStmt(const Stmt& s, std::string& out) {
       break;
     case Stmt::Kind::kFilterBlock: {
       const auto& block = static_cast<const FilterBlockStmt&>(s);
-      Append(out, ApplyFilters(block.filters, RenderInScope(block.body)));
+      Flow flow = Flow::kNormal;
+      std::string body = RenderInScope(block.body, &flow);
+      if (flow != Flow::kNormal) return flow;
+      Append(out, ApplyFilters(block.filters, std::move(body)));
       break;
     }
     case Stmt::Kind::kWith: {
@@ -154,9 +160,11 @@ Evaluator::Flow Evaluator::ExecStmt(const Stmt& s, std::string& out) {
       return Flow::kBreak;
     case Stmt::Kind::kContinue:
       return Flow::kContinue;
-    case Stmt::Kind::kScope:
-      Append(out, RenderInScope(static_cast<const ScopeStmt&>(s).body));
+    case Stmt::Kind::kScope: {  // no break or continue inside (the parser sees to it)
+      Flow flow = Flow::kNormal;
+      Append(out, RenderInScope(static_cast<const ScopeStmt&>(s).body, &flow));
       break;
+    }
   }
   return Flow::kNormal;
 }
@@ -207,10 +215,10 @@ void Evaluator::ExecMacroDef(const MacroStmt& s) {
   scope_->Set(s.name, Value::Func(std::make_shared<Macro>(&s, scope_)));
 }
 
-std::string Evaluator::RenderInScope(const StmtList& body) {
+std::string Evaluator::RenderInScope(const StmtList& body, Flow* flow) {
   ScopeGuard scope(this, std::make_shared<Scope>(scope_));
   std::string out;
-  Exec(body, out);
+  *flow = Exec(body, out);
   return out;
 }
 

@@ -82,7 +82,7 @@ class Evaluator {
   Flow ExecFor(const ForStmt& s, std::string& out);
   std::vector<Value> LoopItems(const ForStmt& s);
   void ExecMacroDef(const MacroStmt& s);
-  std::string RenderInScope(const StmtList& body);
+  std::string RenderInScope(const StmtList& body, Flow* flow);
   std::string ApplyFilters(const FilterChain& filters, std::string text);
   void Assign(const Target& target, const Value& value);
   void Append(std::string& out, std::string_view text) const;
