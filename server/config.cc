@@ -392,6 +392,7 @@ absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
                           {"log_level", String(&s.log_level)},
                           {"send_priority", String(&s.send_priority)}})},
       {"model", Section({{"path", String(&m.path)},
+                         {"name", String(&m.name)},
                          {"device", String(&m.device)},
                          {"chat_template", String(&m.chat_template)},
                          {"tool_call_parser", String(&m.tool_call_parser)}})},

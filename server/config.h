@@ -28,6 +28,7 @@ struct ServerSection {
 
 struct ModelSection {
   std::string path;             // "" = the embedded default tiny model
+  std::string name;             // the OpenAI API's model id; "" = the directory's name
   std::string device = "auto";  // cpu | cuda | auto
   std::string chat_template;    // a Jinja template file; "" = tokenizer_config.json's
   std::string tool_call_parser = "auto";  // auto | none | hermes | llama3_json

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/common/log.h"
+#include "server/chat_proto.h"
 #include "server/request_convert.h"
 #include "server/request_parse.h"
 #include "server/status.h"
@@ -70,8 +71,9 @@ void GenerateCall::Begin(const grpc::ByteBuffer& bytes) {
   // Logged with rejections before its length is checked: never more than the allowed length.
   request_id_ = request_.request_id().substr(0, kMaxRequestIdBytes);
   if (absl::Status s = CheckAdmission(*env_, request_); !s.ok()) return Reject(s);
-  if (env_->tokenizer_queue != nullptr && request_.has_prompt() &&
-      request_.prompt().size() > env_->inline_tokenize_bytes) {
+  const size_t text_bytes =
+      request_.messages().empty() ? request_.prompt().size() : request_.ByteSizeLong();
+  if (env_->tokenizer_queue != nullptr && text_bytes > env_->inline_tokenize_bytes) {
     absl::Status refusal;
     if (!PostTokenization(
             *env_, [self = shared_from_this()] { self->Submit(); }, &refusal)) {
@@ -91,6 +93,9 @@ bool GenerateCall::ClientGone() {
 void GenerateCall::Submit() {
   // A client that left while its prompt waited for the tokenizer costs no tokenizing.
   if (ClientGone()) return Reject(ClientGoneStatus(*ctx_));
+  absl::StatusOr<std::optional<RenderedChat>> chat = ApplyChatTemplate(env_->chat, &request_);
+  if (!chat.ok()) return Reject(chat.status());
+  if (chat->has_value()) chat_.emplace(env_->chat->output_format(), **chat);
   absl::StatusOr<EngineRequest> converted =
       ToEngineRequest(request_, env_->engine->generator().tokenizer(), env_->default_max_tokens,
                       env_->max_total_tokens);
@@ -140,6 +145,12 @@ void GenerateCall::TrySend() {
     }
     response_.Clear();
     FillResponse(chunk, request_id_, &response_);
+    if (chat_.has_value()) {
+      FillChatDelta(chat_->Push(chunk.text, chunk.done), &response_);
+      if (chunk.done && chat_->called_tools() && chunk.finish == FinishReason::kStop) {
+        response_.set_finish_reason(v1::TOOL_CALLS);
+      }
+    }
     if (absl::Status s = SerializeResponse(response_, &response_bytes_); !s.ok()) {
       finished_ = true;
       const uint64_t handle = handle_;

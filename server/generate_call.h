@@ -13,11 +13,13 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "absl/time/time.h"
 #include "engine/serve/engine.h"
 #include "grpcpp/grpcpp.h"
+#include "server/chat.h"
 #include "server/metrics.h"
 #include "server/request_convert.h"
 #include "server/send_executor.h"
@@ -41,6 +43,7 @@ struct CallEnv {
   int32_t default_max_tokens = 256;
   TotalTokenLimits max_total_tokens;  // prompt + output, for the default output length
   int64_t max_request_bytes = 4 << 20;
+  const ChatModel* chat = nullptr;  // renders messages; null = chat requests are refused
   std::atomic<bool> draining{false};
   // Calls whose client left (or whose deadline passed) before they reached the engine, as gRPC
   // reported it (OnCancel); tests wait on it.
@@ -96,6 +99,7 @@ class GenerateCall : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   v1::GenerateRequest request_;
   std::shared_ptr<RequestStream> stream_;
   std::string request_id_;
+  std::optional<ChatStream> chat_;  // a request with messages: its answer's parser
 
   std::mutex mu_;
   uint64_t handle_ = 0;     // 0 until submitted

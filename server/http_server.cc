@@ -55,9 +55,9 @@ MHD_Result CollectHeader(void* cls, MHD_ValueKind, const char* key, const char* 
   return MHD_YES;
 }
 
-MHD_Result Send(MHD_Connection* connection, const HttpResponse& r) {
-  MHD_Response* response = MHD_create_response_from_buffer(
-      r.body.size(), const_cast<char*>(r.body.data()), MHD_RESPMEM_MUST_COPY);
+// Queues `response` (owned: released here) with the status and headers of `r`.
+MHD_Result QueueWithHeaders(MHD_Connection* connection, MHD_Response* response,
+                            const HttpResponse& r) {
   if (response == nullptr) return MHD_NO;
   MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, r.content_type.c_str());
   for (const auto& [name, value] : r.headers) {
@@ -68,6 +68,14 @@ MHD_Result Send(MHD_Connection* connection, const HttpResponse& r) {
       MHD_queue_response(connection, static_cast<unsigned>(r.status), response);
   MHD_destroy_response(response);
   return queued;
+}
+
+MHD_Result Send(MHD_Connection* connection, const HttpResponse& r) {
+  return QueueWithHeaders(connection,
+                          MHD_create_response_from_buffer(r.body.size(),
+                                                          const_cast<char*>(r.body.data()),
+                                                          MHD_RESPMEM_MUST_COPY),
+                          r);
 }
 
 HttpResponse Plain(int status, std::string body) {
@@ -196,19 +204,12 @@ void FreeStreamState(void* cls) { delete static_cast<std::shared_ptr<HttpExchang
 
 MHD_Result QueueStream(MHD_Connection* connection,
                        const std::shared_ptr<HttpExchangeState>& state) {
-  const HttpResponse& r = state->response;
-  MHD_Response* response = MHD_create_response_from_callback(
-      MHD_SIZE_UNKNOWN, 16 * 1024, &ReadStream, new std::shared_ptr<HttpExchangeState>(state),
-      &FreeStreamState);
-  if (response == nullptr) return MHD_NO;
-  MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, r.content_type.c_str());
-  for (const auto& [name, value] : r.headers) {
-    MHD_add_response_header(response, name.c_str(), value.c_str());
-  }
-  const MHD_Result queued =
-      MHD_queue_response(connection, static_cast<unsigned>(r.status), response);
-  MHD_destroy_response(response);
-  return queued;
+  return QueueWithHeaders(
+      connection,
+      MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, &ReadStream,
+                                        new std::shared_ptr<HttpExchangeState>(state),
+                                        &FreeStreamState),
+      state->response);
 }
 
 // The access handler's answer for an asynchronous route: the response if the route gave one,

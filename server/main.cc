@@ -22,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/log.h"
+#include "nlohmann/json.hpp"
 #include "server/config.h"
 #include "server/process_limits.h"
 #include "server/server.h"
@@ -37,12 +38,16 @@ ABSL_FLAG(std::optional<std::string>, listen, std::nullopt,
 ABSL_FLAG(std::optional<std::string>, metrics_listen, std::nullopt,
           "/metrics address HOST:PORT, empty to disable (overrides server.metrics_listen; "
           "default 127.0.0.1:9400)");
+ABSL_FLAG(std::optional<std::string>, http_listen, std::nullopt,
+          "OpenAI-compatible HTTP API address HOST:PORT, empty to disable (overrides "
+          "server.http_listen; default disabled)");
 ABSL_FLAG(std::optional<std::string>, device, std::nullopt,
           "cpu | cuda | auto (overrides model.device)");
 ABSL_FLAG(std::optional<std::string>, log_level, std::nullopt,
           "debug | info | warning | error (overrides server.log_level)");
 ABSL_FLAG(std::string, ready_file, "",
-          "once serving, write {\"listen\": ..., \"metrics_listen\": ...} with the bound "
+          "once serving, write {\"listen\", \"metrics_listen\", \"http_listen\", \"model\"} with "
+          "the bound "
           "addresses to this file (for scripts and tests using port 0)");
 
 namespace specula {
@@ -58,6 +63,7 @@ absl::StatusOr<ServerConfig> ResolveConfig() {
   if (auto v = StringOverride(FLAGS_model)) config.model.path = *v;
   if (auto v = StringOverride(FLAGS_listen)) config.server.listen = *v;
   if (auto v = StringOverride(FLAGS_metrics_listen)) config.server.metrics_listen = *v;
+  if (auto v = StringOverride(FLAGS_http_listen)) config.server.http_listen = *v;
   if (auto v = StringOverride(FLAGS_device)) config.model.device = *v;
   if (auto v = StringOverride(FLAGS_log_level)) config.server.log_level = *v;
   if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
@@ -73,8 +79,11 @@ absl::Status WriteReadyFile(const std::string& path, const Server& server) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream f(tmp, std::ios::trunc);
-    f << absl::StrFormat("{\"listen\": \"%s\", \"metrics_listen\": \"%s\"}\n", server.address(),
-                         server.metrics_address());
+    const nlohmann::ordered_json ready = {{"listen", server.address()},
+                                          {"metrics_listen", server.metrics_address()},
+                                          {"http_listen", server.http_address()},
+                                          {"model", server.served_model_name()}};
+    f << ready.dump(2) << "\n";
     if (!f.good()) return absl::InternalError(absl::StrCat("--ready-file: cannot write ", tmp));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {

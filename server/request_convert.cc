@@ -136,7 +136,7 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
     return absl::InvalidArgumentError("set exactly one of prompt and prompt_token_ids, not both");
   }
   if (!has_text && !has_ids) {
-    return absl::InvalidArgumentError("no input: set prompt or prompt_token_ids");
+    return absl::InvalidArgumentError("no input: set prompt, prompt_token_ids or messages");
   }
   GenerationRequest& g = out.generation;
   if (has_text) {

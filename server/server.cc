@@ -82,19 +82,13 @@ std::string JoinHostPort(const std::string& host, int port) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config) {
-  if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
-  RouteProtobufLogs();
-  if (config.model.path.empty()) {
-    return absl::InvalidArgumentError("model.path: no model directory given");
-  }
-  const GeneratorOptions gen_options = ToGeneratorOptions(config);
+namespace {
 
-  std::unique_ptr<Server> s(new Server());
-  s->config_ = config;
+// The model, loaded and logged; errors name the config key that caused them.
+absl::StatusOr<std::unique_ptr<Generator>> LoadGenerator(const ServerConfig& config) {
   const absl::Time load_start = absl::Now();
   absl::StatusOr<std::unique_ptr<Generator>> generator =
-      Generator::Create(config.model.path, gen_options);
+      Generator::Create(config.model.path, ToGeneratorOptions(config));
   if (!generator.ok()) {
     // Errors an option caused name its config key themselves; the rest are about the model.
     const absl::string_view msg = generator.status().message();
@@ -104,27 +98,41 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
     return absl::Status(generator.status().code(),
                         names_key ? std::string(msg) : absl::StrCat("model.path: ", msg));
   }
+  const Generator& g = **generator;
   Log(LogLevel::kInfo, "model_loaded",
       {{"path", config.model.path},
-       {"architecture", ArchitectureName((*generator)->model_config().architecture)},
-       {"layers", (*generator)->model_config().num_hidden_layers},
-       {"device", (*generator)->backend_name()},
-       {"kv_cache_tokens", static_cast<int64_t>((*generator)->kv_pool().num_blocks()) *
-                               (*generator)->kv_pool().page_size()},
-       {"kv_dtype", std::string(KvDtypeName((*generator)->kv_dtype()))},
+       {"architecture", ArchitectureName(g.model_config().architecture)},
+       {"layers", g.model_config().num_hidden_layers},
+       {"device", g.backend_name()},
+       {"kv_cache_tokens",
+        static_cast<int64_t>(g.kv_pool().num_blocks()) * g.kv_pool().page_size()},
+       {"kv_dtype", std::string(KvDtypeName(g.kv_dtype()))},
        {"sparse", config.sparse.options.enabled},
        {"seconds", absl::ToDoubleSeconds(absl::Now() - load_start)}});
+  return generator;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config) {
+  if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
+  RouteProtobufLogs();
+  if (config.model.path.empty()) {
+    return absl::InvalidArgumentError("model.path: no model directory given");
+  }
+  absl::StatusOr<std::unique_ptr<Generator>> generator = LoadGenerator(config);
+  if (!generator.ok()) return generator.status();
+  // The chat template is checked before anything starts: a template the interpreter cannot run
+  // stops the server here, never a request later.
+  absl::StatusOr<std::unique_ptr<ChatModel>> chat = ChatModel::Load(
+      (*generator)->tokenizer(), config.model.chat_template, config.model.tool_call_parser);
+  if (!chat.ok()) return chat.status();
   const v1::ModelInfo model_info = MakeModelInfo(config, **generator);
 
-  s->metrics_ = std::make_unique<ServerMetrics>();
-  if (!config.server.metrics_listen.empty()) {
-    if (absl::Status st = s->metrics_->StartExposer(config.server.metrics_listen); !st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("server.metrics_listen: ", st.message()));
-    }
-    std::string host;
-    if (absl::Status st = ParseHostPort(config.server.metrics_listen, &host); !st.ok()) return st;
-    s->metrics_address_ = JoinHostPort(host, s->metrics_->metrics_port());
-  }
+  std::unique_ptr<Server> s(new Server());
+  s->config_ = config;
+  s->chat_ = *std::move(chat);
+  if (absl::Status st = s->StartMetrics(config); !st.ok()) return st;
   s->observers_ = std::make_unique<ObserverList>(
       std::vector<EngineObserver*>{s->metrics_.get(), &s->request_log_});
   s->sender_ = std::make_unique<SendExecutor>(config.server.send_priority == "normal"
@@ -138,9 +146,29 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
   s->InitCallEnv(config, model_info);
   s->service_ = std::make_unique<SpeculaService>(&s->env_, model_info);
   if (absl::Status st = s->StartGrpc(config); !st.ok()) return st;
+  if (absl::Status st = s->StartHttp(config, model_info); !st.ok()) {
+    s->Shutdown(absl::ZeroDuration());
+    return st;
+  }
   Log(LogLevel::kInfo, "server_listening",
-      {{"grpc", s->address_}, {"metrics", s->metrics_address_}});
+      {{"grpc", s->address_},
+       {"metrics", s->metrics_address_},
+       {"http", s->http_address_},
+       {"model", s->served_model_name_},
+       {"chat_template", s->chat_->has_template()}});
   return s;
+}
+
+absl::Status Server::StartMetrics(const ServerConfig& config) {
+  metrics_ = std::make_unique<ServerMetrics>();
+  if (config.server.metrics_listen.empty()) return absl::OkStatus();
+  if (absl::Status st = metrics_->StartExposer(config.server.metrics_listen); !st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("server.metrics_listen: ", st.message()));
+  }
+  std::string host;
+  if (absl::Status st = ParseHostPort(config.server.metrics_listen, &host); !st.ok()) return st;
+  metrics_address_ = JoinHostPort(host, metrics_->metrics_port());
+  return absl::OkStatus();
 }
 
 void Server::InitCallEnv(const ServerConfig& config, const v1::ModelInfo& model_info) {
@@ -153,6 +181,7 @@ void Server::InitCallEnv(const ServerConfig& config, const v1::ModelInfo& model_
   env_.metrics = metrics_.get();
   env_.sender = sender_.get();
   env_.default_max_tokens = config.scheduler.default_max_tokens;
+  env_.chat = chat_.get();
   env_.max_request_bytes = config.server.max_receive_message_bytes;
   env_.max_total_tokens.dense =
       std::min<int64_t>(model_info.max_context_tokens(), model_info.limits().kv_cache_tokens());
@@ -202,6 +231,41 @@ absl::Status Server::StartGrpc(const ServerConfig& config) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The OpenAI API's model id: model.name, else the model directory's last component.
+std::string ServedModelName(const ServerConfig& config) {
+  if (!config.model.name.empty()) return config.model.name;
+  std::string path = config.model.path;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+absl::Status Server::StartHttp(const ServerConfig& config, const v1::ModelInfo& model_info) {
+  served_model_name_ = ServedModelName(config);
+  if (config.server.http_listen.empty()) return absl::OkStatus();
+  openai_ =
+      std::make_unique<OpenAiService>(&env_, served_model_name_, model_info.max_context_tokens());
+  HttpServerOptions options;
+  options.max_body_bytes = static_cast<size_t>(config.server.http_max_body_bytes);
+  options.error_response = &OpenAiService::ErrorResponse;
+  options.threads = 2;
+  absl::StatusOr<std::unique_ptr<HttpServer>> http =
+      HttpServer::Start(config.server.http_listen, openai_->Routes(), options);
+  if (!http.ok()) {
+    return absl::Status(http.status().code(),
+                        absl::StrCat("server.http_listen: ", http.status().message()));
+  }
+  http_server_ = *std::move(http);
+  std::string host;
+  if (absl::Status st = ParseHostPort(config.server.http_listen, &host); !st.ok()) return st;
+  http_address_ = JoinHostPort(host, http_server_->port());
+  return absl::OkStatus();
+}
+
 int Server::Shutdown(absl::Duration grace) {
   std::lock_guard lock(shutdown_mu_);
   if (shut_down_) return 0;
@@ -232,6 +296,9 @@ int Server::Shutdown(absl::Duration grace) {
       "the server shut down before the request finished (server.shutdown_grace_seconds)"));
   // Every Generate call finishes as its stream closes; Watch streams of health are cut at once.
   grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // Every HTTP request has its answer (the engine closed all streams); the listener closes the
+  // connections. Its tasks on the send executor hold only weak references.
+  http_server_.reset();
   Log(LogLevel::kInfo, "stopped", {{"cancelled_requests", cut_off}});
   return cut_off;
 }

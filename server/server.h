@@ -12,9 +12,12 @@
 #include "absl/time/time.h"
 #include "engine/serve/engine.h"
 #include "grpcpp/grpcpp.h"
+#include "server/chat.h"
 #include "server/config.h"
 #include "server/generate_call.h"
+#include "server/http_server.h"
 #include "server/metrics.h"
+#include "server/openai_service.h"
 #include "server/request_log.h"
 #include "server/specula_service.h"
 
@@ -31,6 +34,10 @@ class Server {
   // address is empty when server.metrics_listen is empty.
   const std::string& address() const { return address_; }
   const std::string& metrics_address() const { return metrics_address_; }
+  // The OpenAI-compatible HTTP API's address; empty when server.http_listen is empty.
+  const std::string& http_address() const { return http_address_; }
+  // The model id of the OpenAI API (model.name, or the model directory's name).
+  const std::string& served_model_name() const { return served_model_name_; }
 
   Engine& engine() { return *engine_; }
   ServerMetrics& metrics() { return *metrics_; }
@@ -50,14 +57,21 @@ class Server {
  private:
   // The environment every call shares (engine, limits, queues); after the engine exists.
   void InitCallEnv(const ServerConfig& config, const v1::ModelInfo& model_info);
+  // The Prometheus exposer (server.metrics_listen), if configured; errors name the key.
+  absl::Status StartMetrics(const ServerConfig& config);
   // Builds and starts the gRPC server with service_; UNAVAILABLE naming server.listen.
   absl::Status StartGrpc(const ServerConfig& config);
+  // The OpenAI-compatible listener (server.http_listen), if configured.
+  absl::Status StartHttp(const ServerConfig& config, const v1::ModelInfo& model_info);
 
   Server() = default;
 
   ServerConfig config_;
   std::string address_;
   std::string metrics_address_;
+  std::string http_address_;
+  std::string served_model_name_;
+  std::unique_ptr<ChatModel> chat_;
   std::unique_ptr<ServerMetrics> metrics_;
   RequestLog request_log_;
   std::unique_ptr<ObserverList> observers_;
@@ -68,7 +82,9 @@ class Server {
   std::unique_ptr<WorkQueue> tokenizer_queue_;
   CallEnv env_;
   std::unique_ptr<SpeculaService> service_;
-  std::unique_ptr<grpc::Server> grpc_server_;  // destroyed first: calls use everything above
+  std::unique_ptr<OpenAiService> openai_;
+  std::unique_ptr<grpc::Server> grpc_server_;  // destroyed after the HTTP listener
+  std::unique_ptr<HttpServer> http_server_;    // destroyed first: its requests use the above
   std::mutex shutdown_mu_;
   bool shut_down_ = false;
 };

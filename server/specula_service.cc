@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/common/log.h"
+#include "server/chat_proto.h"
 #include "server/request_parse.h"
 #include "server/status.h"
 
@@ -35,10 +36,40 @@ absl::Status Serve(const CallEnv& env, const grpc::ByteBuffer& bytes, grpc::Byte
   return SerializeResponse(response, out);
 }
 
-absl::Status TokenizeText(const Tokenizer& tokenizer, const TotalTokenLimits& limits,
-                          const v1::TokenizeRequest& request, v1::TokenizeResponse* response) {
+// For messages: the rendered prompt (as Generate would render it), its tokenizing options and the
+// field errors name.
+absl::StatusOr<std::string> RenderTokenizeMessages(const ChatModel* chat,
+                                                   const v1::TokenizeRequest& request) {
+  if (!request.text().empty()) {
+    return absl::InvalidArgumentError("set exactly one of text and messages, not both");
+  }
+  if (chat == nullptr || !chat->has_template()) return NoChatTemplateError();
+  absl::StatusOr<ChatRequest> converted = ToChatRequest(
+      request.messages(), request.tools(), request.tool_choice(), request.chat_template_kwargs());
+  if (!converted.ok()) return converted.status();
+  converted->add_generation_prompt =
+      !request.has_add_generation_prompt() || request.add_generation_prompt();
+  absl::StatusOr<RenderedChat> rendered = chat->Render(*converted);
+  if (!rendered.ok()) return rendered.status();
+  return std::move(rendered->prompt_text);
+}
+
+absl::Status TokenizeText(const Tokenizer& tokenizer, const ChatModel* chat,
+                          const TotalTokenLimits& limits, const v1::TokenizeRequest& request,
+                          v1::TokenizeResponse* response) {
+  EncodeOptions options = EncodeOptionsOf(request);
+  std::string_view text = request.text();
+  if (!request.messages().empty()) {
+    absl::StatusOr<std::string> rendered = RenderTokenizeMessages(chat, request);
+    if (!rendered.ok()) return rendered.status();
+    response->set_prompt_text(*std::move(rendered));
+    text = response->prompt_text();
+    options = EncodeOptions();
+    options.add_special_tokens = false;  // as Generate tokenizes a rendered conversation
+  }
   absl::StatusOr<std::vector<int32_t>> ids =
-      EncodePrompt(tokenizer, request.text(), "text", EncodeOptionsOf(request), limits);
+      EncodePrompt(tokenizer, absl::string_view(text.data(), text.size()),
+                   request.messages().empty() ? "text" : "messages", options, limits);
   if (!ids.ok()) return ids.status();
   for (int32_t id : *ids) {
     response->add_token_ids(static_cast<uint32_t>(id));
@@ -159,7 +190,7 @@ grpc::ServerUnaryReactor* SpeculaService::Tokenize(grpc::CallbackServerContext* 
       return Answer("Tokenize", reactor, ClientGoneStatus(*ctx));
     }
     v1::TokenizeResponse out;
-    absl::Status s = TokenizeText(*tokenizer, env_->max_total_tokens, *parsed, &out);
+    absl::Status s = TokenizeText(*tokenizer, env_->chat, env_->max_total_tokens, *parsed, &out);
     if (s.ok()) s = SerializeResponse(out, response);
     return Answer("Tokenize", reactor, s);
   };

@@ -36,7 +36,7 @@ std::unique_ptr<HttpServer> StartAsyncServer(Parked* parked) {
   later.async_handler = [parked](const HttpRequest& r, std::shared_ptr<HttpExchange> ex) {
     ex->OnClientGone([parked] { parked->gone.Notify(); });
     if (r.header("x-session-id") != nullptr) {
-      ex->Respond({200, "text/plain", *r.header("x-session-id")});
+      ex->Respond({200, "text/plain", *r.header("x-session-id"), {}});
       return;
     }
     absl::MutexLock lock(&parked->mu);
@@ -66,7 +66,7 @@ TEST(HttpAsyncTest, AnswersFromAnotherThreadAfterTheHandlerReturned) {
     return testing::HttpExchange(server->port(), testing::HttpRequestText("POST", "/later", "{}"));
   });
   std::shared_ptr<HttpExchange> ex = WaitForExchange(&parked);
-  std::thread([ex] { ex->Respond({201, "application/json", "{\"ok\":true}"}); }).join();
+  std::thread([ex] { ex->Respond({201, "application/json", "{\"ok\":true}", {}}); }).join();
   const std::string r = reply.get();
   EXPECT_EQ(testing::HttpStatus(r), 201);
   EXPECT_EQ(testing::HttpBody(r), "{\"ok\":true}");
@@ -129,7 +129,7 @@ TEST(HttpAsyncTest, AHangUpWhileParkedIsReportedAtOnce) {
   // Nothing is written to the connection: only the watcher can notice.
   parked.gone.WaitForNotification();
   // Answering afterwards is harmless, and the server keeps serving.
-  ex->Respond({200, "text/plain", "late"});
+  ex->Respond({200, "text/plain", "late", {}});
   std::future<std::string> reply = std::async(std::launch::async, [&] {
     return testing::HttpExchange(server->port(),
                                  "POST /later HTTP/1.1\r\nHost: x\r\nX-Session-Id: next\r\n"

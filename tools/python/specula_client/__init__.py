@@ -24,6 +24,7 @@ Install it from a checkout (the gRPC stubs are generated from proto/ during the 
 """
 
 import dataclasses
+import json
 from typing import Iterator, List, Optional, Sequence
 
 import grpc
@@ -95,8 +96,21 @@ class KvStats:
 
 
 @dataclasses.dataclass
+class ToolCall:
+    """A function call the model made (chat requests with tools)."""
+    id: str
+    name: str
+    # The arguments: a JSON object, as text.
+    arguments: str
+
+
+@dataclasses.dataclass
 class Chunk:
-    """One streamed message: the tokens new since the previous chunk and their text."""
+    """One streamed message: the tokens new since the previous chunk and their text.
+
+    For chat requests (messages=) `text` is the answer's content only; the model's reasoning and
+    its parsed tool calls come in `reasoning_text` and `tool_calls`.
+    """
     text: str
     token_ids: List[int]
     # "STOP" (end of sequence or a stop token), "LENGTH" (max_tokens or context),
@@ -109,6 +123,8 @@ class Chunk:
     request_id: str = ""
     # Set on the last chunk only.
     kv_stats: Optional[KvStats] = None
+    reasoning_text: str = ""
+    tool_calls: List[ToolCall] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -151,7 +167,33 @@ def _chunk(msg) -> Chunk:
         ],
         request_id=msg.request_id,
         kv_stats=_kv_stats(msg.kv_stats) if msg.HasField("kv_stats") else None,
+        reasoning_text=msg.reasoning_text,
+        tool_calls=[ToolCall(c.id, c.name, c.arguments) for c in msg.tool_calls],
     )
+
+
+def _chat_message(m) -> "specula_pb2.ChatMessage":
+    """An OpenAI-style message dict as the proto (tool call arguments as dict or JSON text)."""
+    out = specula_pb2.ChatMessage(role=m["role"], name=m.get("name") or "",
+                                  tool_call_id=m.get("tool_call_id") or "",
+                                  reasoning_content=m.get("reasoning_content") or "")
+    if m.get("content") is not None:
+        out.content = m["content"]
+    for call in m.get("tool_calls") or []:
+        function = call.get("function", call)
+        arguments = function.get("arguments", {})
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments)
+        out.tool_calls.add(id=call.get("id", ""), name=function["name"], arguments=arguments)
+    return out
+
+
+def _tool(t) -> "specula_pb2.Tool":
+    """An OpenAI-style tool dict ({"type": "function", "function": {...}}) as the proto."""
+    function = t.get("function", t)
+    parameters = function.get("parameters")
+    return specula_pb2.Tool(name=function["name"], description=function.get("description", ""),
+                            parameters=json.dumps(parameters) if parameters is not None else "")
 
 
 class SpeculaClient:
@@ -263,6 +305,27 @@ class SpeculaClient:
                 yield _chunk(msg)
         finally:
             call.cancel()  # a no-op when the stream has ended
+
+    def chat(self, messages: Sequence[dict], *, tools: Sequence[dict] = (),
+             tool_choice: str = "", chat_template_kwargs: Optional[dict] = None,
+             timeout=_DEFAULT, **params) -> Iterator[Chunk]:
+        """Streams the model's answer to a conversation (docs/CHAT.md).
+
+        messages: OpenAI-style dicts (role, content, and tool_calls / tool_call_id / name /
+        reasoning_content); tools: OpenAI-style function dicts; tool_choice: "" / "auto", "none",
+        "required" or a function's name; chat_template_kwargs: extra template variables (e.g.
+        {"enable_thinking": False}). params: the sampling and stopping arguments of
+        build_request. The model's own chat template renders the conversation; chunks carry
+        the content in `text`, and `reasoning_text` and `tool_calls` apart.
+        """
+        req = self.build_request(prompt_token_ids=[0], **params)
+        req.ClearField("prompt_token_ids")
+        req.messages.extend(_chat_message(m) for m in messages)
+        req.tools.extend(_tool(t) for t in tools)
+        req.tool_choice = tool_choice
+        if chat_template_kwargs:
+            req.chat_template_kwargs = json.dumps(chat_template_kwargs)
+        return self._stream(self._stub.Generate(req, timeout=self._timeout(timeout)))
 
     def generate_text(self, prompt: Optional[str] = None,
                       prompt_token_ids: Optional[Sequence[int]] = None, *, timeout=_DEFAULT,

@@ -1,0 +1,206 @@
+#include "server/chat.h"
+
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace specula {
+namespace {
+
+// The special-token strings the template may print (bos_token, eos_token).
+ChatTemplateSpecialTokens SpecialTokensOf(const Tokenizer& tokenizer) {
+  ChatTemplateSpecialTokens tokens;
+  if (std::optional<TokenId> bos = tokenizer.bos_token_id()) {
+    tokens.bos_token = tokenizer.IdToToken(*bos);
+  }
+  if (std::optional<TokenId> eos = tokenizer.eos_token_id()) {
+    tokens.eos_token = tokenizer.IdToToken(*eos);
+  }
+  return tokens;
+}
+
+absl::StatusOr<std::string> ReadTemplateFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("model.chat_template: cannot read '", path, "'"));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+bool HasToolNamed(const OrderedJson& tools, absl::string_view name) {
+  if (!tools.is_array()) return false;
+  for (const OrderedJson& tool : tools) {
+    const OrderedJson* function = tool.contains("function") ? &tool["function"] : &tool;
+    if (function->is_object() && function->value("name", std::string()) == name) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::Status NoChatTemplateError() {
+  return absl::FailedPreconditionError(
+      "this model has no chat template (its tokenizer_config.json has none): send prompt or "
+      "prompt_token_ids, or start the server with model.chat_template naming a template file");
+}
+
+absl::StatusOr<ToolChoice> ParseToolChoice(absl::string_view value, const OrderedJson& tools,
+                                           absl::string_view field) {
+  ToolChoice choice;
+  if (value.empty() || value == "auto") return choice;
+  if (value == "none") {
+    choice.kind = ToolChoice::Kind::kNone;
+    return choice;
+  }
+  const bool has_tools = tools.is_array() && !tools.empty();
+  if (!has_tools) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " is \"", value, "\" but the request has no tools"));
+  }
+  if (value == "required") {
+    choice.kind = ToolChoice::Kind::kRequired;
+    return choice;
+  }
+  if (!HasToolNamed(tools, value)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " names the function \"", value,
+                                                   "\", which is not one of the request's tools"));
+  }
+  choice.kind = ToolChoice::Kind::kFunction;
+  choice.function = std::string(value);
+  return choice;
+}
+
+std::string NewToolCallId() {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  std::uniform_int_distribution<int> pick(0, sizeof(kAlphabet) - 2);
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id.push_back(kAlphabet[pick(rng)]);
+  return id;
+}
+
+namespace {
+
+// The model's format for this request: a prompt that ends in an open think block (the template
+// opened it) makes the answer start inside it.
+ChatOutputFormat FormatFor(ChatOutputFormat format, const RenderedChat& rendered) {
+  const absl::string_view rendering =
+      absl::string_view(rendered.prompt_text)
+          .substr(0, rendered.prompt_text.size() - rendered.forced_prefix.size());
+  format.starts_in_reasoning = format.reasoning && PromptEndsInReasoning(std::string_view(
+                                                       rendering.data(), rendering.size()));
+  return format;
+}
+
+}  // namespace
+
+ChatStream::ChatStream(ChatOutputFormat format, const RenderedChat& rendered)
+    : parser_(FormatFor(format, rendered), rendered.parse_tool_calls) {
+  // The forced start of a call is the model's answer's beginning, though the prompt holds it.
+  if (!rendered.forced_prefix.empty()) {
+    ChatOutputDelta held = parser_.Push(rendered.forced_prefix);
+    // A well-formed prefix opens a call and yields nothing yet.
+    (void)held;
+  }
+}
+
+ChatDelta ChatStream::Convert(ChatOutputDelta delta) {
+  ChatDelta out;
+  out.content = std::move(delta.content);
+  out.reasoning = std::move(delta.reasoning);
+  for (ParsedToolCall& call : delta.tool_calls) {
+    out.tool_calls.push_back(
+        {NewToolCallId(), std::move(call.name), std::move(call.arguments_json)});
+  }
+  if (!out.tool_calls.empty()) called_tools_ = true;
+  return out;
+}
+
+ChatDelta ChatStream::Push(absl::string_view text, bool end) {
+  ChatDelta out = Convert(parser_.Push(std::string_view(text.data(), text.size())));
+  if (!end) return out;
+  ChatDelta rest = Convert(parser_.Finish());
+  out.content += rest.content;
+  out.reasoning += rest.reasoning;
+  for (ChatToolCall& call : rest.tool_calls) out.tool_calls.push_back(std::move(call));
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<ChatModel>> ChatModel::Load(const Tokenizer& tokenizer,
+                                                           const std::string& template_file,
+                                                           absl::string_view tool_call_syntax) {
+  auto model = std::make_unique<ChatModel>();
+  std::string source = tokenizer.chat_template();
+  std::string origin = "the tokenizer_config.json chat_template";
+  if (!template_file.empty()) {
+    absl::StatusOr<std::string> text = ReadTemplateFile(template_file);
+    if (!text.ok()) return text.status();
+    source = *std::move(text);
+    origin = absl::StrCat("model.chat_template '", template_file, "'");
+  }
+  absl::StatusOr<std::optional<ToolCallSyntax>> syntax =
+      ParseToolCallSyntax(std::string_view(tool_call_syntax.data(), tool_call_syntax.size()));
+  if (!syntax.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.tool_call_parser: ", syntax.status().message()));
+  }
+  if (source.empty()) return model;
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> parsed =
+      ChatTemplate::Create(source, SpecialTokensOf(tokenizer));
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": ", parsed.status().message()));
+  }
+  model->chat_template_ = *std::move(parsed);
+  model->format_ = DetectChatOutputFormat(source);
+  if (syntax->has_value()) model->format_.tool_calls = **syntax;
+  return model;
+}
+
+std::string ChatModel::ForcedPrefix(const ToolChoice& choice) const {
+  const bool named = choice.kind == ToolChoice::Kind::kFunction;
+  // The name is JSON-escaped: a function name is the client's text.
+  const std::string name = named ? OrderedJson(choice.function).dump() : "";
+  switch (format_.tool_calls) {
+    case ToolCallSyntax::kHermes:
+      return named ? absl::StrCat("<tool_call>\n{\"name\": ", name, ", \"arguments\": ")
+                   : "<tool_call>\n{\"name\": \"";
+    case ToolCallSyntax::kLlama3Json:
+      return named ? absl::StrCat("{\"name\": ", name, ", \"parameters\": ") : "{\"name\": \"";
+    case ToolCallSyntax::kNone:
+      break;
+  }
+  return "";
+}
+
+absl::StatusOr<RenderedChat> ChatModel::Render(const ChatRequest& request) const {
+  if (chat_template_ == nullptr) return NoChatTemplateError();
+  const bool tools_shown = request.tools.is_array() && !request.tools.empty() &&
+                           request.tool_choice.kind != ToolChoice::Kind::kNone;
+  const bool forced = request.tool_choice.kind == ToolChoice::Kind::kRequired ||
+                      request.tool_choice.kind == ToolChoice::Kind::kFunction;
+  if (forced && format_.tool_calls == ToolCallSyntax::kNone) {
+    return absl::FailedPreconditionError(
+        "tool_choice requires a tool call, but this model's tool-call syntax is unknown (set "
+        "model.tool_call_parser)");
+  }
+  absl::StatusOr<std::string> text =
+      chat_template_->Render(request.messages, tools_shown ? request.tools : OrderedJson(),
+                             request.kwargs, request.add_generation_prompt);
+  if (!text.ok()) return text.status();
+  RenderedChat rendered;
+  rendered.prompt_text = *std::move(text);
+  rendered.parse_tool_calls = tools_shown && format_.tool_calls != ToolCallSyntax::kNone;
+  if (forced && request.add_generation_prompt) {
+    rendered.forced_prefix = ForcedPrefix(request.tool_choice);
+    rendered.prompt_text += rendered.forced_prefix;
+  }
+  return rendered;
+}
+
+}  // namespace specula

@@ -1,0 +1,120 @@
+// Chat requests (docs/CHAT.md): a conversation rendered into the prompt by the model's own chat
+// template, and the model's answer split back into content, reasoning and tool calls. Shared by
+// the gRPC service and the OpenAI-compatible HTTP endpoint, which both translate their wire
+// format into a ChatRequest.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/chat/output/chat_output_parser.h"
+#include "engine/chat/template/chat_template.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+
+namespace specula {
+
+using OrderedJson = nlohmann::ordered_json;
+
+// Which tool the model must call, if any (OpenAI's tool_choice).
+struct ToolChoice {
+  enum class Kind { kAuto, kNone, kRequired, kFunction };
+  Kind kind = Kind::kAuto;
+  std::string function;  // kFunction: the function's name
+};
+
+// Parses the API's spelling: "" or "auto", "none", "required", or a function's name (which must
+// be one of `tools`' names). INVALID_ARGUMENT naming `field` otherwise.
+absl::StatusOr<ToolChoice> ParseToolChoice(absl::string_view value, const OrderedJson& tools,
+                                           absl::string_view field);
+
+// A conversation as the chat template sees it (transformers' apply_chat_template arguments).
+struct ChatRequest {
+  OrderedJson messages = OrderedJson::array();  // [{"role", "content", ...}]
+  OrderedJson tools;                            // null, or [{"type": "function", "function"}]
+  OrderedJson kwargs = OrderedJson::object();   // extra template variables
+  ToolChoice tool_choice;
+  bool add_generation_prompt = true;
+};
+
+// A rendered conversation.
+struct RenderedChat {
+  // What is tokenized (without adding special tokens: the template writes them): the template's
+  // rendering, then `forced_prefix`.
+  std::string prompt_text;
+  // The start of a tool call appended for tool_choice required / a named function, so the model
+  // can only continue it. The output parser reads it as the start of the model's answer.
+  std::string forced_prefix;
+  // Whether tool calls are parsed out of the answer (the request has tools, tool_choice not none,
+  // and the model has a tool-call syntax).
+  bool parse_tool_calls = false;
+};
+
+// A tool call with the id the server gave it.
+struct ChatToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // a JSON object, compact
+};
+
+// What a chat answer adds at one point of the stream.
+struct ChatDelta {
+  std::string content;
+  std::string reasoning;
+  std::vector<ChatToolCall> tool_calls;
+};
+
+// One request's answer, parsed as it streams. Not thread-safe: one consumer.
+class ChatStream {
+ public:
+  ChatStream(ChatOutputFormat format, const RenderedChat& rendered);
+  // The next text of the answer. With `end`, also everything held back (an unfinished tool call
+  // becomes content).
+  ChatDelta Push(absl::string_view text, bool end);
+  // Whether any tool call was returned (finish reason "tool_calls").
+  bool called_tools() const { return called_tools_; }
+
+ private:
+  ChatDelta Convert(ChatOutputDelta delta);
+
+  ChatOutputParser parser_;
+  bool called_tools_ = false;
+};
+
+// FAILED_PRECONDITION: a chat request to a model without a chat template.
+absl::Status NoChatTemplateError();
+
+// A new tool-call id: "call_" and 24 random alphanumerics.
+std::string NewToolCallId();
+
+// The model's chat template and its answer format; one per server, used from any thread.
+class ChatModel {
+ public:
+  // `template_file`: model.chat_template ("" = the tokenizer_config.json's template, if any).
+  // `tool_call_syntax`: model.tool_call_parser ("auto" detects it from the template). Errors
+  // (an unreadable file, a template using what the interpreter does not implement) name the
+  // config key or file and the construct.
+  static absl::StatusOr<std::unique_ptr<ChatModel>> Load(const Tokenizer& tokenizer,
+                                                         const std::string& template_file,
+                                                         absl::string_view tool_call_syntax);
+
+  bool has_template() const { return chat_template_ != nullptr; }
+  const ChatOutputFormat& output_format() const { return format_; }
+
+  // FAILED_PRECONDITION when the model has no template; INVALID_ARGUMENT when the template
+  // refuses the conversation (raise_exception: e.g. roles that do not alternate).
+  absl::StatusOr<RenderedChat> Render(const ChatRequest& request) const;
+
+ private:
+  // The text that starts a call for `choice` in this model's tool-call syntax.
+  std::string ForcedPrefix(const ToolChoice& choice) const;
+
+  std::unique_ptr<ChatTemplate> chat_template_;
+  ChatOutputFormat format_;
+};
+
+}  // namespace specula

@@ -1,0 +1,483 @@
+#include "server/openai_request.h"
+
+#include <cmath>
+#include <limits>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+
+namespace specula {
+namespace {
+
+using Error = std::optional<OpenAiError>;
+
+OpenAiError BadParam(std::string param, std::string message) {
+  return {400, "invalid_request_error", std::move(message), std::move(param), ""};
+}
+
+const char* JsonTypeName(const OrderedJson& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  return "an object";
+}
+
+Error WrongType(const std::string& param, const OrderedJson& v, const char* expected) {
+  return BadParam(param,
+                  absl::StrCat("'", param, "' must be ", expected, ", got ", JsonTypeName(v)));
+}
+
+// The parameters each endpoint takes; anything else is refused by name.
+const absl::flat_hash_set<std::string>& KnownKeys(OpenAiEndpoint endpoint) {
+  static const absl::flat_hash_set<std::string> kCommon = {
+      "model", "max_tokens", "stop", "seed", "temperature", "top_p", "frequency_penalty",
+      "presence_penalty", "stream", "stream_options", "n", "user", "logprobs", "logit_bias",
+      // vLLM-style extensions.
+      "top_k", "min_p", "repetition_penalty", "ignore_eos"};
+  static const absl::flat_hash_set<std::string> kChat = [] {
+    absl::flat_hash_set<std::string> keys = kCommon;
+    keys.insert({"messages", "tools", "tool_choice", "max_completion_tokens", "top_logprobs",
+                 "response_format", "parallel_tool_calls", "chat_template_kwargs"});
+    return keys;
+  }();
+  static const absl::flat_hash_set<std::string> kCompletions = [] {
+    absl::flat_hash_set<std::string> keys = kCommon;
+    keys.insert({"prompt", "echo", "best_of", "suffix"});
+    return keys;
+  }();
+  return endpoint == OpenAiEndpoint::kChatCompletions ? kChat : kCompletions;
+}
+
+// Parameters accepted only at their neutral value (so a client relying on them hears about it).
+Error CheckNeutral(const OrderedJson& body) {
+  if (body.contains("n") && !(body["n"].is_number_integer() && body["n"].get<int64_t>() == 1)) {
+    return BadParam("n", "only n = 1 is supported");
+  }
+  if (body.contains("best_of") &&
+      !(body["best_of"].is_number_integer() && body["best_of"].get<int64_t>() == 1)) {
+    return BadParam("best_of", "only best_of = 1 is supported");
+  }
+  if (body.contains("echo") && body["echo"] != false) {
+    return BadParam("echo", "echo is not supported");
+  }
+  if (body.contains("suffix") && !body["suffix"].is_null()) {
+    return BadParam("suffix", "suffix is not supported");
+  }
+  if (body.contains("logit_bias") && !body["logit_bias"].is_null() &&
+      !(body["logit_bias"].is_object() && body["logit_bias"].empty())) {
+    return BadParam("logit_bias", "logit_bias is not supported");
+  }
+  if (body.contains("response_format") && !body["response_format"].is_null() &&
+      !(body["response_format"].is_object() &&
+        body["response_format"].value("type", "") == "text")) {
+    return BadParam("response_format", "only response_format {\"type\": \"text\"} is supported");
+  }
+  if (body.contains("parallel_tool_calls") && body["parallel_tool_calls"] != true &&
+      !body["parallel_tool_calls"].is_null()) {
+    return BadParam("parallel_tool_calls",
+                    "parallel_tool_calls = false is not supported (the model may call several)");
+  }
+  return std::nullopt;
+}
+
+Error ReadNumber(const OrderedJson& body, const std::string& key, double lo, double hi,
+                 std::optional<double>* out) {
+  if (!body.contains(key) || body[key].is_null()) return std::nullopt;
+  const OrderedJson& v = body[key];
+  if (!v.is_number()) return WrongType(key, v, "a number");
+  const double x = v.get<double>();
+  if (!(x >= lo && x <= hi)) {
+    return BadParam(key, absl::StrCat("'", key, "' must be in [", lo, ", ", hi, "], got ", x));
+  }
+  *out = x;
+  return std::nullopt;
+}
+
+Error ReadInt(const OrderedJson& body, const std::string& key, int64_t lo, int64_t hi,
+              std::optional<int64_t>* out) {
+  if (!body.contains(key) || body[key].is_null()) return std::nullopt;
+  const OrderedJson& v = body[key];
+  if (!v.is_number_integer()) return WrongType(key, v, "an integer");
+  const int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)
+                        ? hi + 1
+                        : v.get<int64_t>();
+  if (x < lo || x > hi) {
+    return BadParam(key,
+                    absl::StrCat("'", key, "' must be in [", lo, ", ", hi, "], got ", v.dump()));
+  }
+  *out = x;
+  return std::nullopt;
+}
+
+Error ReadBool(const OrderedJson& body, const std::string& key, bool* out) {
+  if (!body.contains(key) || body[key].is_null()) return std::nullopt;
+  if (!body[key].is_boolean()) return WrongType(key, body[key], "a boolean");
+  *out = body[key].get<bool>();
+  return std::nullopt;
+}
+
+Error ReadSampling(const OrderedJson& body, v1::SamplingParams* s) {
+  std::optional<double> x;
+  Error e;
+  if ((e = ReadNumber(body, "temperature", 0, 2, &x))) return e;
+  if (x) s->set_temperature(static_cast<float>(*x));
+  x.reset();
+  if ((e = ReadNumber(body, "top_p", 0, 1, &x))) return e;
+  if (x) {
+    if (*x == 0) return BadParam("top_p", "'top_p' must be in (0, 1], got 0");
+    s->set_top_p(static_cast<float>(*x));
+  }
+  x.reset();
+  if ((e = ReadNumber(body, "frequency_penalty", -2, 2, &x))) return e;
+  if (x) s->set_frequency_penalty(static_cast<float>(*x));
+  x.reset();
+  if ((e = ReadNumber(body, "presence_penalty", -2, 2, &x))) return e;
+  if (x) s->set_presence_penalty(static_cast<float>(*x));
+  x.reset();
+  if ((e = ReadNumber(body, "min_p", 0, 1, &x))) return e;
+  if (x) s->set_min_p(static_cast<float>(*x));
+  x.reset();
+  if ((e = ReadNumber(body, "repetition_penalty", 1e-6, 1e6, &x))) return e;
+  if (x) s->set_repetition_penalty(static_cast<float>(*x));
+  std::optional<int64_t> i;
+  if ((e = ReadInt(body, "top_k", -1, std::numeric_limits<int32_t>::max(), &i))) return e;
+  if (i) s->set_top_k(static_cast<int32_t>(std::max<int64_t>(*i, 0)));  // vLLM: -1 = off
+  i.reset();
+  if ((e = ReadInt(body, "seed", std::numeric_limits<int64_t>::min(),
+                   std::numeric_limits<int64_t>::max(), &i))) {
+    return e;
+  }
+  if (i) s->set_seed(static_cast<uint64_t>(*i));
+  return std::nullopt;
+}
+
+Error ReadStop(const OrderedJson& body, v1::StoppingCriteria* stop) {
+  if (!body.contains("stop") || body["stop"].is_null()) return std::nullopt;
+  const OrderedJson& v = body["stop"];
+  if (v.is_string()) {
+    if (!v.get<std::string>().empty()) stop->add_stop(v.get<std::string>());
+    return std::nullopt;
+  }
+  if (!v.is_array()) return WrongType("stop", v, "a string or an array of strings");
+  for (const OrderedJson& s : v) {
+    if (!s.is_string()) return BadParam("stop", "'stop' must hold strings only");
+    if (!s.get<std::string>().empty()) stop->add_stop(s.get<std::string>());
+  }
+  return std::nullopt;
+}
+
+Error ReadLength(const OrderedJson& body, OpenAiEndpoint endpoint, int32_t default_tokens,
+                 v1::StoppingCriteria* stop) {
+  std::optional<int64_t> n;
+  const char* key = "max_tokens";
+  Error e;
+  if ((e = ReadInt(body, "max_tokens", 1, std::numeric_limits<int32_t>::max(), &n))) return e;
+  if (endpoint == OpenAiEndpoint::kChatCompletions && body.contains("max_completion_tokens") &&
+      !body["max_completion_tokens"].is_null()) {
+    if (n) {
+      return BadParam("max_completion_tokens", "set max_tokens or max_completion_tokens, not both");
+    }
+    key = "max_completion_tokens";
+    if ((e = ReadInt(body, key, 1, std::numeric_limits<int32_t>::max(), &n))) return e;
+  }
+  if (n) {
+    stop->set_max_tokens(static_cast<int32_t>(*n));
+  } else if (endpoint == OpenAiEndpoint::kCompletions) {
+    stop->set_max_tokens(default_tokens);
+  }
+  bool ignore_eos = false;
+  if ((e = ReadBool(body, "ignore_eos", &ignore_eos))) return e;
+  stop->set_ignore_eos(ignore_eos);
+  return ReadStop(body, stop);
+}
+
+// Chat message content: a string, null, or an array of text parts (joined). Null (an assistant
+// message that only calls tools) reaches the template as "", as in vLLM: Qwen3's template, for
+// one, tests `'</think>' in content`, which fails on None.
+Error ReadContent(const OrderedJson& v, const std::string& param, OrderedJson* out) {
+  if (v.is_null() || v.is_string()) {
+    *out = v.is_null() ? OrderedJson("") : v;
+    return std::nullopt;
+  }
+  if (!v.is_array()) return WrongType(param, v, "a string, null or an array of text parts");
+  std::string text;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const OrderedJson& part = v[i];
+    const std::string p = absl::StrCat(param, "[", i, "]");
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        !part["text"].is_string()) {
+      return BadParam(p, absl::StrCat("'", p,
+                                      "': only {\"type\": \"text\", \"text\": ...} parts "
+                                      "are supported"));
+    }
+    text += part["text"].get<std::string>();
+  }
+  *out = text;
+  return std::nullopt;
+}
+
+Error ReadToolCalls(const OrderedJson& v, const std::string& param, OrderedJson* out) {
+  if (!v.is_array()) return WrongType(param, v, "an array");
+  *out = OrderedJson::array();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string p = absl::StrCat(param, "[", i, "]");
+    const OrderedJson& call = v[i];
+    if (!call.is_object() || !call.contains("function") || !call["function"].is_object() ||
+        !call["function"].contains("name") || !call["function"]["name"].is_string()) {
+      return BadParam(p, absl::StrCat("'", p,
+                                      "' must be {\"id\", \"type\": \"function\", "
+                                      "\"function\": {\"name\", \"arguments\"}}"));
+    }
+    OrderedJson arguments = call["function"].value("arguments", OrderedJson::object());
+    if (arguments.is_string()) {
+      // OpenAI sends the arguments as JSON text; templates expect the object.
+      arguments = OrderedJson::parse(arguments.get<std::string>(), nullptr, false);
+    }
+    if (!arguments.is_object()) {
+      return BadParam(p + ".function.arguments", "tool call arguments must be a JSON object");
+    }
+    OrderedJson converted = OrderedJson::object();
+    if (call.contains("id") && call["id"].is_string()) converted["id"] = call["id"];
+    converted["type"] = "function";
+    converted["function"] = {{"name", call["function"]["name"]}, {"arguments", arguments}};
+    out->push_back(std::move(converted));
+  }
+  return std::nullopt;
+}
+
+Error ReadMessage(const OrderedJson& m, size_t index, OrderedJson* out) {
+  const std::string p = absl::StrCat("messages[", index, "]");
+  if (!m.is_object()) return WrongType(p, m, "an object");
+  if (!m.contains("role") || !m["role"].is_string() || m["role"].get<std::string>().empty()) {
+    return BadParam(p + ".role", absl::StrCat("'", p, ".role' must be a non-empty string"));
+  }
+  *out = OrderedJson::object();
+  (*out)["role"] = m["role"];
+  OrderedJson content;
+  if (Error e = ReadContent(m.value("content", OrderedJson()), p + ".content", &content)) return e;
+  (*out)["content"] = std::move(content);
+  for (const char* key : {"name", "tool_call_id", "reasoning_content"}) {
+    if (!m.contains(key) || m[key].is_null()) continue;
+    if (!m[key].is_string()) return WrongType(absl::StrCat(p, ".", key), m[key], "a string");
+    (*out)[key] = m[key];
+  }
+  if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+    OrderedJson calls;
+    if (Error e = ReadToolCalls(m["tool_calls"], p + ".tool_calls", &calls)) return e;
+    if (!calls.empty()) (*out)["tool_calls"] = std::move(calls);
+  }
+  return std::nullopt;
+}
+
+Error ReadTools(const OrderedJson& body, OrderedJson* out) {
+  if (!body.contains("tools") || body["tools"].is_null()) return std::nullopt;
+  const OrderedJson& v = body["tools"];
+  if (!v.is_array()) return WrongType("tools", v, "an array");
+  if (v.empty()) return std::nullopt;
+  *out = OrderedJson::array();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string p = absl::StrCat("tools[", i, "]");
+    const OrderedJson& t = v[i];
+    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+        !t["function"].is_object() || !t["function"].contains("name") ||
+        !t["function"]["name"].is_string()) {
+      return BadParam(p, absl::StrCat("'", p,
+                                      "' must be {\"type\": \"function\", \"function\": "
+                                      "{\"name\", \"description\", \"parameters\"}}"));
+    }
+    OrderedJson function = t["function"];
+    function.erase("strict");  // structured outputs are not enforced; the schema is shown
+    out->push_back({{"type", "function"}, {"function", std::move(function)}});
+  }
+  return std::nullopt;
+}
+
+Error ReadToolChoice(const OrderedJson& body, const OrderedJson& tools, ToolChoice* out) {
+  if (!body.contains("tool_choice") || body["tool_choice"].is_null()) return std::nullopt;
+  const OrderedJson& v = body["tool_choice"];
+  std::string name;
+  if (v.is_string()) {
+    name = v.get<std::string>();
+    if (name != "auto" && name != "none" && name != "required") {
+      return BadParam("tool_choice",
+                      "'tool_choice' must be auto, none, required or "
+                      "{\"type\": \"function\", \"function\": {\"name\"}}");
+    }
+  } else if (v.is_object() && v.contains("function") && v["function"].is_object() &&
+             v["function"].contains("name") && v["function"]["name"].is_string()) {
+    name = v["function"]["name"].get<std::string>();
+  } else {
+    return WrongType("tool_choice", v, "a string or {\"type\": \"function\", ...}");
+  }
+  absl::StatusOr<ToolChoice> choice = ParseToolChoice(name, tools, "tool_choice");
+  if (!choice.ok()) return BadParam("tool_choice", std::string(choice.status().message()));
+  *out = *std::move(choice);
+  return std::nullopt;
+}
+
+Error ReadChat(const OrderedJson& body, ChatRequest* chat) {
+  if (!body.contains("messages")) return BadParam("messages", "'messages' is required");
+  const OrderedJson& messages = body["messages"];
+  if (!messages.is_array()) return WrongType("messages", messages, "an array");
+  if (messages.empty()) return BadParam("messages", "'messages' is empty");
+  for (size_t i = 0; i < messages.size(); ++i) {
+    OrderedJson m;
+    if (Error e = ReadMessage(messages[i], i, &m)) return e;
+    chat->messages.push_back(std::move(m));
+  }
+  if (Error e = ReadTools(body, &chat->tools)) return e;
+  if (Error e = ReadToolChoice(body, chat->tools, &chat->tool_choice)) return e;
+  if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
+    if (!body["chat_template_kwargs"].is_object()) {
+      return WrongType("chat_template_kwargs", body["chat_template_kwargs"], "an object");
+    }
+    chat->kwargs = body["chat_template_kwargs"];
+  }
+  return std::nullopt;
+}
+
+// Completions: a string, a one-string array, or token ids (one array, or an array of one).
+Error ReadPrompt(const OrderedJson& body, v1::GenerateRequest* g) {
+  if (!body.contains("prompt")) return BadParam("prompt", "'prompt' is required");
+  OrderedJson v = body["prompt"];
+  if (v.is_array() && v.size() == 1 && (v[0].is_string() || v[0].is_array())) v = v[0];
+  if (v.is_string()) {
+    g->set_prompt(v.get<std::string>());
+    return std::nullopt;
+  }
+  if (!v.is_array() || v.empty()) {
+    return BadParam("prompt", "'prompt' must be a string or an array of token ids (one prompt)");
+  }
+  for (const OrderedJson& id : v) {
+    if (!id.is_number_unsigned() || id.get<uint64_t>() > std::numeric_limits<uint32_t>::max()) {
+      return BadParam("prompt", "'prompt' must be a string or an array of token ids (one prompt)");
+    }
+    g->mutable_prompt_token_ids()->add_ids(id.get<uint32_t>());
+  }
+  return std::nullopt;
+}
+
+Error ReadStreamAndLogprobs(const OrderedJson& body, OpenAiEndpoint endpoint, OpenAiRequest* out) {
+  if (Error e = ReadBool(body, "stream", &out->stream)) return e;
+  if (body.contains("stream_options") && !body["stream_options"].is_null()) {
+    const OrderedJson& so = body["stream_options"];
+    if (!so.is_object()) return WrongType("stream_options", so, "an object");
+    if (!out->stream) return BadParam("stream_options", "'stream_options' needs stream: true");
+    if (Error e = ReadBool(so, "include_usage", &out->include_usage)) return e;
+  }
+  std::optional<int64_t> n;
+  if (endpoint == OpenAiEndpoint::kChatCompletions) {
+    if (Error e = ReadBool(body, "logprobs", &out->logprobs)) return e;
+    if (Error e = ReadInt(body, "top_logprobs", 0, 20, &n)) return e;
+    if (n && !out->logprobs) return BadParam("top_logprobs", "'top_logprobs' needs logprobs: true");
+  } else {
+    if (Error e = ReadInt(body, "logprobs", 0, 5, &n)) return e;
+    out->logprobs = n.has_value();
+  }
+  out->top_logprobs = static_cast<int>(n.value_or(0));
+  if (out->logprobs) out->generate.mutable_sampling()->set_logprobs(out->top_logprobs);
+  return std::nullopt;
+}
+
+}  // namespace
+
+OpenAiError OpenAiErrorFrom(const absl::Status& status, std::string param) {
+  OpenAiError e;
+  e.message = std::string(status.message());
+  e.param = std::move(param);
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition:
+      e.http_status = 400;
+      e.type = "invalid_request_error";
+      break;
+    case absl::StatusCode::kNotFound:
+      e.http_status = 404;
+      e.type = "not_found_error";
+      break;
+    case absl::StatusCode::kResourceExhausted:
+      e.http_status = 429;
+      e.type = "rate_limit_error";
+      break;
+    case absl::StatusCode::kUnavailable:
+      e.http_status = 503;
+      e.type = "service_unavailable";
+      break;
+    case absl::StatusCode::kDeadlineExceeded:
+      e.http_status = 504;
+      e.type = "timeout";
+      break;
+    case absl::StatusCode::kUnauthenticated:
+      e.http_status = 401;
+      e.type = "authentication_error";
+      break;
+    case absl::StatusCode::kPermissionDenied:
+      e.http_status = 403;
+      e.type = "permission_error";
+      break;
+    default:
+      e.http_status = 500;
+      e.type = "internal_error";
+      break;
+  }
+  return e;
+}
+
+std::string OpenAiErrorJson(const OpenAiError& error) {
+  OrderedJson body = {{"error",
+                       {{"message", error.message},
+                        {"type", error.type},
+                        {"param", error.param.empty() ? OrderedJson() : OrderedJson(error.param)},
+                        {"code", error.code.empty() ? OrderedJson() : OrderedJson(error.code)}}}};
+  return body.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
+}
+
+HttpResponse OpenAiErrorResponse(const OpenAiError& error) {
+  HttpResponse r;
+  r.status = error.http_status;
+  r.content_type = "application/json";
+  r.body = OpenAiErrorJson(error);
+  return r;
+}
+
+std::optional<OpenAiError> ParseOpenAiRequest(OpenAiEndpoint endpoint, const std::string& body_text,
+                                              const std::string& served_model,
+                                              int32_t default_completion_tokens,
+                                              OpenAiRequest* out) {
+  OrderedJson body = OrderedJson::parse(body_text, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) return BadParam("", "the request body is not valid JSON");
+  if (!body.is_object()) return BadParam("", "the request body must be a JSON object");
+  for (const auto& [key, value] : body.items()) {
+    if (!KnownKeys(endpoint).contains(key)) {
+      return BadParam(key, absl::StrCat("unsupported parameter '", key, "'"));
+    }
+  }
+  out->endpoint = endpoint;
+  if (!body.contains("model") || !body["model"].is_string()) {
+    return BadParam("model", "'model' is required (a string)");
+  }
+  out->model = body["model"].get<std::string>();
+  if (out->model != served_model) {
+    return OpenAiError{404, "not_found_error",
+                       absl::StrCat("the model '", out->model,
+                                    "' does not exist; this server "
+                                    "serves '",
+                                    served_model, "'"),
+                       "model", "model_not_found"};
+  }
+  if (Error e = CheckNeutral(body)) return e;
+  if (Error e = ReadSampling(body, out->generate.mutable_sampling())) return e;
+  if (Error e =
+          ReadLength(body, endpoint, default_completion_tokens, out->generate.mutable_stopping())) {
+    return e;
+  }
+  if (Error e = ReadStreamAndLogprobs(body, endpoint, out)) return e;
+  if (endpoint == OpenAiEndpoint::kCompletions) return ReadPrompt(body, &out->generate);
+  out->chat.emplace();
+  return ReadChat(body, &*out->chat);
+}
+
+}  // namespace specula

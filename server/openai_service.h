@@ -1,0 +1,38 @@
+// The OpenAI-compatible HTTP API on its own listener (server.http_listen; docs/CHAT.md):
+// POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /v1/models/{id},
+// GET /health. Requests take the gRPC path's steps (the same CallEnv: tokenizer queue, limits,
+// engine, metrics), so an HTTP request and a gRPC one are admitted, limited and counted alike.
+// A client that closes its connection cancels its request.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "server/generate_call.h"
+#include "server/http_server.h"
+#include "server/openai_answer.h"
+
+namespace specula {
+
+class OpenAiService {
+ public:
+  // `env` outlives the service and every request it started. `served_model` is the one model id
+  // requests must name.
+  OpenAiService(CallEnv* env, std::string served_model, int64_t max_context_tokens);
+
+  std::vector<HttpRoute> Routes();
+
+  // The error format of the listener's own refusals (404, 405, 413).
+  static HttpResponse ErrorResponse(int status, const std::string& message);
+
+ private:
+  OrderedJson ModelObject() const;
+  HttpResponse Health() const;
+
+  CallEnv* const env_;
+  const std::string served_model_;
+  const int64_t max_context_tokens_;
+  const int64_t created_;
+};
+
+}  // namespace specula

@@ -1,0 +1,306 @@
+// The server's chat layer: tool_choice parsing, the forced start of a required call, the
+// conversion of the gRPC chat fields, and OpenAI request bodies and answers.
+#include "server/chat.h"
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/chat_proto.h"
+#include "server/openai_answer.h"
+
+namespace specula {
+namespace {
+
+using ::testing::HasSubstr;
+
+OrderedJson WeatherTools() {
+  return OrderedJson::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"days": {"type": "integer"}}}}}])");
+}
+
+class ChatModelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto t = Tokenizer::FromDirectory(std::string(SPECULA_TEST_MODELS_DIR) + "/qwen3-f32");
+    ASSERT_TRUE(t.ok()) << t.status();
+    tokenizer_ = std::move(*t).release();
+  }
+  static void TearDownTestSuite() { delete tokenizer_; }
+  static const Tokenizer* tokenizer_;
+};
+const Tokenizer* ChatModelTest::tokenizer_ = nullptr;
+
+TEST_F(ChatModelTest, RendersTheModelsTemplate) {
+  auto chat = ChatModel::Load(*tokenizer_, "", "auto");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  ChatRequest request;
+  request.messages = OrderedJson::parse(R"([{"role": "user", "content": "hi"}])");
+  absl::StatusOr<RenderedChat> r = (*chat)->Render(request);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->prompt_text, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_FALSE(r->parse_tool_calls);  // no tools
+  request.add_generation_prompt = false;
+  EXPECT_EQ((*chat)->Render(request)->prompt_text, "<|im_start|>user\nhi<|im_end|>\n");
+}
+
+TEST_F(ChatModelTest, ARequiredCallStartsTheAnswer) {
+  auto chat = ChatModel::Load(*tokenizer_, "", "hermes");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  ChatRequest request;
+  request.messages = OrderedJson::parse(R"([{"role": "user", "content": "hi"}])");
+  request.tools = WeatherTools();
+  request.tool_choice = *ParseToolChoice("get_weather", request.tools, "tool_choice");
+  absl::StatusOr<RenderedChat> named = (*chat)->Render(request);
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_TRUE(named->parse_tool_calls);
+  EXPECT_EQ(named->forced_prefix, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ");
+  EXPECT_TRUE(absl::EndsWith(named->prompt_text, "assistant\n" + named->forced_prefix));
+  // The parser reads the forced prefix as the start of the answer: the rest completes the call.
+  ChatStream stream((*chat)->output_format(), *named);
+  ChatDelta d = stream.Push("{\"days\": 2}}\n</tool_call>", /*end=*/true);
+  ASSERT_EQ(d.tool_calls.size(), 1u);
+  EXPECT_EQ(d.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(d.tool_calls[0].arguments, "{\"days\":2}");
+  EXPECT_EQ(d.content, "");
+  EXPECT_TRUE(stream.called_tools());
+
+  request.tool_choice = *ParseToolChoice("required", request.tools, "tool_choice");
+  EXPECT_EQ((*chat)->Render(request)->forced_prefix, "<tool_call>\n{\"name\": \"");
+  // none: the tools are not shown and nothing is parsed.
+  request.tool_choice = *ParseToolChoice("none", request.tools, "tool_choice");
+  absl::StatusOr<RenderedChat> none = (*chat)->Render(request);
+  EXPECT_FALSE(none->parse_tool_calls);
+  EXPECT_EQ(none->forced_prefix, "");
+}
+
+TEST_F(ChatModelTest, ForcedCallsNeedAKnownSyntax) {
+  auto chat = ChatModel::Load(*tokenizer_, "", "none");
+  ASSERT_TRUE(chat.ok());
+  ChatRequest request;
+  request.messages = OrderedJson::parse(R"([{"role": "user", "content": "hi"}])");
+  request.tools = WeatherTools();
+  request.tool_choice.kind = ToolChoice::Kind::kRequired;
+  EXPECT_EQ((*chat)->Render(request).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ChatModelTest, LoadErrorsNameTheKey) {
+  auto missing = ChatModel::Load(*tokenizer_, "/no/such/template.jinja", "auto");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("model.chat_template"));
+  auto parser = ChatModel::Load(*tokenizer_, "", "xml");
+  EXPECT_THAT(std::string(parser.status().message()), HasSubstr("model.tool_call_parser"));
+}
+
+TEST(ToolChoiceTest, Parses) {
+  const OrderedJson tools = WeatherTools();
+  EXPECT_EQ(ParseToolChoice("", tools, "tool_choice")->kind, ToolChoice::Kind::kAuto);
+  EXPECT_EQ(ParseToolChoice("auto", OrderedJson(), "tool_choice")->kind, ToolChoice::Kind::kAuto);
+  EXPECT_EQ(ParseToolChoice("none", OrderedJson(), "tool_choice")->kind, ToolChoice::Kind::kNone);
+  EXPECT_EQ(ParseToolChoice("required", tools, "tool_choice")->kind, ToolChoice::Kind::kRequired);
+  EXPECT_EQ(ParseToolChoice("get_weather", tools, "tool_choice")->function, "get_weather");
+  EXPECT_EQ(ParseToolChoice("required", OrderedJson(), "tool_choice").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(ParseToolChoice("get_time", tools, "tc").status().message()),
+              HasSubstr("tc names the function \"get_time\""));
+}
+
+TEST(ChatProtoTest, MessagesAndToolsKeepTheirShapeAndKeyOrder) {
+  v1::GenerateRequest r;
+  v1::ChatMessage* m = r.add_messages();
+  m->set_role("assistant");
+  v1::ToolCall* call = m->add_tool_calls();
+  call->set_id("call_1");
+  call->set_name("get_weather");
+  call->set_arguments(R"({"z": 1, "a": 2})");
+  v1::Tool* tool = r.add_tools();
+  tool->set_name("get_weather");
+  tool->set_parameters(R"({"type": "object", "properties": {"z": {}, "a": {}}})");
+  absl::StatusOr<ChatRequest> c =
+      ToChatRequest(r.messages(), r.tools(), "", R"({"enable_thinking": false})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->messages.dump(),
+            R"([{"role":"assistant","content":"","tool_calls":[{"id":"call_1","type":)"
+            R"("function","function":{"name":"get_weather","arguments":{"z":1,"a":2}}}]}])");
+  EXPECT_EQ(c->tools.dump(), R"([{"type":"function","function":{"name":"get_weather","parameters":)"
+                             R"({"type":"object","properties":{"z":{},"a":{}}}}}])");
+  EXPECT_EQ(c->kwargs.dump(), R"({"enable_thinking":false})");
+  call->set_arguments("[1]");
+  EXPECT_THAT(std::string(ToChatRequest(r.messages(), r.tools(), "", "").status().message()),
+              HasSubstr("messages[0].tool_calls[0].arguments: not a JSON object"));
+}
+
+TEST(ChatProtoTest, ApplyChatTemplateChecksTheInputs) {
+  v1::GenerateRequest plain;
+  plain.set_prompt("x");
+  EXPECT_FALSE(ApplyChatTemplate(nullptr, &plain)->has_value());
+  plain.set_chat_template_kwargs("{}");
+  EXPECT_EQ(ApplyChatTemplate(nullptr, &plain).status().code(), absl::StatusCode::kInvalidArgument);
+  v1::GenerateRequest chat;
+  chat.add_messages()->set_role("user");
+  EXPECT_EQ(ApplyChatTemplate(nullptr, &chat).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  chat.set_prompt("x");
+  EXPECT_EQ(ApplyChatTemplate(nullptr, &chat).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// --- OpenAI ----------------------------------------------------------------------------------
+
+std::optional<OpenAiError> Parse(OpenAiEndpoint endpoint, const std::string& body,
+                                 OpenAiRequest* out) {
+  return ParseOpenAiRequest(endpoint, body, "m", 16, out);
+}
+
+TEST(OpenAiRequestTest, ChatFieldsReachTheRequest) {
+  OpenAiRequest r;
+  ASSERT_FALSE(Parse(OpenAiEndpoint::kChatCompletions, R"({"model": "m",
+      "messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                {"type": "text", "text": "b"}]}],
+      "max_completion_tokens": 7, "stop": "END", "seed": 5, "temperature": 0.5, "top_p": 0.9,
+      "stream": true, "stream_options": {"include_usage": true}, "logprobs": true,
+      "top_logprobs": 3, "tools": [{"type": "function", "function": {"name": "f",
+      "parameters": {"b": 1, "a": 2}, "strict": true}}], "tool_choice": {"type": "function",
+      "function": {"name": "f"}}, "chat_template_kwargs": {"enable_thinking": false}})",
+                     &r));
+  EXPECT_EQ(r.generate.stopping().max_tokens(), 7);
+  EXPECT_EQ(r.generate.stopping().stop(0), "END");
+  EXPECT_EQ(r.generate.sampling().seed(), 5u);
+  EXPECT_FLOAT_EQ(r.generate.sampling().temperature(), 0.5f);
+  EXPECT_EQ(r.generate.sampling().logprobs(), 3);
+  EXPECT_TRUE(r.stream && r.include_usage && r.logprobs);
+  ASSERT_TRUE(r.chat.has_value());
+  EXPECT_EQ(r.chat->messages[0]["content"], "ab");
+  EXPECT_EQ(r.chat->tools.dump(),
+            R"([{"type":"function","function":{"name":"f","parameters":{"b":1,"a":2}}}])");
+  EXPECT_EQ(r.chat->tool_choice.kind, ToolChoice::Kind::kFunction);
+  EXPECT_EQ(r.chat->kwargs.dump(), R"({"enable_thinking":false})");
+}
+
+TEST(OpenAiRequestTest, AToolCallTurnReachesTheTemplateAsVllmGivesIt) {
+  // What the SDK sends back after a tool call: content null, arguments as JSON text.
+  OpenAiRequest r;
+  ASSERT_FALSE(Parse(OpenAiEndpoint::kChatCompletions, R"({"model": "m", "messages": [
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+       "function": {"name": "f", "arguments": "{\"days\": 3}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]})",
+                     &r));
+  ASSERT_TRUE(r.chat.has_value());
+  EXPECT_EQ(r.chat->messages.dump(),
+            R"([{"role":"assistant","content":"","tool_calls":[{"id":"call_1","type":"function",)"
+            R"("function":{"name":"f","arguments":{"days":3}}}]},)"
+            R"({"role":"tool","content":"sunny","tool_call_id":"call_1"}])");
+}
+
+TEST(OpenAiRequestTest, RefusalsNameTheParameter) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"model": "m", "n": 2, )" + msgs + "}", "n"},
+      {R"({"model": "m", "logit_bias": {"5": 1}, )" + msgs + "}", "logit_bias"},
+      {R"({"model": "m", "temperature": 3, )" + msgs + "}", "temperature"},
+      {R"({"model": "m", "max_tokens": 1, "max_completion_tokens": 1, )" + msgs + "}",
+       "max_completion_tokens"},
+      {R"({"model": "m", "top_logprobs": 2, )" + msgs + "}", "top_logprobs"},
+      {R"({"model": "m", "stream_options": {}, )" + msgs + "}", "stream_options"},
+      {R"({"model": "m", "unknown": 1, )" + msgs + "}", "unknown"},
+      {R"({"model": "m", "messages": [{"content": "hi"}]})", "messages[0].role"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+       "messages[0].content[0]"},
+      {R"({"model": "m", "tool_choice": "required", )" + msgs + "}", "tool_choice"},
+  };
+  for (const auto& [body, param] : cases) {
+    OpenAiRequest r;
+    std::optional<OpenAiError> e = Parse(OpenAiEndpoint::kChatCompletions, body, &r);
+    ASSERT_TRUE(e.has_value()) << body;
+    EXPECT_EQ(e->http_status, 400) << body;
+    EXPECT_EQ(e->param, param) << body;
+  }
+  OpenAiRequest r;
+  std::optional<OpenAiError> e =
+      Parse(OpenAiEndpoint::kChatCompletions, R"({"model": "x", )" + msgs + "}", &r);
+  EXPECT_EQ(e->http_status, 404);
+  EXPECT_EQ(e->code, "model_not_found");
+  EXPECT_EQ(Parse(OpenAiEndpoint::kCompletions, "{nope", &r)->http_status, 400);
+}
+
+TEST(OpenAiRequestTest, CompletionsDefaultToSixteenTokens) {
+  OpenAiRequest r;
+  ASSERT_FALSE(Parse(OpenAiEndpoint::kCompletions, R"({"model": "m", "prompt": [1, 2, 3]})", &r));
+  EXPECT_EQ(r.generate.stopping().max_tokens(), 16);
+  EXPECT_EQ(r.generate.prompt_token_ids().ids_size(), 3);
+  EXPECT_FALSE(r.chat.has_value());
+}
+
+TEST(OpenAiErrorTest, StatusCodesMapToHttp) {
+  EXPECT_EQ(OpenAiErrorFrom(absl::InvalidArgumentError("x")).http_status, 400);
+  EXPECT_EQ(OpenAiErrorFrom(absl::FailedPreconditionError("x")).http_status, 400);
+  EXPECT_EQ(OpenAiErrorFrom(absl::ResourceExhaustedError("x")).http_status, 429);
+  EXPECT_EQ(OpenAiErrorFrom(absl::UnavailableError("x")).http_status, 503);
+  EXPECT_EQ(OpenAiErrorFrom(absl::InternalError("x")).http_status, 500);
+  EXPECT_EQ(OpenAiErrorJson(OpenAiErrorFrom(absl::NotFoundError("gone"), "model")),
+            R"({"error":{"message":"gone","type":"not_found_error","param":"model","code":null}})");
+}
+
+StreamChunk Chunk(std::string text, bool done) {
+  StreamChunk c;
+  c.text = std::move(text);
+  c.done = done;
+  if (done) {
+    c.finish = FinishReason::kStop;
+    c.prompt_tokens = 5;
+    c.completion_tokens = 3;
+    c.cached_prompt_tokens = 2;
+  }
+  return c;
+}
+
+TEST(OpenAiAnswerTest, StreamsChunksThenFinishUsageAndDone) {
+  OpenAiRequest request;
+  ASSERT_FALSE(Parse(OpenAiEndpoint::kChatCompletions, R"({"model": "m", "stream": true,
+      "stream_options": {"include_usage": true}, "messages": [{"role": "user",
+      "content": "hi"}]})",
+                     &request));
+  OpenAiAnswer answer(
+      request, "r1", [](int32_t) { return std::string("t"); }, std::nullopt);
+  const std::string first = answer.StreamEvents(Chunk("Hel", false));
+  EXPECT_THAT(first, HasSubstr(R"("delta":{"role":"assistant","content":"Hel"})"));
+  const std::string last = answer.StreamEvents(Chunk("lo", true));
+  EXPECT_THAT(last, HasSubstr(R"("delta":{"content":"lo"})"));
+  EXPECT_THAT(last, HasSubstr(R"("finish_reason":"stop")"));
+  EXPECT_THAT(last, HasSubstr(R"("choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3,)"
+                              R"("total_tokens":8,"prompt_tokens_details":{"cached_tokens":2}})"));
+  EXPECT_TRUE(absl::EndsWith(last, "data: [DONE]\n\n"));
+}
+
+TEST(OpenAiAnswerTest, AFailedEndIsAnErrorEvent) {
+  OpenAiRequest request;
+  ASSERT_FALSE(Parse(OpenAiEndpoint::kCompletions,
+                     R"({"model": "m", "stream": true, "prompt": "x"})", &request));
+  OpenAiAnswer answer(
+      request, "r1", [](int32_t) { return std::string(); }, std::nullopt);
+  StreamChunk end;
+  end.done = true;
+  end.status = absl::UnavailableError("draining");
+  const std::string events = answer.StreamEvents(end);
+  EXPECT_THAT(events, HasSubstr(R"(data: {"error":{"message":"draining")"));
+  EXPECT_TRUE(absl::EndsWith(events, "data: [DONE]\n\n"));
+}
+
+TEST(OpenAiAnswerTest, NonStreamingCollectsTheWholeAnswer) {
+  OpenAiRequest request;
+  ASSERT_FALSE(Parse(OpenAiEndpoint::kCompletions, R"({"model": "m", "prompt": "x"})", &request));
+  OpenAiAnswer answer(
+      request, "r1", [](int32_t) { return std::string(); }, std::nullopt);
+  answer.Accumulate(Chunk("Hel", false));
+  answer.Accumulate(Chunk("lo", true));
+  const OrderedJson r = answer.Final();
+  EXPECT_EQ(r["id"], "cmpl-r1");
+  EXPECT_EQ(r["object"], "text_completion");
+  EXPECT_EQ(r["choices"][0]["text"], "Hello");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(r["usage"]["total_tokens"], 8);
+}
+
+}  // namespace
+}  // namespace specula

@@ -1,0 +1,214 @@
+// specula's OpenAI-compatible HTTP API as OpenAI's users call it: the official OpenAI SDK for
+// JavaScript (npm `openai`, fetched by tests/fixtures/fetch-openai-sdk.sh) against the real
+// specula-server binary on loopback.
+//
+// The server runs the scripted chat model (tools/make_tiny_model/scripted_model.h) over the real
+// Qwen3 tokenizer and chat template: whatever the conversation, its greedy answer is the Hermes
+// tool call <tool_call>{"name":"get_weather", "arguments":{"days": 3}}</tool_call>. With tools in
+// the request the server must return it as a parsed tool call; without, as plain content.
+//
+// Environment (CTest sets it): SPECULA_SERVER (binary), SPECULA_CHAT_MODEL (model directory),
+// OPENAI_SDK_DIR (the directory holding node_modules/openai). Run: node --test <this file>.
+import {spawn} from 'node:child_process';
+import {mkdtempSync, readFileSync, existsSync, rmSync} from 'node:fs';
+import {createRequire} from 'node:module';
+import {tmpdir} from 'node:os';
+import {join} from 'node:path';
+import {after, before, test} from 'node:test';
+import assert from 'node:assert/strict';
+
+const require = createRequire(join(process.env.OPENAI_SDK_DIR, 'node_modules', 'noop.js'));
+const OpenAI = require('openai');
+
+const TOOLS = [{
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: 'The forecast for the next days.',
+    parameters: {
+      type: 'object',
+      properties: {days: {type: 'integer', description: 'How many days.'}},
+      required: ['days'],
+    },
+  },
+}];
+const MESSAGES = [
+  {role: 'system', content: 'You are a weather bot.'},
+  {role: 'user', content: 'Will it rain this week?'},
+];
+
+let server;
+let client;
+let model;
+let tmp;
+
+async function waitForReady(file, child) {
+  const deadline = Date.now() + 120_000;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`specula-server exited with ${child.exitCode}`);
+    if (existsSync(file)) return JSON.parse(readFileSync(file, 'utf8'));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new Error('specula-server did not become ready');
+}
+
+before(async () => {
+  tmp = mkdtempSync(join(tmpdir(), 'specula_openai_'));
+  const ready = join(tmp, 'ready.json');
+  server = spawn(process.env.SPECULA_SERVER, [
+    `--model=${process.env.SPECULA_CHAT_MODEL}`, '--listen=127.0.0.1:0', '--metrics-listen=',
+    '--http-listen=127.0.0.1:0', `--ready-file=${ready}`,
+  ], {stdio: ['ignore', 'ignore', 'inherit']});
+  const addresses = await waitForReady(ready, server);
+  model = addresses.model;
+  client = new OpenAI({baseURL: `http://${addresses.http_listen}/v1`, apiKey: 'unused',
+                       maxRetries: 0});
+});
+
+after(() => {
+  server?.kill('SIGTERM');
+  if (tmp) rmSync(tmp, {recursive: true, force: true});
+});
+
+test('models.list names the served model', async () => {
+  const page = await client.models.list();
+  assert.deepEqual(page.data.map((m) => m.id), [model]);
+  const one = await client.models.retrieve(model);
+  assert.equal(one.id, model);
+});
+
+test('chat without tools answers content (the call syntax is not parsed)', async () => {
+  const r = await client.chat.completions.create({model, messages: MESSAGES, temperature: 0,
+                                                  max_tokens: 40});
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(r.choices[0].message.role, 'assistant');
+  assert.match(r.choices[0].message.content, /<tool_call>\{"name":"get_weather"/);
+  assert.equal(r.choices[0].message.tool_calls, undefined);
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  assert.ok(r.usage.prompt_tokens > 10);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+});
+
+test('chat with tools returns the parsed tool call', async () => {
+  const r = await client.chat.completions.create({model, messages: MESSAGES, tools: TOOLS,
+                                                  temperature: 0, max_tokens: 40});
+  const message = r.choices[0].message;
+  assert.equal(r.choices[0].finish_reason, 'tool_calls');
+  assert.equal(message.content, null);
+  assert.equal(message.tool_calls.length, 1);
+  const call = message.tool_calls[0];
+  assert.match(call.id, /^call_[A-Za-z0-9]{24}$/);
+  assert.equal(call.type, 'function');
+  assert.equal(call.function.name, 'get_weather');
+  assert.deepEqual(JSON.parse(call.function.arguments), {days: 3});
+});
+
+test('streamed chat with tools: the call arrives parsed, never as content', async () => {
+  const stream = await client.chat.completions.create({
+    model, messages: MESSAGES, tools: TOOLS, temperature: 0, max_tokens: 40, stream: true,
+    stream_options: {include_usage: true}});
+  let content = '';
+  const calls = [];
+  let finish = null;
+  let usage = null;
+  let chunks = 0;
+  for await (const chunk of stream) {
+    ++chunks;
+    assert.equal(chunk.object, 'chat.completion.chunk');
+    if (chunk.usage) usage = chunk.usage;
+    for (const choice of chunk.choices) {
+      content += choice.delta.content ?? '';
+      for (const c of choice.delta.tool_calls ?? []) calls.push(c);
+      if (choice.finish_reason) finish = choice.finish_reason;
+    }
+  }
+  assert.ok(chunks >= 3, `only ${chunks} chunks`);
+  assert.equal(content, '');
+  assert.equal(calls.length, 1);
+  assert.equal(calls[0].index, 0);
+  assert.equal(calls[0].function.name, 'get_weather');
+  assert.deepEqual(JSON.parse(calls[0].function.arguments), {days: 3});
+  assert.equal(finish, 'tool_calls');
+  assert.ok(usage && usage.completion_tokens > 0);
+});
+
+test('a tool-call round trip: the call and its result go back into the conversation', async () => {
+  const first = await client.chat.completions.create({model, messages: MESSAGES, tools: TOOLS,
+                                                      temperature: 0, max_tokens: 40});
+  const call = first.choices[0].message.tool_calls[0];
+  const followUp = [
+    ...MESSAGES,
+    first.choices[0].message,
+    {role: 'tool', tool_call_id: call.id, content: '{"rain": [false, true, false]}'},
+  ];
+  const second = await client.chat.completions.create({model, messages: followUp, tools: TOOLS,
+                                                       temperature: 0, max_tokens: 40});
+  // The whole first exchange is in the prompt now: the call as the template renders it and the
+  // tool's result.
+  assert.ok(second.usage.prompt_tokens > first.usage.prompt_tokens + 20,
+            `${second.usage.prompt_tokens} vs ${first.usage.prompt_tokens}`);
+  assert.equal(second.choices[0].message.tool_calls[0].function.name, 'get_weather');
+});
+
+test('streaming and non-streaming give the same greedy content', async () => {
+  const whole = await client.chat.completions.create({model, messages: MESSAGES, temperature: 0,
+                                                      max_tokens: 12});
+  const stream = await client.chat.completions.create({model, messages: MESSAGES, temperature: 0,
+                                                       max_tokens: 12, stream: true});
+  let content = '';
+  for await (const chunk of stream) content += chunk.choices[0]?.delta?.content ?? '';
+  assert.equal(content, whole.choices[0].message.content);
+  assert.equal(whole.choices[0].finish_reason, 'length');
+});
+
+test('completions continue the prompt text', async () => {
+  // The script continues "<tool_call>" with {" name ":" get ...: four tokens, cut by max_tokens.
+  const cut = await client.completions.create({model, prompt: '<tool_call>', max_tokens: 4,
+                                               temperature: 0});
+  assert.equal(cut.object, 'text_completion');
+  assert.equal(cut.choices[0].text, '{"name":"get');
+  assert.equal(cut.usage.completion_tokens, 4);
+  assert.equal(cut.choices[0].finish_reason, 'length');
+  // Room to finish: the rest of the script, ended by the model's end-of-turn token.
+  const whole = await client.completions.create({model, prompt: '<tool_call>', max_tokens: 100,
+                                                 temperature: 0});
+  assert.equal(whole.choices[0].text, '{"name":"get_weather", "arguments":{"days": 3}}</tool_call>');
+  assert.equal(whole.choices[0].finish_reason, 'stop');
+});
+
+test('logprobs', async () => {
+  const r = await client.chat.completions.create({model, messages: MESSAGES, temperature: 0,
+                                                  max_tokens: 3, logprobs: true, top_logprobs: 2});
+  const entries = r.choices[0].logprobs.content;
+  assert.equal(entries.length, 3);
+  for (const e of entries) {
+    assert.equal(typeof e.token, 'string');
+    assert.ok(e.logprob <= 0);
+    assert.equal(e.top_logprobs.length, 2);
+  }
+});
+
+test('bad requests raise the SDK\'s error types', async () => {
+  await assert.rejects(
+      client.chat.completions.create({model: 'no-such-model', messages: MESSAGES}),
+      (e) => e instanceof OpenAI.NotFoundError && e.code === 'model_not_found');
+  await assert.rejects(
+      client.chat.completions.create({model, messages: MESSAGES, n: 2}),
+      (e) => e instanceof OpenAI.BadRequestError && e.param === 'n');
+  await assert.rejects(
+      client.chat.completions.create({model, messages: MESSAGES, temperature: 'hot'}),
+      (e) => e instanceof OpenAI.BadRequestError && e.param === 'temperature');
+  await assert.rejects(
+      client.chat.completions.create({model, messages: []}),
+      (e) => e instanceof OpenAI.BadRequestError && e.param === 'messages');
+  await assert.rejects(
+      client.chat.completions.create({model, messages: MESSAGES, tool_choice: 'required'}),
+      (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice');
+  await assert.rejects(
+      client.chat.completions.create({model, messages: MESSAGES,
+                                      response_format: {type: 'json_object'}}),
+      (e) => e instanceof OpenAI.BadRequestError && e.param === 'response_format');
+  // The server still serves.
+  const r = await client.chat.completions.create({model, messages: MESSAGES, max_tokens: 2});
+  assert.equal(r.choices.length, 1);
+});
