@@ -79,7 +79,9 @@ TEST_P(SessionE2eTest, TurnsReuseTheConversationsKvAndAnswerAsWithoutTheSession)
     EXPECT_EQ(got.usage.prompt_tokens(), prompt.size());
     ASSERT_EQ(got.kv_stats.has_value(), true);
     EXPECT_EQ(got.kv_stats->sparse(), sparse);
-    if (turn == 0) EXPECT_EQ(got.usage.cached_prompt_tokens(), 0u);
+    if (turn == 0) {
+      EXPECT_EQ(got.usage.cached_prompt_tokens(), 0u);
+    }
     reused += got.usage.cached_prompt_tokens();
     // Everything but the last answer token has KV; whole pages of it are kept.
     const int64_t kept = (static_cast<int64_t>(prompt.size() + got.tokens.size()) - 1) / kPage *
