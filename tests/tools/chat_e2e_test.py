@@ -8,7 +8,8 @@ Qwen3 tokenizer and chat template over weights whose greedy answer to anything i
     text's ids;
   * the model's tool call comes back parsed (tool_calls, finish reason TOOL_CALLS) and none of its
     text is streamed as content; without tools it is content;
-  * the raw HTTP framing of the OpenAI endpoint (SSE "data:" events, "data: [DONE]") and its
+  * the raw HTTP framing of the OpenAI endpoint (SSE "data:" events, "data: [DONE]"; read raw
+    and by curl) and its
     answers to bad input (malformed JSON, wrong types, huge bodies, unknown model, a body that
     never finishes), after which the server still serves.
 
@@ -273,6 +274,25 @@ class ChatE2ETest(unittest.TestCase):
         content = "".join(o["choices"][0]["delta"].get("content", "")
                           for o in objects if o["choices"])
         self.assertIn("<tool_call>", content)
+
+    def test_sse_as_curl_reads_it(self):
+        # curl -N prints the de-chunked body as it arrives: exactly the SSE byte stream.
+        host, port = self.http
+        body = json.dumps({"model": self.addresses["model"], "stream": True, "max_tokens": 40,
+                           "temperature": 0, "messages": [{"role": "user", "content": "hi"}]})
+        out = subprocess.run(
+            ["curl", "-sSN", "--fail-with-body", "-D", "-", "-H", "Content-Type: application/json",
+             "--data-binary", body, f"http://{host}:{port}/v1/chat/completions"],
+            capture_output=True, check=True, timeout=60).stdout.decode()
+        head, _, stream = out.partition("\r\n\r\n")
+        self.assertIn("content-type: text/event-stream", head.lower())
+        self.assertIn("transfer-encoding: chunked", head.lower())
+        self.assertTrue(stream.endswith("\n\ndata: [DONE]\n\n"), stream[-80:])
+        events = stream.split("\n\n")[:-2]
+        self.assertGreater(len(events), 2)
+        for e in events:
+            self.assertRegex(e, r"^data: \{[^\n]*\}$")
+            self.assertEqual(json.loads(e[len("data: "):])["object"], "chat.completion.chunk")
 
     def expect_http_error(self, body, status, param=None, path="/v1/chat/completions"):
         got_status, ctype, data = self.post(path, body)
