@@ -8,6 +8,29 @@
 #include "server/status.h"
 
 namespace specula {
+namespace {
+
+// A proxy that routes an agent's turns to the replica holding its KV hashes on metadata, never
+// on the body: a client behind one sends its session id as x-session-id metadata (and may leave
+// session_id unset). Both set and different is a client error, not a silent choice.
+absl::Status ApplySessionMetadata(const grpc::CallbackServerContext& ctx,
+                                  v1::GenerateRequest* request) {
+  const auto found = ctx.client_metadata().find(kSessionIdMetadata);
+  if (found == ctx.client_metadata().end()) return absl::OkStatus();
+  const std::string id(found->second.data(), found->second.size());
+  if (request->session_id().empty()) {
+    request->set_session_id(id);
+    return absl::OkStatus();
+  }
+  if (request->session_id() != id) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "session_id '%s' differs from the %s metadata '%s'", request->session_id(),
+        kSessionIdMetadata, id));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status CheckAdmission(const CallEnv& env, const google::protobuf::Message& request) {
   if (env.draining.load()) {
@@ -68,6 +91,7 @@ void GenerateCall::Reject(const absl::Status& status) {
 
 void GenerateCall::Begin(const grpc::ByteBuffer& bytes) {
   if (absl::Status s = ParseRequest(bytes, &request_); !s.ok()) return Reject(s);
+  if (absl::Status s = ApplySessionMetadata(*ctx_, &request_); !s.ok()) return Reject(s);
   // Logged with rejections before its length is checked: never more than the allowed length.
   request_id_ = request_.request_id().substr(0, kMaxRequestIdBytes);
   if (absl::Status s = CheckAdmission(*env_, request_); !s.ok()) return Reject(s);

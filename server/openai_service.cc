@@ -26,7 +26,7 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
         endpoint_(endpoint),
         body_(request.body),
         exchange_(std::move(exchange)) {
-    if (const std::string* session = request.header("x-session-id")) session_id_ = *session;
+    if (const std::string* session = request.header(kSessionIdMetadata)) session_id_ = *session;
   }
 
   void Start() {

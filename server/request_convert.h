@@ -20,6 +20,8 @@ inline constexpr size_t kMaxRequestIdBytes = 256;
 // Session ids are 1 to this many printable ASCII bytes without spaces (they appear in logs and
 // ListSessions).
 inline constexpr size_t kMaxSessionIdBytes = 128;
+// The session id as an HTTP header and as gRPC metadata: what a session-affine proxy hashes on.
+inline constexpr char kSessionIdMetadata[] = "x-session-id";
 absl::Status ValidateSessionId(absl::string_view id);
 
 // Checks the request's shape (exactly one non-empty input, ids representable, request_id length),

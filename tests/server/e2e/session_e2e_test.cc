@@ -192,6 +192,33 @@ TEST(SessionE2eTest, MalformedSessionIdsAreInvalidArgument) {
             grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+// Behind a session-affine proxy the session id travels as x-session-id metadata (a proxy cannot
+// hash on the body): it names the session as session_id does; the two disagreeing is refused.
+TEST(SessionE2eTest, TheSessionIdMayComeAsMetadata) {
+  auto server = StartServer([](ServerConfig& c) { SessionConfig(c, false); });
+  ASSERT_NE(server, nullptr);
+  auto stub = Connect(server->address());
+  auto with_header = [](const std::string& id) {
+    return [id](grpc::ClientContext& ctx) { ctx.AddMetadata("x-session-id", id); };
+  };
+  std::vector<int32_t> prompt = Text(3 * kPage, 2);
+  const StreamResult first = RunGenerate(*stub, GreedyIds(prompt, 4), with_header("agent-7"));
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  prompt.insert(prompt.end(), first.tokens.begin(), first.tokens.end());
+  const std::vector<int32_t> more = Text(kPage, 3);
+  prompt.insert(prompt.end(), more.begin(), more.end());
+  // The second turn names the session in the body only: the same session, its KV reused.
+  const StreamResult second = RunGenerate(*stub, InSession(prompt, 2, "agent-7"));
+  ASSERT_TRUE(second.status.ok()) << second.status.error_message();
+  EXPECT_GE(second.usage.cached_prompt_tokens(), static_cast<uint32_t>(3 * kPage));
+  const StreamResult clash =
+      RunGenerate(*stub, InSession(prompt, 2, "agent-7"), with_header("agent-8"));
+  EXPECT_EQ(clash.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(clash.status.error_message(), HasSubstr("x-session-id"));
+  const StreamResult bad = RunGenerate(*stub, GreedyIds(prompt, 2), with_header("has space"));
+  EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 // Agents of one framework share a system prompt and tool schemas: the second session's first
 // turn reuses the first session's pages of it, and the metrics count those tokens.
 TEST(SessionE2eTest, ASecondSessionReusesASharedSystemPrompt) {
