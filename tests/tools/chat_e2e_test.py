@@ -105,7 +105,8 @@ class ChatE2ETest(unittest.TestCase):
             f.write("server:\n  http_max_body_bytes: 65536\n")
         cls.server = subprocess.Popen(
             [SERVER, "--config", config, "--model", MODEL, "--listen", "127.0.0.1:0",
-             "--metrics-listen", "", "--http-listen", "127.0.0.1:0", "--ready-file", ready],
+             "--metrics-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--ready-file",
+             ready],
             stdout=cls.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not os.path.exists(ready):
@@ -341,6 +342,41 @@ class ChatE2ETest(unittest.TestCase):
         health = http.client.HTTPConnection(*self.http, timeout=10)
         health.request("GET", "/health")
         self.assertEqual(health.getresponse().status, 200)
+
+    def metric(self, name, **labels):
+        """The sum of a metric's samples (with these labels) on the server's /metrics."""
+        conn = http.client.HTTPConnection(*self.addresses["metrics_listen"].rsplit(":", 1),
+                                          timeout=10)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        total = 0.0
+        for line in text.splitlines():
+            if not line.startswith(name + "{") and not line.startswith(name + " "):
+                continue
+            if all(f'{k}="{v}"' in line for k, v in labels.items()):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def test_a_client_that_hangs_up_cancels_its_request(self):
+        # A stream far longer than the test takes: the client reads its first bytes and leaves.
+        max_tokens = 3000
+        cancelled = self.metric("specula_requests_total", finish_reason="cancelled")
+        generated = self.metric("specula_generation_tokens_total")
+        body = json.dumps({"model": self.addresses["model"], "stream": True,
+                           "max_tokens": max_tokens, "ignore_eos": True, "temperature": 0,
+                           "messages": [{"role": "user", "content": "hi"}]}).encode()
+        s = socket.create_connection(self.http)
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.assertTrue(s.recv(1))
+        s.close()
+        deadline = time.monotonic() + 30
+        while self.metric("specula_requests_total", finish_reason="cancelled") < cancelled + 1:
+            self.assertLess(time.monotonic(), deadline, "the hang-up never cancelled the request")
+            time.sleep(0.02)
+        self.assertLess(self.metric("specula_generation_tokens_total") - generated, max_tokens)
 
     def test_session_header_reuses_the_kv(self):
         body = {"model": self.addresses["model"], "max_tokens": 4, "temperature": 0,
