@@ -18,7 +18,7 @@ packages=(
   libgtest-dev libgmock-dev
   prometheus  # for promtool, which lints /metrics in the tests (on a systemd host the package
               # also enables a Prometheus service on :9090; CI containers do not start it)
-  python3-numpy python3-grpcio python3-protobuf
+  python3-numpy python3-grpcio python3-protobuf python3-yaml
   python3-jinja2  # the reference renderer of chat templates in the tests (as transformers sets it up)
   python3-venv python3-pip python3-setuptools python3-wheel
   curl ca-certificates
