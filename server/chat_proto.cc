@@ -8,8 +8,9 @@ namespace {
 
 // Parses `text` as a JSON object; INVALID_ARGUMENT naming `field`.
 absl::StatusOr<OrderedJson> ParseObject(const std::string& text, absl::string_view field) {
-  OrderedJson value = OrderedJson::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded() || !value.is_object()) {
+  absl::StatusOr<OrderedJson> value = ParseRequestJson(text, field);
+  if (!value.ok()) return value.status();
+  if (!value->is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": not a JSON object"));
   }
   return value;

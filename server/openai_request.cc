@@ -15,6 +15,13 @@ OpenAiError BadParam(std::string param, std::string message) {
   return {400, "invalid_request_error", std::move(message), std::move(param), ""};
 }
 
+// Whether object `o` has `key` and it is the string `value`. (json::value(key, default) throws
+// when the key holds another type, which on a worker thread would end the process.)
+bool IsString(const OrderedJson& o, const char* key, const char* value) {
+  const auto it = o.find(key);
+  return it != o.end() && it->is_string() && it->get_ref<const std::string&>() == value;
+}
+
 const char* JsonTypeName(const OrderedJson& v) {
   if (v.is_null()) return "null";
   if (v.is_boolean()) return "a boolean";
@@ -52,14 +59,15 @@ const absl::flat_hash_set<std::string>& KnownKeys(OpenAiEndpoint endpoint) {
 
 // Parameters accepted only at their neutral value (so a client relying on them hears about it).
 Error CheckNeutral(const OrderedJson& body) {
-  if (body.contains("n") && !(body["n"].is_number_integer() && body["n"].get<int64_t>() == 1)) {
+  if (body.contains("n") && !body["n"].is_null() &&
+      !(body["n"].is_number_integer() && body["n"].get<int64_t>() == 1)) {
     return BadParam("n", "only n = 1 is supported");
   }
-  if (body.contains("best_of") &&
+  if (body.contains("best_of") && !body["best_of"].is_null() &&
       !(body["best_of"].is_number_integer() && body["best_of"].get<int64_t>() == 1)) {
     return BadParam("best_of", "only best_of = 1 is supported");
   }
-  if (body.contains("echo") && body["echo"] != false) {
+  if (body.contains("echo") && !body["echo"].is_null() && body["echo"] != false) {
     return BadParam("echo", "echo is not supported");
   }
   if (body.contains("suffix") && !body["suffix"].is_null()) {
@@ -71,7 +79,7 @@ Error CheckNeutral(const OrderedJson& body) {
   }
   if (body.contains("response_format") && !body["response_format"].is_null() &&
       !(body["response_format"].is_object() &&
-        body["response_format"].value("type", "") == "text")) {
+        IsString(body["response_format"], "type", "text"))) {
     return BadParam("response_format", "only response_format {\"type\": \"text\"} is supported");
   }
   if (body.contains("parallel_tool_calls") && body["parallel_tool_calls"] != true &&
@@ -100,10 +108,9 @@ Error ReadInt(const OrderedJson& body, const std::string& key, int64_t lo, int64
   if (!body.contains(key) || body[key].is_null()) return std::nullopt;
   const OrderedJson& v = body[key];
   if (!v.is_number_integer()) return WrongType(key, v, "an integer");
-  const int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)
-                        ? hi + 1
-                        : v.get<int64_t>();
-  if (x < lo || x > hi) {
+  const bool above = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi);
+  const int64_t x = above ? hi : v.get<int64_t>();
+  if (above || x < lo || x > hi) {
     return BadParam(key,
                     absl::StrCat("'", key, "' must be in [", lo, ", ", hi, "], got ", v.dump()));
   }
@@ -206,7 +213,7 @@ Error ReadContent(const OrderedJson& v, const std::string& param, OrderedJson* o
   for (size_t i = 0; i < v.size(); ++i) {
     const OrderedJson& part = v[i];
     const std::string p = absl::StrCat(param, "[", i, "]");
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+    if (!part.is_object() || !IsString(part, "type", "text") || !part.contains("text") ||
         !part["text"].is_string()) {
       return BadParam(p, absl::StrCat("'", p,
                                       "': only {\"type\": \"text\", \"text\": ...} parts "
@@ -233,7 +240,10 @@ Error ReadToolCalls(const OrderedJson& v, const std::string& param, OrderedJson*
     OrderedJson arguments = call["function"].value("arguments", OrderedJson::object());
     if (arguments.is_string()) {
       // OpenAI sends the arguments as JSON text; templates expect the object.
-      arguments = OrderedJson::parse(arguments.get<std::string>(), nullptr, false);
+      absl::StatusOr<OrderedJson> decoded =
+          ParseRequestJson(arguments.get<std::string>(), p + ".function.arguments");
+      if (!decoded.ok()) return BadParam(p + ".function.arguments", std::string(decoded.status().message()));
+      arguments = *std::move(decoded);
     }
     if (!arguments.is_object()) {
       return BadParam(p + ".function.arguments", "tool call arguments must be a JSON object");
@@ -280,7 +290,7 @@ Error ReadTools(const OrderedJson& body, OrderedJson* out) {
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string p = absl::StrCat("tools[", i, "]");
     const OrderedJson& t = v[i];
-    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+    if (!t.is_object() || !IsString(t, "type", "function") || !t.contains("function") ||
         !t["function"].is_object() || !t["function"].contains("name") ||
         !t["function"]["name"].is_string()) {
       return BadParam(p, absl::StrCat("'", p,
@@ -447,8 +457,9 @@ std::optional<OpenAiError> ParseOpenAiRequest(OpenAiEndpoint endpoint, const std
                                               const std::string& served_model,
                                               int32_t default_completion_tokens,
                                               OpenAiRequest* out) {
-  OrderedJson body = OrderedJson::parse(body_text, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return BadParam("", "the request body is not valid JSON");
+  absl::StatusOr<OrderedJson> parsed = ParseRequestJson(body_text, "the request body");
+  if (!parsed.ok()) return BadParam("", std::string(parsed.status().message()));
+  const OrderedJson& body = *parsed;
   if (!body.is_object()) return BadParam("", "the request body must be a JSON object");
   for (const auto& [key, value] : body.items()) {
     if (!KnownKeys(endpoint).contains(key)) {

@@ -38,9 +38,15 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
       return Reject(
           absl::UnavailableError("the server is shutting down; retry on another replica"));
     }
+    // As on gRPC: a small request is parsed, rendered and tokenized at once (well under a
+    // millisecond, on the polling thread), a large one on the tokenizer queue, whose bound
+    // (scheduler.max_tokenizing_requests) is for long prompts, not for every request.
+    if (env_->tokenizer_queue == nullptr || body_.size() <= env_->inline_tokenize_bytes) {
+      return SafePrepare();
+    }
     absl::Status refusal;
     if (!PostTokenization(
-            *env_, [self = shared_from_this()] { self->Prepare(); }, &refusal)) {
+            *env_, [self = shared_from_this()] { self->SafePrepare(); }, &refusal)) {
       Reject(refusal);
     }
   }
@@ -62,7 +68,18 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
     return gone_;
   }
 
-  // On the tokenizer queue.
+  // A bug that throws answers 500 rather than ending the process (the worker threads and
+  // libmicrohttpd's callbacks have no handler of their own).
+  void SafePrepare() {
+    try {
+      Prepare();
+    } catch (const std::exception& e) {
+      Log(LogLevel::kError, "http_request_failed", {{"error", e.what()}});
+      Reject(absl::InternalError("internal error while preparing the request"));
+    }
+  }
+
+  // On the tokenizer queue, or inline for small bodies.
   void Prepare() {
     if (Gone()) return Reject(absl::CancelledError("the client went away"));
     OpenAiRequest parsed;

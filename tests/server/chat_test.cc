@@ -15,6 +15,7 @@ namespace specula {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 OrderedJson WeatherTools() {
   return OrderedJson::parse(R"([{"type": "function", "function": {"name": "get_weather",
@@ -176,6 +177,56 @@ TEST(OpenAiRequestTest, ChatFieldsReachTheRequest) {
             R"([{"type":"function","function":{"name":"f","parameters":{"b":1,"a":2}}}])");
   EXPECT_EQ(r.chat->tool_choice.kind, ToolChoice::Kind::kFunction);
   EXPECT_EQ(r.chat->kwargs.dump(), R"({"enable_thinking":false})");
+}
+
+std::string Nested(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+
+// Bodies that once ended the process (a wrongly typed "type" made json::value throw on a worker
+// thread; deep nesting overflowed the stack when copied) are 400s naming the field.
+TEST(OpenAiRequestTest, HostileBodiesAreRefusedNotFatal) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"model": "m", "messages": [{"role": "user", "content": [{"type": 1, "text": "x"}]}]})",
+       "messages[0].content[0]"},
+      {R"({"model": "m", "response_format": {"type": null}, "messages": []})", "response_format"},
+      {R"({"model": "m", "tools": [{"type": 7}], "messages": [{"role": "user", "content": "x"}]})",
+       "tools[0]"},
+      {R"({"model": "m", "seed": 18446744073709551615, "messages": []})", "seed"},
+      {R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"function":
+         {"name": "f", "arguments": ")" + Nested(65) + R"("}}]}]})",
+       "messages[0].tool_calls[0].function.arguments"},
+  };
+  for (const auto& [body, param] : cases) {
+    OpenAiRequest r;
+    std::optional<OpenAiError> e = Parse(OpenAiEndpoint::kChatCompletions, body, &r);
+    ASSERT_TRUE(e.has_value()) << body;
+    EXPECT_EQ(e->http_status, 400) << body;
+    EXPECT_EQ(e->param, param) << body;
+  }
+  // A body nested a million deep (4 MB, under the body limit) is refused before any copy.
+  OpenAiRequest r;
+  std::optional<OpenAiError> deep =
+      Parse(OpenAiEndpoint::kCompletions, R"({"model": "m", "prompt": )" + Nested(1 << 20) + "}", &r);
+  ASSERT_TRUE(deep.has_value());
+  EXPECT_THAT(deep->message, HasSubstr("deep"));
+  // At the limit: accepted as far as nesting goes (then refused as a prompt of the wrong shape).
+  std::optional<OpenAiError> at_limit = Parse(
+      OpenAiEndpoint::kCompletions, R"({"model": "m", "prompt": )" + Nested(kMaxJsonDepth - 1) + "}", &r);
+  ASSERT_TRUE(at_limit.has_value());
+  EXPECT_THAT(at_limit->message, Not(HasSubstr("deep")));
+  // Explicit nulls are unset, as every SDK sends them.
+  EXPECT_FALSE(Parse(OpenAiEndpoint::kCompletions,
+                     R"({"model": "m", "prompt": "x", "n": null, "best_of": null, "echo": null})", &r));
+}
+
+TEST(ChatProtoTest, DeeplyNestedSchemasAreInvalidArgument) {
+  v1::GenerateRequest r;
+  r.add_messages()->set_role("user");
+  v1::Tool* tool = r.add_tools();
+  tool->set_name("f");
+  tool->set_parameters(R"({"a": )" + Nested(1 << 20) + "}");
+  absl::StatusOr<ChatRequest> c = ToChatRequest(r.messages(), r.tools(), "", "");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("tools[0].parameters"));
 }
 
 TEST(OpenAiRequestTest, AToolCallTurnReachesTheTemplateAsVllmGivesIt) {
