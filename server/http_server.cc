@@ -12,6 +12,8 @@
 #include <mutex>
 #include <optional>
 
+#include <shared_mutex>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -22,10 +24,20 @@
 
 namespace specula {
 
+// What exchanges share with their server, which they may outlive: whether its daemon still runs
+// (a resume after MHD_stop_daemon would touch freed memory), and the lock that orders every
+// resume before the stop.
+struct DaemonGate {
+  std::shared_mutex mu;
+  bool stopped = false;  // guarded by mu
+};
+
 // One asynchronous exchange, shared by the HttpExchange handed to the route and libmicrohttpd's
 // side (the access handler, the content reader, the completion callback).
 struct HttpExchangeState {
   std::mutex mu;
+  std::shared_ptr<DaemonGate> gate;
+  bool closing = false;  // the server is stopping: never park again (stop panics on a parked one)
   MHD_Connection* connection = nullptr;  // null once libmicrohttpd is done with it
   ConnectionWatcher* watcher = nullptr;
   int fd = -1;
@@ -164,6 +176,8 @@ void Unpark(HttpExchangeState& s, std::unique_lock<std::mutex>& lock) {
   const uint64_t watch_id = s.watch_id;
   s.watch_id = 0;
   lock.unlock();
+  std::shared_lock gate(s.gate->mu);
+  if (s.gate->stopped) return;
   if (s.watcher != nullptr) s.watcher->Unwatch(watch_id);
   MHD_resume_connection(connection);
 }
@@ -195,7 +209,7 @@ ssize_t ReadStream(void* cls, uint64_t /*pos*/, char* buf, size_t max) {
     return static_cast<ssize_t>(n);
   }
   if (state->ended) return MHD_CONTENT_READER_END_OF_STREAM;
-  if (state->gone) return MHD_CONTENT_READER_END_WITH_ERROR;
+  if (state->gone || state->closing) return MHD_CONTENT_READER_END_WITH_ERROR;
   Park(state);
   return 0;
 }
@@ -219,6 +233,7 @@ MHD_Result QueueOrPark(MHD_Connection* connection,
   std::lock_guard lock(state->mu);
   switch (state->mode) {
     case HttpExchangeState::Mode::kWaiting:
+      if (state->closing) return MHD_NO;  // the server is stopping: close the connection
       Park(state);
       return MHD_YES;
     case HttpExchangeState::Mode::kFull:
@@ -336,6 +351,8 @@ struct HttpServerCallbacks {
     auto state = std::make_shared<HttpExchangeState>();
     state->connection = connection;
     state->watcher = server->watcher_.get();
+    state->gate = server->gate_;
+    server->Register(state);
     const MHD_ConnectionInfo* info =
         MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
     state->fd = info == nullptr ? -1 : info->connect_fd;
@@ -436,7 +453,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
 }
 
 HttpServer::HttpServer(std::vector<HttpRoute> routes, const HttpServerOptions& options)
-    : routes_(std::move(routes)), options_(options) {}
+    : routes_(std::move(routes)), options_(options), gate_(std::make_shared<DaemonGate>()) {}
 
 HttpResponse HttpServer::TooLarge() const {
   return Refusal(413, absl::StrCat("request body larger than ", options_.max_body_bytes, " bytes"));
@@ -457,8 +474,37 @@ std::string HttpServer::last_error() const {
   return last_error_;
 }
 
+void HttpServer::Register(const std::shared_ptr<HttpExchangeState>& state) const {
+  std::lock_guard lock(live_mu_);
+  std::erase_if(live_, [](const std::weak_ptr<HttpExchangeState>& w) { return w.expired(); });
+  if (closing_) {
+    std::lock_guard state_lock(state->mu);
+    state->closing = true;
+  }
+  live_.push_back(state);
+}
+
 HttpServer::~HttpServer() {
-  if (daemon_ != nullptr) MHD_stop_daemon(daemon_);
+  if (daemon_ == nullptr) return;
+  // libmicrohttpd panics when stopped with a suspended connection: every exchange stops parking
+  // and the parked ones are resumed, to be closed by the stop.
+  std::vector<std::shared_ptr<HttpExchangeState>> live;
+  {
+    std::lock_guard lock(live_mu_);
+    closing_ = true;
+    for (const std::weak_ptr<HttpExchangeState>& w : live_) {
+      if (auto s = w.lock()) live.push_back(std::move(s));
+    }
+  }
+  for (const std::shared_ptr<HttpExchangeState>& s : live) {
+    std::unique_lock lock(s->mu);
+    s->closing = true;
+    Unpark(*s, lock);
+  }
+  // Resumes running on other threads finish first; later ones see `stopped` and do nothing.
+  std::unique_lock gate(gate_->mu);
+  MHD_stop_daemon(daemon_);
+  gate_->stopped = true;
 }
 
 }  // namespace specula

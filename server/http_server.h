@@ -56,6 +56,7 @@ struct HttpExchangeState;
 // The answer side of one request on an asynchronous route; any thread. Either Respond once, or
 // StartStream, Write any number of times and End. The connection stays open (parked, costing no
 // thread) until then. Calls after the client went away are ignored.
+struct DaemonGate;
 class HttpExchange {
  public:
   explicit HttpExchange(std::shared_ptr<HttpExchangeState> state) : state_(std::move(state)) {}
@@ -127,8 +128,15 @@ class HttpServer {
   // One of the server's own refusals, in options_.error_response's format.
   HttpResponse Refusal(int status, const std::string& message) const;
 
+  // Keeps `state` to be closed by the destructor (a parked connection must be resumed first).
+  void Register(const std::shared_ptr<HttpExchangeState>& state) const;
+
   std::vector<HttpRoute> routes_;
   HttpServerOptions options_;
+  std::shared_ptr<DaemonGate> gate_;  // made in the constructor
+  mutable std::mutex live_mu_;
+  mutable std::vector<std::weak_ptr<HttpExchangeState>> live_;  // guarded by live_mu_
+  mutable bool closing_ = false;                                // guarded by live_mu_
   std::unique_ptr<ConnectionWatcher> watcher_;  // outlives the daemon (declared first)
   MHD_Daemon* daemon_ = nullptr;
   int port_ = 0;

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <future>
 #include <memory>
 #include <string>
@@ -27,14 +28,18 @@ using ::testing::HasSubstr;
 struct Parked {
   absl::Mutex mu;
   std::vector<std::shared_ptr<HttpExchange>> exchanges ABSL_GUARDED_BY(mu);
-  absl::Notification gone;
+  absl::Notification gone;  // the first hang-up
+  std::atomic<int> gone_count{0};
+  void Gone() {
+    if (gone_count.fetch_add(1) == 0) gone.Notify();
+  }
 };
 
 std::unique_ptr<HttpServer> StartAsyncServer(Parked* parked) {
   std::vector<HttpRoute> routes;
   HttpRoute later{"/later", {"POST"}, nullptr};
   later.async_handler = [parked](const HttpRequest& r, std::shared_ptr<HttpExchange> ex) {
-    ex->OnClientGone([parked] { parked->gone.Notify(); });
+    ex->OnClientGone([parked] { parked->Gone(); });
     if (r.header("x-session-id") != nullptr) {
       ex->Respond({200, "text/plain", *r.header("x-session-id"), {}});
       return;
@@ -50,12 +55,12 @@ std::unique_ptr<HttpServer> StartAsyncServer(Parked* parked) {
 }
 
 // The first exchange the routes parked.
-std::shared_ptr<HttpExchange> WaitForExchange(Parked* parked) {
+// The `n`th exchange a route parked (1-based), once there.
+std::shared_ptr<HttpExchange> WaitForExchange(Parked* parked, size_t n = 1) {
   absl::MutexLock lock(&parked->mu);
-  parked->mu.Await(absl::Condition(
-      +[](std::vector<std::shared_ptr<HttpExchange>>* v) { return !v->empty(); },
-      &parked->exchanges));
-  return parked->exchanges.front();
+  auto there = [&] { return parked->exchanges.size() >= n; };
+  parked->mu.Await(absl::Condition(&there));
+  return parked->exchanges[n - 1];
 }
 
 TEST(HttpAsyncTest, AnswersFromAnotherThreadAfterTheHandlerReturned) {
@@ -154,6 +159,42 @@ TEST(HttpAsyncTest, AHangUpDuringAStreamIsReported) {
   parked.gone.WaitForNotification();
   ex->Write("data: ignored\n\n");
   ex->End();
+}
+
+// Stopping the listener with connections parked (a request not answered yet, a stream between
+// two writes) closes them: libmicrohttpd would abort the process on a suspended connection.
+// The exchanges outlive the server, and answering them afterwards does nothing.
+TEST(HttpAsyncTest, StoppingWithParkedConnectionsClosesThem) {
+  Parked parked;
+  auto server = StartAsyncServer(&parked);
+  ASSERT_NE(server, nullptr);
+  const std::string request = testing::HttpRequestText("POST", "/later", "{}");
+  const int waiting_fd = testing::ConnectLoopback(server->port());
+  ASSERT_EQ(::send(waiting_fd, request.data(), request.size(), 0),
+            static_cast<ssize_t>(request.size()));
+  std::shared_ptr<HttpExchange> waiting = WaitForExchange(&parked);
+  const int stream_fd = testing::ConnectLoopback(server->port());
+  ASSERT_EQ(::send(stream_fd, request.data(), request.size(), 0),
+            static_cast<ssize_t>(request.size()));
+  std::shared_ptr<HttpExchange> stream = WaitForExchange(&parked, 2);
+  stream->StartStream(200, "text/event-stream");
+  stream->Write("data: one\n\n");
+  char buf[4096];
+  ASSERT_GT(::recv(stream_fd, buf, sizeof(buf), 0), 0);  // the stream is parked after its write
+  server.reset();
+  // Both routes heard that their clients are gone (a generation would be cancelled)...
+  EXPECT_EQ(parked.gone_count.load(), 2);
+  // ...and both connections were closed by the server (recv sees the end, not a hang).
+  for (const int fd : {waiting_fd, stream_fd}) {
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) {
+    }
+    EXPECT_EQ(n, 0);
+    ::close(fd);
+  }
+  waiting->Respond({200, "text/plain", "too late", {}});
+  stream->Write("data: two\n\n");
+  stream->End();
 }
 
 }  // namespace
