@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "engine/chat/output/chat_output_parser.h"
 #include "engine/chat/template/chat_template.h"
+#include "engine/generate/sequence.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 
@@ -86,6 +87,12 @@ class ChatStream {
   ChatDelta Push(absl::string_view text, bool end);
   // Whether any tool call was returned (finish reason "tool_calls").
   bool called_tools() const { return called_tools_; }
+  // Whether an answer that ended with `finish` is reported as ending in tool calls (OpenAI's
+  // finish_reason "tool_calls", gRPC's TOOL_CALLS): it called tools and stopped by itself (a
+  // length cut or a stop sequence keeps its own reason).
+  bool EndedInToolCalls(FinishReason finish) const {
+    return called_tools_ && finish == FinishReason::kStop;
+  }
 
  private:
   ChatDelta Convert(ChatOutputDelta delta);

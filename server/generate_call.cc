@@ -171,7 +171,7 @@ void GenerateCall::TrySend() {
     FillResponse(chunk, request_id_, &response_);
     if (chat_.has_value()) {
       FillChatDelta(chat_->Push(chunk.text, chunk.done), &response_);
-      if (chunk.done && chat_->called_tools() && chunk.finish == FinishReason::kStop) {
+      if (chunk.done && chat_->EndedInToolCalls(chunk.finish)) {
         response_.set_finish_reason(v1::TOOL_CALLS);
       }
     }

@@ -27,7 +27,7 @@ ChatDelta OpenAiAnswer::Parse(const StreamChunk& chunk) {
 
 std::string OpenAiAnswer::FinishReason(const StreamChunk& chunk) const {
   if (chunk.finish == FinishReason::kLength) return "length";
-  if (chat_.has_value() && chat_->called_tools()) return "tool_calls";
+  if (chat_.has_value() && chat_->EndedInToolCalls(chunk.finish)) return "tool_calls";
   return "stop";
 }
 

@@ -298,7 +298,12 @@ Error ReadTools(const OrderedJson& body, OrderedJson* out) {
                                       "{\"name\", \"description\", \"parameters\"}}"));
     }
     OrderedJson function = t["function"];
-    function.erase("strict");  // structured outputs are not enforced; the schema is shown
+    if (function.contains("strict") && function["strict"] == true) {
+      return BadParam(p + ".function.strict",
+                      "strict tool schemas are not supported: the arguments the model writes are "
+                      "not constrained to the schema");
+    }
+    function.erase("strict");  // false or null: the schema is shown to the model, as always
     out->push_back({{"type", "function"}, {"function", std::move(function)}});
   }
   return std::nullopt;
@@ -375,6 +380,12 @@ Error ReadStreamAndLogprobs(const OrderedJson& body, OpenAiEndpoint endpoint, Op
     const OrderedJson& so = body["stream_options"];
     if (!so.is_object()) return WrongType("stream_options", so, "an object");
     if (!out->stream) return BadParam("stream_options", "'stream_options' needs stream: true");
+    for (const auto& [key, value] : so.items()) {
+      if (key != "include_usage") {
+        return BadParam("stream_options." + key,
+                        absl::StrCat("unsupported parameter 'stream_options.", key, "'"));
+      }
+    }
     if (Error e = ReadBool(so, "include_usage", &out->include_usage)) return e;
   }
   std::optional<int64_t> n;

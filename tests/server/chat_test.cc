@@ -67,6 +67,10 @@ TEST_F(ChatModelTest, ARequiredCallStartsTheAnswer) {
   EXPECT_EQ(d.tool_calls[0].arguments, "{\"days\":2}");
   EXPECT_EQ(d.content, "");
   EXPECT_TRUE(stream.called_tools());
+  // Reported as ending in tool calls only when the model stopped by itself.
+  EXPECT_TRUE(stream.EndedInToolCalls(FinishReason::kStop));
+  EXPECT_FALSE(stream.EndedInToolCalls(FinishReason::kStopSequence));
+  EXPECT_FALSE(stream.EndedInToolCalls(FinishReason::kLength));
 
   request.tool_choice = *ParseToolChoice("required", request.tools, "tool_choice");
   EXPECT_EQ((*chat)->Render(request)->forced_prefix, "<tool_call>\n{\"name\": \"");
@@ -162,7 +166,7 @@ TEST(OpenAiRequestTest, ChatFieldsReachTheRequest) {
       "max_completion_tokens": 7, "stop": "END", "seed": 5, "temperature": 0.5, "top_p": 0.9,
       "stream": true, "stream_options": {"include_usage": true}, "logprobs": true,
       "top_logprobs": 3, "tools": [{"type": "function", "function": {"name": "f",
-      "parameters": {"b": 1, "a": 2}, "strict": true}}], "tool_choice": {"type": "function",
+      "parameters": {"b": 1, "a": 2}, "strict": false}}], "tool_choice": {"type": "function",
       "function": {"name": "f"}}, "chat_template_kwargs": {"enable_thinking": false}})",
                      &r));
   EXPECT_EQ(r.generate.stopping().max_tokens(), 7);
@@ -259,6 +263,12 @@ TEST(OpenAiRequestTest, RefusalsNameTheParameter) {
       {R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
        "messages[0].content[0]"},
       {R"({"model": "m", "tool_choice": "required", )" + msgs + "}", "tool_choice"},
+      {R"({"model": "m", "tools": [{"type": "function", "function": {"name": "f", "strict": true}}],
+         )" + msgs + "}",
+       "tools[0].function.strict"},
+      {R"({"model": "m", "stream": true, "stream_options": {"include_obfuscation": true}, )" +
+           msgs + "}",
+       "stream_options.include_obfuscation"},
   };
   for (const auto& [body, param] : cases) {
     OpenAiRequest r;
