@@ -217,7 +217,11 @@ absl::StatusOr<RenderedChat> ChatModel::Render(const ChatRequest& request) const
   rendered.prompt_text = *std::move(text);
   rendered.parse_tool_calls = tools_shown && format_.tool_calls != ToolCallSyntax::kNone;
   if (forced && request.add_generation_prompt) {
-    rendered.forced_prefix = ForcedPrefix(request.tool_choice);
+    // A template that opens the answer's think block (QwQ, DeepSeek-R1): the forced call starts
+    // after it is closed, so the call is the answer's content, not its reasoning.
+    const bool in_reasoning = format_.reasoning && PromptEndsInReasoning(rendered.prompt_text);
+    rendered.forced_prefix =
+        absl::StrCat(in_reasoning ? "</think>\n\n" : "", ForcedPrefix(request.tool_choice));
     rendered.prompt_text += rendered.forced_prefix;
   }
   return rendered;

@@ -2,6 +2,9 @@
 // conversion of the gRPC chat fields, and OpenAI request bodies and answers.
 #include "server/chat.h"
 
+#include <fstream>
+#include <unistd.h>
+#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -45,6 +48,37 @@ TEST_F(ChatModelTest, RendersTheModelsTemplate) {
   EXPECT_FALSE(r->parse_tool_calls);  // no tools
   request.add_generation_prompt = false;
   EXPECT_EQ((*chat)->Render(request)->prompt_text, "<|im_start|>user\nhi<|im_end|>\n");
+}
+
+// A template that opens the answer's think block (as QwQ's and DeepSeek-R1's do): a forced call
+// closes it first, so the call is parsed as the answer's, not lost in the reasoning.
+TEST_F(ChatModelTest, AForcedCallAfterAnOpenThinkBlockClosesItFirst) {
+  char path[] = "/tmp/specula_think_template_XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  std::ofstream(path) << "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+                         "<|im_end|>\n{% endfor %}{% if tools %}<tools>{{ tools | tojson }}"
+                         "</tools>{% endif %}{% if add_generation_prompt %}<|im_start|>assistant"
+                         "\n<think>\n{% endif %}";
+  auto chat = ChatModel::Load(*tokenizer_, path, "hermes");
+  std::remove(path);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  ASSERT_TRUE((*chat)->output_format().reasoning);
+  ChatRequest request;
+  request.messages = OrderedJson::parse(R"([{"role": "user", "content": "hi"}])");
+  request.tools = WeatherTools();
+  request.tool_choice = *ParseToolChoice("required", request.tools, "tool_choice");
+  absl::StatusOr<RenderedChat> r = (*chat)->Render(request);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(absl::EndsWith(r->prompt_text, "<think>\n</think>\n\n<tool_call>\n{\"name\": \""))
+      << r->prompt_text;
+  ChatStream stream((*chat)->output_format(), *r);
+  ChatDelta d = stream.Push("get_weather\", \"arguments\": {\"days\": 1}}\n</tool_call>", true);
+  ASSERT_EQ(d.tool_calls.size(), 1u);
+  EXPECT_EQ(d.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(d.reasoning, "");
+  EXPECT_TRUE(stream.EndedInToolCalls(FinishReason::kStop));
 }
 
 TEST_F(ChatModelTest, ARequiredCallStartsTheAnswer) {
