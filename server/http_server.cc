@@ -108,16 +108,18 @@ void LogMhdError(void* cls, const char* format, va_list args) {
   static_cast<HttpServer*>(cls)->set_last_error(std::move(message));
 }
 
-// A handler's answer; an exception must not unwind through libmicrohttpd's C frames.
-HttpResponse RunHandler(const HttpRoute& route, const HttpRequest& request) {
+// Runs a handler; an exception must not unwind through libmicrohttpd's C frames. False (logged)
+// when it threw: the caller answers 500.
+bool RunGuarded(const HttpRequest& request, const std::function<void()>& handler) {
   try {
-    return route.handler(request);
+    handler();
+    return true;
   } catch (const std::exception& e) {
     Log(LogLevel::kError, "http_handler_failed", {{"path", request.path}, {"error", e.what()}});
   } catch (...) {
     Log(LogLevel::kError, "http_handler_failed", {{"path", request.path}});
   }
-  return Plain(500, "internal error\n");
+  return false;
 }
 
 // The declared body length; nullopt without (or with an unreadable) Content-Length.
@@ -343,7 +345,11 @@ struct HttpServerCallbacks {
       return MHD_YES;
     }
     if (pending->route->async_handler) return StartAsync(server, connection, pending);
-    return Send(connection, RunHandler(*pending->route, pending->request));
+    HttpResponse response;
+    if (!RunGuarded(pending->request, [&] { response = pending->route->handler(pending->request); })) {
+      response = server->Refusal(500, "internal error");
+    }
+    return Send(connection, response);
   }
 
   static MHD_Result StartAsync(const HttpServer* server, MHD_Connection* connection,
@@ -358,12 +364,9 @@ struct HttpServerCallbacks {
     state->fd = info == nullptr ? -1 : info->connect_fd;
     pending->exchange = state;
     auto exchange = std::make_shared<HttpExchange>(state);
-    try {
-      pending->route->async_handler(pending->request, exchange);
-    } catch (const std::exception& e) {
-      Log(LogLevel::kError, "http_handler_failed",
-          {{"path", pending->request.path}, {"error", e.what()}});
-      exchange->Respond(Plain(500, "internal error\n"));
+    if (!RunGuarded(pending->request,
+                    [&] { pending->route->async_handler(pending->request, exchange); })) {
+      exchange->Respond(server->Refusal(500, "internal error"));
     }
     return QueueOrPark(connection, state);
   }

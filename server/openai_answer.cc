@@ -1,5 +1,7 @@
 #include "server/openai_answer.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -38,12 +40,21 @@ OrderedJson OpenAiAnswer::Usage(const StreamChunk& chunk) const {
           {"prompt_tokens_details", {{"cached_tokens", chunk.cached_prompt_tokens}}}};
 }
 
+namespace {
+
+// JSON has no -inf (nlohmann writes null, which clients reject): a token the sampler could never
+// pick gets vLLM's floor instead.
+double JsonLogprob(float logprob) { return std::isfinite(logprob) ? logprob : -9999.0; }
+
+}  // namespace
+
 OrderedJson OpenAiAnswer::LogprobsOf(const std::vector<SampledToken>& tokens) const {
   auto entry = [&](int32_t token, float logprob) {
     const std::string text = decode_(token);
     OrderedJson bytes = OrderedJson::array();
     for (unsigned char c : text) bytes.push_back(static_cast<int>(c));
-    return OrderedJson{{"token", text}, {"logprob", logprob}, {"bytes", std::move(bytes)}};
+    return OrderedJson{
+        {"token", text}, {"logprob", JsonLogprob(logprob)}, {"bytes", std::move(bytes)}};
   };
   OrderedJson content = OrderedJson::array();
   for (const SampledToken& t : tokens) {
@@ -73,9 +84,9 @@ OrderedJson OpenAiAnswer::CompletionLogprobs(const std::vector<SampledToken>& to
                      {"text_offset", OrderedJson::array()}};
   for (const SampledToken& t : tokens) {
     out["tokens"].push_back(decode_(t.token));
-    out["token_logprobs"].push_back(t.logprob);
+    out["token_logprobs"].push_back(JsonLogprob(t.logprob));
     OrderedJson top = OrderedJson::object();
-    for (const TokenLogprob& alt : t.top) top[decode_(alt.token)] = alt.logprob;
+    for (const TokenLogprob& alt : t.top) top[decode_(alt.token)] = JsonLogprob(alt.logprob);
     out["top_logprobs"].push_back(std::move(top));
     out["text_offset"].push_back(text_offset_);
     text_offset_ += static_cast<int64_t>(decode_(t.token).size());

@@ -108,9 +108,10 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
     stream_mode_ = parsed.stream;
     answer_.emplace(
         parsed, request_id_,
-        [&tokenizer](int32_t id) {
-          return tokenizer.Decode({id}, /*skip_special_tokens=*/false).value_or("");
-        },
+        // A token's own bytes (SentencePiece's "▁" as a space, a byte-fallback token as its
+        // byte), not a decode of it alone, which strips a leading space and turns a partial
+        // UTF-8 sequence into U+FFFD: logprobs' "bytes" are for exactly those tokens.
+        [&tokenizer](int32_t id) { return tokenizer.TokenBytes(id); },
         std::move(chat));
     Submit(*std::move(converted));
   }

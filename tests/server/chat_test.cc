@@ -5,6 +5,7 @@
 #include <fstream>
 #include <unistd.h>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -395,6 +396,36 @@ TEST(OpenAiAnswerTest, NonStreamingCollectsTheWholeAnswer) {
   EXPECT_EQ(r["choices"][0]["text"], "Hello");
   EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(r["usage"]["total_tokens"], 8);
+}
+
+// Logprobs: each token's own bytes (a partial UTF-8 sequence stays its byte), and no -inf, which
+// JSON cannot carry (it would be written as null).
+TEST(OpenAiAnswerTest, LogprobsCarryEachTokensBytesAndNoInfinity) {
+  OpenAiRequest request;
+  ASSERT_FALSE(Parse(OpenAiEndpoint::kChatCompletions,
+                     R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+                         "logprobs": true, "top_logprobs": 1})",
+                     &request));
+  OpenAiAnswer answer(
+      request, "r", [](int32_t id) { return id == 7 ? std::string("\xe2") : std::string(" hi"); },
+      std::nullopt);
+  StreamChunk c = Chunk(" hi", true);
+  SampledToken t;
+  t.token = 5;
+  t.logprob = -0.5f;
+  t.top = {{7, -std::numeric_limits<float>::infinity()}};
+  c.logprobs = {t};
+  answer.Accumulate(c);
+  const OrderedJson r = answer.Final();
+  const OrderedJson& e = r["choices"][0]["logprobs"]["content"][0];
+  EXPECT_EQ(e["token"], " hi");
+  EXPECT_EQ(e["bytes"], OrderedJson::array({32, 104, 105}));
+  EXPECT_FLOAT_EQ(e["logprob"].get<double>(), -0.5);
+  const OrderedJson& alt = e["top_logprobs"][0];
+  EXPECT_EQ(alt["bytes"], OrderedJson::array({226}));
+  EXPECT_EQ(alt["logprob"], -9999.0);
+  EXPECT_THAT(r.dump(-1, ' ', false, OrderedJson::error_handler_t::replace),
+              ::testing::Not(HasSubstr("null,\"bytes\"")));
 }
 
 }  // namespace
