@@ -23,6 +23,7 @@ struct ServerSection {
   double shutdown_grace_seconds = 30;             // >= 0
   std::string log_level = "info";                 // as accepted by ParseLogLevel
   std::string send_priority = "idle";             // idle | normal (server/send_executor.h)
+  std::string auth_token_file;  // server.auth.token_file: bearer tokens; "" = no auth
   bool operator==(const ServerSection&) const = default;
 };
 

@@ -32,6 +32,16 @@ absl::Status ApplySessionMetadata(const grpc::CallbackServerContext& ctx,
 
 }  // namespace
 
+absl::Status CheckAuth(const CallEnv& env, const grpc::CallbackServerContext& ctx) {
+  if (env.auth == nullptr) return absl::OkStatus();
+  const auto found = ctx.client_metadata().find("authorization");
+  if (found != ctx.client_metadata().end() &&
+      env.auth->Allows(absl::string_view(found->second.data(), found->second.size()))) {
+    return absl::OkStatus();
+  }
+  return absl::UnauthenticatedError(kUnauthenticatedMessage);
+}
+
 absl::Status CheckAdmission(const CallEnv& env, const google::protobuf::Message& request) {
   if (env.draining.load()) {
     return absl::UnavailableError("the server is shutting down; retry on another replica");
@@ -90,6 +100,7 @@ void GenerateCall::Reject(const absl::Status& status) {
 }
 
 void GenerateCall::Begin(const grpc::ByteBuffer& bytes) {
+  if (absl::Status s = CheckAuth(*env_, *ctx_); !s.ok()) return Reject(s);
   if (absl::Status s = ParseRequest(bytes, &request_); !s.ok()) return Reject(s);
   if (absl::Status s = ApplySessionMetadata(*ctx_, &request_); !s.ok()) return Reject(s);
   // Logged with rejections before its length is checked: never more than the allowed length.

@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "engine/serve/engine.h"
 #include "grpcpp/grpcpp.h"
+#include "server/bearer_tokens.h"
 #include "server/chat.h"
 #include "server/metrics.h"
 #include "server/request_convert.h"
@@ -35,6 +36,7 @@ inline constexpr size_t kInlineTokenizeBytes = 16 * 1024;
 // What every call needs from the server; outlives all calls.
 struct CallEnv {
   Engine* engine = nullptr;
+  const BearerTokens* auth = nullptr;  // null: no authentication (server.auth.token_file unset)
   ServerMetrics* metrics = nullptr;  // may be null
   SendExecutor* sender = nullptr;    // runs sends the engine thread asks for
   WorkQueue* tokenizer_queue = nullptr;  // tokenizes long prompts; null = on the calling thread
@@ -49,6 +51,10 @@ struct CallEnv {
   // reported it (OnCancel); tests wait on it.
   std::atomic<int64_t> gone_before_submit{0};
 };
+
+// UNAUTHENTICATED unless the call's `authorization` metadata holds a bearer token of env.auth
+// (when authentication is on). The health service does not ask.
+absl::Status CheckAuth(const CallEnv& env, const grpc::CallbackServerContext& ctx);
 
 // Checks every call makes first: UNAVAILABLE while draining, INVALID_ARGUMENT when the request is
 // above server.max_receive_message_bytes (gRPC's own limit is set higher so that such requests

@@ -184,6 +184,12 @@ void ServeUntilStopSignal(Server& server, ServerConfig running) {
     Log(LogLevel::kInfo, "signal", {{"signal", SignalName(sig)}});
     if (sig == SIGHUP) {
       Reload(&running);
+      if (absl::Status s = server.ReloadAuthTokens(); !s.ok()) {
+        Log(LogLevel::kWarning, "auth_reload_failed",
+            {{"error", s.message()}, {"action", "keeping the tokens in use"}});
+      } else if (!running.server.auth_token_file.empty()) {
+        Log(LogLevel::kInfo, "auth_reloaded", {{"file", running.server.auth_token_file}});
+      }
     } else {
       LogState(server);
     }

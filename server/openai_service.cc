@@ -12,6 +12,14 @@
 namespace specula {
 namespace {
 
+// Whether `request` may use the API: authentication off, or an `authorization: Bearer` header
+// with one of the tokens.
+bool Authorized(const CallEnv& env, const HttpRequest& request) {
+  if (env.auth == nullptr) return true;
+  const std::string* header = request.header("authorization");
+  return header != nullptr && env.auth->Allows(*header);
+}
+
 // OpenAI's completions default length.
 constexpr int32_t kDefaultCompletionTokens = 16;
 
@@ -27,6 +35,7 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
         body_(request.body),
         exchange_(std::move(exchange)) {
     if (const std::string* session = request.header(kSessionIdMetadata)) session_id_ = *session;
+    authorized_ = Authorized(*env, request);
   }
 
   void Start() {
@@ -34,6 +43,7 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
     exchange_->OnClientGone([weak] {
       if (auto call = weak.lock()) call->ClientGone();
     });
+    if (!authorized_) return Reject(absl::UnauthenticatedError(kUnauthenticatedMessage));
     if (env_->draining.load()) {
       return Reject(
           absl::UnavailableError("the server is shutting down; retry on another replica"));
@@ -190,6 +200,7 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
   const OpenAiEndpoint endpoint_;
   std::string body_;
   std::string session_id_;
+  bool authorized_ = false;
   const std::shared_ptr<HttpExchange> exchange_;
   std::string request_id_;
   bool stream_mode_ = false;
@@ -256,11 +267,19 @@ std::vector<HttpRoute> OpenAiService::Routes() {
   completions.async_handler = generation(OpenAiEndpoint::kCompletions);
   routes.push_back(std::move(chat));
   routes.push_back(std::move(completions));
-  routes.push_back(
-      {"/v1/models", {"GET"}, [this](const HttpRequest&) {
-         return Json(200, {{"object", "list"}, {"data", OrderedJson::array({ModelObject()})}});
-       }});
-  routes.push_back({"/v1/models/" + served_model_, {"GET"}, [this](const HttpRequest&) {
+  // The model routes need a token too; /health answers without one (orchestrator probes).
+  auto unauthorized = [] {
+    return OpenAiErrorResponse(
+        OpenAiErrorFrom(absl::UnauthenticatedError(kUnauthenticatedMessage)));
+  };
+  routes.push_back({"/v1/models", {"GET"}, [this, unauthorized](const HttpRequest& r) {
+                      if (!Authorized(*env_, r)) return unauthorized();
+                      return Json(200, {{"object", "list"},
+                                        {"data", OrderedJson::array({ModelObject()})}});
+                    }});
+  routes.push_back({"/v1/models/" + served_model_, {"GET"},
+                    [this, unauthorized](const HttpRequest& r) {
+                      if (!Authorized(*env_, r)) return unauthorized();
                       return Json(200, ModelObject());
                     }});
   routes.push_back({"/health", {"GET", "HEAD"}, [this](const HttpRequest&) { return Health(); }});

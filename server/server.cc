@@ -132,6 +132,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
   std::unique_ptr<Server> s(new Server());
   s->config_ = config;
   s->chat_ = *std::move(chat);
+  if (!config.server.auth_token_file.empty()) {
+    absl::StatusOr<std::unique_ptr<BearerTokens>> tokens =
+        BearerTokens::Load(config.server.auth_token_file);
+    if (!tokens.ok()) return tokens.status();
+    s->auth_ = *std::move(tokens);
+  }
   if (absl::Status st = s->StartMetrics(config); !st.ok()) return st;
   s->observers_ = std::make_unique<ObserverList>(
       std::vector<EngineObserver*>{s->metrics_.get(), &s->request_log_});
@@ -155,7 +161,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
        {"metrics", s->metrics_address_},
        {"http", s->http_address_},
        {"model", s->served_model_name_},
-       {"chat_template", s->chat_->has_template()}});
+       {"chat_template", s->chat_->has_template()},
+       {"auth", s->auth_ == nullptr ? std::string("off")
+                                    : absl::StrCat(s->auth_->size(), " bearer tokens")}});
   return s;
 }
 
@@ -182,6 +190,7 @@ void Server::InitCallEnv(const ServerConfig& config, const v1::ModelInfo& model_
   env_.sender = sender_.get();
   env_.default_max_tokens = config.scheduler.default_max_tokens;
   env_.chat = chat_.get();
+  env_.auth = auth_.get();
   env_.max_request_bytes = config.server.max_receive_message_bytes;
   env_.max_total_tokens.dense =
       std::min<int64_t>(model_info.max_context_tokens(), model_info.limits().kv_cache_tokens());
@@ -264,6 +273,11 @@ absl::Status Server::StartHttp(const ServerConfig& config, const v1::ModelInfo& 
   if (absl::Status st = ParseHostPort(config.server.http_listen, &host); !st.ok()) return st;
   http_address_ = JoinHostPort(host, http_server_->port());
   return absl::OkStatus();
+}
+
+absl::Status Server::ReloadAuthTokens() {
+  if (auth_ == nullptr) return absl::OkStatus();
+  return auth_->Reload();
 }
 
 int Server::Shutdown(absl::Duration grace) {

@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "engine/serve/engine.h"
 #include "grpcpp/grpcpp.h"
+#include "server/bearer_tokens.h"
 #include "server/chat.h"
 #include "server/config.h"
 #include "server/generate_call.h"
@@ -53,6 +54,8 @@ class Server {
   // `grace` to finish, then end with UNAVAILABLE; then the gRPC server stops. Idempotent;
   // returns the number of requests that were cut off.
   int Shutdown(absl::Duration grace);
+  // Reads server.auth.token_file again (SIGHUP); on an error the tokens in use stay. Any thread.
+  absl::Status ReloadAuthTokens();
 
  private:
   // The environment every call shares (engine, limits, queues); after the engine exists.
@@ -72,6 +75,7 @@ class Server {
   std::string http_address_;
   std::string served_model_name_;
   std::unique_ptr<ChatModel> chat_;
+  std::unique_ptr<BearerTokens> auth_;  // null: no authentication
   std::unique_ptr<ServerMetrics> metrics_;
   RequestLog request_log_;
   std::unique_ptr<ObserverList> observers_;

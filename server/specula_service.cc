@@ -121,6 +121,7 @@ grpc::ServerUnaryReactor* ServeOffThread(const char* method, CallEnv& env,
                                          const grpc::ByteBuffer* bytes, grpc::ByteBuffer* out,
                                          Body body) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (absl::Status s = CheckAuth(env, *ctx); !s.ok()) return Answer(method, reactor, s);
   auto request = std::make_shared<Request>();
   if (absl::Status s = ParseRequest(*bytes, request.get()); !s.ok()) {
     return Answer(method, reactor, s);
@@ -175,6 +176,7 @@ grpc::ServerUnaryReactor* SpeculaService::Tokenize(grpc::CallbackServerContext* 
                                                    const grpc::ByteBuffer* request,
                                                    grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (absl::Status s = CheckAuth(*env_, *ctx); !s.ok()) return Answer("Tokenize", reactor, s);
   // Parsed and admitted here, so a refused call takes no place in the tokenizer queue.
   auto parsed = std::make_shared<v1::TokenizeRequest>();
   if (absl::Status s = ParseRequest(*request, parsed.get()); !s.ok()) {
@@ -209,6 +211,9 @@ grpc::ServerUnaryReactor* SpeculaService::Tokenize(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* SpeculaService::Detokenize(grpc::CallbackServerContext* ctx,
                                                      const grpc::ByteBuffer* request,
                                                      grpc::ByteBuffer* response) {
+  if (absl::Status s = CheckAuth(*env_, *ctx); !s.ok()) {
+    return Answer("Detokenize", ctx->DefaultReactor(), s);
+  }
   const Tokenizer& tokenizer = env_->engine->generator().tokenizer();
   return Answer("Detokenize", ctx->DefaultReactor(),
                 Serve<v1::DetokenizeRequest, v1::DetokenizeResponse>(
@@ -221,6 +226,9 @@ grpc::ServerUnaryReactor* SpeculaService::Detokenize(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* SpeculaService::GetModelInfo(grpc::CallbackServerContext* ctx,
                                                        const grpc::ByteBuffer* request,
                                                        grpc::ByteBuffer* response) {
+  if (absl::Status s = CheckAuth(*env_, *ctx); !s.ok()) {
+    return Answer("GetModelInfo", ctx->DefaultReactor(), s);
+  }
   return Answer(
       "GetModelInfo", ctx->DefaultReactor(),
       Serve<v1::GetModelInfoRequest, v1::ModelInfo>(

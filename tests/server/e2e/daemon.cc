@@ -102,4 +102,13 @@ bool Daemon::Running() {
 
 std::string Daemon::Log() const { return ReadAll(log_file_); }
 
+bool Daemon::WaitForLogLine(const std::string& line) const {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (Log().find(line) == std::string::npos) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
 }  // namespace specula::testing

@@ -31,6 +31,8 @@ class Daemon {
   bool Running();
   // Everything it wrote to stderr so far.
   std::string Log() const;
+  // Polls the log for up to 10 s until it has `line`.
+  bool WaitForLogLine(const std::string& line) const;
 
  private:
   Daemon() = default;

@@ -467,16 +467,6 @@ TEST(HostileE2eTest, DaemonRefusesBadConfigsWithExitOneNamingTheKey) {
   }
 }
 
-// Polls the daemon's log for up to 10 s until it has `line`.
-bool WaitForLogLine(Daemon& d, const std::string& line) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (d.Log().find(line) == std::string::npos) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
-
 // Runs a daemon on the test model with `config_path`, streaming `tokens` tokens; while the stream
 // runs, `during` does what the test wants with the daemon.
 struct SignalRun {
@@ -511,7 +501,7 @@ TEST(HostileE2eTest, SighupReloadsTheLogLevelAndKeepsServing) {
   ASSERT_FALSE(run.daemon->address().empty()) << run.daemon->Log();
   EXPECT_TRUE(run.stream.status.ok()) << run.stream.status.error_message();
   EXPECT_EQ(run.stream.tokens.size(), 600u);
-  ASSERT_TRUE(WaitForLogLine(*run.daemon, "event=config_reloaded")) << run.daemon->Log();
+  ASSERT_TRUE(run.daemon->WaitForLogLine("event=config_reloaded")) << run.daemon->Log();
   // Still serving after the signal; its request is logged at the reloaded level (info).
   auto stub = Connect(run.daemon->address());
   EXPECT_TRUE(RunGenerate(*stub, GreedyIds(PromptFor(5), 4)).status.ok());
@@ -530,7 +520,7 @@ TEST(HostileE2eTest, SighupReloadsTheLogLevelAndKeepsServing) {
   });
   EXPECT_TRUE(run.stream.status.ok()) << run.stream.status.error_message();
   // Before SIGTERM: two signals in flight may be handled on two threads in either order.
-  EXPECT_TRUE(WaitForLogLine(*run.daemon, "event=config_reload_failed")) << run.daemon->Log();
+  EXPECT_TRUE(run.daemon->WaitForLogLine("event=config_reload_failed")) << run.daemon->Log();
   EXPECT_TRUE(run.daemon->Running());
   kill(run.daemon->pid(), SIGTERM);
   EXPECT_EQ(run.daemon->Wait(), 0);
@@ -542,7 +532,7 @@ TEST(HostileE2eTest, Sigusr1LogsTheStateAndSigquitDrains) {
   SignalRun run = RunWithSignal(config, 800, [](Daemon& d) {
     kill(d.pid(), SIGUSR1);
     // Pending signals are delivered lowest number first (QUIT before USR1): wait for the state.
-    EXPECT_TRUE(WaitForLogLine(d, "event=state"));
+    EXPECT_TRUE(d.WaitForLogLine("event=state"));
     kill(d.pid(), SIGQUIT);  // drains like SIGTERM: the stream in flight completes
   });
   ASSERT_FALSE(run.daemon->address().empty());

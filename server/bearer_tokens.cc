@@ -1,0 +1,91 @@
+#include "server/bearer_tokens.h"
+
+#include <fstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace specula {
+namespace {
+
+constexpr size_t kMinTokenBytes = 16;  // shorter ones are guessable
+constexpr size_t kMaxTokenBytes = 4096;
+
+// Compares without stopping at the first difference: the time depends on the lengths only.
+bool EqualInConstantTime(absl::string_view a, absl::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? a[i] : 0;
+    const unsigned char y = i < b.size() ? b[i] : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
+bool ValidToken(absl::string_view t) {
+  if (t.size() < kMinTokenBytes || t.size() > kMaxTokenBytes) return false;
+  for (char c : t) {
+    if (c <= ' ' || c > '~') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> BearerTokens::Read(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("server.auth.token_file: cannot read ", path));
+  std::vector<std::string> tokens;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    const absl::string_view t = absl::StripAsciiWhitespace(line);
+    if (t.empty() || t[0] == '#') continue;
+    if (!ValidToken(t)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "server.auth.token_file: ", path, ":", number, ": a token must be ", kMinTokenBytes,
+          " to ", kMaxTokenBytes, " printable ASCII characters without spaces"));
+    }
+    tokens.emplace_back(t);
+  }
+  if (tokens.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("server.auth.token_file: ", path, " holds no token"));
+  }
+  return tokens;
+}
+
+absl::StatusOr<std::unique_ptr<BearerTokens>> BearerTokens::Load(const std::string& path) {
+  std::unique_ptr<BearerTokens> tokens(new BearerTokens(path));
+  if (absl::Status s = tokens->Reload(); !s.ok()) return s;
+  return tokens;
+}
+
+absl::Status BearerTokens::Reload() {
+  absl::StatusOr<std::vector<std::string>> tokens = Read(path_);
+  if (!tokens.ok()) return tokens.status();
+  std::lock_guard lock(mu_);
+  tokens_ = *std::move(tokens);
+  return absl::OkStatus();
+}
+
+size_t BearerTokens::size() const {
+  std::lock_guard lock(mu_);
+  return tokens_.size();
+}
+
+bool BearerTokens::Allows(absl::string_view authorization) const {
+  constexpr absl::string_view kScheme = "bearer ";
+  if (authorization.size() <= kScheme.size() ||
+      !absl::EqualsIgnoreCase(authorization.substr(0, kScheme.size()), kScheme)) {
+    return false;
+  }
+  const absl::string_view presented = absl::StripAsciiWhitespace(authorization.substr(kScheme.size()));
+  std::lock_guard lock(mu_);
+  bool allowed = false;
+  for (const std::string& token : tokens_) allowed |= EqualInConstantTime(presented, token);
+  return allowed;
+}
+
+}  // namespace specula
