@@ -10,38 +10,46 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kMaxGroup = 8;  // query heads per block; larger GQA groups take more blocks
 
-// Where one (row, KV head) list's pages are, for the dense and the sparse layout.
+// Where one (row, KV head) list's pages are, for the dense and the sparse layout: entry e's first
+// byte and its valid tokens.
 struct DenseLists {
   const int32_t* row_keys;
   const int32_t* row_block_begin;
   const int32_t* blocks;
+  const char* kv_base;
+  int64_t page_bytes;
   int32_t page_size;
   int32_t num_kv_heads;
   __device__ int32_t count(int32_t row, int32_t) const {
     return static_cast<int32_t>(CeilDiv(row_keys[row], page_size));
   }
-  // Page id and valid tokens of entry e.
-  __device__ void entry(int32_t row, int32_t kv_head, int32_t e, int64_t* page,
-                        int32_t* tokens) const {
-    *page = static_cast<int64_t>(blocks[row_block_begin[row] + e]) * num_kv_heads + kv_head;
+  __device__ const char* entry(int32_t row, int32_t kv_head, int32_t e, int32_t* tokens) const {
     *tokens = min(page_size, row_keys[row] - e * page_size);
+    return kv_base +
+           (static_cast<int64_t>(blocks[row_block_begin[row] + e]) * num_kv_heads + kv_head) *
+               page_bytes;
   }
 };
 
+// A negative page is HostPageRef(p): page p of the host store, read through its mapped address.
 struct SparseLists {
-  const int32_t* page_begin;
+  const int32_t* list_begin;
+  const int32_t* list_count;
   const int32_t* pages;
   const int32_t* page_tokens;
+  const char* kv_base;
+  const char* host_base;
+  int64_t page_bytes;
   int32_t num_kv_heads;
   __device__ int32_t count(int32_t row, int32_t kv_head) const {
-    const int32_t list = row * num_kv_heads + kv_head;
-    return page_begin[list + 1] - page_begin[list];
+    return list_count[row * num_kv_heads + kv_head];
   }
-  __device__ void entry(int32_t row, int32_t kv_head, int32_t e, int64_t* page,
-                        int32_t* tokens) const {
-    const int32_t at = page_begin[row * num_kv_heads + kv_head] + e;
-    *page = pages[at];
+  __device__ const char* entry(int32_t row, int32_t kv_head, int32_t e, int32_t* tokens) const {
+    const int32_t at = list_begin[row * num_kv_heads + kv_head] + e;
     *tokens = page_tokens[at];
+    const int32_t ref = pages[at];
+    return ref < 0 ? host_base + static_cast<int64_t>(-1 - ref) * page_bytes
+                   : kv_base + static_cast<int64_t>(ref) * page_bytes;
   }
 };
 
@@ -121,14 +129,10 @@ __global__ void __launch_bounds__(kWarps * 32)
                       : 0.0f;
     }
   }
-  const int64_t page_elems = 2 * static_cast<int64_t>(p.page_size) * p.head_dim;
-  const T* base = static_cast<const T*>(p.kv_base);
   for (int32_t e = e_begin + warp; e < e_end; e += kWarps) {
-    int64_t page;
     int32_t tokens;
-    lists.entry(row, kv_head, e, &page, &tokens);
-    AttendPage<T, kPerLane>(base + page * page_elems, tokens, p.page_size, p.head_dim, heads,
-                            p.scale, s);
+    const auto* page = reinterpret_cast<const T*>(lists.entry(row, kv_head, e, &tokens));
+    AttendPage<T, kPerLane>(page, tokens, p.page_size, p.head_dim, heads, p.scale, s);
   }
 
 #pragma unroll
@@ -251,14 +255,30 @@ size_t AttentionScratchFloats(int32_t rows, int32_t num_heads, int32_t head_dim,
   return static_cast<size_t>(rows) * num_heads * splits * (2 + static_cast<size_t>(head_dim));
 }
 
+int64_t PageBytes(const AttentionCommon& p) {
+  return 2 * static_cast<int64_t>(p.page_size) * p.head_dim * DTypeSize(p.dtype);
+}
+
 cudaError_t PagedAttention(const PagedAttentionParams& p, cudaStream_t stream) {
-  const DenseLists lists{p.row_keys, p.row_block_begin, p.blocks, p.common.page_size,
+  const DenseLists lists{p.row_keys,
+                         p.row_block_begin,
+                         p.blocks,
+                         static_cast<const char*>(p.common.kv_base),
+                         PageBytes(p.common),
+                         p.common.page_size,
                          p.common.num_kv_heads};
   return Launch(p.common, lists, stream);
 }
 
 cudaError_t SparseDecodeAttention(const SparseAttentionParams& p, cudaStream_t stream) {
-  const SparseLists lists{p.page_begin, p.pages, p.page_tokens, p.common.num_kv_heads};
+  const SparseLists lists{p.list_begin,
+                          p.list_count,
+                          p.pages,
+                          p.page_tokens,
+                          static_cast<const char*>(p.common.kv_base),
+                          static_cast<const char*>(p.host_base),
+                          PageBytes(p.common),
+                          p.common.num_kv_heads};
   return Launch(p.common, lists, stream);
 }
 

@@ -1,5 +1,5 @@
-// Softmax attention of query rows over lists of KV pages (the layout of engine/backend.h): the
-// dense paged attention (causal, each row sees the first row_keys[row] keys of its block table)
+// Softmax attention of query rows over lists of KV pages (the layout of engine/backend_types.h):
+// the dense paged attention (causal, each row sees the first row_keys[row] keys of its block table)
 // and the sparse decode attention (each (row, KV head) reads its own list of pages, each with a
 // count of valid tokens). One kernel serves both, so given the same keys in the same order they
 // agree. Design:
@@ -52,13 +52,16 @@ struct PagedAttentionParams {
 };
 cudaError_t PagedAttention(const PagedAttentionParams& p, cudaStream_t stream);
 
-// Sparse: row r, KV head h attends to pages[page_begin[r * num_kv_heads + h] ..
-// page_begin[r * num_kv_heads + h + 1]), each with its first page_tokens[i] tokens.
+// Sparse: row r, KV head h attends to list_count[l] entries from list_begin[l], l = r *
+// num_kv_heads + h, each with its first page_tokens[i] tokens: page pages[i] of kv_base, or when
+// negative page -1 - pages[i] of host_base (pinned host memory read through its mapping).
 struct SparseAttentionParams {
   AttentionCommon common;
-  const int32_t* page_begin = nullptr;
+  const int32_t* list_begin = nullptr;
+  const int32_t* list_count = nullptr;
   const int32_t* pages = nullptr;
   const int32_t* page_tokens = nullptr;
+  const void* host_base = nullptr;
 };
 cudaError_t SparseDecodeAttention(const SparseAttentionParams& p, cudaStream_t stream);
 

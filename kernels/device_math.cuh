@@ -46,6 +46,22 @@ cudaError_t VisitStorageType(DType t, Fn&& fn) {
   return cudaErrorInvalidValue;
 }
 
+// The same dispatch inside a kernel.
+template <typename Fn>
+__device__ __forceinline__ void VisitStorageTypeOnDevice(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::kBF16:
+      fn(__nv_bfloat16{});
+      return;
+    case DType::kF16:
+      fn(__half{});
+      return;
+    case DType::kF32:
+      break;
+  }
+  fn(float{});
+}
+
 // Sum over the 32 lanes of a warp; every lane receives it.
 __device__ __forceinline__ float WarpSum(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);

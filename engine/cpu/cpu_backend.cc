@@ -21,7 +21,9 @@ namespace {
 constexpr size_t kAlignment = 64;
 
 // Rows per parallel task so that each task has enough work to amortize the hand-off.
-int64_t RowsPerTask(int64_t cols) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols)); }
+int64_t RowsPerTask(int64_t cols) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols));
+}
 
 // Small products run on one thread: handing them to OpenBLAS's workers costs more than it saves,
 // and an idle worker spins (sched_yield) for a while after every call, taking a core from the
@@ -73,11 +75,25 @@ absl::StatusOr<DeviceBuffer> CpuBackend::Allocate(size_t bytes) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("cpu backend: cannot allocate %d bytes", bytes));
   }
-  return DeviceBuffer(p, bytes, [](void* q) { std::free(q); });
+  memory_->Add(p, bytes, MemoryKind::kDevice);
+  return DeviceBuffer(p, bytes, [registry = memory_](void* q) {
+    registry->Remove(q);
+    std::free(q);
+  });
 }
 
 absl::StatusOr<DeviceBuffer> CpuBackend::AllocatePinnedHost(size_t bytes) {
-  return MapHostMemory(bytes);
+  absl::StatusOr<DeviceBuffer> mapped = MapHostMemory(bytes);
+  if (!mapped.ok()) return mapped.status();
+  // Registered as pinned host memory: device operations may read pages in it, but a DeviceSpan
+  // of metadata must not point there (the plan's staging buffer is pinned host memory).
+  void* data = mapped->data();
+  memory_->Add(data, bytes, MemoryKind::kPinnedHost);
+  auto holder = std::make_shared<DeviceBuffer>(std::move(*mapped));
+  return DeviceBuffer(data, bytes, [registry = memory_, holder](void* q) mutable {
+    registry->Remove(q);
+    holder.reset();
+  });
 }
 
 std::unique_ptr<Stream> CpuBackend::CreateStream() { return std::make_unique<CpuCopyStream>(); }
@@ -86,11 +102,17 @@ void CpuBackend::CopyToDevice(void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);
 }
 
+void CpuBackend::CopyToDeviceAsync(void* dst, const void* pinned_src, size_t bytes) {
+  std::memcpy(dst, pinned_src, bytes);  // the compute stream runs at enqueue
+}
+
 void CpuBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
   ++counters_.compute_syncs;  // on a GPU the read waits for the compute stream
   ++counters_.host_reads;
   std::memcpy(dst, src, bytes);
 }
+
+void CpuBackend::Memset(void* dst, int value, size_t bytes) { std::memset(dst, value, bytes); }
 
 absl::StatusOr<Weight> CpuBackend::UploadWeight(const float* data, int64_t out, int64_t in) {
   const size_t bytes = static_cast<size_t>(out) * in * sizeof(float);
@@ -114,8 +136,8 @@ void CpuBackend::Gemm(const Mat& x, const Weight& w, const Weight& bias, Mat* y)
       w.in * w.out >= kParallelWeightElements || x.rows * w.in * w.out >= kParallelMacs;
   UseBlasThreads(parallel ? pool_.num_threads() : 1);
   if (x.rows == 1) {  // batch-1 decode: GEMV streams the weights once, at memory bandwidth
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(w.out), static_cast<int>(w.in),
-                1.0f, w.buffer.as<float>(), static_cast<int>(w.in), x.data, 1, 0.0f, y->data, 1);
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(w.out), static_cast<int>(w.in), 1.0f,
+                w.buffer.as<float>(), static_cast<int>(w.in), x.data, 1, 0.0f, y->data, 1);
   } else {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(x.rows),
                 static_cast<int>(w.out), static_cast<int>(w.in), 1.0f, x.data,
@@ -147,7 +169,10 @@ void CpuBackend::RmsNorm(const Mat& x, const Weight& weight, float eps, Mat* y) 
 }
 
 void CpuBackend::Rope(Mat* x, int32_t num_heads, int32_t head_dim,
-                      absl::Span<const int32_t> positions, absl::Span<const float> inv_freq) {
+                      DeviceSpan<const int32_t> position_span,
+                      DeviceSpan<const float> inv_freq_span) {
+  const absl::Span<const int32_t> positions = Host(position_span);
+  const absl::Span<const float> inv_freq = Host(inv_freq_span);
   const int32_t half = head_dim / 2;
   CHECK_EQ(static_cast<int64_t>(positions.size()), x->rows);
   CHECK_EQ(static_cast<int32_t>(inv_freq.size()), half);
@@ -186,7 +211,8 @@ void CpuBackend::SwiGlu(const Mat& gate_up, Mat* out) {
   });
 }
 
-void CpuBackend::Embed(absl::Span<const int32_t> ids, const Weight& table, Mat* out) {
+void CpuBackend::Embed(DeviceSpan<const int32_t> id_span, const Weight& table, Mat* out) {
+  const absl::Span<const int32_t> ids = Host(id_span);
   CHECK_EQ(out->cols, table.in);
   const float* t = table.buffer.as<float>();
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -204,161 +230,13 @@ void CpuBackend::Add(Mat* x, const Mat& y) {
   }
 }
 
-void CpuBackend::GatherRows(const Mat& src, absl::Span<const int32_t> rows, Mat* out) {
+void CpuBackend::GatherRows(const Mat& src, DeviceSpan<const int32_t> row_span, Mat* out) {
+  const absl::Span<const int32_t> rows = Host(row_span);
   CHECK_EQ(src.cols, out->cols);
   for (size_t i = 0; i < rows.size(); ++i) {
     CHECK(rows[i] >= 0 && rows[i] < src.rows);
     std::memcpy(out->row(static_cast<int64_t>(i)), src.row(rows[i]), src.cols * sizeof(float));
   }
-}
-
-namespace {
-
-// Stores rows of fp32 K and V into pages of element type T (rounded to nearest even).
-template <typename T>
-void WriteKvTyped(const Mat& k, const Mat& v, const KvWrite& where, const KvLayerView& layer) {
-  const int32_t hd = layer.head_dim;
-  auto* base = static_cast<T*>(layer.base);
-  for (int64_t t = 0; t < k.rows; ++t) {
-    for (int32_t h = 0; h < layer.num_kv_heads; ++h) {
-      T* page = base + (static_cast<size_t>(where.blocks[t]) * layer.num_kv_heads + h) *
-                           layer.page_elems();
-      T* k_dst = page + static_cast<int64_t>(where.offsets[t]) * hd;
-      T* v_dst = page + (static_cast<int64_t>(layer.page_size) + where.offsets[t]) * hd;
-      const float* k_src = k.row(t) + static_cast<int64_t>(h) * hd;
-      const float* v_src = v.row(t) + static_cast<int64_t>(h) * hd;
-      for (int32_t c = 0; c < hd; ++c) {
-        k_dst[c] = FromF32<T>(k_src[c]);
-        v_dst[c] = FromF32<T>(v_src[c]);
-      }
-    }
-  }
-}
-
-// Softmax attention of one query head over n keys, visited in order: key(j) and value(j) give
-// row j's K and V (of element type T, read as fp32). Shared by the dense and sparse paths so
-// that, given the same keys in the same order, they compute bit-identical results.
-template <typename KeyFn, typename ValueFn>
-void AttendOneHead(const float* qv, int32_t n, int32_t hd, float scale, KeyFn key, ValueFn value,
-                   std::vector<float>* scores, std::vector<float>* acc, float* out) {
-  scores->resize(n);
-  float max_score = -INFINITY;
-  for (int32_t j = 0; j < n; ++j) {
-    const auto* k = key(j);
-    float dot = 0.0f;
-    for (int32_t c = 0; c < hd; ++c) dot += qv[c] * ToF32(k[c]);
-    (*scores)[j] = dot * scale;
-    max_score = std::max(max_score, (*scores)[j]);
-  }
-  double denom = 0.0;
-  acc->assign(hd, 0.0f);
-  for (int32_t j = 0; j < n; ++j) {
-    const float p = std::exp((*scores)[j] - max_score);
-    denom += p;
-    const auto* v = value(j);
-    for (int32_t c = 0; c < hd; ++c) (*acc)[c] += p * ToF32(v[c]);
-  }
-  const float inv = static_cast<float>(1.0 / denom);
-  for (int32_t c = 0; c < hd; ++c) out[c] = (*acc)[c] * inv;
-}
-
-}  // namespace
-
-void CpuBackend::WriteKv(const Mat& k, const Mat& v, const KvWrite& where,
-                         const KvLayerView& layer) {
-  VisitDType(layer.dtype, [&](auto tag) { WriteKvTyped<decltype(tag)>(k, v, where, layer); });
-}
-
-void CpuBackend::PagedAttention(const Mat& q, const AttentionBatch& batch,
-                                const KvLayerView& layer, Mat* out) {
-  VisitDType(layer.dtype, [&](auto tag) {
-    PagedAttentionTyped(q, batch, layer, static_cast<const decltype(tag)*>(layer.base), out);
-  });
-}
-
-template <typename T>
-void CpuBackend::PagedAttentionTyped(const Mat& q, const AttentionBatch& batch,
-                                     const KvLayerView& layer, const T* base, Mat* out) {
-  const int32_t hd = layer.head_dim;
-  const int32_t heads = batch.num_heads;
-  const int32_t group = heads / layer.num_kv_heads;
-  const int32_t ps = layer.page_size;
-
-  // One task per (query row, head): rows of all sequences laid end to end.
-  struct Task {
-    int32_t seq;
-    int32_t row;  // within the sequence
-  };
-  std::vector<Task> tasks;
-  for (int32_t s = 0; s < static_cast<int32_t>(batch.seqs.size()); ++s) {
-    for (int32_t i = 0; i < batch.seqs[s].q_len; ++i) tasks.push_back({s, i});
-  }
-  const int64_t n_tasks = static_cast<int64_t>(tasks.size()) * heads;
-  pool_.ParallelFor(n_tasks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
-    std::vector<float> acc(hd);
-    for (int64_t task = begin; task < end; ++task) {
-      const Task& tk = tasks[task / heads];
-      const int32_t h = static_cast<int32_t>(task % heads);
-      const int32_t kv_h = h / group;
-      const AttentionSeq& seq = batch.seqs[tk.seq];
-      const int32_t n_keys = seq.kv_len - seq.q_len + tk.row + 1;
-      const int32_t* blocks = batch.blocks.data() + seq.block_begin;
-      auto page = [&](int32_t j) {
-        return base + (static_cast<size_t>(blocks[j / ps]) * layer.num_kv_heads + kv_h) *
-                          layer.page_elems();
-      };
-      AttendOneHead(
-          q.row(seq.q_begin + tk.row) + static_cast<int64_t>(h) * hd, n_keys, hd, batch.scale,
-          [&](int32_t j) { return page(j) + static_cast<int64_t>(j % ps) * hd; },
-          [&](int32_t j) { return page(j) + (static_cast<int64_t>(ps) + j % ps) * hd; }, &scores,
-          &acc, out->row(seq.q_begin + tk.row) + static_cast<int64_t>(h) * hd);
-    }
-  });
-}
-
-void CpuBackend::SparseDecodeAttention(const Mat& q, const SparseAttentionBatch& batch,
-                                       const PagePoolView& pool, Mat* out) {
-  VisitDType(pool.dtype, [&](auto tag) {
-    SparseDecodeAttentionTyped(q, batch, pool, static_cast<const decltype(tag)*>(pool.base), out);
-  });
-}
-
-template <typename T>
-void CpuBackend::SparseDecodeAttentionTyped(const Mat& q, const SparseAttentionBatch& batch,
-                                            const PagePoolView& pool, const T* base, Mat* out) {
-  const int32_t hd = pool.head_dim;
-  const int32_t ps = pool.page_size;
-  const int32_t heads = batch.num_heads;
-  const int32_t group = heads / batch.num_kv_heads;
-  CHECK_EQ(batch.page_begin.size(), static_cast<size_t>(q.rows * batch.num_kv_heads + 1));
-  CHECK_EQ(batch.pages.size(), batch.page_tokens.size());
-  pool_.ParallelFor(q.rows * heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
-    std::vector<float> acc(hd);
-    // Token j of the selection -> (page entry, offset), rebuilt per (row, KV head).
-    std::vector<std::pair<int32_t, int32_t>> where;
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t row = task / heads;
-      const int32_t h = static_cast<int32_t>(task % heads);
-      const int64_t list = row * batch.num_kv_heads + h / group;
-      where.clear();
-      for (int32_t e = batch.page_begin[list]; e < batch.page_begin[list + 1]; ++e) {
-        CHECK(batch.page_tokens[e] >= 1 && batch.page_tokens[e] <= ps);
-        for (int32_t t = 0; t < batch.page_tokens[e]; ++t) where.emplace_back(e, t);
-      }
-      CHECK(!where.empty()) << "sparse attention row " << row << " has no keys";
-      auto page = [&](int32_t j) {
-        return base + static_cast<size_t>(batch.pages[where[j].first]) * pool.page_elems();
-      };
-      AttendOneHead(
-          q.row(row) + static_cast<int64_t>(h) * hd, static_cast<int32_t>(where.size()), hd,
-          batch.scale,
-          [&](int32_t j) { return page(j) + static_cast<int64_t>(where[j].second) * hd; },
-          [&](int32_t j) { return page(j) + (static_cast<int64_t>(ps) + where[j].second) * hd; },
-          &scores, &acc, out->row(row) + static_cast<int64_t>(h) * hd);
-    }
-  });
 }
 
 }  // namespace specula

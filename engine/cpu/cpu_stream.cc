@@ -87,6 +87,13 @@ void CpuCopyStream::CopyPages(absl::Span<const PageCopy> copies, size_t page_byt
   });
 }
 
+void CpuCopyStream::Launch(std::function<void()> work) {
+  Enqueue([this, work = std::move(work)] {
+    if (before_copy_) before_copy_();
+    work();
+  });
+}
+
 std::shared_ptr<Event> CpuCopyStream::Record() {
   auto event = std::make_shared<CpuEvent>();
   Enqueue([event] { event->Complete(); });

@@ -61,6 +61,9 @@ class CpuCopyStream : public Stream {
   std::shared_ptr<Event> Record() override;
   void Wait(const std::shared_ptr<Event>& event) override;
   void Synchronize() override;
+  // Enqueues a kernel-like function that moves pages (GatherPages): it runs on the stream's
+  // thread in order, after `before_copy`, like CopyPages.
+  void Launch(std::function<void()> work);
 
  private:
   void Enqueue(std::function<void()> work);

@@ -11,6 +11,7 @@
 #include "engine/common/check.h"
 #include "engine/common/status_macros.h"
 #include "engine/kv/kv_dtype.h"
+#include "engine/kv/sparse_decode.h"
 
 namespace specula {
 
@@ -38,9 +39,9 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
   ASSIGN_OR_RETURN(GenerationConfig gen, LoadGenerationConfig(model_dir));
   const ModelConfig& c = g->model_->config();
   if (g->tokenizer_->vocab_size() > c.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: tokenizer has %d ids but config.json vocab_size is %d", model_dir,
-        g->tokenizer_->vocab_size(), c.vocab_size));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: tokenizer has %d ids but config.json vocab_size is %d", model_dir,
+                        g->tokenizer_->vocab_size(), c.vocab_size));
   }
   for (int64_t id : gen.eos_token_ids) g->eos_ids_.insert(static_cast<int32_t>(id));
   for (int64_t id : c.eos_token_ids) g->eos_ids_.insert(static_cast<int32_t>(id));
@@ -76,6 +77,10 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
     ASSIGN_OR_RETURN(g->sparse_,
                      SparseKvCache::Create(options.sparse, shape, *g->backend_, g->kv_));
   }
+  g->plan_ = std::make_unique<StepPlan>(*g->backend_);
+  g->dense_attention_ = std::make_unique<DenseKvAttention>(
+      *g->backend_, g->kv_, static_cast<int32_t>(c.num_attention_heads),
+      static_cast<int32_t>(c.head_dim));
   g->prefix_ = std::make_unique<PrefixCache>(options.prefix_cache, g->kv_,
                                              g->sparse_ ? &g->sparse_->mutable_store() : nullptr);
   // The largest step: every running sequence decodes while a full prefill chunk runs.
@@ -116,8 +121,7 @@ absl::Status Generator::Validate(const GenerationRequest& r) const {
   if (r.sparse.mode == SparseMode::kDense && r.sparse.budget_tokens > 0) {
     return absl::InvalidArgumentError("sparse.budget_tokens is set but sparse.mode is DENSE");
   }
-  if (sparse_ == nullptr &&
-      (r.sparse.mode == SparseMode::kSparse || r.sparse.budget_tokens > 0)) {
+  if (sparse_ == nullptr && (r.sparse.mode == SparseMode::kSparse || r.sparse.budget_tokens > 0)) {
     return absl::FailedPreconditionError(
         "this request asks for the sparse KV cache, but the server runs with "
         "sparse.enabled: false");
@@ -180,7 +184,6 @@ int64_t Generator::device_slots_used() const {
 
 KvStats Generator::FinalKvStats(const Sequence& s) const {
   if (s.sparse_kv() == nullptr) return KvStats();
-  sparse_->Quiesce(*s.sparse_kv());  // copies still landing count for this request too
   return sparse_->Stats(*s.sparse_kv());
 }
 
@@ -219,8 +222,7 @@ absl::Status Generator::AttachKv(Sequence& seq, bool resume) {
   const bool sparse = seq.sparse_kv() != nullptr || UsesSparse(r);
   if (resume) {
     CHECK(!sparse) << "sparse sequences are never preempted";
-    seq.prefix_hit() =
-        prefix_->Resume(false, TokensOf(seq, seq.num_tokens()), r.session_id);
+    seq.prefix_hit() = prefix_->Resume(false, TokensOf(seq, seq.num_tokens()), r.session_id);
   } else {
     ASSIGN_OR_RETURN(seq.prefix_hit(), prefix_->Begin(sparse, r.prompt, r.session_id));
   }
@@ -258,6 +260,19 @@ absl::Status Generator::AttachKv(Sequence& seq, bool resume) {
     return status;
   }
   if (seq.prefix_hit().tokens > 0) seq.SkipCachedPrefix(seq.prefix_hit().tokens);
+  if (sparse) {
+    // Its prompt is prefilled layer-major; the job holds the prompt's activations and one
+    // layer's KV on the device until it is done, so they are had (or refused) now.
+    absl::StatusOr<std::unique_ptr<SparsePrefill>> job = SparsePrefill::Create(
+        *model_, *sparse_, *seq.sparse_kv(), r.prompt, seq.kv_len(), options_.prefill_chunk_tokens);
+    if (!job.ok()) {
+      CacheKv(seq, /*kv_valid=*/false);
+      sparse_->Release(*seq.sparse_kv());
+      seq.set_sparse_kv(nullptr);
+      return job.status();
+    }
+    sparse_prefills_[seq.id()] = std::move(*job);
+  }
   return absl::OkStatus();
 }
 
@@ -304,8 +319,8 @@ void Generator::ResumePreempted() {
     const PrefixCache::Peek hit = prefix_->PeekHit(false, TokensOf(*s, s->num_tokens()),
                                                    s->request().session_id, /*always=*/true);
     // Room beyond what running sequences take this step, or it would be preempted again at once.
-    const int64_t need = kv_.BlocksFor(InitialDenseTokens(*s)) - hit.tokens / kv_.page_size() +
-                         PendingGrowth();
+    const int64_t need =
+        kv_.BlocksFor(InitialDenseTokens(*s)) - hit.tokens / kv_.page_size() + PendingGrowth();
     if (kv_.free_blocks() + hit.reclaimable_after < need) return;
     const absl::Status attached = AttachKv(*s, /*resume=*/true);
     CHECK(attached.ok()) << attached;
@@ -356,8 +371,9 @@ void Generator::Retire(uint64_t id, bool kv_valid) {
   CHECK(it != running_.end());
   Sequence& seq = *it->second;
   if (seq.sparse_kv() != nullptr) {
-    // Write-backs and prefetches end first, so the pages the cache takes are complete.
-    sparse_->Quiesce(*seq.sparse_kv());
+    sparse_prefills_.erase(id);
+    // Its pages' write-backs ran on the compute stream before the last step's synchronization,
+    // so the pages the cache takes are complete.
     CacheKv(seq, kv_valid);
     sparse_->Release(*seq.sparse_kv());
   } else {
@@ -382,99 +398,137 @@ absl::Status Generator::Cancel(uint64_t id, SequenceOutput* out, bool kv_valid) 
 absl::Status Generator::Step(std::vector<SequenceOutput>* outputs) {
   last_step_ = StepStats();
   if (running_.empty()) return absl::OkStatus();
-  const int32_t ps = kv_.page_size();
-  batch_.Clear();
-  struct Planned {
-    Sequence* seq;
-    int64_t n;      // tokens this step
-    bool prefill;
-    bool sample;    // has a logit row
-  };
   ResumePreempted();
   GrowDecodeBlocks();
-  std::vector<Planned> plan;
+  plan_->Clear();
+  if (sparse_ != nullptr) sparse_->PlanStep(*plan_);
+  StepRows rows = ChooseRows();
+  if (rows.planned.empty()) return absl::OkStatus();  // every sequence waits for room
+  RETURN_IF_ERROR(PlanStep(rows));
+  RETURN_IF_ERROR(plan_->Upload());
+  RunStep(rows);
+  return FinishStep(rows, outputs);
+}
+
+Generator::StepRows Generator::ChooseRows() {
+  StepRows rows;
   int64_t prefill_budget = options_.prefill_chunk_tokens;
-
-  auto add_sparse_rows = [&](Sequence* s, int64_t n, bool prefill) {
-    SparseRows r;
-    r.ws = s->sparse_kv().get();
-    r.q_begin = static_cast<int32_t>(batch_.tokens.size());
-    r.q_len = static_cast<int32_t>(n);
-    r.start = static_cast<int32_t>(s->kv_len());
-    r.prefill = prefill;
-    for (int64_t i = 0; i < n; ++i) {
-      batch_.tokens.push_back(s->TokenAt(r.start + i));
-      batch_.positions.push_back(static_cast<int32_t>(r.start + i));
-    }
-    (prefill ? batch_.sparse_prefill : batch_.sparse_decode).push_back(r);
-    return r.q_begin + r.q_len - 1;
-  };
-  auto add_rows = [&](Sequence* s, int64_t n, bool prefill) {
-    if (prefill) {
-      last_step_.prefill_tokens += static_cast<int32_t>(n);
-    } else {
-      ++last_step_.decode_rows;
-    }
-    const bool sample = !prefill || n == s->prefill_remaining();
-    if (s->sparse_kv() != nullptr) {
-      const int32_t last_row = add_sparse_rows(s, n, prefill);
-      if (sample) batch_.logit_rows.push_back(last_row);
-      plan.push_back({s, n, prefill, sample});
-      return;
-    }
-    const int64_t start = s->kv_len();
-    AttentionSeq a;
-    a.q_begin = static_cast<int32_t>(batch_.tokens.size());
-    a.q_len = static_cast<int32_t>(n);
-    a.kv_len = static_cast<int32_t>(start + n);
-    a.block_begin = static_cast<int32_t>(batch_.blocks.size());
-    const auto used_blocks = static_cast<int32_t>(CeilDiv(a.kv_len, ps));
-    batch_.blocks.insert(batch_.blocks.end(), s->blocks().begin(),
-                         s->blocks().begin() + used_blocks);
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t pos = start + i;
-      batch_.tokens.push_back(s->TokenAt(pos));
-      batch_.positions.push_back(static_cast<int32_t>(pos));
-      batch_.write_blocks.push_back(s->blocks()[pos / ps]);
-      batch_.write_offsets.push_back(static_cast<int32_t>(pos % ps));
-    }
-    batch_.seqs.push_back(a);
-    if (sample) batch_.logit_rows.push_back(a.q_begin + a.q_len - 1);
-    plan.push_back({s, n, prefill, sample});
-  };
-
   // Decode first: every running sequence gets its token each step, so TBT stays bounded while
-  // long prompts are prefilled a chunk at a time. The batch holds dense sequences first, then
-  // sparse ones, decodes before prefills in each (ForwardBatch's order); the sampling order follows
-  // `plan`, so the grouping does not change who gets which prefill budget.
-  std::vector<std::pair<Sequence*, int64_t>> prefills;
+  // long prompts are prefilled a chunk at a time. Prefills in admission order within the
+  // budget; a sparse one (layer-major, engine/generate/sparse_prefill.h) takes what is left of
+  // it, times the layer count, in (layer, chunk) units.
+  std::vector<std::pair<Sequence*, int64_t>> dense_prefills;
   for (auto& [id, s] : running_) {
     if (prefill_budget == 0) break;
     if (!s->in_prefill() || s->preempted()) continue;
+    if (s->sparse_kv() != nullptr) {
+      if (rows.sparse_prefill != nullptr) continue;  // one layer-major prefill at a time
+      rows.sparse_prefill = sparse_prefills_.at(id).get();
+      rows.sparse_prefill_seq = s.get();
+      rows.sparse_layer_tokens = prefill_budget * model_->config().num_hidden_layers;
+      prefill_budget = 0;
+      continue;
+    }
     const int64_t n = std::min(prefill_budget, s->prefill_remaining());
-    prefills.emplace_back(s.get(), n);
+    dense_prefills.emplace_back(s.get(), n);
     prefill_budget -= n;
   }
-  auto decoding = [](const Sequence& s, bool sparse) {
-    return !s.preempted() && !s.in_prefill() && (s.sparse_kv() != nullptr) == sparse;
+  auto add_row = [&](Sequence* s, int64_t n, bool prefill) {
+    const bool sample = !prefill || n == s->prefill_remaining();
+    const auto q_begin = static_cast<int32_t>(rows.tokens.size());
+    const int64_t start = s->kv_len();
+    for (int64_t i = 0; i < n; ++i) {
+      rows.tokens.push_back(s->TokenAt(start + i));
+      rows.positions.push_back(static_cast<int32_t>(start + i));
+    }
+    if (s->sparse_kv() != nullptr) {
+      rows.sparse_decode.push_back({s->sparse_kv().get(), q_begin, static_cast<int32_t>(start)});
+    } else {
+      const auto kv_len = static_cast<int32_t>(start + n);
+      rows.dense.push_back({q_begin, static_cast<int32_t>(n), kv_len,
+                            absl::MakeConstSpan(s->blocks()).subspan(0, kv_.BlocksFor(kv_len))});
+    }
+    if (sample) rows.logit_rows.push_back(q_begin + static_cast<int32_t>(n) - 1);
+    rows.planned.push_back({s, n, prefill, sample});
   };
-  for (bool sparse : {false, true}) {
-    for (auto& [id, s] : running_) {
-      if (decoding(*s, sparse)) add_rows(s.get(), 1, false);
-    }
-    for (auto& [s, n] : prefills) {
-      if ((s->sparse_kv() != nullptr) == sparse) add_rows(s, n, true);
-    }
+  for (auto& [id, s] : running_) {
+    if (!s->preempted() && !s->in_prefill() && s->sparse_kv() == nullptr)
+      add_row(s.get(), 1, false);
   }
+  for (auto& [s, n] : dense_prefills) add_row(s, n, true);
+  for (auto& [id, s] : running_) {
+    if (!s->preempted() && !s->in_prefill() && s->sparse_kv() != nullptr)
+      add_row(s.get(), 1, false);
+  }
+  if (rows.sparse_prefill != nullptr) {
+    rows.planned.push_back({rows.sparse_prefill_seq, 0, true, false});
+  }
+  return rows;
+}
 
-  RETURN_IF_ERROR(model_->Forward(batch_, kv_, sparse_.get(), &logits_));
-  if (sparse_ != nullptr) last_step_.sparse = sparse_->TakeStepStats();
+absl::Status Generator::PlanStep(StepRows& rows) {
+  dense_attention_->Plan(rows.dense, *plan_);
+  if (sparse_ != nullptr) RETURN_IF_ERROR(sparse_->decode().Plan(rows.sparse_decode, *plan_));
+  if (rows.sparse_prefill != nullptr) {
+    RETURN_IF_ERROR(rows.sparse_prefill->Plan(rows.sparse_layer_tokens, *plan_));
+    if (rows.sparse_prefill->finishes_this_step()) rows.planned.back().sample = true;
+  }
+  rows.tokens_slice = plan_->Add<int32_t>(rows.tokens);
+  rows.positions_slice = plan_->Add<int32_t>(rows.positions);
+  rows.logit_rows_slice = plan_->Add<int32_t>(rows.logit_rows);
+  return absl::OkStatus();
+}
+
+void Generator::RunStep(const StepRows& rows) {
+  dense_attention_->Bind(*plan_);
+  if (sparse_ != nullptr) sparse_->decode().Bind(*plan_);
+  if (rows.sparse_prefill != nullptr) rows.sparse_prefill->Bind(*plan_);
+  const auto n = static_cast<int64_t>(rows.tokens.size());
+  if (n > 0) {
+    StepAttention attention(dense_attention_.get(),
+                            sparse_ != nullptr ? &sparse_->decode() : nullptr);
+    model_->Forward(plan_->Device(rows.tokens_slice), plan_->Device(rows.positions_slice),
+                    attention);
+    model_->Logits(model_->hidden(n), plan_->Device(rows.logit_rows_slice), 0);
+  }
+  if (rows.sparse_prefill != nullptr) {
+    rows.sparse_prefill->Run(static_cast<int64_t>(rows.logit_rows.size()));
+  }
+}
+
+absl::Status Generator::FinishStep(const StepRows& rows, std::vector<SequenceOutput>* outputs) {
+  if (sparse_ != nullptr) sparse_->EndStep();
+  if (rows.sparse_prefill != nullptr) rows.sparse_prefill->EndStep();
+  const bool prefill_done =
+      rows.sparse_prefill != nullptr && rows.sparse_prefill->finishes_this_step();
+  const auto n_logits = static_cast<int64_t>(rows.logit_rows.size()) + (prefill_done ? 1 : 0);
+  // The step's one synchronization: the logits' readback, or a plain wait when nothing samples.
+  if (n_logits > 0) {
+    model_->ReadLogits(n_logits, &logits_);
+  } else {
+    backend_->Synchronize();
+  }
+  if (sparse_ != nullptr) sparse_->FinishStep(&last_step_.sparse);
+  if (rows.sparse_prefill != nullptr) rows.sparse_prefill->FinishStep(&last_step_.sparse);
 
   const int64_t vocab = model_->config().vocab_size;
   size_t row = 0;
   std::vector<uint64_t> done;
-  for (const Planned& p : plan) {
-    p.seq->AdvanceKv(p.n, p.prefill);
+  for (const Planned& p : rows.planned) {
+    if (p.prefill) {
+      last_step_.prefill_tokens += static_cast<int32_t>(p.n);
+    } else {
+      ++last_step_.decode_rows;
+    }
+    if (p.seq->sparse_kv() != nullptr && p.prefill) {
+      if (!p.sample) continue;  // the layer-major prefill goes on
+      const int64_t suffix = p.seq->prefill_remaining();
+      last_step_.prefill_tokens += static_cast<int32_t>(suffix);
+      sparse_prefills_.erase(p.seq->id());
+      p.seq->AdvanceKv(suffix, true);
+    } else {
+      p.seq->AdvanceKv(p.n, p.prefill);
+    }
     if (!p.sample) continue;
     SequenceOutput out;
     out.id = p.seq->id();

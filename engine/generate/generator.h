@@ -16,10 +16,14 @@
 #include "absl/time/time.h"
 #include "engine/backend.h"
 #include "engine/generate/sequence.h"
+#include "engine/generate/sparse_prefill.h"
+#include "engine/kv/dense_attention.h"
 #include "engine/kv/kv_pool.h"
 #include "engine/kv/prefix_cache.h"
+#include "engine/kv/sparse_kv_cache.h"
 #include "engine/model/model_config.h"
 #include "engine/model/transformer.h"
+#include "engine/step_plan.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace specula {
@@ -28,8 +32,8 @@ namespace specula {
 // that an option causes name that key, so the operator knows which one to change.
 struct GeneratorOptions {
   int32_t page_size = 16;
-  int64_t kv_cache_tokens = 65536;  // capacity of the KV pool, in token positions
-  std::string kv_dtype = "auto";    // kv_cache.dtype: auto | bf16 | f16 | f32 (ResolveKvDtype)
+  int64_t kv_cache_tokens = 65536;     // capacity of the KV pool, in token positions
+  std::string kv_dtype = "auto";       // kv_cache.dtype: auto | bf16 | f16 | f32 (ResolveKvDtype)
   int32_t prefill_chunk_tokens = 512;  // most prompt tokens per step (over all sequences)
   int32_t max_running = 64;            // most sequences in one step
   int32_t threads = 0;                 // CPU threads, 0 = all cores
@@ -131,6 +135,31 @@ class Generator {
 
  private:
   Generator() = default;
+  // What one step runs: a sequence and its tokens this step.
+  struct Planned {
+    Sequence* seq = nullptr;
+    int64_t n = 0;  // tokens through the batched forward pass (0 for a layer-major prefill)
+    bool prefill = false;
+    bool sample = false;  // has a logit row (in `planned` order)
+  };
+  struct StepRows {
+    std::vector<Planned> planned;
+    std::vector<int32_t> tokens, positions, logit_rows;  // of the batched forward pass
+    std::vector<DenseSeqRows> dense;                     // rows [0, dense rows)
+    std::vector<SparseDecodeRow> sparse_decode;          // after them
+    SparsePrefill* sparse_prefill = nullptr;             // this step's layer-major prefill
+    Sequence* sparse_prefill_seq = nullptr;
+    int64_t sparse_layer_tokens = 0;
+    PlanSlice<int32_t> tokens_slice, positions_slice, logit_rows_slice;
+  };
+  // Which sequences run this step and how: decode rows, prefill chunks within the budget.
+  StepRows ChooseRows();
+  // Writes the step's metadata into plan_ (uploaded by the caller).
+  absl::Status PlanStep(StepRows& rows);
+  // Enqueues the step: the batched forward pass, then the layer-major prefill's units.
+  void RunStep(const StepRows& rows);
+  // The step's one synchronization, then sampling and retiring.
+  absl::Status FinishStep(const StepRows& rows, std::vector<SequenceOutput>* outputs);
   void Retire(uint64_t id, bool kv_valid = true);
   // Gives a new sequence its KV: the prefix cache's hit, then fresh pages (evicting cache
   // for room). On failure the hit is released.
@@ -169,7 +198,10 @@ class Generator {
   uint64_t next_id_ = 1;
   int64_t preemptions_ = 0;
   int64_t resumed_cached_tokens_ = 0;
-  ForwardBatch batch_;
+  std::unique_ptr<StepPlan> plan_;  // the step's metadata, uploaded once per step
+  std::unique_ptr<DenseKvAttention> dense_attention_;
+  // Layer-major prefills of sparse sequences, by sequence id (engine/generate/sparse_prefill.h).
+  std::map<uint64_t, std::unique_ptr<SparsePrefill>> sparse_prefills_;
   StepStats last_step_;
   std::vector<float> logits_;
 };

@@ -25,6 +25,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/backend_types.h"
 #include "engine/common/buffer.h"
 #include "engine/common/ceil_div.h"
 #include "engine/common/dtype.h"
@@ -157,6 +158,10 @@ class HostKvStore {
   // register it for direct transfers.
   void* data() const { return memory_.data(); }
   size_t bytes() const { return static_cast<size_t>(capacity_pages_) * page_bytes(); }
+  // The pages as a pool device operations read and write (pinned host memory on a GPU).
+  PagePoolView pool() const {
+    return PagePoolView{memory_.data(), dtype(), page_size(), head_dim()};
+  }
 
  private:
   HostKvStore() = default;

@@ -1,77 +1,75 @@
 #include "engine/kv/working_set.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "engine/common/check.h"
 
 namespace specula {
+namespace {
+
+// The state buffer's arrays, in order: host_pages and page_slot [lh][pages], then slot_page,
+// slot_state and slot_stamp [lh][cache_slots], then blocks [slots_per_head]; all 4-byte words.
+struct StateLayout {
+  StateLayout(const WorkingSetGeometry& g, int32_t pages) {
+    const size_t lh = static_cast<size_t>(g.layers) * g.kv_heads;
+    per_page = lh * pages;
+    per_slot = lh * g.cache_slots;
+    words = 2 * per_page + 3 * per_slot + g.slots_per_head();
+  }
+  size_t per_page = 0;
+  size_t per_slot = 0;
+  size_t words = 0;
+};
+
+}  // namespace
+
+size_t WorkingSet::DeviceStateBytes(const WorkingSetGeometry& g, int32_t pages_per_head) {
+  return StateLayout(g, pages_per_head).words * sizeof(int32_t);
+}
 
 WorkingSet::WorkingSet(const WorkingSetGeometry& geometry, HostKvSequence host,
-                       std::vector<int32_t> device_blocks, int64_t prompt_tokens)
-    : g_(geometry), host_(std::move(host)), blocks_(std::move(device_blocks)),
-      prompt_tokens_(prompt_tokens) {
+                       std::vector<int32_t> device_blocks, int64_t prompt_tokens,
+                       DeviceBuffer state)
+    : g_(geometry),
+      host_(std::move(host)),
+      blocks_(std::move(device_blocks)),
+      prompt_tokens_(prompt_tokens),
+      state_(std::move(state)) {
   CHECK_EQ(static_cast<int32_t>(blocks_.size()), g_.slots_per_head());
-  heads_.resize(static_cast<size_t>(g_.layers) * g_.kv_heads);
-  resolved_step.assign(g_.layers, 0);
-  for (HeadState& h : heads_) {
-    h.page_to_slot.assign(host_.pages_per_head(), -1);
-    h.slots.resize(g_.cache_slots);
-  }
+  const StateLayout layout(g_, host_.pages_per_head());
+  CHECK_GE(state_.bytes(), layout.words * sizeof(int32_t));
+  auto* words = state_.as<int32_t>();
+  device_.host_pages = words;
+  device_.page_slot = words + layout.per_page;
+  device_.slot_page = words + 2 * layout.per_page;
+  device_.slot_state = device_.slot_page + layout.per_slot;
+  device_.slot_stamp = reinterpret_cast<uint32_t*>(device_.slot_state + layout.per_slot);
+  device_.blocks = words + 2 * layout.per_page + 3 * layout.per_slot;
+  device_.pages = host_.pages_per_head();
+  device_.sink_pages = g_.sink_pages;
+  device_.window_pages = g_.window_pages;
+  device_.budget_pages = g_.budget_pages;
+  device_.cache_slots = g_.cache_slots;
 }
 
-int32_t WorkingSet::FindLocked(int32_t lh, int32_t page) const {
-  return heads_[lh].page_to_slot[page];
-}
-
-int32_t WorkingSet::ClaimLocked(int32_t lh, int32_t page, uint64_t evict_before) {
-  HeadState& h = heads_[lh];
-  CHECK_EQ(h.page_to_slot[page], -1);
-  int32_t victim = -1;
-  for (int32_t j = 0; j < static_cast<int32_t>(h.slots.size()); ++j) {
-    const CacheSlot& s = h.slots[j];
-    if (s.state == SlotState::kFree) {
-      victim = j;
-      break;
+void WorkingSet::StageDeviceState(void* staging) {
+  const StateLayout layout(g_, host_.pages_per_head());
+  auto* words = static_cast<int32_t*>(staging);
+  int32_t* at = words;
+  for (int32_t layer = 0; layer < g_.layers; ++layer) {
+    for (int32_t head = 0; head < g_.kv_heads; ++head) {
+      const absl::Span<const PageId> pages = host_.pages(layer, head);
+      at = std::copy(pages.begin(), pages.end(), at);
     }
-    if (s.pin == active_pin || s.last_use >= evict_before || !LandedLocked(lh, j)) continue;
-    if (victim < 0 || s.last_use < h.slots[victim].last_use) victim = j;
   }
-  if (victim < 0) return -1;
-  CacheSlot& s = h.slots[victim];
-  if (s.page >= 0) h.page_to_slot[s.page] = -1;
-  s.page = page;
-  s.state = SlotState::kLoading;
-  s.pin = 0;
-  s.fill = nullptr;
-  h.page_to_slot[page] = victim;
-  return victim;
-}
-
-void WorkingSet::FilledByComputeLocked(int32_t lh, int32_t j, std::shared_ptr<Event> fill) {
-  CacheSlot& s = heads_[lh].slots[j];
-  CHECK(s.state == SlotState::kLoading && s.fill == nullptr);
-  s.state = SlotState::kReady;
-  s.fill = std::move(fill);
-}
-
-void WorkingSet::FilledByCopyStreamLocked(int32_t lh, int32_t j, std::shared_ptr<Event> fill) {
-  CacheSlot& s = heads_[lh].slots[j];
-  CHECK(s.state == SlotState::kLoading && s.fill == nullptr && fill != nullptr);
-  s.fill = std::move(fill);
-}
-
-bool WorkingSet::LandedLocked(int32_t lh, int32_t j) {
-  CacheSlot& s = heads_[lh].slots[j];
-  if (s.state == SlotState::kLoading && s.fill == nullptr) return false;  // not enqueued yet
-  if (s.fill != nullptr && !s.fill->Done()) return false;
-  s.fill = nullptr;
-  if (s.state == SlotState::kLoading) s.state = SlotState::kReady;
-  return true;
-}
-
-int32_t WorkingSet::InFlightLocked(int32_t lh) {
-  for (int32_t j = 0; j < static_cast<int32_t>(heads_[lh].slots.size()); ++j) {
-    if (heads_[lh].slots[j].fill != nullptr && !LandedLocked(lh, j)) return j;
-  }
-  return -1;
+  at = std::fill_n(at, layout.per_page, -1);  // page_slot: nothing cached
+  at = std::fill_n(at, layout.per_slot, -1);  // slot_page
+  at = std::fill_n(at, layout.per_slot, kSlotFree);
+  at = std::fill_n(at, layout.per_slot, 0);  // slot_stamp
+  at = std::copy(blocks_.begin(), blocks_.end(), at);
+  CHECK_EQ(static_cast<size_t>(at - words), layout.words);
+  needs_init_ = false;
 }
 
 }  // namespace specula

@@ -1,9 +1,16 @@
 // The decoder-only transformer forward pass (Llama, Mistral, Qwen2, Qwen3), written once against
-// the Backend interface. One Forward call runs a batch of new tokens from several sequences
-// (prefill chunks and decode tokens mixed) through every layer and returns the logits of the
-// rows that need sampling.
+// the Backend interface. It sees the KV cache only through KvAttention, per layer.
 //
-// Owned and called by one engine thread.
+// Two ways to run it:
+// - Forward: a step's rows (decode tokens and prefill chunks of many sequences) through every
+//   layer, token-major;
+// - Embed, ForwardLayer and Logits: the pieces, for layer-major prefill (one layer over a whole
+//   prompt, chunk by chunk, before the next layer).
+// Logits are written to backend memory and read back by ReadLogits, the step's one
+// synchronization. Metadata (token ids, positions, logit rows) comes as DeviceSpans of the step's
+// plan (engine/step_plan.h).
+//
+// Owned and called by one engine thread. Nothing here allocates after Reserve.
 #pragma once
 
 #include <memory>
@@ -12,31 +19,11 @@
 
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
-#include "engine/kv/kv_pool.h"
-#include "engine/kv/sparse_kv_cache.h"
+#include "engine/model/kv_attention.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
 
 namespace specula {
-
-// Rows come in three runs: dense sequences (KV in the device pool), then sparse decode rows,
-// then sparse sequences in prefill (KV in the sparse cache). Decode before prefill as in the
-// dense run, so an all-sparse batch has the same row order as the same batch run dense.
-struct ForwardBatch {
-  std::vector<int32_t> tokens;     // new tokens, sequence by sequence
-  std::vector<int32_t> positions;  // their positions in their sequences
-  std::vector<AttentionSeq> seqs;  // how the dense rows map to sequences and their KV
-  std::vector<int32_t> blocks;     // concatenated block tables (AttentionSeq::block_begin)
-  std::vector<int32_t> write_blocks;   // per dense row: block receiving its K/V
-  std::vector<int32_t> write_offsets;  // per dense row: slot in that block
-  std::vector<SparseRows> sparse_decode;   // after the dense rows, one row each
-  std::vector<SparseRows> sparse_prefill;  // last
-  std::vector<int32_t> logit_rows;     // rows whose logits are returned, in this order
-
-  int64_t dense_rows() const { return static_cast<int64_t>(write_blocks.size()); }
-
-  void Clear();
-};
 
 class Transformer {
  public:
@@ -49,32 +36,47 @@ class Transformer {
   const ModelWeights& weights() const { return weights_; }
   Backend& backend() const { return backend_; }
 
-  // Sizes the scratch memory for batches of up to `tokens` rows and `logit_rows` logit rows, so
-  // that Forward on such batches never allocates (and so never fails for memory mid-request).
-  absl::Status Reserve(int64_t tokens, int64_t logit_rows);
+  // Sizes the scratch memory for up to `rows` rows per pass and `logit_rows` logit rows, so that
+  // the calls below never allocate (and so never fail for memory mid-request).
+  absl::Status Reserve(int64_t rows, int64_t logit_rows);
 
-  // Writes the batch's K/V into `kv` (dense rows) and `sparse` (sparse rows; may be null when
-  // there are none) and returns logits [logit_rows.size(), vocab] row-major. A batch whose
-  // metadata is inconsistent (lengths, block tables, offsets) is INVALID_ARGUMENT.
-  absl::Status Forward(const ForwardBatch& batch, KvPool& kv, SparseKvCache* sparse,
-                       std::vector<float>* logits);
+  // Runs `rows` tokens (ids and positions in backend memory) through every layer; their final
+  // hidden states are then hidden(rows).
+  void Forward(DeviceSpan<const int32_t> tokens, DeviceSpan<const int32_t> positions,
+               KvAttention& attention);
+  // The hidden states Forward left, [rows, hidden].
+  Mat hidden(int64_t rows) const;
+
+  // x[i] = embedding of tokens[i].
+  void Embed(DeviceSpan<const int32_t> tokens, Mat* x);
+  // One decoder layer on x in place (x.rows <= the reserved rows).
+  void ForwardLayer(int32_t layer, Mat* x, DeviceSpan<const int32_t> positions,
+                    KvAttention& attention);
+  // Logits of x's rows `rows` (final norm, output projection) into logit rows
+  // [first, first + rows.size()).
+  void Logits(const Mat& x, DeviceSpan<const int32_t> rows, int64_t first);
+  // Reads logit rows [0, n) to the host, row-major [n, vocab]: waits for the compute stream.
+  void ReadLogits(int64_t n, std::vector<float>* logits);
 
  private:
   Transformer(ModelConfig config, ModelWeights weights, Backend& backend);
-  absl::Status ValidateBatch(const ForwardBatch& batch, const KvPool& kv,
-                             const SparseKvCache* sparse) const;
-  // cross_layer speculation: layer `next`'s queries from layer `next - 1`'s input `x`, for the
-  // sparse decode rows, handed to the prefetch executor.
-  void PredictSparseLayer(int64_t next, const ForwardBatch& batch, const Mat& x, Mat scratch_h,
-                          Mat scratch_qkv, SparseKvCache& sparse);
+  // Layer `layer`'s q, k, v of x into qkv (norm, projection, Qwen3's q/k norm, RoPE).
+  void ProjectQkv(int32_t layer, const Mat& x, DeviceSpan<const int32_t> positions, Mat* h,
+                  Mat* qkv, bool keys);
+  // cross_layer speculation: layer `next`'s queries from layer next - 1's input x, for the rows
+  // the attention asks for.
+  void PredictLayer(int32_t next, const Mat& x, DeviceSpan<const int32_t> positions,
+                    KvAttention& attention);
 
   ModelConfig config_;
   ModelWeights weights_;
   Backend& backend_;
-  std::vector<float> inv_freq_;
-  int64_t workspace_tokens_ = 0;
-  int64_t workspace_logit_rows_ = 0;
+  DeviceBuffer inv_freq_;  // RoPE inverse frequencies, head_dim / 2 floats
+  int64_t reserved_rows_ = 0;
+  int64_t reserved_logit_rows_ = 0;
   DeviceBuffer workspace_;
+  // Views of workspace_, for reserved_rows_ rows.
+  Mat x_, h_, qkv_, attn_, gate_up_, act_, predict_h_, predict_qkv_, last_, logits_;
 };
 
 }  // namespace specula

@@ -14,11 +14,15 @@
 #include "engine/common/dtype.h"
 #include "engine/cpu/cpu_backend.h"
 #include "gtest/gtest.h"
+#include "tests/engine/cpu/device_data.h"
 #include "tests/engine/cpu/random_vector.h"
 
 namespace specula {
 namespace {
 
+using ::specula::testing::DenseBatch;
+using ::specula::testing::DeviceData;
+using ::specula::testing::PageLists;
 using ::specula::testing::RandomVector;
 
 // Values a bf16 weight holds exactly, so the CPU (fp32 weights) and CUDA (bf16 weights) backends
@@ -42,6 +46,7 @@ class CudaBackendTest : public ::testing::Test {
     auto gpu = CreateBackend(options);
     if (!gpu.ok()) GTEST_SKIP() << "no GPU: " << gpu.status();
     gpu_ = std::move(*gpu);
+    gpu_data_ = std::make_unique<DeviceData>(*gpu_);
   }
 
   Twin Make(const void* host, size_t bytes) {
@@ -84,8 +89,14 @@ class CudaBackendTest : public ::testing::Test {
     }
   }
 
+  Backend& side(int i) { return i == 0 ? static_cast<Backend&>(cpu_) : *gpu_; }
+  // Metadata in each backend's memory.
+  DeviceData& data(int i) { return i == 0 ? cpu_data_ : *gpu_data_; }
+
   CpuBackend cpu_{2};
+  DeviceData cpu_data_{cpu_};
   std::unique_ptr<Backend> gpu_;
+  std::unique_ptr<DeviceData> gpu_data_;
 };
 
 Mat Of(const DeviceBuffer& b, int64_t rows, int64_t cols, int64_t stride = 0) {
@@ -120,19 +131,19 @@ TEST_F(CudaBackendTest, ElementwiseOpsMatchTheCpu) {
     Backend& b = side == 0 ? static_cast<Backend&>(cpu_) : *gpu_;
     auto buf = [&](const Twin& t) -> const DeviceBuffer& { return side == 0 ? t.cpu : t.gpu; };
     Mat xm = Of(buf(x), kRows, kDim);
-    b.Embed(ids, side == 0 ? cpu_table : gpu_table, &xm);
+    b.Embed(data(side).Put(ids), side == 0 ? cpu_table : gpu_table, &xm);
     b.RmsNorm(xm, side == 0 ? cpu_norm : gpu_norm, 1e-6f, &xm);  // in place
     // Per-head norm on a column block with a row stride, as Qwen3's q/k norm does.
     Mat head = xm.Cols(kHeadDim, kHeadDim);
     b.RmsNorm(head, side == 0 ? cpu_norm_head : gpu_norm_head, 1e-6f, &head);
     Mat rope = xm.Cols(0, kHeads * kHeadDim);
-    b.Rope(&rope, kHeads, kHeadDim, positions, inv_freq);
+    b.Rope(&rope, kHeads, kHeadDim, data(side).Put(positions), data(side).Put(inv_freq));
     Mat am = Of(buf(act), kRows, kDim);
     b.SwiGlu(Of(buf(gate_up), kRows, 2 * kDim), &am);
     b.Add(&am, Of(buf(other), kRows, kDim));
     b.Add(&xm, am);
     Mat gm = Of(buf(gathered), 3, kDim);
-    b.GatherRows(xm, gather_rows, &gm);
+    b.GatherRows(xm, data(side).Put(gather_rows), &gm);
   }
   ExpectClose(x, 1e-5, 1e-5, "embed+norm+rope+swiglu+add");
   ExpectClose(act, 1e-5, 1e-6, "swiglu+add");
@@ -217,10 +228,10 @@ class CudaKvTest : public CudaBackendTest,
         wb.push_back(table[t / s.page_size]);
         wo.push_back(t % s.page_size);
       }
-      cpu_.WriteKv(Of(k.cpu, len, width), Of(v.cpu, len, width), KvWrite{wb, wo},
-                   s.View(s.pages.cpu));
-      gpu_->WriteKv(Of(k.gpu, len, width), Of(v.gpu, len, width), KvWrite{wb, wo},
-                    s.View(s.pages.gpu));
+      cpu_.WriteKv(Of(k.cpu, len, width), Of(v.cpu, len, width),
+                   KvWrite{cpu_data_.Put(wb), cpu_data_.Put(wo)}, s.View(s.pages.cpu));
+      gpu_->WriteKv(Of(k.gpu, len, width), Of(v.gpu, len, width),
+                    KvWrite{gpu_data_->Put(wb), gpu_data_->Put(wo)}, s.View(s.pages.gpu));
       tables->push_back(std::move(table));
     }
     return s;
@@ -239,29 +250,21 @@ TEST_P(CudaKvTest, PagedAttentionMatchesTheCpu) {
   const std::vector<int> lens = {1, 17, 300, 40};
   std::vector<std::vector<int32_t>> tables;
   KvSetup s = Write(lens, &tables);
-  std::vector<AttentionSeq> seqs;
-  std::vector<int32_t> blocks;
-  int32_t rows = 0;
+  DenseBatch dense;
   for (size_t i = 0; i < lens.size(); ++i) {
-    AttentionSeq a;
-    a.q_begin = rows;
-    a.q_len = i + 1 == lens.size() ? 9 : 1;
-    a.kv_len = lens[i];
-    a.block_begin = static_cast<int32_t>(blocks.size());
-    blocks.insert(blocks.end(), tables[i].begin(), tables[i].end());
-    seqs.push_back(a);
-    rows += a.q_len;
+    dense.Add(i + 1 == lens.size() ? 9 : 1, lens[i], tables[i]);
   }
+  const int32_t rows = dense.rows;
   const int heads = s.kv_heads * group();
   Twin q = Make(RandomVector(rows * heads * head_dim(), 5));
   Twin out = Zeros(static_cast<size_t>(rows) * heads * head_dim() * 4);
-  AttentionBatch batch{seqs, blocks, heads, AttentionScale(head_dim())};
-  for (int side = 0; side < 2; ++side) {
-    Backend& b = side == 0 ? static_cast<Backend&>(cpu_) : *gpu_;
+  for (int i = 0; i < 2; ++i) {
+    Backend& b = side(i);
     const int64_t width = static_cast<int64_t>(heads) * head_dim();
-    Mat om = Of(side == 0 ? out.cpu : out.gpu, rows, width);
-    b.PagedAttention(Of(side == 0 ? q.cpu : q.gpu, rows, width), batch,
-                     s.View(side == 0 ? s.pages.cpu : s.pages.gpu), &om);
+    Mat om = Of(i == 0 ? out.cpu : out.gpu, rows, width);
+    b.PagedAttention(Of(i == 0 ? q.cpu : q.gpu, rows, width),
+                     dense.Batch(data(i), heads, AttentionScale(head_dim())),
+                     s.View(i == 0 ? s.pages.cpu : s.pages.gpu), &om);
   }
   ExpectClose(out, 1e-4, 1e-5, "paged attention");
 }
@@ -270,30 +273,30 @@ TEST_P(CudaKvTest, SparseDecodeAttentionMatchesTheCpu) {
   // Row 0 picks pages with holes and partial tokens; row 1 reads a long list (split-K).
   std::vector<std::vector<int32_t>> tables;
   KvSetup s = Write({208, 2000}, &tables);  // whole pages: every token read was written
-  std::vector<int32_t> page_begin{0}, pages, tokens;
+  PageLists lists;
   for (int row = 0; row < 2; ++row) {
     for (int h = 0; h < s.kv_heads; ++h) {
       const std::vector<int32_t>& t = tables[row];
+      std::vector<int32_t> pages, tokens;
       for (size_t i = h; i < t.size(); i += row == 0 ? 3 : 1) {
         pages.push_back(t[i] * s.kv_heads + h);
         // Full pages, except a page cut short now and then (as the window's last page is).
         tokens.push_back(i % 5 == 4 ? 1 + static_cast<int32_t>(i % s.page_size) : s.page_size);
       }
-      page_begin.push_back(static_cast<int32_t>(pages.size()));
+      lists.Add(pages, tokens);
     }
   }
   const int heads = s.kv_heads * group();
   const int64_t width = static_cast<int64_t>(heads) * head_dim();
   Twin q = Make(RandomVector(2 * width, 6));
   Twin out = Zeros(2 * width * 4);
-  SparseAttentionBatch batch{page_begin, pages,      tokens,
-                             heads,      s.kv_heads, AttentionScale(head_dim())};
-  for (int side = 0; side < 2; ++side) {
-    Backend& b = side == 0 ? static_cast<Backend&>(cpu_) : *gpu_;
-    const DeviceBuffer& base = side == 0 ? s.pages.cpu : s.pages.gpu;
-    Mat om = Of(side == 0 ? out.cpu : out.gpu, 2, width);
-    b.SparseDecodeAttention(Of(side == 0 ? q.cpu : q.gpu, 2, width), batch,
-                            PagePoolView{base.data(), s.dtype, s.page_size, s.head_dim}, &om);
+  for (int i = 0; i < 2; ++i) {
+    const DeviceBuffer& base = i == 0 ? s.pages.cpu : s.pages.gpu;
+    Mat om = Of(i == 0 ? out.cpu : out.gpu, 2, width);
+    side(i).SparseDecodeAttention(
+        Of(i == 0 ? q.cpu : q.gpu, 2, width),
+        lists.Batch(data(i), 2, heads, s.kv_heads, AttentionScale(head_dim())),
+        PagePoolView{base.data(), s.dtype, s.page_size, s.head_dim}, PagePoolView{}, &om);
   }
   ExpectClose(out, 1e-4, 1e-5, "sparse decode attention");
 }
@@ -309,9 +312,9 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(32, 64, 96, 128, 256), ::testing::Values(1, 4, 12)),
     KvParamName);
 
-// The sparse prefill's call: one sequence whose rows sit in the middle of the batch, its query
-// heads a column block of q (with the batch's row stride), over one-KV-head pages in pinned host
-// memory. Rows outside the sequence must keep what they held.
+// A sequence whose rows sit in the middle of the batch, its query heads a column block of q
+// (with the batch's row stride), over one-KV-head pages in pinned host memory read through their
+// mapping. Rows outside the sequence must keep what they held.
 TEST_F(CudaBackendTest, PagedAttentionOnRowsInTheMiddleOfABatchOverPinnedHostPages) {
   constexpr int kGroup = 4, kHeadDim = 64, kPage = 16, kKv = 50, kBatchRows = 12, kFirst = 5,
                 kChunk = 4, kWidth = 2 * kGroup * kHeadDim;
@@ -326,53 +329,62 @@ TEST_F(CudaBackendTest, PagedAttentionOnRowsInTheMiddleOfABatchOverPinnedHostPag
     wo.push_back(t % kPage);
   }
   Twin k = Make(RandomVector(kKv * kHeadDim, 30)), v = Make(RandomVector(kKv * kHeadDim, 31));
-  cpu_.WriteKv(Of(k.cpu, kKv, kHeadDim), Of(v.cpu, kKv, kHeadDim), KvWrite{wb, wo},
-               KvLayerView{cpu_pages.data(), DType::kF32, 1, kPage, kHeadDim});
-  gpu_->WriteKv(Of(k.gpu, kKv, kHeadDim), Of(v.gpu, kKv, kHeadDim), KvWrite{wb, wo},
-                KvLayerView{gpu_pages.data(), DType::kF32, 1, kPage, kHeadDim});
+  for (int i = 0; i < 2; ++i) {
+    side(i).WriteKv(
+        Of(i == 0 ? k.cpu : k.gpu, kKv, kHeadDim), Of(i == 0 ? v.cpu : v.gpu, kKv, kHeadDim),
+        KvWrite{data(i).Put(wb), data(i).Put(wo)},
+        KvLayerView{i == 0 ? cpu_pages.data() : gpu_pages.data(), DType::kF32, 1, kPage, kHeadDim});
+  }
   Twin q = Make(RandomVector(kBatchRows * kWidth, 32));
   Twin out = Make(RandomVector(kBatchRows * kWidth, 33));  // poison: rows outside must survive
-  AttentionSeq a{kFirst, kChunk, kKv, 0};
-  AttentionBatch batch{absl::MakeConstSpan(&a, 1), table, kGroup, AttentionScale(kHeadDim)};
-  for (int side = 0; side < 2; ++side) {
-    Backend& b = side == 0 ? static_cast<Backend&>(cpu_) : *gpu_;
+  DenseBatch dense;
+  dense.Add(kChunk, kKv, table);
+  for (int i = 0; i < 2; ++i) {
     const int64_t col = kGroup * kHeadDim;  // the second KV head's query heads
-    Mat om = Of(side == 0 ? out.cpu : out.gpu, kBatchRows, kWidth).Cols(col, col);
-    b.PagedAttention(Of(side == 0 ? q.cpu : q.gpu, kBatchRows, kWidth).Cols(col, col), batch,
-                     KvLayerView{side == 0 ? cpu_pages.data() : gpu_pages.data(), DType::kF32, 1,
-                                 kPage, kHeadDim},
-                     &om);
+    Mat om = Of(i == 0 ? out.cpu : out.gpu, kBatchRows, kWidth).Cols(col, col);
+    side(i).PagedAttention(
+        Of(i == 0 ? q.cpu : q.gpu, kBatchRows, kWidth).Cols(col, col),
+        dense.Batch(data(i), kGroup, AttentionScale(kHeadDim), kFirst),
+        KvLayerView{i == 0 ? cpu_pages.data() : gpu_pages.data(), DType::kF32, 1, kPage, kHeadDim},
+        &om);
   }
   ExpectClose(out, 1e-4, 1e-5, "paged attention on a column block over pinned pages");
 }
 
-// A page list larger than a staging chunk (1 MiB) grows the staging ring after the list offsets
-// were uploaded into the old one: the kernel must still read the right offsets.
-TEST_F(CudaBackendTest, PageListsLargerThanAStagingChunk) {
-  constexpr int kKvHeads = 2, kHeadDim = 32, kPage = 16, kPoolPages = 64, kListPages = 140000;
+// A list long enough that the kernel splits it (split-K), mixing device pages with pages of the
+// host store read through their mapping (HostPageRef: miss_policy fetch).
+TEST_F(CudaBackendTest, LongListsMixingDeviceAndHostPages) {
+  constexpr int kKvHeads = 2, kHeadDim = 32, kPage = 16, kPoolPages = 64, kListPages = 20000;
   std::vector<float> kv = RandomVector(kPoolPages * 2 * kPage * kHeadDim, 40);
   Twin pool = Make(kv);
-  std::vector<int32_t> page_begin{0}, pages, tokens;
+  DeviceBuffer gpu_host = gpu_->AllocatePinnedHost(kv.size() * 4).value();
+  std::memcpy(gpu_host.data(), kv.data(), kv.size() * 4);
+  PageLists lists;
   std::mt19937 rng(41);
   for (int h = 0; h < kKvHeads; ++h) {
+    std::vector<int32_t> pages, tokens;
     for (int i = 0; i < kListPages; ++i) {
-      pages.push_back(static_cast<int32_t>(rng() % kPoolPages));
+      const auto page = static_cast<int32_t>(rng() % kPoolPages);
+      pages.push_back(i % 3 == 0 ? HostPageRef(page) : page);
       tokens.push_back(1 + static_cast<int32_t>(rng() % kPage));
     }
-    page_begin.push_back(static_cast<int32_t>(pages.size()));
+    lists.Add(pages, tokens);
   }
   const int heads = 2 * kKvHeads;
   Twin q = Make(RandomVector(heads * kHeadDim, 42));
   Twin out = Zeros(heads * kHeadDim * 4);
-  SparseAttentionBatch batch{page_begin, pages, tokens, heads, kKvHeads, AttentionScale(kHeadDim)};
-  for (int side = 0; side < 2; ++side) {
-    Backend& b = side == 0 ? static_cast<Backend&>(cpu_) : *gpu_;
-    const DeviceBuffer& base = side == 0 ? pool.cpu : pool.gpu;
-    Mat om = Of(side == 0 ? out.cpu : out.gpu, 1, heads * kHeadDim);
-    b.SparseDecodeAttention(Of(side == 0 ? q.cpu : q.gpu, 1, heads * kHeadDim), batch,
-                            PagePoolView{base.data(), DType::kF32, kPage, kHeadDim}, &om);
+  for (int i = 0; i < 2; ++i) {
+    const DeviceBuffer& base = i == 0 ? pool.cpu : pool.gpu;
+    // On the CPU the host pool is the same memory as the device pool.
+    void* host_base = i == 0 ? pool.cpu.data() : gpu_host.data();
+    Mat om = Of(i == 0 ? out.cpu : out.gpu, 1, heads * kHeadDim);
+    side(i).SparseDecodeAttention(
+        Of(i == 0 ? q.cpu : q.gpu, 1, heads * kHeadDim),
+        lists.Batch(data(i), 1, heads, kKvHeads, AttentionScale(kHeadDim)),
+        PagePoolView{base.data(), DType::kF32, kPage, kHeadDim},
+        PagePoolView{host_base, DType::kF32, kPage, kHeadDim}, &om);
   }
-  ExpectClose(out, 1e-4, 1e-5, "sparse attention over a list larger than a staging chunk");
+  ExpectClose(out, 1e-4, 1e-5, "sparse attention over a long mixed list");
 }
 
 // Pages travel pinned host -> device on a copy stream, the compute stream waits on its event and

@@ -9,16 +9,20 @@
 
 #include "engine/kv/kv_pool.h"
 #include "gtest/gtest.h"
+#include "tests/engine/cpu/device_data.h"
 #include "tests/engine/cpu/random_vector.h"
 
 namespace specula {
 namespace {
 
+using ::specula::testing::DenseBatch;
+using ::specula::testing::DeviceData;
 using ::specula::testing::RandomVector;
 
 class CpuBackendTest : public ::testing::Test {
  protected:
   CpuBackend backend_{2};
+  DeviceData data_{backend_};
 };
 
 class CpuGemmTest : public CpuBackendTest, public ::testing::WithParamInterface<int> {};
@@ -82,7 +86,7 @@ TEST_F(CpuBackendTest, RopeRotatesHalvesAtPosition) {
   std::vector<float> x = {1, 2, 3, 4, /*second head*/ 5, 6, 7, 8};
   Mat m(x.data(), 1, 8);
   const std::vector<float> inv_freq = {0.5f, 0.25f};
-  backend_.Rope(&m, 2, 4, std::vector<int32_t>{3}, inv_freq);
+  backend_.Rope(&m, 2, 4, data_.Put(std::vector<int32_t>{3}), data_.Put(inv_freq));
   const double a0 = 1.5, a1 = 0.75;
   EXPECT_NEAR(x[0], 1 * std::cos(a0) - 3 * std::sin(a0), 1e-6);
   EXPECT_NEAR(x[2], 3 * std::cos(a0) + 1 * std::sin(a0), 1e-6);
@@ -107,7 +111,7 @@ TEST_F(CpuBackendTest, SwiGluAndAddAndGather) {
 
   std::vector<float> g(4);
   Mat gm(g.data(), 2, 2);
-  backend_.GatherRows(am, std::vector<int32_t>{1, 0}, &gm);
+  backend_.GatherRows(am, data_.Put(std::vector<int32_t>{1, 0}), &gm);
   EXPECT_EQ(g, (std::vector<float>{33, 44, 11, 22}));
 }
 
@@ -139,10 +143,9 @@ TEST_P(PagedAttentionTest, MatchesDenseCausal) {
     int kv_len, q_len;
   };
   const std::vector<SeqSpec> specs = {{11, 5}, {6, 1}, {3, 3}};
-  std::vector<AttentionSeq> seqs;
-  std::vector<int32_t> blocks;
+  DenseBatch dense;
+  std::vector<int> q_begin;
   std::vector<std::vector<float>> ks, vs;  // per sequence [kv_len, kv_heads*hd]
-  int q_rows = 0;
   uint32_t seed = 100;
   for (const SeqSpec& s : specs) {
     auto seq_blocks = pool.Allocate(pool.BlocksFor(s.kv_len)).value();
@@ -154,29 +157,24 @@ TEST_P(PagedAttentionTest, MatchesDenseCausal) {
       wo.push_back(t % page);
     }
     backend_.WriteKv(Mat(k.data(), s.kv_len, kv_heads * hd), Mat(v.data(), s.kv_len, kv_heads * hd),
-                     KvWrite{wb, wo}, layer);
-    AttentionSeq a;
-    a.q_begin = q_rows;
-    a.q_len = s.q_len;
-    a.kv_len = s.kv_len;
-    a.block_begin = static_cast<int32_t>(blocks.size());
-    blocks.insert(blocks.end(), seq_blocks.begin(), seq_blocks.end());
-    seqs.push_back(a);
+                     KvWrite{data_.Put(wb), data_.Put(wo)}, layer);
+    q_begin.push_back(dense.rows);
+    dense.Add(s.q_len, s.kv_len, seq_blocks);
     for (float& x : k) x = StoredAs(dtype, x);
     for (float& x : v) x = StoredAs(dtype, x);
     ks.push_back(k);
     vs.push_back(v);
-    q_rows += s.q_len;
   }
+  const int q_rows = dense.rows;
   auto q = RandomVector(q_rows * heads * hd, 7);
   std::vector<float> out(q_rows * heads * hd);
   Mat om(out.data(), q_rows, heads * hd);
-  AttentionBatch batch{seqs, blocks, heads, 0.3f};
-  backend_.PagedAttention(Mat(q.data(), q_rows, heads * hd), batch, layer, &om);
+  backend_.PagedAttention(Mat(q.data(), q_rows, heads * hd), dense.Batch(data_, heads, 0.3f), layer,
+                          &om);
 
   for (size_t s = 0; s < specs.size(); ++s) {
     for (int i = 0; i < specs[s].q_len; ++i) {
-      const int row = seqs[s].q_begin + i;
+      const int row = q_begin[s] + i;
       const int n_keys = specs[s].kv_len - specs[s].q_len + i + 1;
       for (int h = 0; h < heads; ++h) {
         const int g = h / (heads / kv_heads);

@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "engine/cpu/cpu_backend.h"
+#include "engine/kv/dense_attention.h"
 #include "engine/kv/kv_pool.h"
 #include "engine/model/transformer.h"
+#include "engine/step_plan.h"
 #include "gtest/gtest.h"
 
 namespace specula::testing {
@@ -21,9 +23,9 @@ inline std::string TestModelDir(const std::string& name) {
 }
 
 inline const std::vector<std::string>& AllTestModels() {
-  static const std::vector<std::string> names = {
-      "llama-f32",   "llama-sharded", "llama3-f32", "llama3-bf16", "mistral-f32",
-      "qwen2-f32",   "qwen2-f16",     "qwen3-f32",  "qwen3-bf16"};
+  static const std::vector<std::string> names = {"llama-f32",   "llama-sharded", "llama3-f32",
+                                                 "llama3-bf16", "mistral-f32",   "qwen2-f32",
+                                                 "qwen2-f16",   "qwen3-f32",     "qwen3-bf16"};
   return names;
 }
 
@@ -42,8 +44,7 @@ inline std::string ModelParamName(const ::testing::TestParamInfo<std::string>& i
 // One sequence's KV plus the model, fed chunk by chunk.
 class SingleSequenceRunner {
  public:
-  explicit SingleSequenceRunner(const std::string& model_dir, int page_size = 4)
-      : backend_(2) {
+  explicit SingleSequenceRunner(const std::string& model_dir, int page_size = 4) : backend_(2) {
     model_ = Transformer::Load(model_dir, backend_).value();
     const ModelConfig& c = model_->config();
     KvPoolOptions o{static_cast<int32_t>(c.num_hidden_layers),
@@ -51,6 +52,9 @@ class SingleSequenceRunner {
                     page_size, 64};
     pool_ = KvPool::Create(backend_, o).value();
     blocks_ = pool_.Allocate(pool_.num_blocks()).value();
+    attention_ = std::make_unique<DenseKvAttention>(backend_, pool_,
+                                                    static_cast<int32_t>(c.num_attention_heads),
+                                                    static_cast<int32_t>(c.head_dim));
   }
 
   const ModelConfig& config() const { return model_->config(); }
@@ -58,25 +62,24 @@ class SingleSequenceRunner {
   // Runs `tokens` as the next chunk; returns logits of every chunk row ([n, vocab]) or only the
   // last row.
   std::vector<float> Run(const std::vector<int32_t>& tokens, bool all_rows) {
-    ForwardBatch b;
-    const int ps = pool_.page_size();
     const int32_t n = static_cast<int32_t>(tokens.size());
-    AttentionSeq a;
-    a.q_begin = 0;
-    a.q_len = n;
-    a.kv_len = len_ + n;
-    a.block_begin = 0;
-    b.seqs.push_back(a);
-    b.blocks = blocks_;
+    EXPECT_TRUE(model_->Reserve(n, n).ok());
+    plan_.Clear();
+    std::vector<int32_t> positions, logit_rows;
     for (int32_t i = 0; i < n; ++i) {
-      b.tokens.push_back(tokens[i]);
-      b.positions.push_back(len_ + i);
-      b.write_blocks.push_back(blocks_[(len_ + i) / ps]);
-      b.write_offsets.push_back((len_ + i) % ps);
-      if (all_rows || i == n - 1) b.logit_rows.push_back(i);
+      positions.push_back(len_ + i);
+      if (all_rows || i == n - 1) logit_rows.push_back(i);
     }
+    const DenseSeqRows seq{0, n, len_ + n, blocks_};
+    attention_->Plan(absl::MakeConstSpan(&seq, 1), plan_);
+    const auto t = plan_.Add<int32_t>(tokens), p = plan_.Add<int32_t>(positions),
+               l = plan_.Add<int32_t>(logit_rows);
+    EXPECT_TRUE(plan_.Upload().ok());
+    attention_->Bind(plan_);
+    model_->Forward(plan_.Device(t), plan_.Device(p), *attention_);
+    model_->Logits(model_->hidden(n), plan_.Device(l), 0);
     std::vector<float> logits;
-    EXPECT_TRUE(model_->Forward(b, pool_, nullptr, &logits).ok());
+    model_->ReadLogits(static_cast<int64_t>(logit_rows.size()), &logits);
     len_ += n;
     return logits;
   }
@@ -86,6 +89,8 @@ class SingleSequenceRunner {
   std::unique_ptr<Transformer> model_;
   KvPool pool_;
   std::vector<int32_t> blocks_;
+  StepPlan plan_{backend_};
+  std::unique_ptr<DenseKvAttention> attention_;
   int32_t len_ = 0;
 };
 

@@ -2,6 +2,7 @@
 // for every architecture and speculation mode), small budgets, and that every host page and
 // device slot comes back (invariant 3 at the engine level).
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -39,18 +40,18 @@ GeneratorOptions Options(bool sparse, SpeculationMode mode, MissPolicy miss, int
 }
 
 // `tolerance` on logprobs: the sparse path reads the same keys in the same order as the dense
-// one, so only GEMMs seeing rows in another batch order can move the last bits.
+// one, so only GEMMs seeing rows in another grouping can move the last bits (0: bit-identical).
 void ExpectSameOutput(const GenerationResult& dense, const GenerationResult& sparse,
                       const std::string& what, double tolerance = 1e-6) {
   ASSERT_EQ(dense.tokens, sparse.tokens) << what;
   ASSERT_EQ(dense.logprobs.size(), sparse.logprobs.size()) << what;
   for (size_t t = 0; t < dense.logprobs.size(); ++t) {
-    EXPECT_NEAR(dense.logprobs[t].logprob, sparse.logprobs[t].logprob, tolerance) << what << " t=" << t;
+    EXPECT_NEAR(dense.logprobs[t].logprob, sparse.logprobs[t].logprob, tolerance)
+        << what << " t=" << t;
     ASSERT_EQ(dense.logprobs[t].top.size(), sparse.logprobs[t].top.size());
     for (size_t i = 0; i < dense.logprobs[t].top.size(); ++i) {
       EXPECT_EQ(dense.logprobs[t].top[i].token, sparse.logprobs[t].top[i].token);
-      EXPECT_NEAR(dense.logprobs[t].top[i].logprob, sparse.logprobs[t].top[i].logprob,
-                  tolerance)
+      EXPECT_NEAR(dense.logprobs[t].top[i].logprob, sparse.logprobs[t].top[i].logprob, tolerance)
           << what << " t=" << t << " alt " << i;
     }
   }
@@ -61,16 +62,23 @@ class FullBudgetTest
 
 TEST_P(FullBudgetTest, EqualsDense) {
   const auto& [model, mode, miss] = GetParam();
-  // 256 tokens cover the longest context (131 + 40): every page is selected. The requests run
-  // batched exactly as the dense ones do, so even the GEMMs see the same rows.
-  auto dense_gen =
-      Generator::Create(TestModelDir(model), Options(false, mode, miss, 256)).value();
-  auto sparse_gen =
-      Generator::Create(TestModelDir(model), Options(true, mode, miss, 256)).value();
-  auto dense = dense_gen->GenerateAll(Requests()).value();
-  auto sparse = sparse_gen->GenerateAll(Requests()).value();
+  // 256 tokens cover the longest context (131 + 40): every page is selected. Run alone, each
+  // request sees exactly the GEMMs the dense run does (the same prompt chunks, one row per
+  // decode step) and attention reads the same keys in the same order: bit-identical logprobs.
+  auto dense_gen = Generator::Create(TestModelDir(model), Options(false, mode, miss, 256)).value();
+  auto sparse_gen = Generator::Create(TestModelDir(model), Options(true, mode, miss, 256)).value();
+  const std::vector<GenerationRequest> requests = Requests();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto dense = dense_gen->GenerateAll({requests[i]}).value();
+    auto sparse = sparse_gen->GenerateAll({requests[i]}).value();
+    ExpectSameOutput(dense[0], sparse[0], model + " request " + std::to_string(i), 0.0);
+  }
+  // Batched, the sparse prompts are prefilled layer-major, apart from the batch's other rows: a
+  // GEMM sees its rows in other groupings, which may move the last bits, never the tokens.
+  auto dense = dense_gen->GenerateAll(requests).value();
+  auto sparse = sparse_gen->GenerateAll(requests).value();
   for (size_t i = 0; i < dense.size(); ++i) {
-    ExpectSameOutput(dense[i], sparse[i], model + " request " + std::to_string(i));
+    ExpectSameOutput(dense[i], sparse[i], model + " batched request " + std::to_string(i), 1e-4);
   }
   EXPECT_EQ(sparse_gen->host_pages_used(), 0);
   EXPECT_EQ(sparse_gen->device_slots_used(), 0);
@@ -107,14 +115,14 @@ TEST(SparseGenerationTest, SpeculationNeverChangesTheOutputUnderFetch) {
       return out;
     };
     const auto none = run(SpeculationMode::kNone);
-    for (SpeculationMode mode : {SpeculationMode::kCrossStep, SpeculationMode::kCrossLayer,
-                                 SpeculationMode::kBoth}) {
+    for (SpeculationMode mode :
+         {SpeculationMode::kCrossStep, SpeculationMode::kCrossLayer, SpeculationMode::kBoth}) {
       const auto with = run(mode);
       for (size_t i = 0; i < none.size(); ++i) {
-        ExpectSameOutput(none[i], with[i],
-                         std::string(model) + " " + SpeculationModeName(mode) + " request " +
-                             std::to_string(i),
-                         0.0);
+        ExpectSameOutput(
+            none[i], with[i],
+            std::string(model) + " " + SpeculationModeName(mode) + " request " + std::to_string(i),
+            0.0);
       }
     }
   }
@@ -124,14 +132,42 @@ TEST(SparseGenerationTest, NoSinksNoWindowFullBudgetEqualsDense) {
   GeneratorOptions o = Options(true, SpeculationMode::kBoth, MissPolicy::kFetch, 256);
   o.sparse.sink_tokens = 0;
   o.sparse.recent_tokens = 0;
-  auto sparse = Generator::Create(TestModelDir("mistral-f32"), o).value()->GenerateAll(Requests());
+  auto sparse = Generator::Create(TestModelDir("mistral-f32"), o).value();
   auto dense = Generator::Create(TestModelDir("mistral-f32"),
                                  Options(false, SpeculationMode::kNone, MissPolicy::kFetch, 1))
-                   .value()
-                   ->GenerateAll(Requests());
-  for (size_t i = 0; i < dense->size(); ++i) {
-    ExpectSameOutput((*dense)[i], (*sparse)[i], "request " + std::to_string(i));
+                   .value();
+  for (const GenerationRequest& r : Requests()) {
+    ExpectSameOutput(dense->GenerateAll({r}).value()[0], sparse->GenerateAll({r}).value()[0],
+                     "request of " + std::to_string(r.prompt.size()), 0.0);
   }
+}
+
+// Layer-major prefill (DESIGN.md §3): a step finishes layer 0 over the whole prompt before any of
+// layer 1 is computed, and each layer's pages reach the host store once, whole. Token-major
+// chunks would instead have written the first chunk's pages of every layer.
+TEST(SparseGenerationTest, PrefillIsLayerMajor) {
+  GeneratorOptions o = Options(true, SpeculationMode::kCrossStep, MissPolicy::kFetch, 32);
+  o.prefill_chunk_tokens = 100;  // 2 layers x 100: one layer's 200 tokens a step
+  auto gen = Generator::Create(TestModelDir("llama3-f32"), o).value();
+  ASSERT_EQ(gen->model_config().num_hidden_layers, 2);
+  ASSERT_TRUE(gen->Add(Greedy(std::vector<int32_t>(200, 11), 4)).ok());
+  const HostKvStore& store = gen->sparse_cache()->store();
+  auto written_pages = [&] {
+    int64_t n = 0;
+    std::vector<char> zero(store.page_bytes(), 0);
+    for (int32_t p = 0; p < store.capacity_pages(); ++p) {
+      n += std::memcmp(store.Page(p), zero.data(), zero.size()) != 0;
+    }
+    return n;
+  };
+  const int64_t kv_heads = gen->model_config().num_key_value_heads;
+  std::vector<SequenceOutput> out;
+  ASSERT_TRUE(gen->Step(&out).ok());
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(written_pages(), 13 * kv_heads);  // layer 0's 13 pages (200 tokens), and no more
+  ASSERT_TRUE(gen->Step(&out).ok());
+  ASSERT_EQ(out.size(), 1u);  // the first token, once layer 1 is done
+  EXPECT_EQ(written_pages(), 2 * 13 * kv_heads);
 }
 
 TEST(SparseGenerationTest, DenseAndSparseRequestsShareABatch) {

@@ -1,5 +1,6 @@
-// Invariant 2 under load: the prefetch executor's threads stage pages while the engine thread
-// resolves, attends, moves the window, admits and releases sequences. Every key and value is a
+// Invariant 2 under load: the prefetch executor's copy streams (their own threads on the CPU
+// backend) load staged pages while the compute stream selects, attends, moves the window,
+// admits and releases sequences. Every key and value is a
 // checksum of (sequence, layer, head, position, channel), and before every attention the test
 // checks that each page attention reads holds exactly the K/V of the position it stands for.
 // A copy landing in a slot being read, or a stale copy landing in a slot reused by another
@@ -67,7 +68,7 @@ TEST_P(PrefetchStressTest, PagesReadAlwaysHoldTheirPositions) {
   shape.device_blocks = 256;
   SparseHarness h(o, shape, ChecksumKv);
 
-  int64_t checked_pages = 0;
+  int64_t checked_pages = 0, device_pages = 0;
   std::vector<float> want_k(16), want_v(16);
   // Before and after each attention: a copy landing while it reads would show on one side.
   h.cache().set_attention_observer([&](const AttendedPages& a) {
@@ -77,27 +78,33 @@ TEST_P(PrefetchStressTest, PagesReadAlwaysHoldTheirPositions) {
       const int32_t pos = h.position(a.rows[row]);
       const int32_t current = pos / shape.page_size;
       const int32_t candidates = std::max(0, current - g.window_pages - g.sink_pages);
-      const int32_t expected = std::min(g.sink_pages, current + 1) +
-                               std::min(g.budget_pages, candidates) +
-                               std::max(0, current + 1 - std::max(g.sink_pages,
-                                                                  current - g.window_pages));
+      const int32_t expected =
+          std::min(g.sink_pages, current + 1) + std::min(g.budget_pages, candidates) +
+          std::max(0, current + 1 - std::max(g.sink_pages, current - g.window_pages));
       for (int32_t head = 0; head < shape.kv_heads; ++head) {
         const size_t list = row * shape.kv_heads + head;
-        const int32_t attended = a.page_begin[list + 1] - a.page_begin[list];
+        const int32_t attended = a.list_count[list];
         // Sinks + the budget's pages + the window; `skip` may leave selected pages out.
         if (cfg.miss == MissPolicy::kFetch) {
           ASSERT_EQ(attended, expected) << "position " << pos;
         } else {
           ASSERT_LE(attended, expected) << "position " << pos;
         }
-        for (int32_t e = a.page_begin[list] + 1; e < a.page_begin[list + 1]; ++e) {
-          ASSERT_LT(a.logical[e - 1], a.logical[e]) << "pages not in position order";
+        const std::vector<int32_t> logical = h.LogicalList(a, static_cast<int32_t>(row), head);
+        for (size_t e = 1; e < logical.size(); ++e) {
+          ASSERT_LT(logical[e - 1], logical[e]) << "pages not in position order";
         }
-        for (int32_t e = a.page_begin[list]; e < a.page_begin[list + 1]; ++e) {
-          const float* page = static_cast<const float*>(dev.base) +
-                              static_cast<size_t>(a.pool_pages[e]) * dev.page_elems();
+        for (int32_t i = 0; i < attended; ++i) {
+          const int32_t e = a.list_begin[list] + i;
+          // A device slot, or (fetch) the host store's page.
+          const int32_t ref = a.pages[e];
+          const float* page =
+              IsHostPageRef(ref)
+                  ? static_cast<const float*>(h.cache().store().Page(HostPageOf(ref)))
+                  : static_cast<const float*>(dev.base) +
+                        static_cast<size_t>(ref) * dev.page_elems();
           for (int32_t t = 0; t < a.tokens[e]; ++t) {
-            const int32_t pos = a.logical[e] * shape.page_size + t;
+            const int32_t pos = logical[i] * shape.page_size + t;
             h.Expected(a.rows[row], a.layer, head, pos, want_k.data(), want_v.data());
             ASSERT_EQ(0, std::memcmp(page + t * 16, want_k.data(), 16 * sizeof(float)))
                 << "K of position " << pos << " layer " << a.layer << " head " << head;
@@ -106,6 +113,7 @@ TEST_P(PrefetchStressTest, PagesReadAlwaysHoldTheirPositions) {
                 << "V of position " << pos;
           }
           ++checked_pages;
+          if (!IsHostPageRef(ref)) ++device_pages;
         }
       }
     }
@@ -137,14 +145,9 @@ TEST_P(PrefetchStressTest, PagesReadAlwaysHoldTheirPositions) {
     h.Step(seqs, queries, [&](int32_t layer) {
       if (layer + 1 < shape.layers && uniform(0, 1) == 0) {
         // Predictions for the next layer, right or wrong, racing with this layer's work.
-        std::vector<SparseRows> rows;
-        std::vector<float> q;
-        for (size_t i = 0; i < seqs.size(); ++i) {
-          rows.push_back({seqs[i], static_cast<int32_t>(i), 1, h.position(seqs[i]), false});
-          const std::vector<float> r = random_query();
-          q.insert(q.end(), r.begin(), r.end());
-        }
-        h.cache().PredictLayer(layer + 1, rows, q);
+        std::vector<std::vector<float>> early;
+        for (size_t i = 0; i < seqs.size(); ++i) early.push_back(random_query());
+        h.PredictLayer(layer + 1, early);
       }
     });
     for (size_t i = 0; i < live.size();) {
@@ -160,6 +163,7 @@ TEST_P(PrefetchStressTest, PagesReadAlwaysHoldTheirPositions) {
   }
   for (auto& ws : live) h.Finish(*ws);
   EXPECT_GT(checked_pages, 1000);
+  EXPECT_GT(device_pages, 1000);  // mostly slots, not only the host store
   EXPECT_EQ(h.cache().host_pages_used(), 0);
   EXPECT_EQ(h.cache().device_slots_used(), 0);
   EXPECT_EQ(h.pool().used_blocks(), 0);

@@ -1,4 +1,4 @@
-#include "engine/kv/top_pages.h"
+#include "engine/cpu/top_pages.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "engine/kv/top_pages.h"
+#include "engine/cpu/top_pages.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,12 +8,11 @@
 
 namespace specula {
 
-void SelectTopPages(absl::Span<const float> scores, int32_t k, std::vector<int32_t>* out) {
+void RankTopPages(absl::Span<const float> scores, int32_t k, std::vector<int32_t>* out) {
   CHECK_GE(k, 0);
   const size_t n = scores.size();
   out->resize(n);
   std::iota(out->begin(), out->end(), 0);
-  if (static_cast<size_t>(k) >= n) return;
   // A strict weak order even with NaN (which would break a plain `>`): higher score first, NaN
   // last, then lower index, so the result is deterministic.
   auto better = [&scores](int32_t a, int32_t b) {
@@ -25,8 +24,14 @@ void SelectTopPages(absl::Span<const float> scores, int32_t k, std::vector<int32
     if (!na && sa != sb) return sa > sb;
     return a < b;
   };
-  std::nth_element(out->begin(), out->begin() + k, out->end(), better);
-  out->resize(k);
+  const size_t take = std::min<size_t>(static_cast<size_t>(k), n);
+  if (take < n) std::nth_element(out->begin(), out->begin() + take, out->end(), better);
+  out->resize(take);
+  std::sort(out->begin(), out->end(), better);
+}
+
+void SelectTopPages(absl::Span<const float> scores, int32_t k, std::vector<int32_t>* out) {
+  RankTopPages(scores, k, out);
   std::sort(out->begin(), out->end());
 }
 

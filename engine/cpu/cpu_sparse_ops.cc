@@ -1,0 +1,400 @@
+// The CPU backend's sparse KV operations (engine/sparse_ops.h): the reference semantics of the
+// CUDA kernels in kernels/sparse.cu. Each (row, KV head) is independent (its own slot arrays),
+// so the work is spread over the thread pool by (row, head). Slot states are read and written
+// atomically: a copy stream's thread marks slots ready while the compute stream reads them.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "engine/common/check.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/top_pages.h"
+
+namespace specula {
+namespace {
+
+int32_t LoadState(int32_t* state) {
+  return std::atomic_ref<int32_t>(*state).load(std::memory_order_acquire);
+}
+void StoreState(int32_t* state, int32_t value) {
+  std::atomic_ref<int32_t>(*state).store(value, std::memory_order_release);
+}
+
+// The arrays of one (row, layer, KV head) of a sparse sequence.
+struct HeadState {
+  HeadState(const SparseRowPlan& row, int32_t layer, int32_t head, int32_t kv_heads)
+      : seq(row.seq), head(head), kv_heads(kv_heads) {
+    const int64_t lh = static_cast<int64_t>(layer) * kv_heads + head;
+    host_pages = seq.host_pages + lh * seq.pages;
+    page_slot = seq.page_slot + lh * seq.pages;
+    slot_page = seq.slot_page + lh * seq.cache_slots;
+    state = seq.slot_state + lh * seq.cache_slots;
+    stamp = seq.slot_stamp + lh * seq.cache_slots;
+  }
+  // The KV-pool page (in the layer's page pool) of slot `slot` (sink, ring or cache).
+  int32_t PoolPage(int32_t slot) const { return seq.blocks[slot] * kv_heads + head; }
+  int32_t CacheSlot(int32_t j) const { return seq.sink_pages + seq.window_pages + 1 + j; }
+  int32_t RingSlot(int32_t page) const { return seq.sink_pages + page % (seq.window_pages + 1); }
+  int32_t WriteSlot(int32_t page) const { return page < seq.sink_pages ? page : RingSlot(page); }
+
+  // Claims a cache slot for `page` (not mapped): a free slot, else the least recently used
+  // ready slot stamped before `evict_before` (not used this step, not predicted for a later
+  // one, no copy in flight). Maps the page to it as loading with `new_stamp`. -1 when none.
+  int32_t Claim(int32_t page, uint32_t evict_before, uint32_t new_stamp) {
+    int32_t victim = -1;
+    for (int32_t j = 0; j < seq.cache_slots; ++j) {
+      const int32_t s = LoadState(&state[j]);
+      if (s == kSlotFree) {
+        victim = j;
+        break;
+      }
+      if (s == kSlotReady && stamp[j] < evict_before && (victim < 0 || stamp[j] < stamp[victim])) {
+        victim = j;
+      }
+    }
+    if (victim < 0) return -1;
+    if (slot_page[victim] >= 0) page_slot[slot_page[victim]] = -1;
+    slot_page[victim] = page;
+    page_slot[page] = victim;
+    stamp[victim] = new_stamp;
+    StoreState(&state[victim], kSlotLoading);
+    return victim;
+  }
+  // Marks a mapped page as wanted at `value` (never lowering its stamp).
+  void Touch(int32_t page, uint32_t value) {
+    const int32_t j = page_slot[page];
+    if (j >= 0) stamp[j] = std::max(stamp[j], value);
+  }
+
+  const SparseSeqDevice& seq;
+  int32_t head;
+  int32_t kv_heads;
+  const int32_t* host_pages;
+  int32_t* page_slot;
+  int32_t* slot_page;
+  int32_t* state;
+  uint32_t* stamp;
+};
+
+// Appends staged copies of (row, head) for a copy stream: claims a slot per page not mapped.
+struct Stager {
+  HeadState& hs;
+  const PagePoolView& device_pool;
+  const PagePoolView& host_pool;
+  PageGatherEntry* entries;  // this list's
+  int32_t* count;
+  int32_t capacity;
+  int64_t* counters;
+
+  // False when no slot could be claimed (every slot is in use this step or loading).
+  bool Stage(int32_t page, uint32_t evict_before, uint32_t new_stamp) {
+    if (hs.page_slot[page] >= 0) {
+      hs.Touch(page, new_stamp);
+      return true;
+    }
+    CHECK_LT(*count, capacity) << "staging list overflow";
+    const int32_t j = hs.Claim(page, evict_before, new_stamp);
+    if (j < 0) return false;
+    entries[(*count)++] =
+        PageGatherEntry{host_pool.page(hs.host_pages[page]),
+                        device_pool.page(hs.PoolPage(hs.CacheSlot(j))), &hs.state[j]};
+    ++counters[kCounterStaged];
+    return true;
+  }
+};
+
+// Pages [S, S + candidates) ranked: the top `k` candidates best first. When the budget covers
+// every candidate there are no scores (ScorePages skips the row): all of them, in position order.
+void RankCandidates(const SparseRowPlan& row, int32_t head, absl::Span<const float> scores,
+                    int32_t k, std::vector<int32_t>* out) {
+  const int32_t n = row.candidates;
+  if (n <= row.seq.budget_pages) {
+    out->resize(n);
+    for (int32_t i = 0; i < n; ++i) (*out)[i] = i;
+  } else {
+    RankTopPages(scores.subspan(static_cast<size_t>(row.score_begin) + head * n, n), k, out);
+  }
+  for (int32_t& i : *out) i += row.seq.sink_pages;
+}
+
+template <typename T>
+void SummarizeKeys(const T* page, int32_t tokens, int32_t hd, float* summary) {
+  float* mn = summary;
+  float* mx = summary + hd;
+  for (int32_t c = 0; c < hd; ++c) mn[c] = mx[c] = ToF32(page[c]);
+  for (int32_t t = 1; t < tokens; ++t) {
+    const T* k = page + static_cast<size_t>(t) * hd;
+    for (int32_t c = 0; c < hd; ++c) {
+      const float x = ToF32(k[c]);
+      mn[c] = std::min(mn[c], x);
+      mx[c] = std::max(mx[c], x);
+    }
+  }
+}
+
+// Quest's bound for one page, the max over the GQA group's heads of Σ_c max(q_c·min_c, q_c·max_c).
+float QuestScore(const float* queries, int32_t group, int32_t hd, const float* summary) {
+  const float* mn = summary;
+  const float* mx = summary + hd;
+  float best = -std::numeric_limits<float>::infinity();
+  for (int32_t g = 0; g < group; ++g) {
+    const float* q = queries + static_cast<size_t>(g) * hd;
+    float bound = 0.0f;
+    for (int32_t c = 0; c < hd; ++c) bound += std::max(q[c] * mn[c], q[c] * mx[c]);
+    best = std::max(best, bound);
+  }
+  return best;
+}
+
+// The true max of q·k over the page's keys and the group's heads.
+template <typename T>
+float ExactScore(const float* queries, int32_t group, int32_t hd, int32_t tokens, const T* keys) {
+  float best = -std::numeric_limits<float>::infinity();
+  for (int32_t t = 0; t < tokens; ++t) {
+    const T* k = keys + static_cast<size_t>(t) * hd;
+    for (int32_t g = 0; g < group; ++g) {
+      const float* q = queries + static_cast<size_t>(g) * hd;
+      float dot = 0.0f;
+      for (int32_t c = 0; c < hd; ++c) dot += q[c] * ToF32(k[c]);
+      best = std::max(best, dot);
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+void CpuBackend::ScorePages(const Mat& q, const SparseScoreArgs& a) {
+  const absl::Span<const SparseRowPlan> rows = Host(a.rows);
+  const absl::Span<float> scores = Host(a.scores);
+  const int32_t hd = a.host_pool.head_dim;
+  const int32_t group = a.num_heads / a.num_kv_heads;
+  CHECK(a.scoring == PageScoring::kExact || a.summaries != nullptr);
+  pool_.ParallelFor(
+      static_cast<int64_t>(rows.size()) * a.num_kv_heads, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t task = begin; task < end; ++task) {
+          const SparseRowPlan& row = rows[task / a.num_kv_heads];
+          const int32_t h = static_cast<int32_t>(task % a.num_kv_heads);
+          if (row.candidates <= row.seq.budget_pages) continue;  // all taken: nothing to rank
+          const HeadState hs(row, a.layer, h, a.num_kv_heads);
+          const float* queries =
+              q.row(row.q_row - a.q_first_row) + static_cast<int64_t>(h) * group * hd;
+          float* out = scores.data() + row.score_begin + static_cast<int64_t>(h) * row.candidates;
+          for (int32_t i = 0; i < row.candidates; ++i) {
+            const int32_t page = hs.host_pages[row.seq.sink_pages + i];
+            if (a.scoring == PageScoring::kQuest) {
+              out[i] =
+                  QuestScore(queries, group, hd, a.summaries + static_cast<size_t>(page) * 2 * hd);
+            } else {
+              out[i] = VisitDType(a.host_pool.dtype, [&](auto tag) {
+                using T = decltype(tag);
+                return ExactScore(queries, group, hd, a.host_pool.page_size,
+                                  static_cast<const T*>(a.host_pool.page(page)));
+              });
+            }
+          }
+        }
+      });
+}
+
+void CpuBackend::SelectPages(const SparseSelectArgs& a) {
+  const absl::Span<const SparseRowPlan> rows = Host(a.rows);
+  const absl::Span<const float> scores =
+      a.scores.empty() ? absl::Span<const float>() : Host(a.scores);
+  const absl::Span<int64_t> counters = Host(a.counters);
+  const bool resolve = a.mode == SelectMode::kResolve;
+  const absl::Span<int32_t> list_pages = resolve ? Host(a.list_pages) : absl::Span<int32_t>();
+  const absl::Span<int32_t> list_tokens = resolve ? Host(a.list_tokens) : absl::Span<int32_t>();
+  const absl::Span<int32_t> list_count = resolve ? Host(a.list_count) : absl::Span<int32_t>();
+  const bool stages = a.mode != SelectMode::kLoadNow;
+  const absl::Span<PageGatherEntry> copies =
+      stages ? Host(a.staging.copies) : absl::Span<PageGatherEntry>();
+  const absl::Span<int32_t> copy_count =
+      stages ? Host(a.staging.copy_count) : absl::Span<int32_t>();
+  const int32_t ps = a.page_size;
+  const int32_t kv_heads = a.num_kv_heads;
+  pool_.ParallelFor(
+      static_cast<int64_t>(rows.size()) * kv_heads, 1, [&](int64_t begin, int64_t end) {
+        thread_local std::vector<int32_t> ranked, selected, missed;
+        for (int64_t list = begin; list < end; ++list) {
+          const SparseRowPlan& row = rows[list / kv_heads];
+          const int32_t h = static_cast<int32_t>(list % kv_heads);
+          HeadState hs(row, a.layer, h, kv_heads);
+          int64_t* count = counters.data() + list * kSparseCounterCount;
+          const int32_t S = row.seq.sink_pages, B = row.seq.budget_pages, C = row.seq.cache_slots;
+          Stager stager{hs,      a.device_pool,         a.host_pool, nullptr,
+                        nullptr, a.staging.copy_stride, count};
+          if (stages) {
+            stager.entries = copies.data() + list * a.staging.copy_stride;
+            stager.count = &copy_count[list];
+            *stager.count = 0;  // the lists of this op's buffer are rewritten whole
+          }
+
+          if (a.mode == SelectMode::kLoadNow) {
+            for (int32_t p = S; p < S + row.candidates; ++p) {
+              if (hs.page_slot[p] >= 0) continue;
+              const int32_t j = hs.Claim(p, PredictStamp(row.step + 1), PredictStamp(row.step + 1));
+              if (j < 0) break;
+              std::memcpy(a.device_pool.page(hs.PoolPage(hs.CacheSlot(j))),
+                          a.host_pool.page(hs.host_pages[p]), a.host_pool.page_bytes());
+              StoreState(&hs.state[j], kSlotReady);
+              ++count[kCounterFetched];
+            }
+            continue;
+          }
+          if (a.mode == SelectMode::kStage) {
+            const uint32_t stamp = a.urgent ? UseStamp(row.step) : PredictStamp(row.step + 1);
+            RankCandidates(row, h, scores, C, &ranked);
+            for (int32_t p : ranked) hs.Touch(p, stamp);  // staging the others cannot evict these
+            for (int32_t p : ranked) {
+              if (!stager.Stage(p, stamp, stamp)) break;
+            }
+            continue;
+          }
+
+          // kResolve: this step's pages.
+          const uint32_t use = UseStamp(row.step);
+          const uint32_t next = PredictStamp(row.step + 1);
+          RankCandidates(row, h, scores, a.stage_ranked ? C : B, &ranked);
+          selected.assign(ranked.begin(), ranked.begin() + std::min<size_t>(B, ranked.size()));
+          std::sort(selected.begin(), selected.end());
+          for (int32_t p : selected) hs.Touch(p, use);  // staging below cannot evict them
+
+          const int32_t current = row.pos / ps;
+          const int32_t current_tokens = row.pos % ps + 1;
+          int32_t* out_pages = list_pages.data() + row.list_begin + h * row.list_capacity;
+          int32_t* out_tokens = list_tokens.data() + row.list_begin + h * row.list_capacity;
+          int32_t n = 0;
+          auto add = [&](int32_t ref, int32_t page) {
+            CHECK_LT(n, row.list_capacity) << "attend list overflow";
+            out_pages[n] = ref;
+            out_tokens[n] = page == current ? current_tokens : ps;
+            ++n;
+          };
+          for (int32_t p = 0; p < std::min(S, current + 1); ++p) add(hs.PoolPage(p), p);
+          missed.clear();
+          for (int32_t p : selected) {
+            const int32_t j = hs.page_slot[p];
+            const int32_t state = j >= 0 ? LoadState(&hs.state[j]) : kSlotFree;
+            if (state == kSlotReady) {
+              ++count[kCounterHit];
+              add(hs.PoolPage(hs.CacheSlot(j)), p);
+              continue;
+            }
+            if (j >= 0) {
+              ++count[kCounterLate];  // its copy is on the way
+            } else {
+              ++count[kCounterMissed];
+              missed.push_back(p);
+            }
+            if (!a.skip_missing) {
+              ++count[kCounterFetched];
+              add(HostPageRef(hs.host_pages[p]), p);
+            }
+          }
+          for (int32_t p = S + row.candidates; p <= current; ++p)
+            add(hs.PoolPage(hs.RingSlot(p)), p);
+          list_count[list] = n;
+
+          // For the next step: what missed, then (cross_step) the pages ranked below the cut.
+          bool room = true;
+          for (int32_t p : missed) {
+            if (!(room = stager.Stage(p, use, next))) break;
+          }
+          for (size_t i = selected.size(); room && i < ranked.size(); ++i) {
+            room = stager.Stage(ranked[i], use, next);
+          }
+        }
+      });
+}
+
+void CpuBackend::RetireWindowPages(const SparseRetireArgs& a) {
+  const absl::Span<const SparseRowPlan> rows = Host(a.rows);
+  pool_.ParallelFor(
+      static_cast<int64_t>(rows.size()) * a.num_kv_heads, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t list = begin; list < end; ++list) {
+          const SparseRowPlan& row = rows[list / a.num_kv_heads];
+          if (row.retire_begin >= row.retire_end) continue;
+          HeadState hs(row, a.layer, static_cast<int32_t>(list % a.num_kv_heads), a.num_kv_heads);
+          // Never evict a page the previous step used or one staged for this step.
+          const uint32_t previous = UseStamp(row.step - 1);
+          for (int32_t p = row.retire_begin; p < row.retire_end; ++p) {
+            if (hs.page_slot[p] >= 0) continue;  // staged from the host already
+            const int32_t j = hs.Claim(p, previous, previous);
+            if (j < 0) continue;  // it stays in the host store; a miss if it is ever selected
+            std::memcpy(a.device_pool.page(hs.PoolPage(hs.CacheSlot(j))),
+                        a.device_pool.page(hs.PoolPage(hs.RingSlot(p))),
+                        a.device_pool.page_bytes());
+            StoreState(&hs.state[j], kSlotReady);
+          }
+        }
+      });
+}
+
+void CpuBackend::CompletePages(const SparseCompleteArgs& a) {
+  const absl::Span<const SparseRowPlan> rows = Host(a.rows);
+  const int32_t hd = a.host_pool.head_dim;
+  const int32_t ps = a.host_pool.page_size;
+  pool_.ParallelFor(
+      static_cast<int64_t>(rows.size()) * a.num_kv_heads, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t list = begin; list < end; ++list) {
+          const SparseRowPlan& row = rows[list / a.num_kv_heads];
+          if (!row.completes_page) continue;
+          const HeadState hs(row, a.layer, static_cast<int32_t>(list % a.num_kv_heads),
+                             a.num_kv_heads);
+          const int32_t page = row.pos / ps;
+          const int32_t host_page = hs.host_pages[page];
+          void* dst = a.host_pool.page(host_page);
+          std::memcpy(dst, a.device_pool.page(hs.PoolPage(hs.WriteSlot(page))),
+                      a.host_pool.page_bytes());
+          if (a.summaries == nullptr) continue;
+          VisitDType(a.host_pool.dtype, [&](auto tag) {
+            SummarizeKeys(static_cast<const decltype(tag)*>(dst), ps, hd,
+                          a.summaries + static_cast<size_t>(host_page) * 2 * hd);
+          });
+        }
+      });
+}
+
+void CpuBackend::SummarizePages(const PageSummaryArgs& a) {
+  const absl::Span<const int32_t> src = Host(a.src);
+  const absl::Span<const int32_t> dst = Host(a.dst);
+  CHECK_EQ(src.size(), dst.size());
+  const int32_t hd = a.pool.head_dim;
+  pool_.ParallelFor(static_cast<int64_t>(src.size()), 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      VisitDType(a.pool.dtype, [&](auto tag) {
+        SummarizeKeys(static_cast<const decltype(tag)*>(a.pool.page(src[i])), a.pool.page_size, hd,
+                      a.summaries + static_cast<size_t>(dst[i]) * 2 * hd);
+      });
+    }
+  });
+}
+
+void CpuBackend::GatherPages(Stream& stream, const PageGatherArgs& a) {
+  auto* copy = dynamic_cast<CpuCopyStream*>(&stream);
+  CHECK(copy != nullptr) << "GatherPages runs on a copy stream from CreateStream()";
+  // Like a kernel, it reads the lists when it runs, not when it is enqueued.
+  const absl::Span<const PageGatherEntry> copies = Host(a.copies);
+  const absl::Span<const int32_t> counts = Host(a.copy_count);
+  CHECK(counts.size() >= static_cast<size_t>(a.lists));
+  copy->Launch([copies, counts, lists = a.lists, stride = a.copy_stride, bytes = a.page_bytes,
+                gathered = a.pages_gathered] {
+    int32_t total = 0;
+    for (int32_t list = 0; list < lists; ++list) {
+      const int32_t n = counts[list];  // written before the event this stream waited on
+      for (int32_t e = 0; e < n; ++e) {
+        const PageGatherEntry& c = copies[static_cast<size_t>(list) * stride + e];
+        std::memcpy(c.dst, c.src, bytes);
+        StoreState(c.state, kSlotReady);
+      }
+      total += n;
+    }
+    if (gathered != nullptr) *gathered = total;
+  });
+}
+
+}  // namespace specula

@@ -1,0 +1,22 @@
+// Top-k selection over page scores on the CPU backend: the step between scoring and residency.
+// Higher score first, NaN below every number, ties to the lower index, so results are
+// deterministic (the CUDA kernel follows the same order).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
+
+namespace specula {
+
+// Replaces *out with the indices of the `k` best scores, best first. k >= scores.size() ranks
+// every index; k must be >= 0. O(n + k log k) on average. *out is resized, never shrunk in
+// capacity, so a reused vector does not allocate in steady state.
+void RankTopPages(absl::Span<const float> scores, int32_t k, std::vector<int32_t>* out);
+
+// Replaces *out with the indices of the `k` best scores, sorted ascending by index so attention
+// reads the chosen pages in position order.
+void SelectTopPages(absl::Span<const float> scores, int32_t k, std::vector<int32_t>* out);
+
+}  // namespace specula

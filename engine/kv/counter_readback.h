@@ -1,0 +1,37 @@
+// Counters that device operations add to during a step (engine/sparse_ops.h's SparseCounter),
+// read back without a synchronization of their own: the copy into pinned host memory is
+// enqueued before the step's one readback and has landed when that returns.
+//
+// Per step: Reserve (before the plan's upload; zeroed by it), Bind, operations add to Device(),
+// Enqueue after the last of them, then Host() after the step's synchronization.
+// Engine thread only.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "engine/backend.h"
+#include "engine/step_plan.h"
+
+namespace specula {
+
+class CounterReadback {
+ public:
+  explicit CounterReadback(Backend& backend) : backend_(backend) {}
+
+  absl::Status Reserve(StepPlan& plan, size_t count);
+  void Bind(const StepPlan& plan) { device_ = plan.Device(slice_); }
+  DeviceSpan<int64_t> Device() const { return device_; }
+  void Enqueue();
+  // The counters as of Enqueue, valid after the step's synchronization.
+  const int64_t* Host() const { return host_.as<const int64_t>(); }
+  size_t size() const { return slice_.count; }
+
+ private:
+  Backend& backend_;
+  PlanSlice<int64_t> slice_;
+  DeviceSpan<int64_t> device_;
+  DeviceBuffer host_;  // pinned
+};
+
+}  // namespace specula

@@ -1,0 +1,147 @@
+#include "engine/kv/page_prefetcher.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_format.h"
+#include "engine/common/check.h"
+
+namespace specula {
+
+double MonotonicSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+namespace {
+constexpr size_t kMaxLatencySamples = 65536;
+// Gathers whose landing is tracked at once; more in flight go untimed.
+constexpr int32_t kTrackedGathers = 1024;
+}  // namespace
+
+PagePrefetcher::PagePrefetcher(Backend& backend, int32_t streams, int32_t layers, size_t page_bytes)
+    : backend_(backend), layers_(layers), page_bytes_(page_bytes) {
+  CHECK_GE(streams, 1);
+  for (int32_t i = 0; i < streams; ++i) streams_.push_back(backend.CreateStream());
+  for (Kind& k : kinds_) {
+    for (Buffer& b : k.buffers) b.gathered.resize(layers);
+  }
+  auto pinned = backend.AllocatePinnedHost(kTrackedGathers * sizeof(int32_t));
+  CHECK(pinned.ok()) << pinned.status();  // 4 KiB
+  gathered_pages_ = std::move(*pinned);
+  for (int32_t i = kTrackedGathers - 1; i >= 0; --i) free_slots_.push_back(i);
+}
+
+PagePrefetcher::~PagePrefetcher() { Drain(); }
+
+absl::Status PagePrefetcher::Prepare(StagingKind which, int32_t lists, int32_t stride) {
+  Kind& k = kind(which);
+  k.lists = lists;
+  k.stride = stride;
+  const size_t entries = static_cast<size_t>(lists) * stride;
+  if (entries <= k.capacity_entries && static_cast<size_t>(lists) <= k.capacity_lists) {
+    return absl::OkStatus();
+  }
+  Drain();  // no gather may read a buffer while it is replaced
+  const size_t grown_entries = std::max(entries, 2 * k.capacity_entries);
+  const size_t grown_lists = std::max<size_t>(lists, 2 * k.capacity_lists);
+  for (Buffer& b : k.buffers) {
+    auto copies = backend_.Allocate(grown_entries * layers_ * sizeof(PageGatherEntry));
+    auto counts = backend_.Allocate(grown_lists * layers_ * sizeof(int32_t));
+    if (!copies.ok() || !counts.ok()) {
+      const absl::Status& s = copies.ok() ? counts.status() : copies.status();
+      return absl::Status(s.code(), absl::StrFormat("sparse prefetch staging for %d lists: %s",
+                                                    lists, s.message()));
+    }
+    b.copies = std::move(*copies);
+    b.counts = std::move(*counts);
+    std::fill(b.gathered.begin(), b.gathered.end(), nullptr);
+  }
+  k.capacity_entries = grown_entries;
+  k.capacity_lists = grown_lists;
+  return absl::OkStatus();
+}
+
+PageStaging PagePrefetcher::Staging(StagingKind which, int32_t layer) {
+  Kind& k = kind(which);
+  Buffer& b = k.buffers[parity_];
+  if (const std::shared_ptr<Event>& last = b.gathered[layer]; last != nullptr && !last->Done()) {
+    // Normally landed long ago; if not, the compute stream waits (a stall on a CPU, where Wait
+    // blocks the engine thread; device time on a GPU).
+    const double t0 = MonotonicSeconds();
+    backend_.compute_stream().Wait(last);
+    stall_seconds_ += MonotonicSeconds() - t0;
+  }
+  Poll();
+  PageStaging s;
+  s.copy_stride = k.stride;
+  s.copies = DeviceSpan<PageGatherEntry>(
+      b.copies.as<PageGatherEntry>() + static_cast<size_t>(layer) * k.capacity_entries,
+      static_cast<size_t>(k.lists) * k.stride);
+  s.copy_count = DeviceSpan<int32_t>(
+      b.counts.as<int32_t>() + static_cast<size_t>(layer) * k.capacity_lists, k.lists);
+  return s;
+}
+
+void PagePrefetcher::Launch(StagingKind which, int32_t layer) {
+  Kind& k = kind(which);
+  Buffer& b = k.buffers[parity_];
+  Stream& stream = *streams_[layer % streams_.size()];
+  // After the selection that wrote the lists, and so after every attention enqueued before it
+  // that could read a slot the selection gave away.
+  stream.Wait(backend_.compute_stream().Record());
+  PageGatherArgs args;
+  args.copies = DeviceSpan<const PageGatherEntry>(
+      b.copies.as<PageGatherEntry>() + static_cast<size_t>(layer) * k.capacity_entries,
+      static_cast<size_t>(k.lists) * k.stride);
+  args.copy_count = DeviceSpan<const int32_t>(
+      b.counts.as<int32_t>() + static_cast<size_t>(layer) * k.capacity_lists, k.lists);
+  args.lists = k.lists;
+  args.copy_stride = k.stride;
+  args.page_bytes = page_bytes_;
+  int32_t slot = -1;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+    args.pages_gathered = gathered_pages_.as<int32_t>() + slot;
+  }
+  backend_.GatherPages(stream, args);
+  b.gathered[layer] = stream.Record();
+  if (slot >= 0) pending_.push_back({b.gathered[layer], slot, MonotonicSeconds()});
+}
+
+void PagePrefetcher::EndStep() {
+  Poll();
+  parity_ ^= 1;
+}
+
+void PagePrefetcher::Drain() {
+  for (auto& s : streams_) s->Synchronize();
+  Poll();
+}
+
+void PagePrefetcher::Poll() {
+  const double now = MonotonicSeconds();
+  auto landed = [&](const Pending& p) {
+    if (!p.event->Done()) return false;
+    const int32_t pages = gathered_pages_.as<int32_t>()[p.slot];
+    for (int32_t i = 0; i < pages && latencies_.size() < kMaxLatencySamples; ++i) {
+      latencies_.push_back(now - p.launched);
+    }
+    free_slots_.push_back(p.slot);
+    return true;
+  };
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), landed), pending_.end());
+}
+
+double PagePrefetcher::TakeStallSeconds() {
+  const double s = stall_seconds_;
+  stall_seconds_ = 0;
+  return s;
+}
+
+void PagePrefetcher::TakeLatencies(std::vector<double>* out) {
+  out->swap(latencies_);
+  latencies_.clear();
+}
+
+}  // namespace specula

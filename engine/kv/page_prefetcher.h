@@ -1,0 +1,100 @@
+// The prefetch executor (docs/SPARSE_KV.md, "Prefetch"): dedicated copy streams that load the
+// pages the device's selection staged, while the compute stream goes on with the next layers.
+//
+// Per step and layer, a selection operation (resolve: misses and cross_step's ranked pages; or
+// stage: cross_layer and the prompt's last row) writes lists of page copies into a staging
+// buffer; Launch then makes a copy stream wait for the compute stream's event after that
+// operation and gather the lists (one batched gather per layer and kind), each page marked ready
+// on the device once it has landed. Attention never waits for these copies: a page whose copy
+// has not landed is late, read from the host or skipped per the miss policy.
+//
+// Staging buffers are double-buffered by step parity, so a layer's copies may take up to two
+// steps to land before the compute stream has to wait for them (Staging): that wait is the
+// decode stall this executor can cause, and is measured.
+//
+// Engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/backend.h"
+
+namespace specula {
+
+// Who stages: the decode resolve (misses, cross_step), the decode's cross_layer predictions, and
+// the end of a sparse prefill (the first decode step's pages). Each has its own buffers, since
+// each may stage for the same layer in one step.
+enum class StagingKind : int32_t { kResolve = 0, kPredict = 1, kPrefill = 2 };
+inline constexpr int kStagingKinds = 3;
+
+class PagePrefetcher {
+ public:
+  // `streams` copy streams; layer l's gathers go to stream l % streams.
+  PagePrefetcher(Backend& backend, int32_t streams, int32_t layers, size_t page_bytes);
+  ~PagePrefetcher();  // drains every stream
+  PagePrefetcher(const PagePrefetcher&) = delete;
+  PagePrefetcher& operator=(const PagePrefetcher&) = delete;
+
+  // Sizes this step's staging of `kind`: `lists` (rows * KV heads) lists of at most `stride`
+  // copies. Grows its buffers when needed (draining the streams first).
+  absl::Status Prepare(StagingKind kind, int32_t lists, int32_t stride);
+  // Where selection `kind` of `layer` stages its copies this step. The compute stream first
+  // waits for the gather that last read this buffer (two steps ago) to be done.
+  PageStaging Staging(StagingKind kind, int32_t layer);
+  // After the selection that filled Staging(kind, layer): a copy stream gathers its lists.
+  void Launch(StagingKind kind, int32_t layer);
+  // Ends the step (the next one uses the other buffers of every kind).
+  void EndStep();
+  // Waits until every copy enqueued so far has landed (a sequence's release, tests).
+  void Drain();
+
+  // Host time the compute stream waited for copies, and the enqueue-to-landed time of each
+  // page of the gathers seen done since the last call (one sample per page moved; the time is
+  // from the host's enqueue, so an upper bound at the resolution of a layer). On a GPU the host
+  // does not wait on a stream's Wait, so the stall there is device time this does not see
+  // (docs/SPARSE_KV.md).
+  double TakeStallSeconds();
+  void TakeLatencies(std::vector<double>* out);
+
+ private:
+  struct Buffer {
+    DeviceBuffer copies;                           // [layers][capacity_entries] entries
+    DeviceBuffer counts;                           // [layers][capacity_lists]
+    std::vector<std::shared_ptr<Event>> gathered;  // per layer: the last gather from it
+  };
+  struct Kind {
+    Buffer buffers[2];  // by step parity
+    int32_t lists = 0;
+    int32_t stride = 0;
+    size_t capacity_entries = 0;  // per layer
+    size_t capacity_lists = 0;
+  };
+  struct Pending {
+    std::shared_ptr<Event> event;
+    int32_t slot = 0;  // of gathered_pages_, where the gather reports the pages it moved
+    double launched = 0;
+  };
+
+  Kind& kind(StagingKind k) { return kinds_[static_cast<int>(k)]; }
+  void Poll();
+
+  Backend& backend_;
+  int32_t layers_;
+  size_t page_bytes_;
+  std::vector<std::unique_ptr<Stream>> streams_;
+  Kind kinds_[kStagingKinds];
+  int32_t parity_ = 0;
+  DeviceBuffer gathered_pages_;      // pinned host: one count per tracked gather
+  std::vector<int32_t> free_slots_;  // of gathered_pages_
+  std::vector<Pending> pending_;
+  std::vector<double> latencies_;
+  double stall_seconds_ = 0;
+};
+
+// Seconds on a monotonic clock (steady_clock).
+double MonotonicSeconds();
+
+}  // namespace specula

@@ -1,0 +1,652 @@
+// The sparse KV cache's device operations. Semantics and tie rules are the CPU reference's
+// (engine/cpu/cpu_sparse_ops.cc); the tests compare the two.
+#include <algorithm>
+#include <cstdint>
+#include <cuda/atomic>
+
+#include "kernels/device_math.cuh"
+#include "kernels/sparse.h"
+
+namespace specula::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarpsPerBlock = kThreads / 32;
+constexpr int32_t kFree = 0, kLoading = 1, kReady = 2;
+// engine/sparse_ops.h's SparseCounter.
+constexpr int kHit = 0, kLate = 1, kMissed = 2, kFetched = 3, kStaged = 4, kCounters = 5;
+
+__device__ __forceinline__ uint32_t UseStamp(uint32_t step) { return 2 * step + 1; }
+__device__ __forceinline__ uint32_t PredictStamp(uint32_t step) { return 2 * step; }
+
+__device__ __forceinline__ int32_t LoadState(int32_t* state) {
+  return cuda::atomic_ref<int32_t, cuda::thread_scope_device>(*state).load(
+      cuda::memory_order_acquire);
+}
+__device__ __forceinline__ void StoreState(int32_t* state, int32_t value) {
+  cuda::atomic_ref<int32_t, cuda::thread_scope_device>(*state).store(value,
+                                                                     cuda::memory_order_release);
+}
+
+// One (row, layer, KV head) of a sparse sequence.
+struct Head {
+  __device__ Head(const RowPlan& row, int32_t layer, int32_t head, int32_t kv_heads)
+      : seq(row.seq), head(head), kv_heads(kv_heads) {
+    const int64_t lh = static_cast<int64_t>(layer) * kv_heads + head;
+    host_pages = seq.host_pages + lh * seq.pages;
+    page_slot = seq.page_slot + lh * seq.pages;
+    slot_page = seq.slot_page + lh * seq.cache_slots;
+    state = seq.slot_state + lh * seq.cache_slots;
+    stamp = seq.slot_stamp + lh * seq.cache_slots;
+  }
+  __device__ int64_t PoolPage(int32_t slot) const {
+    return static_cast<int64_t>(seq.blocks[slot]) * kv_heads + head;
+  }
+  __device__ int32_t CacheSlot(int32_t j) const {
+    return seq.sink_pages + seq.window_pages + 1 + j;
+  }
+  __device__ int32_t RingSlot(int32_t page) const {
+    return seq.sink_pages + page % (seq.window_pages + 1);
+  }
+  __device__ int32_t WriteSlot(int32_t page) const {
+    return page < seq.sink_pages ? page : RingSlot(page);
+  }
+
+  const SeqState& seq;
+  int32_t head;
+  int32_t kv_heads;
+  const int32_t* host_pages;
+  int32_t* page_slot;
+  int32_t* slot_page;
+  int32_t* state;
+  uint32_t* stamp;
+};
+
+__device__ __forceinline__ char* PageAt(const Pool& pool, int64_t page) {
+  return static_cast<char*>(pool.base) + page * pool.page_bytes;
+}
+
+// Copies one page with the whole block, 16 bytes a thread at a time (page bytes are a multiple
+// of 16: 2 * page_size * head_dim elements, head_dim even).
+__device__ void CopyPage(void* dst, const void* src, int64_t bytes) {
+  auto* d = static_cast<int4*>(dst);
+  const auto* s = static_cast<const int4*>(src);
+  for (int64_t i = threadIdx.x; i < bytes / 16; i += blockDim.x) d[i] = s[i];
+}
+
+// A total order of (score, index), larger is better: higher score, NaN below every number, then
+// the lower index. Unique per index, so the k-th largest key splits the set exactly.
+__device__ __forceinline__ uint64_t RankKey(float score, int32_t index) {
+  uint32_t bits = __float_as_uint(score);
+  if (isnan(score)) {
+    bits = 0;
+  } else {
+    bits = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+  }
+  return (static_cast<uint64_t>(bits) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(index));
+}
+
+// The k-th largest RankKey of scores[0, n) (1 <= k <= n), by radix selection, 8 bits at a time
+// from the top. Every thread of the block calls it and gets the result.
+__device__ uint64_t KthLargestKey(const float* scores, int32_t n, int32_t k) {
+  __shared__ int32_t hist[256];
+  __shared__ uint64_t prefix_shared;
+  __shared__ int32_t remaining_shared;
+  if (threadIdx.x == 0) {
+    prefix_shared = 0;
+    remaining_shared = k;
+  }
+  uint64_t mask = 0;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+    __syncthreads();
+    const uint64_t prefix = prefix_shared;
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const uint64_t key = RankKey(scores[i], i);
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int32_t remaining = remaining_shared;
+      int b = 255;
+      for (; b > 0 && hist[b] < remaining; --b) remaining -= hist[b];
+      remaining_shared = remaining;
+      prefix_shared = prefix | (static_cast<uint64_t>(b) << shift);
+    }
+    mask |= static_cast<uint64_t>(255) << shift;
+    __syncthreads();
+  }
+  return prefix_shared;
+}
+
+// Writes, in index order, the indices i < n with in(i) true to out; returns how many (every
+// thread of the block gets it).
+template <typename Pred>
+__device__ int32_t Compact(int32_t n, Pred in, int32_t* out) {
+  __shared__ int32_t warp_counts[kWarpsPerBlock];
+  __shared__ int32_t base_shared;
+  if (threadIdx.x == 0) base_shared = 0;
+  __syncthreads();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int32_t chunk = 0; chunk < n; chunk += blockDim.x) {
+    const int32_t i = chunk + threadIdx.x;
+    const bool keep = i < n && in(i);
+    const unsigned ballot = __ballot_sync(0xffffffffu, keep);
+    if (lane == 0) warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    int32_t before = base_shared;
+    for (int w = 0; w < warp; ++w) before += warp_counts[w];
+    if (keep) out[before + __popc(ballot & ((1u << lane) - 1))] = i;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 0; w < kWarpsPerBlock; ++w) base_shared += warp_counts[w];
+    }
+    __syncthreads();
+  }
+  return base_shared;
+}
+
+// Sorts items[0, m) by keys descending (keys unique), using `scratch` (m ints); whole block.
+__device__ void SortByKeyDescending(int32_t m, const uint64_t* keys, int32_t* items,
+                                    int32_t* scratch) {
+  for (int32_t t = threadIdx.x; t < m; t += blockDim.x) {
+    int32_t rank = 0;
+    for (int32_t u = 0; u < m; ++u) rank += keys[u] > keys[t];
+    scratch[rank] = items[t];
+  }
+  __syncthreads();
+  for (int32_t t = threadIdx.x; t < m; t += blockDim.x) items[t] = scratch[t];
+  __syncthreads();
+}
+
+// Sorts distinct items[0, m) ascending, using `scratch` (m ints); whole block.
+__device__ void SortAscending(int32_t m, int32_t* items, int32_t* scratch) {
+  for (int32_t t = threadIdx.x; t < m; t += blockDim.x) {
+    int32_t rank = 0;
+    for (int32_t u = 0; u < m; ++u) rank += items[u] < items[t];
+    scratch[rank] = items[t];
+  }
+  __syncthreads();
+  for (int32_t t = threadIdx.x; t < m; t += blockDim.x) items[t] = scratch[t];
+  __syncthreads();
+}
+
+// The cache slots of one (row, head), copied to shared memory for the block's claims: a slot
+// seen loading is never claimed (its copy may land meanwhile: that only makes it ready), and
+// only this block claims slots of its (row, head).
+struct Slots {
+  int32_t* page;   // slot_page
+  int32_t* state;  // SlotState as seen
+  uint32_t* stamp;
+  int32_t* claimed;  // 1 when this block claimed it (its state must be written back)
+  int32_t count;
+};
+
+// Picks a slot for a claim, with one warp: free first (lowest index), else the least recently
+// stamped ready slot stamped before `evict_before` (lowest index on ties). -1 when none; every
+// lane gets the answer.
+__device__ int32_t PickVictim(const Slots& s, uint32_t evict_before) {
+  const int lane = threadIdx.x % 32;
+  uint64_t best = ~0ull;
+  for (int32_t j = lane; j < s.count; j += 32) {
+    uint64_t key = ~0ull;
+    if (s.state[j] == kFree) {
+      key = static_cast<uint64_t>(j);
+    } else if (s.state[j] == kReady && s.stamp[j] < evict_before) {
+      key = (1ull << 62) | (static_cast<uint64_t>(s.stamp[j]) << 24) | static_cast<uint64_t>(j);
+    }
+    best = min(best, key);
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    best = min(best, __shfl_xor_sync(0xffffffffu, best, offset));
+  }
+  return best == ~0ull ? -1 : static_cast<int32_t>(best & 0xFFFFFF);
+}
+
+// Claims a slot for `page` with warp 0 (lane 0 writes): maps the page to it, loading.
+__device__ int32_t Claim(Slots& s, const Head& h, int32_t page, uint32_t evict_before,
+                         uint32_t new_stamp) {
+  const int32_t v = PickVictim(s, evict_before);
+  if (v >= 0 && threadIdx.x == 0) {
+    if (s.page[v] >= 0) h.page_slot[s.page[v]] = -1;
+    s.page[v] = page;
+    h.page_slot[page] = v;
+    s.stamp[v] = new_stamp;
+    s.state[v] = kLoading;
+    s.claimed[v] = 1;
+  }
+  __syncwarp();
+  return v;
+}
+
+// The per-block state of SelectKernel, in dynamic shared memory: slots, the selection and the
+// pages to stage, each `c` entries (the most cache slots of any row).
+struct SelectShared {
+  __device__ SelectShared(char* memory, int32_t c) {
+    auto* words = reinterpret_cast<int32_t*>(memory);
+    keys = reinterpret_cast<uint64_t*>(memory);  // c keys first (8-byte aligned)
+    words += 2 * c;
+    slots.page = words;
+    slots.state = words + c;
+    slots.stamp = reinterpret_cast<uint32_t*>(words + 2 * c);
+    slots.claimed = words + 3 * c;
+    selected = words + 4 * c;
+    outcome = words + 5 * c;
+    wanted = words + 6 * c;
+    scratch = words + 7 * c;
+    slots.count = 0;
+  }
+  static size_t Bytes(int32_t c) { return static_cast<size_t>(c) * (8 + 8 * 4); }
+  uint64_t* keys;
+  Slots slots;
+  int32_t* selected;  // page indices
+  int32_t* outcome;   // per selected: kHit, kLate or kMissed
+  int32_t* wanted;    // pages to stage, in order
+  int32_t* scratch;
+};
+
+__device__ void LoadSlots(const Head& h, Slots* s) {
+  for (int32_t j = threadIdx.x; j < h.seq.cache_slots; j += blockDim.x) {
+    s->page[j] = h.slot_page[j];
+    s->state[j] = LoadState(&h.state[j]);
+    s->stamp[j] = h.stamp[j];
+    s->claimed[j] = 0;
+  }
+  s->count = h.seq.cache_slots;  // every thread's copy of the view
+  __syncthreads();
+}
+
+// Writes the block's claims and stamps back (a state only where this block claimed the slot: a
+// copy stream may be marking other slots ready meanwhile).
+__device__ void StoreSlots(const Head& h, const Slots& s) {
+  __syncthreads();
+  for (int32_t j = threadIdx.x; j < s.count; j += blockDim.x) {
+    h.stamp[j] = s.stamp[j];
+    if (!s.claimed[j]) continue;
+    h.slot_page[j] = s.page[j];
+    StoreState(&h.state[j], s.state[j]);
+  }
+}
+
+// Ranked candidates: pages S + i for the best `k` (k <= n) in rank order into `out`; when the
+// budget covers every candidate (no scores), all of them in position order. Returns the count.
+__device__ int32_t RankCandidates(const RowPlan& row, const float* scores, int32_t k,
+                                  SelectShared& sh, int32_t* out) {
+  const int32_t n = row.candidates, first = row.seq.sink_pages;
+  if (n <= row.seq.budget_pages) {
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = first + i;
+    __syncthreads();
+    return n;
+  }
+  k = min(k, n);
+  const uint64_t threshold = KthLargestKey(scores, n, k);
+  const int32_t m = Compact(
+      n, [&](int32_t i) { return RankKey(scores[i], i) >= threshold; }, out);
+  for (int32_t t = threadIdx.x; t < m; t += blockDim.x)
+    sh.keys[t] = RankKey(scores[out[t]], out[t]);
+  __syncthreads();
+  SortByKeyDescending(m, sh.keys, out, sh.scratch);
+  for (int32_t t = threadIdx.x; t < m; t += blockDim.x) out[t] += first;
+  __syncthreads();
+  return m;
+}
+
+// Stages `page` (warp 0): touched if mapped, else a claimed slot and a copy entry. False when no
+// slot could be had.
+__device__ bool Stage(Slots& s, const Head& h, const SelectParams& p, int32_t page,
+                      uint32_t evict_before, uint32_t new_stamp, GatherEntry* entries,
+                      int32_t* count, int64_t* counters) {
+  const int32_t mapped = h.page_slot[page];
+  __syncwarp();
+  if (mapped >= 0) {
+    if (threadIdx.x == 0) s.stamp[mapped] = max(s.stamp[mapped], new_stamp);
+    __syncwarp();
+    return true;
+  }
+  const int32_t v = Claim(s, h, page, evict_before, new_stamp);
+  if (v < 0) return false;
+  if (threadIdx.x == 0) {
+    entries[(*count)++] = GatherEntry{PageAt(p.host, h.host_pages[page]),
+                                      PageAt(p.device, h.PoolPage(h.CacheSlot(v))), &h.state[v]};
+    ++counters[kStaged];
+  }
+  __syncwarp();
+  return true;
+}
+
+// grid rows * kv_heads, kThreads threads, SelectShared::Bytes(max cache slots) dynamic shared.
+__global__ void __launch_bounds__(kThreads) SelectKernel(SelectParams p) {
+  extern __shared__ __align__(16) char shared_memory[];
+  const int32_t row_index = blockIdx.x / p.num_kv_heads;
+  const int32_t head = blockIdx.x % p.num_kv_heads;
+  const RowPlan& row = p.rows[row_index];
+  const Head h(row, p.layer, head, p.num_kv_heads);
+  const int32_t S = row.seq.sink_pages, B = row.seq.budget_pages, C = row.seq.cache_slots;
+  SelectShared sh(shared_memory, max(C, 1));
+  LoadSlots(h, &sh.slots);
+  int64_t* counters = p.counters + static_cast<int64_t>(blockIdx.x) * kCounters;
+  const float* scores = p.scores == nullptr ? nullptr
+                                            : p.scores + row.score_begin +
+                                                  static_cast<int64_t>(head) * row.candidates;
+  GatherEntry* entries =
+      p.copies == nullptr ? nullptr : p.copies + static_cast<int64_t>(blockIdx.x) * p.copy_stride;
+  __shared__ int32_t staged;
+  if (threadIdx.x == 0) staged = 0;
+
+  if (p.mode == 2) {  // load now: every candidate, copied by the block
+    __shared__ int32_t loaded;
+    if (threadIdx.x < 32) {
+      int32_t n = 0;
+      for (int32_t page = S; page < S + row.candidates; ++page) {
+        if (h.page_slot[page] >= 0) continue;
+        const uint32_t stamp = PredictStamp(row.step + 1);
+        const int32_t v = Claim(sh.slots, h, page, stamp, stamp);
+        if (v < 0) break;
+        if (threadIdx.x == 0) {
+          sh.wanted[n] = page;
+          sh.selected[n] = v;
+        }
+        ++n;
+      }
+      if (threadIdx.x == 0) loaded = n;
+    }
+    __syncthreads();
+    for (int32_t i = 0; i < loaded; ++i) {
+      CopyPage(PageAt(p.device, h.PoolPage(h.CacheSlot(sh.selected[i]))),
+               PageAt(p.host, h.host_pages[sh.wanted[i]]), p.host.page_bytes);
+    }
+    __threadfence();
+    __syncthreads();
+    for (int32_t i = threadIdx.x; i < loaded; i += blockDim.x)
+      sh.slots.state[sh.selected[i]] = kReady;
+    if (threadIdx.x == 0) counters[kFetched] += loaded;
+    StoreSlots(h, sh.slots);
+    return;
+  }
+
+  if (p.mode == 1) {  // stage the top C for this step (urgent) or the next
+    const uint32_t stamp = p.urgent ? UseStamp(row.step) : PredictStamp(row.step + 1);
+    const int32_t m = RankCandidates(row, scores, C, sh, sh.wanted);
+    for (int32_t t = threadIdx.x; t < m; t += blockDim.x) {
+      const int32_t j = h.page_slot[sh.wanted[t]];
+      if (j >= 0) sh.slots.stamp[j] = max(sh.slots.stamp[j], stamp);  // distinct slots
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      for (int32_t t = 0; t < m; ++t) {
+        if (!Stage(sh.slots, h, p, sh.wanted[t], stamp, stamp, entries, &staged, counters)) break;
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) p.copy_count[blockIdx.x] = staged;
+    StoreSlots(h, sh.slots);
+    return;
+  }
+
+  // Resolve this step's pages.
+  const uint32_t use = UseStamp(row.step), next = PredictStamp(row.step + 1);
+  const int32_t ranked = RankCandidates(row, scores, p.stage_ranked ? C : B, sh, sh.wanted);
+  const int32_t selected = min(ranked, B);
+  // The selection in position order (the first `selected` ranked), the rest stay in sh.wanted.
+  for (int32_t t = threadIdx.x; t < selected; t += blockDim.x) sh.selected[t] = sh.wanted[t];
+  __syncthreads();
+  SortAscending(selected, sh.selected, sh.scratch);
+  for (int32_t t = threadIdx.x; t < selected; t += blockDim.x) {
+    const int32_t j = h.page_slot[sh.selected[t]];
+    if (j >= 0) {
+      sh.slots.stamp[j] = max(sh.slots.stamp[j], use);  // staging below cannot evict it
+      sh.outcome[t] = sh.slots.state[j] == kReady ? kHit : kLate;
+    } else {
+      sh.outcome[t] = kMissed;
+    }
+  }
+  __syncthreads();
+  const int32_t ps = p.geometry.page_size;
+  const int32_t current = row.pos / ps;
+  if (threadIdx.x == 0) {
+    int32_t* pages = p.list_pages + row.list_begin + head * row.list_capacity;
+    int32_t* tokens = p.list_tokens + row.list_begin + head * row.list_capacity;
+    int32_t n = 0;
+    auto add = [&](int32_t ref, int32_t page) {
+      pages[n] = ref;
+      tokens[n] = page == current ? row.pos % ps + 1 : ps;
+      ++n;
+    };
+    for (int32_t page = 0; page < min(S, current + 1); ++page)
+      add(static_cast<int32_t>(h.PoolPage(page)), page);
+    int32_t hits = 0, late = 0, missed = 0, fetched = 0;
+    for (int32_t t = 0; t < selected; ++t) {
+      const int32_t page = sh.selected[t];
+      if (sh.outcome[t] == kHit) {
+        ++hits;
+        add(static_cast<int32_t>(h.PoolPage(h.CacheSlot(h.page_slot[page]))), page);
+        continue;
+      }
+      if (sh.outcome[t] == kLate) {
+        ++late;
+      } else {
+        sh.scratch[missed++] = page;  // staged below, in position order
+      }
+      if (!p.skip_missing) {
+        ++fetched;
+        add(-1 - h.host_pages[page], page);
+      }
+    }
+    for (int32_t page = S + row.candidates; page <= current; ++page) {
+      add(static_cast<int32_t>(h.PoolPage(h.RingSlot(page))), page);
+    }
+    p.list_count[blockIdx.x] = n;
+    counters[kHit] += hits;
+    counters[kLate] += late;
+    counters[kMissed] += missed;
+    counters[kFetched] += fetched;
+    sh.outcome[0] = missed;  // the count, for warp 0
+  }
+  __syncthreads();
+  const int32_t missed = sh.outcome[0];
+  if (threadIdx.x < 32) {
+    bool room = true;
+    for (int32_t t = 0; room && t < missed; ++t) {
+      room = Stage(sh.slots, h, p, sh.scratch[t], use, next, entries, &staged, counters);
+    }
+    for (int32_t t = selected; room && t < ranked; ++t) {
+      room = Stage(sh.slots, h, p, sh.wanted[t], use, next, entries, &staged, counters);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) p.copy_count[blockIdx.x] = staged;
+  StoreSlots(h, sh.slots);
+}
+
+// grid (rows * kv_heads, page chunks), kThreads threads: a warp per candidate page.
+__global__ void __launch_bounds__(kThreads) ScoreKernel(ScoreParams p) {
+  const int32_t row_index = blockIdx.x / p.num_kv_heads;
+  const int32_t head = blockIdx.x % p.num_kv_heads;
+  const RowPlan& row = p.rows[row_index];
+  if (row.candidates <= row.seq.budget_pages) return;  // all taken: nothing to rank
+  const Head h(row, p.layer, head, p.num_kv_heads);
+  const int32_t hd = p.geometry.head_dim;
+  const int32_t group = p.num_heads / p.num_kv_heads;
+  const float* queries = p.q + static_cast<int64_t>(row.q_row - p.q_first_row) * p.q_stride +
+                         static_cast<int64_t>(head) * group * hd;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float* out = p.scores + row.score_begin + static_cast<int64_t>(head) * row.candidates;
+  for (int32_t i = blockIdx.y * kWarpsPerBlock + warp; i < row.candidates;
+       i += gridDim.y * kWarpsPerBlock) {
+    const int32_t page = h.host_pages[row.seq.sink_pages + i];
+    float best = -INFINITY;
+    if (!p.exact) {
+      const float* mn = p.summaries + static_cast<int64_t>(page) * 2 * hd;
+      const float* mx = mn + hd;
+      for (int32_t g = 0; g < group; ++g) {
+        float bound = 0.0f;
+        for (int32_t c = lane; c < hd; c += 32) {
+          const float q = queries[g * hd + c];
+          bound += fmaxf(q * mn[c], q * mx[c]);
+        }
+        best = fmaxf(best, WarpSum(bound));
+      }
+    } else {
+      const char* keys = static_cast<const char*>(p.host.base) + page * p.host.page_bytes;
+      VisitStorageTypeOnDevice(p.geometry.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        const auto* k = reinterpret_cast<const T*>(keys);
+        for (int32_t t = 0; t < p.geometry.page_size; ++t) {
+          for (int32_t g = 0; g < group; ++g) {
+            float dot = 0.0f;
+            for (int32_t c = lane; c < hd; c += 32) {
+              dot += queries[g * hd + c] * ToFloat(k[t * hd + c]);
+            }
+            best = fmaxf(best, WarpSum(dot));
+          }
+        }
+      });
+    }
+    if (lane == 0) out[i] = best;
+  }
+}
+
+// grid (copy_stride, lists), kThreads threads: a block per staged page.
+__global__ void __launch_bounds__(kThreads) GatherKernel(GatherParams p) {
+  const int32_t list = blockIdx.y, e = blockIdx.x;
+  if (e >= p.copy_count[list]) return;
+  const GatherEntry& c = p.copies[static_cast<int64_t>(list) * p.copy_stride + e];
+  CopyPage(c.dst, c.src, p.page_bytes);
+  __threadfence();  // the page, before its ready flag
+  __syncthreads();
+  if (threadIdx.x == 0) StoreState(c.state, kReady);
+}
+
+// One thread: the pages a gather moved, to mapped host memory.
+__global__ void CountGatheredKernel(GatherParams p) {
+  int32_t total = 0;
+  for (int32_t list = 0; list < p.lists; ++list) total += p.copy_count[list];
+  *p.pages_gathered = total;
+}
+
+// grid rows * kv_heads, kThreads threads.
+__global__ void __launch_bounds__(kThreads) RetireKernel(RetireParams p) {
+  extern __shared__ __align__(16) char shared_memory[];
+  const RowPlan& row = p.rows[blockIdx.x / p.num_kv_heads];
+  if (row.retire_begin >= row.retire_end) return;
+  const Head h(row, p.layer, blockIdx.x % p.num_kv_heads, p.num_kv_heads);
+  SelectShared sh(shared_memory, max(row.seq.cache_slots, 1));
+  LoadSlots(h, &sh.slots);
+  // Never evict a page the previous step used or one staged for this step.
+  const uint32_t previous = UseStamp(row.step - 1);
+  for (int32_t page = row.retire_begin; page < row.retire_end; ++page) {
+    __shared__ int32_t victim;
+    if (threadIdx.x < 32) {
+      const int32_t v = h.page_slot[page] >= 0 ? -1 : Claim(sh.slots, h, page, previous, previous);
+      if (threadIdx.x == 0) victim = v;
+    }
+    __syncthreads();
+    if (victim < 0) continue;
+    CopyPage(PageAt(p.device, h.PoolPage(h.CacheSlot(victim))),
+             PageAt(p.device, h.PoolPage(h.RingSlot(page))), p.device.page_bytes);
+    if (threadIdx.x == 0) sh.slots.state[victim] = kReady;
+    __syncthreads();
+  }
+  StoreSlots(h, sh.slots);
+}
+
+// Per-channel min and max of a page's keys (threads over channels).
+template <typename T>
+__device__ void Summarize(const T* keys, int32_t tokens, int32_t hd, float* summary) {
+  for (int32_t c = threadIdx.x; c < hd; c += blockDim.x) {
+    float mn = ToFloat(keys[c]), mx = mn;
+    for (int32_t t = 1; t < tokens; ++t) {
+      const float x = ToFloat(keys[static_cast<int64_t>(t) * hd + c]);
+      mn = fminf(mn, x);
+      mx = fmaxf(mx, x);
+    }
+    summary[c] = mn;
+    summary[hd + c] = mx;
+  }
+}
+
+// grid rows * kv_heads, kThreads threads.
+__global__ void __launch_bounds__(kThreads) CompleteKernel(CompleteParams p) {
+  const RowPlan& row = p.rows[blockIdx.x / p.num_kv_heads];
+  if (!row.completes_page) return;
+  const Head h(row, p.layer, blockIdx.x % p.num_kv_heads, p.num_kv_heads);
+  const int32_t page = row.pos / p.geometry.page_size;
+  const int32_t host_page = h.host_pages[page];
+  const char* src = PageAt(p.device, h.PoolPage(h.WriteSlot(page)));
+  CopyPage(PageAt(p.host, host_page), src, p.host.page_bytes);
+  if (p.summaries == nullptr) return;
+  VisitStorageTypeOnDevice(p.geometry.dtype, [&](auto tag) {
+    Summarize(reinterpret_cast<const decltype(tag)*>(src), p.geometry.page_size,
+              p.geometry.head_dim,
+              p.summaries + static_cast<int64_t>(host_page) * 2 * p.geometry.head_dim);
+  });
+}
+
+// grid count, 128 threads.
+__global__ void SummarizeKernel(SummaryParams p) {
+  const char* page = PageAt(p.pool, p.src[blockIdx.x]);
+  VisitStorageTypeOnDevice(p.geometry.dtype, [&](auto tag) {
+    Summarize(reinterpret_cast<const decltype(tag)*>(page), p.geometry.page_size,
+              p.geometry.head_dim,
+              p.summaries + static_cast<int64_t>(p.dst[blockIdx.x]) * 2 * p.geometry.head_dim);
+  });
+}
+
+// Dynamic shared memory for `slots` cache slots, raising the kernel's limit past 48 KiB when a
+// budget needs it.
+template <typename Kernel>
+cudaError_t PrepareShared(Kernel kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(bytes));
+}
+
+}  // namespace
+
+cudaError_t ScorePages(const ScoreParams& p, cudaStream_t stream) {
+  if (p.num_rows == 0 || p.max_candidates == 0) return cudaSuccess;
+  const auto chunks =
+      static_cast<unsigned>(std::min<int64_t>(CeilDiv(p.max_candidates, kWarpsPerBlock), 1024));
+  ScoreKernel<<<dim3(static_cast<unsigned>(p.num_rows * p.num_kv_heads), chunks), kThreads, 0,
+                stream>>>(p);
+  return LaunchStatus();
+}
+
+cudaError_t SelectPages(const SelectParams& p, cudaStream_t stream) {
+  if (p.num_rows == 0) return cudaSuccess;
+  const size_t shared = SelectShared::Bytes(std::max(p.max_cache_slots, 1));
+  if (const cudaError_t e = PrepareShared(SelectKernel, shared); e != cudaSuccess) return e;
+  SelectKernel<<<static_cast<unsigned>(p.num_rows * p.num_kv_heads), kThreads, shared, stream>>>(p);
+  return LaunchStatus();
+}
+
+cudaError_t GatherPages(const GatherParams& p, cudaStream_t stream) {
+  if (p.lists > 0 && p.copy_stride > 0) {
+    GatherKernel<<<dim3(static_cast<unsigned>(p.copy_stride), static_cast<unsigned>(p.lists)),
+                   kThreads, 0, stream>>>(p);
+  }
+  if (p.pages_gathered != nullptr) CountGatheredKernel<<<1, 1, 0, stream>>>(p);
+  return LaunchStatus();
+}
+
+cudaError_t RetireWindowPages(const RetireParams& p, cudaStream_t stream) {
+  if (p.num_rows == 0) return cudaSuccess;
+  const size_t shared = SelectShared::Bytes(std::max(p.max_cache_slots, 1));
+  if (const cudaError_t e = PrepareShared(RetireKernel, shared); e != cudaSuccess) return e;
+  RetireKernel<<<static_cast<unsigned>(p.num_rows * p.num_kv_heads), kThreads, shared, stream>>>(p);
+  return LaunchStatus();
+}
+
+cudaError_t CompletePages(const CompleteParams& p, cudaStream_t stream) {
+  if (p.num_rows == 0) return cudaSuccess;
+  CompleteKernel<<<static_cast<unsigned>(p.num_rows * p.num_kv_heads), kThreads, 0, stream>>>(p);
+  return LaunchStatus();
+}
+
+cudaError_t SummarizePages(const SummaryParams& p, cudaStream_t stream) {
+  if (p.count == 0) return cudaSuccess;
+  SummarizeKernel<<<static_cast<unsigned>(p.count), 128, 0, stream>>>(p);
+  return LaunchStatus();
+}
+
+}  // namespace specula::kernels
