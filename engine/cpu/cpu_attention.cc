@@ -31,28 +31,36 @@ void WriteKvTyped(const Mat& k, const Mat& v, absl::Span<const int32_t> blocks,
   }
 }
 
-// Softmax attention of one query head over n keys, visited in order: key(j) and value(j) give
-// row j's K and V (of element type T, read as fp32). Shared by the dense and sparse paths so
-// that, given the same keys in the same order, they compute bit-identical results.
-template <typename KeyFn, typename ValueFn>
-void AttendOneHead(const float* qv, int32_t n, int32_t hd, float scale, KeyFn key, ValueFn value,
-                   std::vector<float>* scores, std::vector<float>* acc, float* out) {
-  scores->resize(n);
+// Softmax attention of one query head over the keys of `n_pages` pages, visited in order:
+// page(i) gives page i's storage (K [page_size][head_dim] then V) and how many of its first tokens
+// count. Shared by the dense and sparse paths so that, given the same keys in the same order,
+// they compute bit-identical results.
+template <typename T, typename PageFn>
+void AttendPages(const float* qv, int32_t n_pages, PageFn page, int32_t hd, int32_t ps,
+                 float scale, std::vector<float>* scores, std::vector<float>* acc, float* out) {
+  scores->clear();
   float max_score = -INFINITY;
-  for (int32_t j = 0; j < n; ++j) {
-    const auto* k = key(j);
-    float dot = 0.0f;
-    for (int32_t c = 0; c < hd; ++c) dot += qv[c] * ToF32(k[c]);
-    (*scores)[j] = dot * scale;
-    max_score = std::max(max_score, (*scores)[j]);
+  for (int32_t i = 0; i < n_pages; ++i) {
+    const auto [keys, tokens] = page(i);
+    for (int32_t t = 0; t < tokens; ++t) {
+      const T* k = keys + static_cast<int64_t>(t) * hd;
+      float dot = 0.0f;
+      for (int32_t c = 0; c < hd; ++c) dot += qv[c] * ToF32(k[c]);
+      scores->push_back(dot * scale);
+      max_score = std::max(max_score, scores->back());
+    }
   }
   double denom = 0.0;
   acc->assign(hd, 0.0f);
-  for (int32_t j = 0; j < n; ++j) {
-    const float p = std::exp((*scores)[j] - max_score);
-    denom += p;
-    const auto* v = value(j);
-    for (int32_t c = 0; c < hd; ++c) (*acc)[c] += p * ToF32(v[c]);
+  size_t j = 0;
+  for (int32_t i = 0; i < n_pages; ++i) {
+    const auto [keys, tokens] = page(i);
+    for (int32_t t = 0; t < tokens; ++t, ++j) {
+      const float p = std::exp((*scores)[j] - max_score);
+      denom += p;
+      const T* v = keys + (static_cast<int64_t>(ps) + t) * hd;
+      for (int32_t c = 0; c < hd; ++c) (*acc)[c] += p * ToF32(v[c]);
+    }
   }
   const float inv = static_cast<float>(1.0 / denom);
   for (int32_t c = 0; c < hd; ++c) out[c] = (*acc)[c] * inv;
@@ -79,16 +87,15 @@ void PagedAttentionTyped(ThreadPool& pool, const Mat& q, const AttentionBatch& b
       const int32_t n_keys = row_keys[r];
       CHECK(n_keys >= 1) << "paged attention row " << r << " has no keys";
       const int32_t* table = blocks.data() + row_block_begin[r];
-      auto page = [&](int32_t j) {
-        return base + (static_cast<size_t>(table[j / ps]) * layer.num_kv_heads + kv_h) *
-                          layer.page_elems();
+      const auto page = [&](int32_t i) {
+        return std::pair<const T*, int32_t>(
+            base + (static_cast<size_t>(table[i]) * layer.num_kv_heads + kv_h) * layer.page_elems(),
+            std::min(ps, n_keys - i * ps));
       };
       const int64_t row = batch.first_row + r;
-      AttendOneHead(
-          q.row(row) + static_cast<int64_t>(h) * hd, n_keys, hd, batch.scale,
-          [&](int32_t j) { return page(j) + static_cast<int64_t>(j % ps) * hd; },
-          [&](int32_t j) { return page(j) + (static_cast<int64_t>(ps) + j % ps) * hd; }, &scores,
-          &acc, out->row(row) + static_cast<int64_t>(h) * hd);
+      AttendPages<T>(q.row(row) + static_cast<int64_t>(h) * hd,
+                     static_cast<int32_t>((n_keys + ps - 1) / ps), page, hd, ps, batch.scale,
+                     &scores, &acc, out->row(row) + static_cast<int64_t>(h) * hd);
     }
   });
 }
@@ -107,28 +114,27 @@ void SparseAttentionTyped(ThreadPool& pool, const Mat& q, const SparseAttentionB
   pool.ParallelFor(static_cast<int64_t>(batch.rows) * kv_heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
     std::vector<float> acc(hd);
-    std::vector<const T*> key_at;  // token j of the list -> its K row (V is page_size rows on)
+    std::vector<std::pair<const T*, int32_t>> pages_of;  // the list's pages and tokens
     for (int64_t list = begin; list < end; ++list) {
       const int64_t row = batch.first_row + list / kv_heads;
       const int32_t kv_h = static_cast<int32_t>(list % kv_heads);
-      key_at.clear();
+      pages_of.clear();
       const int32_t first = list_begin[list];
       for (int32_t e = first; e < first + list_count[list]; ++e) {
         const int32_t ref = pages[e];
         CHECK(page_tokens[e] >= 1 && page_tokens[e] <= ps) << "page tokens " << page_tokens[e];
-        const auto* page = static_cast<const T*>(
-            IsHostPageRef(ref) ? host_pool.page(HostPageOf(ref)) : device_pool.page(ref));
-        for (int32_t t = 0; t < page_tokens[e]; ++t) key_at.push_back(page + t * hd);
+        pages_of.emplace_back(
+            static_cast<const T*>(IsHostPageRef(ref) ? host_pool.page(HostPageOf(ref))
+                                                     : device_pool.page(ref)),
+            page_tokens[e]);
       }
-      CHECK(!key_at.empty()) << "sparse attention list " << list << " has no keys";
-      const int64_t v_offset = static_cast<int64_t>(ps) * hd;
+      CHECK(!pages_of.empty()) << "sparse attention list " << list << " has no keys";
       for (int32_t g = 0; g < group; ++g) {
         const int32_t h = kv_h * group + g;
-        AttendOneHead(
-            q.row(row) + static_cast<int64_t>(h) * hd, static_cast<int32_t>(key_at.size()), hd,
-            batch.scale, [&](int32_t j) { return key_at[j]; },
-            [&](int32_t j) { return key_at[j] + v_offset; }, &scores, &acc,
-            out->row(row) + static_cast<int64_t>(h) * hd);
+        AttendPages<T>(q.row(row) + static_cast<int64_t>(h) * hd,
+                       static_cast<int32_t>(pages_of.size()),
+                       [&](int32_t i) { return pages_of[i]; }, hd, ps, batch.scale, &scores, &acc,
+                       out->row(row) + static_cast<int64_t>(h) * hd);
       }
     }
   });

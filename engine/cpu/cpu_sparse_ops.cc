@@ -40,21 +40,13 @@ struct HeadState {
   int32_t RingSlot(int32_t page) const { return seq.sink_pages + page % (seq.window_pages + 1); }
   int32_t WriteSlot(int32_t page) const { return page < seq.sink_pages ? page : RingSlot(page); }
 
-  // Claims a cache slot for `page` (not mapped): a free slot, else the least recently used
-  // ready slot stamped before `evict_before` (not used this step, not predicted for a later
-  // one, no copy in flight). Maps the page to it as loading with `new_stamp`. -1 when none.
+  // Claims a cache slot for `page` (not mapped): a free slot (lowest index first), else the
+  // least recently used ready slot stamped before `evict_before` (not used this step, not
+  // predicted for a later one, no copy in flight; lowest index on ties). Maps the page to it as
+  // loading with `new_stamp`. -1 when none. Every claim of one operation passes the same
+  // `evict_before`.
   int32_t Claim(int32_t page, uint32_t evict_before, uint32_t new_stamp) {
-    int32_t victim = -1;
-    for (int32_t j = 0; j < seq.cache_slots; ++j) {
-      const int32_t s = LoadState(&state[j]);
-      if (s == kSlotFree) {
-        victim = j;
-        break;
-      }
-      if (s == kSlotReady && stamp[j] < evict_before && (victim < 0 || stamp[j] < stamp[victim])) {
-        victim = j;
-      }
-    }
+    const int32_t victim = NextVictim(evict_before);
     if (victim < 0) return -1;
     if (slot_page[victim] >= 0) page_slot[slot_page[victim]] = -1;
     slot_page[victim] = page;
@@ -63,6 +55,36 @@ struct HeadState {
     StoreState(&state[victim], kSlotLoading);
     return victim;
   }
+  // The victims in claim order, computed once per operation from the slots as they are then
+  // (as the CUDA kernel snapshots them): a claimed slot's new stamp is at least `evict_before`
+  // and a touched one's too, so neither is eligible again, and the slots left keep their order.
+  // A slot seen loading is never taken, even if its copy lands meanwhile.
+  int32_t NextVictim(uint32_t evict_before) {
+    thread_local std::vector<std::pair<uint64_t, int32_t>> order;
+    if (!victims_built_) {
+      order.clear();
+      for (int32_t j = 0; j < seq.cache_slots; ++j) {
+        const int32_t s = LoadState(&state[j]);
+        if (s == kSlotFree) {
+          order.emplace_back(static_cast<uint64_t>(j), j);
+        } else if (s == kSlotReady && stamp[j] < evict_before) {
+          order.emplace_back((uint64_t{1} << 62) | (uint64_t{stamp[j]} << 24) | j, j);
+        }
+      }
+      std::sort(order.begin(), order.end());
+      victims_built_ = true;
+      victims_evict_before_ = evict_before;
+      next_victim_ = 0;
+    }
+    CHECK_EQ(victims_evict_before_, evict_before) << "one eviction bound per operation";
+    while (next_victim_ < order.size()) {
+      const int32_t j = order[next_victim_++].second;
+      // Touched since (wanted by this operation): no longer a victim.
+      if (LoadState(&state[j]) == kSlotFree || stamp[j] < evict_before) return j;
+    }
+    return -1;
+  }
+
   // Marks a mapped page as wanted at `value` (never lowering its stamp).
   void Touch(int32_t page, uint32_t value) {
     const int32_t j = page_slot[page];
@@ -77,6 +99,11 @@ struct HeadState {
   int32_t* slot_page;
   int32_t* state;
   uint32_t* stamp;
+
+ private:
+  bool victims_built_ = false;
+  uint32_t victims_evict_before_ = 0;
+  size_t next_victim_ = 0;
 };
 
 // Appends staged copies of (row, head) for a copy stream: claims a slot per page not mapped.
@@ -108,14 +135,23 @@ struct Stager {
 
 // Pages [S, S + candidates) ranked: the top `k` candidates best first. When the budget covers
 // every candidate there are no scores (ScorePages skips the row): all of them, in position order.
+// With `ranked_from` > 0 only the entries from there on are in rank order (the first ones are
+// the best `ranked_from`, in any order): a resolve needs its selection as a set and only the
+// pages below the cut in order.
 void RankCandidates(const SparseRowPlan& row, int32_t head, absl::Span<const float> scores,
-                    int32_t k, std::vector<int32_t>* out) {
+                    int32_t k, std::vector<int32_t>* out, int32_t ranked_from = 0) {
   const int32_t n = row.candidates;
   if (n <= row.seq.budget_pages) {
     out->resize(n);
     for (int32_t i = 0; i < n; ++i) (*out)[i] = i;
   } else {
-    RankTopPages(scores.subspan(static_cast<size_t>(row.score_begin) + head * n, n), k, out);
+    const absl::Span<const float> s =
+        scores.subspan(static_cast<size_t>(row.score_begin) + head * n, n);
+    if (ranked_from > 0) {
+      PartitionTopPages(s, ranked_from, k, out);
+    } else {
+      RankTopPages(s, k, out);
+    }
   }
   for (int32_t& i : *out) i += row.seq.sink_pages;
 }
@@ -258,7 +294,7 @@ void CpuBackend::SelectPages(const SparseSelectArgs& a) {
           // kResolve: this step's pages.
           const uint32_t use = UseStamp(row.step);
           const uint32_t next = PredictStamp(row.step + 1);
-          RankCandidates(row, h, scores, a.stage_ranked ? C : B, &ranked);
+          RankCandidates(row, h, scores, a.stage_ranked ? C : B, &ranked, B);
           selected.assign(ranked.begin(), ranked.begin() + std::min<size_t>(B, ranked.size()));
           std::sort(selected.begin(), selected.end());
           for (int32_t p : selected) hs.Touch(p, use);  // staging below cannot evict them

@@ -15,6 +15,12 @@ namespace specula {
 // capacity, so a reused vector does not allocate in steady state.
 void RankTopPages(absl::Span<const float> scores, int32_t k, std::vector<int32_t>* out);
 
+// Replaces *out with the indices of the `k` best scores: the best `first` of them first in any
+// order, then the rest best first (first <= k). Cheaper than ranking all k when only the set of
+// the best `first` matters.
+void PartitionTopPages(absl::Span<const float> scores, int32_t first, int32_t k,
+                       std::vector<int32_t>* out);
+
 // Replaces *out with the indices of the `k` best scores, sorted ascending by index so attention
 // reads the chosen pages in position order.
 void SelectTopPages(absl::Span<const float> scores, int32_t k, std::vector<int32_t>* out);

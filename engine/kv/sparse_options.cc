@@ -58,7 +58,7 @@ absl::Status ValidateSparseOptions(const SparseOptions& o) {
   }
   if (o.prefetch_extra_tokens < -1 || o.prefetch_extra_tokens > kMaxTokens) {
     return bad("prefetch_extra_tokens", o.prefetch_extra_tokens,
-               "must be in [0, 2^30] (or -1: budget / 4)");
+               "must be in [0, 2^30] (or -1: budget / 2)");
   }
   if (o.host_capacity_tokens <= 0 || o.host_capacity_tokens > kMaxTokens) {
     return bad("host_capacity_tokens", o.host_capacity_tokens, "must be in [1, 2^30]");

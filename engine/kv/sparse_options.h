@@ -42,7 +42,8 @@ struct SparseOptions {
   int64_t min_context_tokens = -1;
   int32_t prefetch_threads = 1;
   // Extra device slots per (layer, KV head) that cross_step fills with the pages ranked just
-  // below the budget, in tokens (rounded up to pages); -1 = a quarter of the request's budget.
+  // below the budget, in tokens (rounded up to pages); -1 = half the request's budget (measured:
+  // a quarter gave a 0.88 cross_step hit rate at a 25% budget, half 0.93; docs/BENCHMARKS.md).
   int64_t prefetch_extra_tokens = -1;
   // Host store capacity: token positions per (layer, KV head) over all sparse requests.
   int64_t host_capacity_tokens = 262144;
@@ -52,7 +53,7 @@ struct SparseOptions {
   }
   // For a request running with `budget` tokens.
   int64_t effective_prefetch_extra_tokens(int64_t budget) const {
-    return prefetch_extra_tokens >= 0 ? prefetch_extra_tokens : budget / 4;
+    return prefetch_extra_tokens >= 0 ? prefetch_extra_tokens : budget / 2;
   }
   bool operator==(const SparseOptions&) const = default;
 };

@@ -73,6 +73,9 @@ ABSL_FLAG(std::vector<std::string>, budgets,
 ABSL_FLAG(std::vector<std::string>, tbt_contexts, std::vector<std::string>({"8192", "32768"}),
           "sparse: contexts of the batch-1 TBT / memory measurement (none: skip it)");
 ABSL_FLAG(int32_t, tbt_decode_tokens, 32, "sparse: decode steps timed per TBT measurement");
+ABSL_FLAG(double, prefetch_extra, -1,
+          "sparse: sparse.prefetch_extra_tokens as a fraction of the budget (cross_step's slots "
+          "beyond it); negative: the server's default, half");
 ABSL_FLAG(std::vector<std::string>, kv_dtypes, std::vector<std::string>({"f32", "bf16"}),
           "sparse: KV dtypes (kv_cache.dtype) of the cost part; the quality part uses the first");
 
@@ -141,6 +144,7 @@ int RunSparse() {
     }
   }
   o.tbt_decode_tokens = absl::GetFlag(FLAGS_tbt_decode_tokens);
+  o.prefetch_extra = absl::GetFlag(FLAGS_prefetch_extra);
   o.kv_dtypes = absl::GetFlag(FLAGS_kv_dtypes);
   if (o.kv_dtypes.empty()) {
     std::cerr << "specula-bench: --kv-dtypes needs at least one of auto, bf16, f16, f32\n";

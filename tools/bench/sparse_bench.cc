@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cmath>
@@ -62,8 +63,12 @@ GeneratorOptions BaseOptions(int threads, int64_t kv_tokens, int32_t max_running
   return o;
 }
 
-SparseOptions Sparse(int64_t budget, SpeculationMode mode, int64_t host_tokens) {
+SparseOptions Sparse(int64_t budget, SpeculationMode mode, int64_t host_tokens,
+                     double prefetch_extra) {
   SparseOptions s;
+  if (prefetch_extra >= 0) {
+    s.prefetch_extra_tokens = static_cast<int64_t>(std::lround(prefetch_extra * budget));
+  }
   s.enabled = true;
   s.budget_tokens = budget;
   s.sink_tokens = kSinkTokens;
@@ -203,7 +208,7 @@ int RunQuality(const SparseBenchOptions& o) {
                                  dense->accuracy, dense->token_accuracy);
     for (double f : o.budgets) {
       GeneratorOptions g = BaseOptions(o.threads, tokens, n, o.kv_dtypes.front());
-      g.sparse = Sparse(BudgetTokens(f, ctx), SpeculationMode::kCrossStep, tokens);
+      g.sparse = Sparse(BudgetTokens(f, ctx), SpeculationMode::kCrossStep, tokens, o.prefetch_extra);
       auto r = RunExamples(o.retrieval_dir, g, examples);
       if (!r.ok()) {
         std::cerr << "specula-bench sparse: " << ctx << " " << BudgetName(f) << ": "
@@ -235,7 +240,7 @@ int RunQuality(const SparseBenchOptions& o) {
     for (SpeculationMode m : {SpeculationMode::kNone, SpeculationMode::kCrossStep,
                               SpeculationMode::kCrossLayer, SpeculationMode::kBoth}) {
       GeneratorOptions g = BaseOptions(o.threads, tokens, n, o.kv_dtypes.front());
-      g.sparse = Sparse(BudgetTokens(f, ctx), m, tokens);
+      g.sparse = Sparse(BudgetTokens(f, ctx), m, tokens, o.prefetch_extra);
       auto r = RunExamples(o.retrieval_dir, g, examples);
       if (!r.ok()) {
         rc = 1;
@@ -269,7 +274,7 @@ struct CostRow {
   double index_fraction_of_k = 0;    // selection index bytes / K bytes, per page
 };
 
-// One request of `context` random tokens at batch 1: mean time between decode tokens.
+// One request of `context` random tokens at batch 1: the median time between decode tokens.
 absl::StatusOr<CostRow> RunLong(const std::string& model, const GeneratorOptions& options,
                                 int context, int decode_tokens) {
   ASSIGN_OR_RETURN(std::unique_ptr<Generator> gen, Generator::Create(model, options));
@@ -298,17 +303,19 @@ absl::StatusOr<CostRow> RunLong(const std::string& model, const GeneratorOptions
                               (static_cast<double>(s->store().page_bytes()) / 2);
     row.host_rss_bytes = MappingRssBytes(s->store().data());
   }
-  int steps = 0;
-  const auto t0 = Clock::now();
+  // The median step: one preempted step on this shared machine does not move it.
+  std::vector<double> step_ms;
   while (gen->HasWork()) {
     outs.clear();
+    const auto t0 = Clock::now();
     RETURN_IF_ERROR(gen->Step(&outs));
-    ++steps;
+    step_ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - t0).count());
   }
   if (SparseKvCache* s = gen->sparse_cache()) {
     row.host_rss_bytes = std::max(row.host_rss_bytes, MappingRssBytes(s->store().data()));
   }
-  row.tbt_ms = 1e3 * std::chrono::duration<double>(Clock::now() - t0).count() / steps;
+  std::nth_element(step_ms.begin(), step_ms.begin() + step_ms.size() / 2, step_ms.end());
+  row.tbt_ms = step_ms[step_ms.size() / 2];
   return row;
 }
 
@@ -331,7 +338,7 @@ bool RunCostContext(const std::string& model, const SparseBenchOptions& o, const
   for (double f : o.budgets) {
     if (f >= 1.0) continue;
     GeneratorOptions g = BaseOptions(o.threads, total, 1, dtype);
-    g.sparse = Sparse(BudgetTokens(f, ctx), SpeculationMode::kCrossStep, total);
+    g.sparse = Sparse(BudgetTokens(f, ctx), SpeculationMode::kCrossStep, total, o.prefetch_extra);
     auto r = RunLong(model, g, ctx, o.tbt_decode_tokens);
     if (!r.ok()) {
       std::cerr << "specula-bench sparse: " << ctx << " " << dtype << ": " << r.status() << "\n";
@@ -365,7 +372,7 @@ int RunCost(const SparseBenchOptions& o) {
   }
   std::cout << "### Cost at long context (generated tiny llama: 2 layers, 4 heads, 2 KV heads, "
                "head_dim 16; batch 1; selector quest, cross_step, fetch)\n\n"
-               "| context | KV dtype | run | TBT ms | TBT / dense | device KV MB | "
+               "| context | KV dtype | run | TBT ms (median) | TBT / dense | device KV MB | "
                "selection index MB | host KV bytes/token | host store RSS MB | host capacity MB "
                "|\n|---|---|---|---|---|---|---|---|---|---|\n";
   int rc = 0;

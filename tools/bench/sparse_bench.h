@@ -19,6 +19,8 @@ struct SparseBenchOptions {
   std::vector<double> budgets = {1.0, 0.5, 0.25, 0.125};  // fractions of the context
   std::vector<int> tbt_contexts = {8192, 32768};           // empty skips the cost part
   int tbt_decode_tokens = 32;
+  // sparse.prefetch_extra_tokens as a fraction of the budget; < 0: the server's default.
+  double prefetch_extra = -1;
   // kv_cache.dtype values: the cost part runs each; the quality part the first.
   std::vector<std::string> kv_dtypes = {"f32"};
   int threads = 0;

@@ -39,6 +39,31 @@ TEST(TopPagesTest, MatchesBruteForceIncludingTies) {
   }
 }
 
+// The resolve's partition: the best `first` as a set, then the next ones in rank order, exactly
+// the ranked list's split (ties to the lower index, as everywhere).
+TEST(TopPagesTest, PartitionIsTheRankedListWithItsHeadUnordered) {
+  std::mt19937 rng(7);
+  std::vector<int32_t> ranked, partitioned;
+  for (int trial = 0; trial < 1000; ++trial) {
+    const int n = static_cast<int>(rng() % 150);
+    std::vector<float> scores(n);
+    for (float& s : scores) s = static_cast<float>(static_cast<int>(rng() % 6));
+    const int32_t k = static_cast<int32_t>(rng() % (n + 3));
+    const int32_t first = k == 0 ? 0 : static_cast<int32_t>(rng() % (k + 1));
+    RankTopPages(scores, k, &ranked);
+    PartitionTopPages(scores, first, k, &partitioned);
+    ASSERT_EQ(partitioned.size(), ranked.size());
+    const size_t head = std::min<size_t>(first, ranked.size());
+    std::vector<int32_t> a(ranked.begin(), ranked.begin() + head);
+    std::vector<int32_t> b(partitioned.begin(), partitioned.begin() + head);
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    ASSERT_EQ(a, b) << "trial " << trial;
+    ASSERT_TRUE(std::equal(ranked.begin() + head, ranked.end(), partitioned.begin() + head))
+        << "trial " << trial;
+  }
+}
+
 TEST(TopPagesTest, AllTiedTakesTheLowestIndices) {
   std::vector<float> scores(10, 1.5f);
   std::vector<int32_t> out;

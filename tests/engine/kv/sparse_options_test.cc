@@ -25,7 +25,7 @@ TEST(SparseOptionsTest, DefaultsAreValidAndDerivedValuesFollowTheBudget) {
   SparseOptions o;
   EXPECT_TRUE(ValidateSparseOptions(o).ok());
   EXPECT_EQ(o.effective_min_context_tokens(), 2 * o.budget_tokens);
-  EXPECT_EQ(o.effective_prefetch_extra_tokens(400), 100);  // a quarter of the request's budget
+  EXPECT_EQ(o.effective_prefetch_extra_tokens(400), 200);  // half the request's budget
   o.min_context_tokens = 0;
   o.prefetch_extra_tokens = 0;
   EXPECT_EQ(o.effective_min_context_tokens(), 0);
