@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -117,6 +118,9 @@ class Backend {
   virtual void SummarizePages(const PageSummaryArgs& args) = 0;
   // On `stream`, a copy stream from CreateStream(): loads the staged pages and marks them ready.
   virtual void GatherPages(Stream& stream, const PageGatherArgs& args) = 0;
+  // The most cache slots a sparse sequence may have per (layer, KV head): a GPU's selection keeps
+  // them in a block's shared memory. Unbounded on the CPU.
+  virtual int32_t max_sparse_cache_slots() const { return std::numeric_limits<int32_t>::max(); }
 
  protected:
   BackendCounters counters_;

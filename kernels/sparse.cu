@@ -66,8 +66,8 @@ __device__ __forceinline__ char* PageAt(const Pool& pool, int64_t page) {
   return static_cast<char*>(pool.base) + page * pool.page_bytes;
 }
 
-// Copies one page with the whole block, 16 bytes a thread at a time (page bytes are a multiple
-// of 16: 2 * page_size * head_dim elements, head_dim even).
+// Copies one page with the whole block, 16 bytes a thread at a time (the launchers refuse page
+// sizes that are not a multiple of 16 bytes).
 __device__ void CopyPage(void* dst, const void* src, int64_t bytes) {
   auto* d = static_cast<int4*>(dst);
   const auto* s = static_cast<const int4*>(src);
@@ -77,7 +77,7 @@ __device__ void CopyPage(void* dst, const void* src, int64_t bytes) {
 // A total order of (score, index), larger is better: higher score, NaN below every number, then
 // the lower index. Unique per index, so the k-th largest key splits the set exactly.
 __device__ __forceinline__ uint64_t RankKey(float score, int32_t index) {
-  uint32_t bits = __float_as_uint(score);
+  uint32_t bits = __float_as_uint(score == 0.0f ? 0.0f : score);  // -0 ranks as +0, as on the CPU
   if (isnan(score)) {
     bits = 0;
   } else {
@@ -322,6 +322,7 @@ __global__ void __launch_bounds__(kThreads) SelectKernel(SelectParams p) {
   const RowPlan& row = p.rows[row_index];
   const Head h(row, p.layer, head, p.num_kv_heads);
   const int32_t S = row.seq.sink_pages, B = row.seq.budget_pages, C = row.seq.cache_slots;
+  if (C > p.max_cache_slots) __trap();  // the shared memory was sized for fewer slots
   SelectShared sh(shared_memory, max(C, 1));
   LoadSlots(h, &sh.slots);
   int64_t* counters = p.counters + static_cast<int64_t>(blockIdx.x) * kCounters;
@@ -506,9 +507,9 @@ __global__ void __launch_bounds__(kThreads) ScoreKernel(ScoreParams p) {
   }
 }
 
-// grid (copy_stride, lists), kThreads threads: a block per staged page.
+// grid (lists, copy_stride), kThreads threads: a block per staged page.
 __global__ void __launch_bounds__(kThreads) GatherKernel(GatherParams p) {
-  const int32_t list = blockIdx.y, e = blockIdx.x;
+  const int32_t list = blockIdx.x, e = blockIdx.y;
   if (e >= p.copy_count[list]) return;
   const GatherEntry& c = p.copies[static_cast<int64_t>(list) * p.copy_stride + e];
   CopyPage(c.dst, c.src, p.page_bytes);
@@ -530,22 +531,24 @@ __global__ void __launch_bounds__(kThreads) RetireKernel(RetireParams p) {
   const RowPlan& row = p.rows[blockIdx.x / p.num_kv_heads];
   if (row.retire_begin >= row.retire_end) return;
   const Head h(row, p.layer, blockIdx.x % p.num_kv_heads, p.num_kv_heads);
+  if (row.seq.cache_slots > p.max_cache_slots) __trap();
   SelectShared sh(shared_memory, max(row.seq.cache_slots, 1));
   LoadSlots(h, &sh.slots);
   // Never evict a page the previous step used or one staged for this step.
   const uint32_t previous = UseStamp(row.step - 1);
+  __shared__ int32_t claimed;
   for (int32_t page = row.retire_begin; page < row.retire_end; ++page) {
-    __shared__ int32_t victim;
     if (threadIdx.x < 32) {
       const int32_t v = h.page_slot[page] >= 0 ? -1 : Claim(sh.slots, h, page, previous, previous);
-      if (threadIdx.x == 0) victim = v;
+      if (threadIdx.x == 0) claimed = v;
     }
     __syncthreads();
+    const int32_t victim = claimed;
+    __syncthreads();  // every thread has read it before warp 0 claims for the next page
     if (victim < 0) continue;
     CopyPage(PageAt(p.device, h.PoolPage(h.CacheSlot(victim))),
              PageAt(p.device, h.PoolPage(h.RingSlot(page))), p.device.page_bytes);
     if (threadIdx.x == 0) sh.slots.state[victim] = kReady;
-    __syncthreads();
   }
   StoreSlots(h, sh.slots);
 }
@@ -592,16 +595,36 @@ __global__ void SummarizeKernel(SummaryParams p) {
   });
 }
 
-// Dynamic shared memory for `slots` cache slots, raising the kernel's limit past 48 KiB when a
-// budget needs it.
+// Raises `kernel`'s dynamic shared memory limit to `bytes` when its static shared memory plus
+// `bytes` pass the default 48 KiB; cudaErrorInvalidValue when the device cannot give that much
+// (MaxSelectCacheSlots tells the engine the limit in advance).
 template <typename Kernel>
 cudaError_t PrepareShared(Kernel kernel, size_t bytes) {
-  if (bytes <= 48 * 1024) return cudaSuccess;
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(bytes));
+  cudaFuncAttributes attributes;
+  if (const cudaError_t e = cudaFuncGetAttributes(&attributes, kernel); e != cudaSuccess) return e;
+  if (attributes.sharedSizeBytes + bytes <= 48 * 1024) return cudaSuccess;
+  if (bytes > static_cast<size_t>(attributes.maxDynamicSharedSizeBytes)) {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(bytes));
+  }
+  return cudaSuccess;
 }
 
 }  // namespace
+
+int32_t MaxSelectCacheSlots() {
+  int device = 0, opt_in = 0;
+  cudaFuncAttributes attributes;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&opt_in, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess ||
+      cudaFuncGetAttributes(&attributes, SelectKernel) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  const size_t available = static_cast<size_t>(opt_in) - attributes.sharedSizeBytes;
+  return static_cast<int32_t>(available / SelectShared::Bytes(1));
+}
 
 cudaError_t ScorePages(const ScoreParams& p, cudaStream_t stream) {
   if (p.num_rows == 0 || p.max_candidates == 0) return cudaSuccess;
@@ -614,6 +637,8 @@ cudaError_t ScorePages(const ScoreParams& p, cudaStream_t stream) {
 
 cudaError_t SelectPages(const SelectParams& p, cudaStream_t stream) {
   if (p.num_rows == 0) return cudaSuccess;
+  if (p.host.page_bytes % 16 != 0)
+    return cudaErrorInvalidValue;  // CopyPage moves 16 bytes a thread
   const size_t shared = SelectShared::Bytes(std::max(p.max_cache_slots, 1));
   if (const cudaError_t e = PrepareShared(SelectKernel, shared); e != cudaSuccess) return e;
   SelectKernel<<<static_cast<unsigned>(p.num_rows * p.num_kv_heads), kThreads, shared, stream>>>(p);
@@ -621,8 +646,9 @@ cudaError_t SelectPages(const SelectParams& p, cudaStream_t stream) {
 }
 
 cudaError_t GatherPages(const GatherParams& p, cudaStream_t stream) {
+  if (p.page_bytes % 16 != 0 || p.copy_stride > 65535) return cudaErrorInvalidValue;
   if (p.lists > 0 && p.copy_stride > 0) {
-    GatherKernel<<<dim3(static_cast<unsigned>(p.copy_stride), static_cast<unsigned>(p.lists)),
+    GatherKernel<<<dim3(static_cast<unsigned>(p.lists), static_cast<unsigned>(p.copy_stride)),
                    kThreads, 0, stream>>>(p);
   }
   if (p.pages_gathered != nullptr) CountGatheredKernel<<<1, 1, 0, stream>>>(p);
@@ -631,6 +657,7 @@ cudaError_t GatherPages(const GatherParams& p, cudaStream_t stream) {
 
 cudaError_t RetireWindowPages(const RetireParams& p, cudaStream_t stream) {
   if (p.num_rows == 0) return cudaSuccess;
+  if (p.device.page_bytes % 16 != 0) return cudaErrorInvalidValue;
   const size_t shared = SelectShared::Bytes(std::max(p.max_cache_slots, 1));
   if (const cudaError_t e = PrepareShared(RetireKernel, shared); e != cudaSuccess) return e;
   RetireKernel<<<static_cast<unsigned>(p.num_rows * p.num_kv_heads), kThreads, shared, stream>>>(p);
@@ -639,6 +666,7 @@ cudaError_t RetireWindowPages(const RetireParams& p, cudaStream_t stream) {
 
 cudaError_t CompletePages(const CompleteParams& p, cudaStream_t stream) {
   if (p.num_rows == 0) return cudaSuccess;
+  if (p.host.page_bytes % 16 != 0) return cudaErrorInvalidValue;
   CompleteKernel<<<static_cast<unsigned>(p.num_rows * p.num_kv_heads), kThreads, 0, stream>>>(p);
   return LaunchStatus();
 }

@@ -105,6 +105,9 @@ struct SelectParams {
   int64_t* counters = nullptr;
 };
 cudaError_t SelectPages(const SelectParams& p, cudaStream_t stream);
+// The most cache slots per sequence SelectPages can handle on the current device (its shared
+// memory holds each (row, KV head)'s slots); 0 when the device cannot be queried.
+int32_t MaxSelectCacheSlots();
 
 struct GatherParams {
   const GatherEntry* copies = nullptr;

@@ -36,8 +36,8 @@ void WriteKvTyped(const Mat& k, const Mat& v, absl::Span<const int32_t> blocks,
 // count. Shared by the dense and sparse paths so that, given the same keys in the same order,
 // they compute bit-identical results.
 template <typename T, typename PageFn>
-void AttendPages(const float* qv, int32_t n_pages, PageFn page, int32_t hd, int32_t ps,
-                 float scale, std::vector<float>* scores, std::vector<float>* acc, float* out) {
+void AttendPages(const float* qv, int32_t n_pages, PageFn page, int32_t hd, int32_t ps, float scale,
+                 std::vector<float>* scores, std::vector<float>* acc, float* out) {
   scores->clear();
   float max_score = -INFINITY;
   for (int32_t i = 0; i < n_pages; ++i) {
@@ -131,10 +131,10 @@ void SparseAttentionTyped(ThreadPool& pool, const Mat& q, const SparseAttentionB
       CHECK(!pages_of.empty()) << "sparse attention list " << list << " has no keys";
       for (int32_t g = 0; g < group; ++g) {
         const int32_t h = kv_h * group + g;
-        AttendPages<T>(q.row(row) + static_cast<int64_t>(h) * hd,
-                       static_cast<int32_t>(pages_of.size()),
-                       [&](int32_t i) { return pages_of[i]; }, hd, ps, batch.scale, &scores, &acc,
-                       out->row(row) + static_cast<int64_t>(h) * hd);
+        AttendPages<T>(
+            q.row(row) + static_cast<int64_t>(h) * hd, static_cast<int32_t>(pages_of.size()),
+            [&](int32_t i) { return pages_of[i]; }, hd, ps, batch.scale, &scores, &acc,
+            out->row(row) + static_cast<int64_t>(h) * hd);
       }
     }
   });
@@ -168,8 +168,10 @@ void CpuBackend::PagedAttention(const Mat& q, const AttentionBatch& batch, const
 void CpuBackend::SparseDecodeAttention(const Mat& q, const SparseAttentionBatch& batch,
                                        const PagePoolView& device_pool,
                                        const PagePoolView& host_pool, Mat* out) {
-  CHECK(device_pool.dtype == host_pool.dtype || host_pool.base == nullptr)
-      << "both page pools must hold the same dtype";
+  CHECK(host_pool.base == nullptr ||
+        (host_pool.dtype == device_pool.dtype && host_pool.page_size == device_pool.page_size &&
+         host_pool.head_dim == device_pool.head_dim))
+      << "the host and device page pools must have the same page layout";
   const absl::Span<const int32_t> list_begin = Host(batch.list_begin);
   const absl::Span<const int32_t> list_count = Host(batch.list_count);
   const size_t lists = static_cast<size_t>(batch.rows) * batch.num_kv_heads;

@@ -15,6 +15,7 @@
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/kv_write.h"
+#include "kernels/sparse.h"
 
 namespace specula {
 namespace cuda_internal {
@@ -56,6 +57,7 @@ absl::Status CudaBackend::Init() {
   }
   CUBLAS_CHECK(cublasSetStream(cublas_, stream()));
   ASSIGN_OR_RETURN(attention_scratch_, Allocate(kAttentionScratchBytes));
+  max_cache_slots_ = kernels::MaxSelectCacheSlots();
   return absl::OkStatus();
 }
 
@@ -254,7 +256,10 @@ void CudaBackend::SparseDecodeAttention(const Mat& q, const SparseAttentionBatch
                                         const PagePoolView& device_pool,
                                         const PagePoolView& host_pool, Mat* out) {
   if (batch.rows == 0) return;
-  CHECK(host_pool.base == nullptr || host_pool.dtype == device_pool.dtype);
+  CHECK(host_pool.base == nullptr ||
+        (host_pool.dtype == device_pool.dtype && host_pool.page_size == device_pool.page_size &&
+         host_pool.head_dim == device_pool.head_dim))
+      << "the host and device page pools must have the same page layout";
   const Mat rows_q = q.Rows(batch.first_row, batch.rows);
   Mat rows_out = out->Rows(batch.first_row, batch.rows);
   kernels::SparseAttentionParams p;

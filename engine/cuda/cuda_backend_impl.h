@@ -57,6 +57,7 @@ class CudaBackend : public Backend {
   void CompletePages(const SparseCompleteArgs& args) override;
   void SummarizePages(const PageSummaryArgs& args) override;
   void GatherPages(Stream& stream, const PageGatherArgs& args) override;
+  int32_t max_sparse_cache_slots() const override { return max_cache_slots_; }
 
  private:
   cudaStream_t stream() const { return compute_->raw(); }
@@ -66,6 +67,7 @@ class CudaBackend : public Backend {
                                         int32_t max_pages) const;
 
   int sm_count_ = 1;
+  int32_t max_cache_slots_ = 0;  // kernels::MaxSelectCacheSlots() on this device
   std::unique_ptr<CudaStream> compute_;
   cublasHandle_t cublas_ = nullptr;
   DeviceBuffer gemm_input_;  // x in bf16 for cuBLAS, grown to the largest GEMM input

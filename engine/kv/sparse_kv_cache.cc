@@ -88,7 +88,15 @@ absl::Status SparseKvCache::CheckCapacity(int64_t total_tokens, int64_t budget_t
         "(sparse.host_capacity_tokens)",
         total_tokens, static_cast<int64_t>(store_->pages_per_head_capacity()) * page_size_));
   }
-  const int32_t slots = Geometry(total_tokens, budget_tokens).slots_per_head();
+  const WorkingSetGeometry g = Geometry(total_tokens, budget_tokens);
+  if (g.cache_slots > backend_.max_sparse_cache_slots()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a sparse budget of %d tokens with its prefetch slots needs %d cache pages per layer and "
+        "KV head, more than this device's page selection holds (%d); lower the budget or "
+        "sparse.prefetch_extra_tokens",
+        EffectiveBudget(budget_tokens), g.cache_slots, backend_.max_sparse_cache_slots()));
+  }
+  const int32_t slots = g.slots_per_head();
   if (slots > device_.num_blocks()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "a sparse working set with budget %d tokens needs %d KV cache pages of %d tokens "

@@ -41,9 +41,9 @@ run kernels "$bundle/bin/cuda_backend_test" --gtest_output="json:$report/kernels
 run generate "$bundle/bin/cuda_generate_test" --gtest_output="json:$report/generate.json"
 if command -v compute-sanitizer >/dev/null; then
   run memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
-    "$bundle/bin/cuda_backend_test" --gtest_filter='*F32_d64_g4*:CudaBackendTest.*-*LargerThanAStagingChunk*'
+    "$bundle/bin/cuda_backend_test" --gtest_filter='*F32_d64_g4*:CudaBackendTest.*:*CudaSparseOpsTest*-*LongLists*'
   run racecheck compute-sanitizer --tool racecheck --error-exitcode 1 \
-    "$bundle/bin/cuda_backend_test" --gtest_filter='*BF16_d128_g4*'
+    "$bundle/bin/cuda_backend_test" --gtest_filter='*BF16_d128_g4*:*CudaSparseOpsTest*'
 fi
 
 # End to end: the server on the GPU answers a generation over gRPC.

@@ -1,0 +1,104 @@
+// The prefetch executor's own rules (engine/kv/page_prefetcher.h), on a copy stream the test
+// can hold: a staging buffer is not rewritten before the gather that read it two steps earlier
+// has run (else the pages it staged would never land), the wait for it is counted as stall, and
+// prefetch latencies are counted per page moved, never for an empty gather.
+#include <chrono>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/engine/kv/gated_copy_backend.h"
+#include "tests/engine/kv/sparse_harness.h"
+
+namespace specula {
+namespace {
+
+using ::specula::testing::CopyGate;
+using ::specula::testing::GatedCopyBackend;
+using ::specula::testing::HarnessShape;
+using ::specula::testing::SparseHarness;
+
+constexpr int32_t kPageSize = 4;
+constexpr int32_t kPromptPages = 40;  // page 0 sink, 1..38 candidates, 39 in the window
+
+// Page p's keys point along channel p: a query with weight on channels picks those pages.
+void PageKeys(int64_t, int32_t, int32_t, int32_t pos, float* k, float* v) {
+  const int32_t page = pos / kPageSize;
+  for (int32_t c = 0; c < 64; ++c) {
+    k[c] = (page < kPromptPages && c == page) ? 10.0f : 0.0f;
+    v[c] = static_cast<float>(page);
+  }
+}
+
+std::vector<float> Query(const std::vector<int32_t>& pages) {
+  std::vector<float> q(2 * 64, 0.0f);
+  for (int32_t h = 0; h < 2; ++h) {
+    for (int32_t p : pages) q[h * 64 + p] = 1.0f;
+  }
+  return q;
+}
+
+SparseOptions Options() {
+  SparseOptions o;
+  o.enabled = true;
+  o.budget_tokens = 4 * kPageSize;
+  o.sink_tokens = kPageSize;
+  o.recent_tokens = kPageSize;
+  o.prefetch_extra_tokens = 4 * kPageSize;  // room for both sets
+  o.speculation = SpeculationMode::kNone;
+  o.min_context_tokens = 0;
+  o.host_capacity_tokens = 4096;
+  return o;
+}
+
+TEST(PagePrefetcherTest, AStagingBufferWaitsForTheGatherThatLastReadIt) {
+  auto backend = std::make_unique<GatedCopyBackend>();
+  CopyGate& gate = backend->gate();
+  HarnessShape shape;
+  shape.page_size = kPageSize;
+  SparseHarness h(Options(), shape, PageKeys, std::move(backend));
+  auto ws = h.Start(1, kPromptPages * kPageSize, 8, 0);
+  h.cache().WaitForPrefetches();
+  const std::vector<int32_t> a = {3, 8, 13, 18}, b = {23, 28, 33, 36};
+  // Step 0 misses A and stages it; its gather is held. Step 1 stages B (queued behind it).
+  gate.Close(std::chrono::milliseconds(400));
+  h.Step({ws.get()}, {Query(a)});
+  ASSERT_TRUE(gate.WaitForHeld(1, std::chrono::seconds(30)));
+  h.Step({ws.get()}, {Query(b)});
+  EXPECT_EQ(h.cache().Stats(*ws).pages_missed, 8);
+  // Step 2 rewrites step 0's staging buffer: first the compute stream waits for step 0's gather
+  // (released by the gate's time limit), so A has landed when the selection runs: all hits.
+  h.Step({ws.get()}, {Query(a)});
+  EXPECT_EQ(h.last_step().pages_hit, 4);
+  EXPECT_EQ(h.last_step().pages_late, 0);
+  EXPECT_GT(h.last_step().stall_seconds, 0.05);  // it waited for the held gather
+  gate.Open();
+  h.cache().WaitForPrefetches();
+  h.Step({ws.get()}, {Query(b)});
+  EXPECT_EQ(h.last_step().pages_hit, 4);  // B landed too
+  h.Finish(*ws);
+}
+
+TEST(PagePrefetcherTest, LatenciesArePerPageMovedNeverPerEmptyGather) {
+  HarnessShape shape;
+  shape.page_size = kPageSize;
+  SparseHarness h(Options(), shape, PageKeys);
+  auto ws = h.Start(1, kPromptPages * kPageSize, 8, 0);
+  h.cache().WaitForPrefetches();
+  h.Step({ws.get()}, {Query({3, 8, 13, 18})});  // four misses staged
+  // Its gather is seen landed at that step's end or by the wait: its samples come with the
+  // first step or the second.
+  size_t samples = h.last_step().prefetch_latencies_seconds.size();
+  h.cache().WaitForPrefetches();
+  h.Step({ws.get()}, {Query({3, 8, 13, 18})});  // all hits: an empty gather
+  samples += h.last_step().prefetch_latencies_seconds.size();
+  EXPECT_EQ(samples, 4u);  // one per page, none for the empty gather
+  EXPECT_EQ(h.last_step().bytes_prefetched, 0);
+  h.cache().WaitForPrefetches();
+  h.Step({ws.get()}, {Query({3, 8, 13, 18})});
+  EXPECT_TRUE(h.last_step().prefetch_latencies_seconds.empty());
+  for (double s : h.last_step().prefetch_latencies_seconds) EXPECT_GE(s, 0.0);
+  h.Finish(*ws);
+}
+
+}  // namespace
+}  // namespace specula
