@@ -320,9 +320,10 @@ TEST_P(CudaSparseOpsTest, GatherRetireAndCompleteMatchTheCpu) {
                                           w.host_pool().page_bytes(), gathered.as<int32_t>()});
     stream->Synchronize();
     EXPECT_EQ(*gathered.as<int32_t>(), static_cast<int32_t>(resolved[i].copies.size()));
-    // Retire the window page 36 at the next step, then complete page 39.
+    // Retire pages 30..36 at the next step (several, some of them mapped already: 30, 31 were
+    // staged), then complete page 39.
     SparseRowPlan row = w.Row(16 * 39, 4);
-    row.retire_begin = 36;
+    row.retire_begin = 30;
     row.retire_end = 37;
     b.RetireWindowPages(SparseRetireArgs{d.Put(std::vector<SparseRowPlan>{row}), 0, s.kv_heads,
                                          s.cache_slots, w.device_pool()});
