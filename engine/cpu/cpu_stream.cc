@@ -60,17 +60,23 @@ CpuCopyStream::~CpuCopyStream() {
 }
 
 void CpuCopyStream::Enqueue(std::function<void()> work) {
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(work));
+    wake = idle_;
   }
-  cv_.notify_all();
+  // Only an idle thread needs waking: a busy one finds the work when it looks at the queue. A
+  // wake-up is a system call and, on a machine with few cores, often a context switch.
+  if (wake) cv_.notify_one();
 }
 
 void CpuCopyStream::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
+    idle_ = true;
     cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    idle_ = false;
     if (queue_.empty()) return;  // stopping, and everything enqueued has run
     std::function<void()> work = std::move(queue_.front());
     queue_.pop_front();

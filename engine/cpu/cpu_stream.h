@@ -74,6 +74,7 @@ class CpuCopyStream : public Stream {
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   bool stop_ = false;
+  bool idle_ = false;   // the thread waits for work (guarded by mu_)
   std::thread thread_;  // last: starts once the members above exist
 };
 

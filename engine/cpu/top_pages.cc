@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <numeric>
 
 #include "engine/common/check.h"
@@ -10,36 +12,40 @@ namespace specula {
 
 namespace {
 
-// A strict weak order even with NaN (which would break a plain `>`): higher score first, NaN
-// last, then lower index, so the result is deterministic.
-struct Better {
-  absl::Span<const float> scores;
-  bool operator()(int32_t a, int32_t b) const {
-    const float sa = scores[a];
-    const float sb = scores[b];
-    const bool na = std::isnan(sa);
-    const bool nb = std::isnan(sb);
-    if (na != nb) return nb;
-    if (!na && sa != sb) return sa > sb;
-    return a < b;
+// A total order of (score, index) as one integer, larger is better: higher score, NaN below
+// every number, -0 as +0, then the lower index. Integer comparisons make the selection several
+// times faster than a comparator that checks NaN; kernels/sparse.cu ranks with the same key.
+uint64_t RankKey(float score, int32_t index) {
+  uint32_t bits = 0;
+  if (!std::isnan(score)) {
+    const float s = score == 0.0f ? 0.0f : score;
+    std::memcpy(&bits, &s, sizeof(bits));
+    bits = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
   }
-};
+  return (static_cast<uint64_t>(bits) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(index));
+}
+
+int32_t IndexOf(uint64_t key) { return static_cast<int32_t>(0xFFFFFFFFu - (key & 0xFFFFFFFFu)); }
 
 }  // namespace
 
 void PartitionTopPages(absl::Span<const float> scores, int32_t first, int32_t k,
                        std::vector<int32_t>* out) {
   CHECK(k >= 0 && first >= 0 && first <= k);
+  thread_local std::vector<uint64_t> keys;
   const size_t n = scores.size();
-  out->resize(n);
-  std::iota(out->begin(), out->end(), 0);
-  const Better better{scores};
+  keys.resize(n);
+  for (size_t i = 0; i < n; ++i) keys[i] = RankKey(scores[i], static_cast<int32_t>(i));
   const size_t take = std::min<size_t>(static_cast<size_t>(k), n);
   const size_t set = std::min<size_t>(static_cast<size_t>(first), take);
-  if (take < n) std::nth_element(out->begin(), out->begin() + take, out->end(), better);
+  const auto better = std::greater<uint64_t>();
+  if (take < n) std::nth_element(keys.begin(), keys.begin() + take, keys.end(), better);
+  if (set > 0 && set < take) {
+    std::nth_element(keys.begin(), keys.begin() + set, keys.begin() + take, better);
+  }
+  std::sort(keys.begin() + set, keys.begin() + take, better);
   out->resize(take);
-  if (set > 0 && set < take) std::nth_element(out->begin(), out->begin() + set, out->end(), better);
-  std::sort(out->begin() + set, out->end(), better);
+  for (size_t i = 0; i < take; ++i) (*out)[i] = IndexOf(keys[i]);
 }
 
 void RankTopPages(absl::Span<const float> scores, int32_t k, std::vector<int32_t>* out) {

@@ -1,11 +1,12 @@
 #include "tools/bench/sparse_bench.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -33,22 +34,17 @@ constexpr int32_t kRecentTokens = 16;
 
 using Example = RetrievalExample;
 
-// Resident bytes of the mapping that contains `address` (/proc/self/smaps): what the host
-// store really occupies, whatever else the process allocates meanwhile.
-int64_t MappingRssBytes(const void* address) {
-  std::ifstream in("/proc/self/smaps");
-  const auto a = reinterpret_cast<uintptr_t>(address);
-  std::string line;
-  bool inside = false;
-  while (std::getline(in, line)) {
-    uintptr_t lo = 0, hi = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
-      inside = a >= lo && a < hi;
-      continue;
-    }
-    if (inside && line.rfind("Rss:", 0) == 0) return std::stoll(line.substr(4)) * 1024;
-  }
-  return -1;
+// Resident bytes of [address, address + bytes) (mincore): what the host store really occupies,
+// whatever else the process maps next to it.
+int64_t ResidentBytes(const void* address, size_t bytes) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(address) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(address) + bytes;
+  std::vector<unsigned char> in_core((end - begin + page - 1) / page);
+  if (mincore(reinterpret_cast<void*>(begin), end - begin, in_core.data()) != 0) return -1;
+  int64_t resident = 0;
+  for (unsigned char c : in_core) resident += (c & 1) != 0;
+  return resident * static_cast<int64_t>(page);
 }
 
 GeneratorOptions BaseOptions(int threads, int64_t kv_tokens, int32_t max_running,
@@ -208,11 +204,12 @@ int RunQuality(const SparseBenchOptions& o) {
                                  dense->accuracy, dense->token_accuracy);
     for (double f : o.budgets) {
       GeneratorOptions g = BaseOptions(o.threads, tokens, n, o.kv_dtypes.front());
-      g.sparse = Sparse(BudgetTokens(f, ctx), SpeculationMode::kCrossStep, tokens, o.prefetch_extra);
+      g.sparse =
+          Sparse(BudgetTokens(f, ctx), SpeculationMode::kCrossStep, tokens, o.prefetch_extra);
       auto r = RunExamples(o.retrieval_dir, g, examples);
       if (!r.ok()) {
-        std::cerr << "specula-bench sparse: " << ctx << " " << BudgetName(f) << ": "
-                  << r.status() << "\n";
+        std::cerr << "specula-bench sparse: " << ctx << " " << BudgetName(f) << ": " << r.status()
+                  << "\n";
         rc = 1;
         continue;
       }
@@ -252,12 +249,11 @@ int RunQuality(const SparseBenchOptions& o) {
           r->kv.pages_selected() == 0
               ? 0.0
               : static_cast<double>(r->kv.pages_late) / static_cast<double>(r->kv.pages_selected());
-      std::cout << absl::StrFormat("| %s | %s | %.3f | %.3f | %.1f | %.1f | %.3f | %.0f |\n",
-                                   BudgetName(f), SpeculationModeName(m), r->kv.hit_rate(), late_share,
-                                   r->kv.bytes_prefetched / per_token / 1024.0,
-                                   r->kv.bytes_fetched / per_token / 1024.0,
-                                   1e3 * r->kv.stall_seconds / per_token,
-                                   r->decode_tokens / r->seconds);
+      std::cout << absl::StrFormat(
+          "| %s | %s | %.3f | %.3f | %.1f | %.1f | %.3f | %.0f |\n", BudgetName(f),
+          SpeculationModeName(m), r->kv.hit_rate(), late_share,
+          r->kv.bytes_prefetched / per_token / 1024.0, r->kv.bytes_fetched / per_token / 1024.0,
+          1e3 * r->kv.stall_seconds / per_token, r->decode_tokens / r->seconds);
     }
   }
   std::cout << "\n";
@@ -265,7 +261,6 @@ int RunQuality(const SparseBenchOptions& o) {
 }
 
 struct CostRow {
-  double tbt_ms = 0;
   int64_t device_kv_bytes = 0;
   int64_t index_bytes = 0;
   int64_t host_rss_bytes = 0;
@@ -274,10 +269,19 @@ struct CostRow {
   double index_fraction_of_k = 0;    // selection index bytes / K bytes, per page
 };
 
-// One request of `context` random tokens at batch 1: the median time between decode tokens.
-absl::StatusOr<CostRow> RunLong(const std::string& model, const GeneratorOptions& options,
-                                int context, int decode_tokens) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Generator> gen, Generator::Create(model, options));
+// One request of `context` random tokens at batch 1, prefilled, with its memory measured; its
+// decode steps are timed by RunCostContext, interleaved with the other configurations'.
+struct LongRun {
+  std::unique_ptr<Generator> gen;
+  CostRow row;
+  std::vector<double> step_ms;
+};
+
+absl::StatusOr<LongRun> StartLong(const std::string& model, const GeneratorOptions& options,
+                                  int context, int decode_tokens) {
+  LongRun run;
+  ASSIGN_OR_RETURN(run.gen, Generator::Create(model, options));
+  Generator& gen = *run.gen;
   std::mt19937 rng(7);
   GenerationRequest r;
   for (int i = 0; i < context; ++i) {
@@ -286,14 +290,14 @@ absl::StatusOr<CostRow> RunLong(const std::string& model, const GeneratorOptions
   r.sampling.temperature = 0;
   r.stopping.max_tokens = decode_tokens + 1;
   r.stopping.ignore_eos = true;
-  RETURN_IF_ERROR(gen->Add(std::move(r)).status());
+  RETURN_IF_ERROR(gen.Add(std::move(r)).status());
   std::vector<SequenceOutput> outs;
-  while (gen->HasWork() && outs.empty()) RETURN_IF_ERROR(gen->Step(&outs));  // prefill
-  CostRow row;
-  const ModelConfig& c = gen->model_config();
+  while (gen.HasWork() && outs.empty()) RETURN_IF_ERROR(gen.Step(&outs));  // prefill
+  CostRow& row = run.row;
+  const ModelConfig& c = gen.model_config();
   row.device_kv_bytes =
-      static_cast<int64_t>(gen->kv_pool().used_blocks()) * gen->kv_pool().bytes_per_block();
-  if (SparseKvCache* s = gen->sparse_cache()) {
+      static_cast<int64_t>(gen.kv_pool().used_blocks()) * gen.kv_pool().bytes_per_block();
+  if (SparseKvCache* s = gen.sparse_cache()) {
     row.index_bytes = static_cast<int64_t>(s->index_bytes_per_page()) *
                       ((context + kPageSize - 1) / kPageSize) * c.num_hidden_layers *
                       c.num_key_value_heads;
@@ -301,58 +305,82 @@ absl::StatusOr<CostRow> RunLong(const std::string& model, const GeneratorOptions
     row.host_bytes_per_token = static_cast<int64_t>(s->store().bytes_per_token());
     row.index_fraction_of_k = static_cast<double>(s->index_bytes_per_page()) /
                               (static_cast<double>(s->store().page_bytes()) / 2);
-    row.host_rss_bytes = MappingRssBytes(s->store().data());
+    row.host_rss_bytes = ResidentBytes(s->store().data(), s->store().bytes());
   }
-  // The median step: one preempted step on this shared machine does not move it.
-  std::vector<double> step_ms;
-  while (gen->HasWork()) {
-    outs.clear();
-    const auto t0 = Clock::now();
-    RETURN_IF_ERROR(gen->Step(&outs));
-    step_ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  if (SparseKvCache* s = gen->sparse_cache()) {
-    row.host_rss_bytes = std::max(row.host_rss_bytes, MappingRssBytes(s->store().data()));
-  }
-  std::nth_element(step_ms.begin(), step_ms.begin() + step_ms.size() / 2, step_ms.end());
-  row.tbt_ms = step_ms[step_ms.size() / 2];
-  return row;
+  return run;
+}
+
+// One decode step of `run`, timed.
+absl::Status TimeStep(LongRun& run) {
+  std::vector<SequenceOutput> outs;
+  const auto t0 = Clock::now();
+  RETURN_IF_ERROR(run.gen->Step(&outs));
+  run.step_ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - t0).count());
+  return absl::OkStatus();
+}
+
+double Median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
 }
 
 // One context of the cost table in one KV dtype: the dense row, then a sparse row per budget.
-// False when a run failed (reported on stderr).
+// Every configuration is prefilled first, then their decode steps run in turn, 16 at a time
+// (dense, each budget, dense, ...), so that this shared machine's slow moments hit all of them
+// alike; each reports its median step. False when a run failed (reported on stderr).
 bool RunCostContext(const std::string& model, const SparseBenchOptions& o, const std::string& dtype,
                     int ctx, double* index_fraction) {
   const int64_t total = ctx + o.tbt_decode_tokens + 64;
-  auto dense = RunLong(model, BaseOptions(o.threads, total, 1, dtype), ctx, o.tbt_decode_tokens);
-  if (!dense.ok()) {
-    std::cerr << "specula-bench sparse: dense " << ctx << " " << dtype << ": " << dense.status()
-              << "\n";
-    return false;
-  }
-  std::cout << absl::StrFormat("| %d | %s | dense | %.3f | 1 | %.2f | - | - | - | - |\n", ctx,
-                               dtype, dense->tbt_ms, dense->device_kv_bytes / 1e6);
-  // Device KV of a sparse request: its working set (budget + sinks + window + prefetch
-  // slots); the selection index is quest's per-page min/max, 2 / page_size of K.
-  bool ok = true;
+  std::vector<std::string> names = {"dense"};
+  std::vector<GeneratorOptions> configs = {BaseOptions(o.threads, total, 1, dtype)};
   for (double f : o.budgets) {
     if (f >= 1.0) continue;
     GeneratorOptions g = BaseOptions(o.threads, total, 1, dtype);
     g.sparse = Sparse(BudgetTokens(f, ctx), SpeculationMode::kCrossStep, total, o.prefetch_extra);
-    auto r = RunLong(model, g, ctx, o.tbt_decode_tokens);
-    if (!r.ok()) {
-      std::cerr << "specula-bench sparse: " << ctx << " " << dtype << ": " << r.status() << "\n";
-      ok = false;
-      continue;
-    }
-    *index_fraction = r->index_fraction_of_k;
-    std::cout << absl::StrFormat(
-        "| %d | %s | sparse %s | %.3f | %.2f | %.2f | %.3f | %d | %.1f | %.1f |\n", ctx, dtype,
-        BudgetName(f), r->tbt_ms, r->tbt_ms / dense->tbt_ms, r->device_kv_bytes / 1e6,
-        r->index_bytes / 1e6, r->host_bytes_per_token, r->host_rss_bytes / 1e6,
-        r->host_capacity_bytes / 1e6);
+    names.push_back("sparse " + BudgetName(f));
+    configs.push_back(g);
   }
-  return ok;
+  std::vector<LongRun> runs;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    auto run = StartLong(model, configs[i], ctx, o.tbt_decode_tokens);
+    if (!run.ok()) {
+      std::cerr << "specula-bench sparse: " << names[i] << " " << ctx << " " << dtype << ": "
+                << run.status() << "\n";
+      return false;
+    }
+    runs.push_back(std::move(*run));
+  }
+  // In blocks of 16 steps, so each configuration's working set is warm in the caches as it
+  // would be alone, while a slow minute still spreads over all of them.
+  constexpr int kBlock = 16;
+  for (int done = 0; done < o.tbt_decode_tokens; done += kBlock) {
+    for (LongRun& run : runs) {
+      for (int step = done; step < std::min(done + kBlock, o.tbt_decode_tokens); ++step) {
+        if (absl::Status s = TimeStep(run); !s.ok()) {
+          std::cerr << "specula-bench sparse: " << ctx << " " << dtype << ": " << s << "\n";
+          return false;
+        }
+      }
+    }
+  }
+  const double dense_ms = Median(runs[0].step_ms);
+  std::cout << absl::StrFormat("| %d | %s | dense | %.3f | 1 | %.2f | - | - | - | - |\n", ctx,
+                               dtype, dense_ms, runs[0].row.device_kv_bytes / 1e6);
+  // Device KV of a sparse request: its working set (budget + sinks + window + prefetch
+  // slots); the selection index is quest's per-page min/max, 2 / page_size of K.
+  for (size_t i = 1; i < runs.size(); ++i) {
+    CostRow& r = runs[i].row;
+    SparseKvCache* s = runs[i].gen->sparse_cache();
+    r.host_rss_bytes =
+        std::max(r.host_rss_bytes, ResidentBytes(s->store().data(), s->store().bytes()));
+    *index_fraction = r.index_fraction_of_k;
+    const double ms = Median(runs[i].step_ms);
+    std::cout << absl::StrFormat(
+        "| %d | %s | %s | %.3f | %.2f | %.2f | %.3f | %d | %.1f | %.1f |\n", ctx, dtype, names[i],
+        ms, ms / dense_ms, r.device_kv_bytes / 1e6, r.index_bytes / 1e6, r.host_bytes_per_token,
+        r.host_rss_bytes / 1e6, r.host_capacity_bytes / 1e6);
+  }
+  return true;
 }
 
 int RunCost(const SparseBenchOptions& o) {
@@ -371,7 +399,8 @@ int RunCost(const SparseBenchOptions& o) {
     return 1;
   }
   std::cout << "### Cost at long context (generated tiny llama: 2 layers, 4 heads, 2 KV heads, "
-               "head_dim 16; batch 1; selector quest, cross_step, fetch)\n\n"
+               "head_dim 16; batch 1; selector quest, cross_step, fetch; the configurations decode "
+               "in turn, median step)\n\n"
                "| context | KV dtype | run | TBT ms (median) | TBT / dense | device KV MB | "
                "selection index MB | host KV bytes/token | host store RSS MB | host capacity MB "
                "|\n|---|---|---|---|---|---|---|---|---|---|\n";
