@@ -34,11 +34,12 @@
 
 namespace specula {
 
-// What a backend counts for tests and benchmarks: times the host waited for the compute stream
-// (Synchronize, and CopyToHost, which waits before it reads), and reads of backend memory into
-// host memory (CopyToHost). A decode step needs one of each: the logits' readback.
+// What a backend counts for tests and benchmarks: times the host thread blocked on device work
+// (a stream's or an event's Synchronize, and CopyToHost, which waits before it reads), and reads
+// of backend memory into host memory (CopyToHost). A decode step needs one of each: the logits'
+// readback. A stream waiting on an event (Stream::Wait) is not a host synchronization.
 struct BackendCounters {
-  std::atomic<int64_t> compute_syncs{0};
+  std::atomic<int64_t> host_syncs{0};
   std::atomic<int64_t> host_reads{0};
 };
 

@@ -8,7 +8,9 @@ namespace specula {
 
 void StepPlan::Clear() {
   if (upload_done_ != nullptr) {
-    upload_done_->Synchronize();  // the copy engine has read the staging buffer
+    // The copy engine has read the staging buffer: normally long done (the step synchronized at
+    // its readback), and then no host synchronization is spent on it.
+    if (!upload_done_->Done()) upload_done_->Synchronize();
     upload_done_ = nullptr;
   }
   staged_bytes_ = 0;

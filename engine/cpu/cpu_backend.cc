@@ -96,7 +96,11 @@ absl::StatusOr<DeviceBuffer> CpuBackend::AllocatePinnedHost(size_t bytes) {
   });
 }
 
-std::unique_ptr<Stream> CpuBackend::CreateStream() { return std::make_unique<CpuCopyStream>(); }
+std::unique_ptr<Stream> CpuBackend::CreateStream() { return MakeCopyStream(nullptr); }
+
+std::unique_ptr<Stream> CpuBackend::MakeCopyStream(std::function<void()> before_copy) {
+  return std::make_unique<CpuCopyStream>(&counters_, std::move(before_copy));
+}
 
 void CpuBackend::CopyToDevice(void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);
@@ -107,7 +111,7 @@ void CpuBackend::CopyToDeviceAsync(void* dst, const void* pinned_src, size_t byt
 }
 
 void CpuBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
-  ++counters_.compute_syncs;  // on a GPU the read waits for the compute stream
+  ++counters_.host_syncs;  // on a GPU the read waits for the compute stream
   ++counters_.host_reads;
   std::memcpy(dst, src, bytes);
 }

@@ -8,6 +8,7 @@
 // slot states are atomics shared with the copy streams, as on the device.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "absl/types/span.h"
@@ -69,6 +70,10 @@ class CpuBackend : public Backend {
         << " is not backend memory (a host pointer handed to a device operation?)";
     return absl::Span<T>(span.data(), span.size());
   }
+
+ protected:
+  // A copy stream counting into this backend's counters; `before_copy` as CpuCopyStream takes it.
+  std::unique_ptr<Stream> MakeCopyStream(std::function<void()> before_copy);
 
  private:
   ThreadPool pool_;

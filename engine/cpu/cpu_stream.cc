@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/common/check.h"
 
 namespace specula {
 
@@ -17,8 +18,18 @@ bool CpuEvent::Done() const {
 }
 
 void CpuEvent::Synchronize() {
+  if (counters_ != nullptr) ++counters_->host_syncs;
+  WaitUntilDone();
+}
+
+void CpuEvent::WaitUntilDone() const {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return done_; });
+}
+
+void CpuEvent::Rearm() {
+  std::lock_guard<std::mutex> lock(mu_);
+  done_ = false;
 }
 
 void CpuEvent::Complete() {
@@ -32,7 +43,7 @@ void CpuComputeStream::CopyPages(absl::Span<const PageCopy> copies, size_t page_
 }
 
 CpuComputeStream::CpuComputeStream(BackendCounters* counters)
-    : counters_(counters), done_(std::make_shared<CpuEvent>()) {
+    : counters_(counters), done_(std::make_shared<CpuEvent>(counters)) {
   done_->Complete();
 }
 
@@ -42,13 +53,15 @@ std::shared_ptr<Event> CpuComputeStream::Record() {
 
 void CpuComputeStream::Wait(const std::shared_ptr<Event>& event) {
   // The caller is this stream's executor: later work must not run before the event.
-  event->Synchronize();
+  const auto* cpu_event = dynamic_cast<const CpuEvent*>(event.get());
+  CHECK(cpu_event != nullptr) << "a CPU stream can only wait on a CPU event";
+  cpu_event->WaitUntilDone();
 }
 
-void CpuComputeStream::Synchronize() { ++counters_->compute_syncs; }
+void CpuComputeStream::Synchronize() { ++counters_->host_syncs; }
 
-CpuCopyStream::CpuCopyStream(std::function<void()> before_copy)
-    : before_copy_(std::move(before_copy)), thread_([this] { Loop(); }) {}
+CpuCopyStream::CpuCopyStream(BackendCounters* counters, std::function<void()> before_copy)
+    : counters_(counters), before_copy_(std::move(before_copy)), thread_([this] { Loop(); }) {}
 
 CpuCopyStream::~CpuCopyStream() {
   {
@@ -101,13 +114,17 @@ void CpuCopyStream::Launch(std::function<void()> work) {
 }
 
 std::shared_ptr<Event> CpuCopyStream::Record() {
-  auto event = std::make_shared<CpuEvent>();
+  std::shared_ptr<CpuEvent> event =
+      events_.Next([this] { return std::make_shared<CpuEvent>(counters_); });
+  event->Rearm();
   Enqueue([event] { event->Complete(); });
   return event;
 }
 
 void CpuCopyStream::Wait(const std::shared_ptr<Event>& event) {
-  Enqueue([event] { event->Synchronize(); });
+  std::shared_ptr<const CpuEvent> cpu_event = std::dynamic_pointer_cast<const CpuEvent>(event);
+  CHECK(cpu_event != nullptr) << "a CPU stream can only wait on a CPU event";
+  Enqueue([cpu_event] { cpu_event->WaitUntilDone(); });
 }
 
 void CpuCopyStream::Synchronize() { Record()->Synchronize(); }

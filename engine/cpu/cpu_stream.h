@@ -1,5 +1,6 @@
 // The CPU backend's streams and events (semantics in engine/stream.h).
-// - CpuEvent: a flag set when its stream reaches it.
+// - CpuEvent: a flag set when its stream reaches it. Its Synchronize is a host synchronization
+//   and is counted; a stream waiting on it is not.
 // - CpuComputeStream: the engine thread is the executor of the compute stream, so work runs at
 //   enqueue time, which is one legal schedule of an in-order stream. Wait(event) therefore blocks
 //   the caller until the event is done: compute never runs ahead of a copy it was ordered after.
@@ -15,6 +16,7 @@
 #include <mutex>
 #include <thread>
 
+#include "engine/event_ring.h"
 #include "engine/stream.h"
 
 namespace specula {
@@ -23,13 +25,20 @@ struct BackendCounters;
 
 class CpuEvent : public Event {
  public:
+  // Synchronize counts in `counters` (the backend's; may be null; must outlive the event).
+  explicit CpuEvent(BackendCounters* counters) : counters_(counters) {}
   bool Done() const override;
   void Synchronize() override;
+  // A stream's wait: blocks its executor until done, uncounted.
+  void WaitUntilDone() const;
   void Complete();
+  // Marks it not done again, to be recorded anew (EventRing).
+  void Rearm();
 
  private:
+  BackendCounters* counters_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable std::condition_variable cv_;
   bool done_ = false;
 };
 
@@ -51,8 +60,9 @@ class CpuComputeStream : public Stream {
 class CpuCopyStream : public Stream {
  public:
   // `before_copy`, if set, runs on the stream's thread before each batched copy (tests use it
-  // to hold a copy in flight).
-  explicit CpuCopyStream(std::function<void()> before_copy = nullptr);
+  // to hold a copy in flight). Host synchronizations count in `counters` (may be null).
+  explicit CpuCopyStream(BackendCounters* counters = nullptr,
+                         std::function<void()> before_copy = nullptr);
   ~CpuCopyStream() override;  // finishes what is enqueued, like destroying a CUDA stream
   CpuCopyStream(const CpuCopyStream&) = delete;
   CpuCopyStream& operator=(const CpuCopyStream&) = delete;
@@ -69,7 +79,9 @@ class CpuCopyStream : public Stream {
   void Enqueue(std::function<void()> work);
   void Loop();
 
+  BackendCounters* counters_;
   std::function<void()> before_copy_;
+  EventRing<CpuEvent> events_;  // engine thread (Record)
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;

@@ -50,7 +50,7 @@ absl::Status CudaBackend::Init() {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
-  compute_ = std::make_unique<CudaStream>(&counters_.compute_syncs);
+  compute_ = std::make_unique<CudaStream>(&counters_.host_syncs);
   if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) {
     cublas_ = nullptr;
     return absl::FailedPreconditionError("model.device: cuda: cuBLAS did not initialize");

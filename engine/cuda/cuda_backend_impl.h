@@ -32,7 +32,9 @@ class CudaBackend : public Backend {
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
   void Memset(void* dst, int value, size_t bytes) override;
   Stream& compute_stream() override { return *compute_; }
-  std::unique_ptr<Stream> CreateStream() override { return std::make_unique<CudaStream>(); }
+  std::unique_ptr<Stream> CreateStream() override {
+    return std::make_unique<CudaStream>(&counters_.host_syncs);
+  }
 
   absl::StatusOr<Weight> UploadWeight(const float* data, int64_t out, int64_t in) override;
   void Gemm(const Mat& x, const Weight& w, const Weight& bias, Mat* y) override;

@@ -4,10 +4,11 @@
 
 namespace specula {
 
-CudaEvent::CudaEvent(cudaStream_t stream) {
+CudaEvent::CudaEvent(std::atomic<int64_t>* syncs) : syncs_(syncs) {
   CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventRecord(event_, stream));
 }
+
+void CudaEvent::RecordOn(cudaStream_t stream) { CUDA_CHECK(cudaEventRecord(event_, stream)); }
 
 CudaEvent::~CudaEvent() { cudaEventDestroy(event_); }
 
@@ -18,7 +19,10 @@ bool CudaEvent::Done() const {
   return true;
 }
 
-void CudaEvent::Synchronize() { CUDA_CHECK(cudaEventSynchronize(event_)); }
+void CudaEvent::Synchronize() {
+  if (syncs_ != nullptr) ++*syncs_;
+  CUDA_CHECK(cudaEventSynchronize(event_));
+}
 
 CudaStream::CudaStream(std::atomic<int64_t>* syncs) : syncs_(syncs) {
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -48,7 +52,14 @@ void CudaStream::CopyPages(absl::Span<const PageCopy> copies, size_t page_bytes)
                                   &attrs_index, 1, stream_));
 }
 
-std::shared_ptr<Event> CudaStream::Record() { return std::make_shared<CudaEvent>(stream_); }
+std::shared_ptr<Event> CudaStream::Record() {
+  // A reused event may still be waited on by a stream: cudaStreamWaitEvent took its state at the
+  // call, so recording it again does not move that wait.
+  std::shared_ptr<CudaEvent> event =
+      events_.Next([this] { return std::make_shared<CudaEvent>(syncs_); });
+  event->RecordOn(stream_);
+  return event;
+}
 
 void CudaStream::Wait(const std::shared_ptr<Event>& event) {
   const auto* cuda_event = dynamic_cast<const CudaEvent*>(event.get());

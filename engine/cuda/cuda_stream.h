@@ -10,29 +10,34 @@
 #include <memory>
 #include <vector>
 
+#include "engine/event_ring.h"
 #include "engine/stream.h"
 
 namespace specula {
 
 class CudaEvent : public Event {
  public:
-  // Records a new event on `stream`.
-  explicit CudaEvent(cudaStream_t stream);
+  // Synchronize counts in `syncs` (the backend's host-sync counter; may be null).
+  explicit CudaEvent(std::atomic<int64_t>* syncs);
   ~CudaEvent() override;
   CudaEvent(const CudaEvent&) = delete;
   CudaEvent& operator=(const CudaEvent&) = delete;
 
   bool Done() const override;
   void Synchronize() override;
+  // Marks the current end of `stream` (again: events are reused, EventRing).
+  void RecordOn(cudaStream_t stream);
   cudaEvent_t raw() const { return event_; }
 
  private:
   cudaEvent_t event_ = nullptr;
+  std::atomic<int64_t>* syncs_;
 };
 
 class CudaStream : public Stream {
  public:
-  // `syncs`, if set, counts Synchronize calls (the backend's compute-stream counter).
+  // `syncs`, if set, counts the host synchronizations on this stream and its events (the
+  // backend's counter).
   explicit CudaStream(std::atomic<int64_t>* syncs = nullptr);
   ~CudaStream() override;  // waits for what is enqueued, like the CPU copy stream
   CudaStream(const CudaStream&) = delete;
@@ -47,6 +52,7 @@ class CudaStream : public Stream {
  private:
   cudaStream_t stream_ = nullptr;
   std::atomic<int64_t>* syncs_;
+  EventRing<CudaEvent> events_;  // Record: no cudaEventCreate per layer and step
   // CopyPages' argument arrays, reused (a stream is used by one thread at a time).
   std::vector<void*> dsts_;
   std::vector<const void*> srcs_;

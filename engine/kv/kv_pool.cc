@@ -38,6 +38,7 @@ absl::StatusOr<std::vector<int32_t>> KvPool::Allocate(int32_t n) {
         "KV cache full: %d blocks of %d tokens requested, %d of %d free", n, options_.page_size,
         free_blocks(), num_blocks()));
   }
+  if (n > 0 && reuse_guard_) reuse_guard_();
   std::vector<int32_t> out(free_.end() - n, free_.end());
   free_.resize(free_.size() - n);
   for (int32_t b : out) refs_[b] = 1;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -37,6 +38,10 @@ class KvPool {
   void Retain(absl::Span<const int32_t> blocks);
   void Free(absl::Span<const int32_t> blocks);
   int32_t refcount(int32_t block) const { return refs_[block]; }
+  // Runs in Allocate before blocks are handed out: blocks freed while copies on another stream
+  // may still write them (a released sparse working set's slots) become safe to reuse there
+  // (SparseKvCache waits for those copies, if they have not landed yet).
+  void set_reuse_guard(std::function<void()> guard) { reuse_guard_ = std::move(guard); }
 
   KvLayerView Layer(int32_t layer) const;
   int32_t page_size() const { return options_.page_size; }
@@ -55,6 +60,7 @@ class KvPool {
   DeviceBuffer memory_;
   std::vector<int32_t> free_;      // stack of free block ids
   std::vector<int32_t> refs_;      // per block, 0 when free (catches double frees)
+  std::function<void()> reuse_guard_;
 };
 
 }  // namespace specula

@@ -41,10 +41,15 @@ absl::Status PagePrefetcher::Prepare(StagingKind which, int32_t lists, int32_t s
   if (entries <= k.capacity_entries && static_cast<size_t>(lists) <= k.capacity_lists) {
     return absl::OkStatus();
   }
-  Drain();  // no gather may read a buffer while it is replaced
   const size_t grown_entries = std::max(entries, 2 * k.capacity_entries);
   const size_t grown_lists = std::max<size_t>(lists, 2 * k.capacity_lists);
   for (Buffer& b : k.buffers) {
+    // A gather enqueued earlier may still read the old lists: they outlive it.
+    Retired old{std::move(b.copies), std::move(b.counts), {}};
+    for (std::shared_ptr<Event>& e : b.gathered) {
+      if (e != nullptr) old.readers.push_back(std::move(e));
+    }
+    if (!old.readers.empty()) retired_.push_back(std::move(old));
     auto copies = backend_.Allocate(grown_entries * layers_ * sizeof(PageGatherEntry));
     auto counts = backend_.Allocate(grown_lists * layers_ * sizeof(int32_t));
     if (!copies.ok() || !counts.ok()) {
@@ -119,6 +124,11 @@ void PagePrefetcher::Drain() {
   Poll();
 }
 
+void PagePrefetcher::RecordFences(std::vector<std::shared_ptr<Event>>* fences) {
+  fences->clear();
+  for (auto& s : streams_) fences->push_back(s->Record());
+}
+
 void PagePrefetcher::Poll() {
   const double now = MonotonicSeconds();
   auto landed = [&](const Pending& p) {
@@ -131,6 +141,11 @@ void PagePrefetcher::Poll() {
     return true;
   };
   pending_.erase(std::remove_if(pending_.begin(), pending_.end(), landed), pending_.end());
+  auto unread = [](const Retired& r) {
+    return std::all_of(r.readers.begin(), r.readers.end(),
+                       [](const std::shared_ptr<Event>& e) { return e->Done(); });
+  };
+  retired_.erase(std::remove_if(retired_.begin(), retired_.end(), unread), retired_.end());
 }
 
 double PagePrefetcher::TakeStallSeconds() {

@@ -39,7 +39,8 @@ class PagePrefetcher {
   PagePrefetcher& operator=(const PagePrefetcher&) = delete;
 
   // Sizes this step's staging of `kind`: `lists` (rows * KV heads) lists of at most `stride`
-  // copies. Grows its buffers when needed (draining the streams first).
+  // copies. Grows its buffers when needed; a replaced buffer is freed once the gathers that read
+  // it are done (never waited for).
   absl::Status Prepare(StagingKind kind, int32_t lists, int32_t stride);
   // Where selection `kind` of `layer` stages its copies this step. The compute stream first
   // waits for the gather that last read this buffer (two steps ago) to be done.
@@ -48,8 +49,11 @@ class PagePrefetcher {
   void Launch(StagingKind kind, int32_t layer);
   // Ends the step (the next one uses the other buffers of every kind).
   void EndStep();
-  // Waits until every copy enqueued so far has landed (a sequence's release, tests).
+  // Waits until every copy enqueued so far has landed (tests, destruction, regrowing buffers).
   void Drain();
+  // Events marking everything enqueued so far on every copy stream (a sequence's release: its
+  // slots and state are reused only once they are done). Never blocks.
+  void RecordFences(std::vector<std::shared_ptr<Event>>* fences);
 
   // Host time the compute stream waited for copies, and the enqueue-to-landed time of each
   // page of the gathers seen done since the last call (one sample per page moved; the time is
@@ -72,6 +76,12 @@ class PagePrefetcher {
     size_t capacity_entries = 0;  // per layer
     size_t capacity_lists = 0;
   };
+  // A replaced staging buffer, kept until the gathers that may still read it are done.
+  struct Retired {
+    DeviceBuffer copies;
+    DeviceBuffer counts;
+    std::vector<std::shared_ptr<Event>> readers;
+  };
   struct Pending {
     std::shared_ptr<Event> event;
     int32_t slot = 0;  // of gathered_pages_, where the gather reports the pages it moved
@@ -90,6 +100,7 @@ class PagePrefetcher {
   DeviceBuffer gathered_pages_;      // pinned host: one count per tracked gather
   std::vector<int32_t> free_slots_;  // of gathered_pages_
   std::vector<Pending> pending_;
+  std::vector<Retired> retired_;
   std::vector<double> latencies_;
   double stall_seconds_ = 0;
 };

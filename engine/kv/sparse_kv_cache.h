@@ -59,8 +59,9 @@ class SparseKvCache {
   absl::StatusOr<std::shared_ptr<WorkingSet>> Admit(int64_t total_tokens, int64_t budget_tokens,
                                                     int64_t prompt_tokens,
                                                     absl::Span<const PageId> shared_pages = {});
-  // Waits for the copies into the sequence's slots, then returns its host pages, device slots
-  // and state.
+  // Returns the sequence's host pages and device slots, without waiting: prefetch copies into
+  // its slots and state may still be in flight, so the state is kept, and the slots are handed
+  // out again (KvPool's reuse guard), only once the copy streams have passed the release.
   void Release(WorkingSet& ws);
   bool Owns(const WorkingSet* ws) const;
   KvStats Stats(const WorkingSet& ws) const { return ws.stats; }
@@ -102,6 +103,15 @@ class SparseKvCache {
   }
 
  private:
+  // A released working set whose state and slots copies may still write.
+  struct Released {
+    std::shared_ptr<WorkingSet> ws;
+    std::vector<std::shared_ptr<Event>> fences;  // one per copy stream
+  };
+  // Forgets released working sets whose fences are done; with `wait`, waits for the others
+  // first (a host synchronization, only when their slots are wanted before the copies landed).
+  void ReapReleased(bool wait);
+
   SparseKvCache(const SparseOptions& options, const SparseModelShape& shape, int32_t page_size,
                 Backend& backend, KvPool& device);
 
@@ -116,6 +126,7 @@ class SparseKvCache {
   std::unique_ptr<SparseDecodeKv> decode_;
   int64_t device_slots_used_ = 0;
   std::vector<std::shared_ptr<WorkingSet>> live_;
+  std::vector<Released> released_;
 };
 
 }  // namespace specula

@@ -407,9 +407,9 @@ TEST_F(CudaBackendTest, CopyStreamGatherIsOrderedByItsEvent) {
   std::shared_ptr<Event> landed = copy->Record();
   gpu_->compute_stream().Wait(landed);
   gpu_->compute_stream().CopyPages(out, kPage);
-  const int64_t syncs = gpu_->counters().compute_syncs;
+  const int64_t syncs = gpu_->counters().host_syncs;
   gpu_->Synchronize();
-  EXPECT_EQ(gpu_->counters().compute_syncs, syncs + 1);
+  EXPECT_EQ(gpu_->counters().host_syncs, syncs + 1);
   EXPECT_TRUE(landed->Done());
   EXPECT_EQ(std::memcmp(host.data(), back.data(), kPages * kPage), 0);
 }

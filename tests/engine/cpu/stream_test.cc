@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <vector>
 
 #include "engine/cpu/cpu_backend.h"
@@ -35,7 +36,7 @@ std::vector<PageCopy> One(std::vector<char>& dst, const std::vector<char>& src) 
 TEST(CpuStreamTest, AnEventIsDoneOnlyOnceTheCopiesBeforeItLanded) {
   CopyGate gate;
   gate.Close(seconds(30));
-  CpuCopyStream stream([&] { gate.Enter(); });
+  CpuCopyStream stream(nullptr, [&] { gate.Enter(); });
   Pages p;
   stream.CopyPages(One(p.b, p.a), kPage);  // returns while the copy is held
   const std::shared_ptr<Event> landed = stream.Record();
@@ -53,7 +54,7 @@ TEST(CpuStreamTest, OneStreamRunsItsWorkInOrder) {
   CopyGate gate;
   gate.Close(milliseconds(200));
   int copies = 0;
-  CpuCopyStream stream([&] {
+  CpuCopyStream stream(nullptr, [&] {
     if (copies++ == 0) gate.Enter();
   });
   Pages p;
@@ -68,7 +69,7 @@ TEST(CpuStreamTest, AStreamWaitingOnAnEventRunsLaterWorkAfterIt) {
   // stream 2 would copy the old b at once.
   CopyGate gate;
   gate.Close(milliseconds(200));
-  CpuCopyStream first([&] { gate.Enter(); });
+  CpuCopyStream first(nullptr, [&] { gate.Enter(); });
   CpuCopyStream second;
   Pages p;
   first.CopyPages(One(p.b, p.a), kPage);
@@ -84,7 +85,7 @@ TEST(CpuStreamTest, TheComputeStreamWaitingOnAnEventDoesNotRunAheadOfIt) {
   // reads next is the copied page.
   CopyGate gate;
   gate.Close(milliseconds(200));
-  CpuCopyStream copy([&] { gate.Enter(); });
+  CpuCopyStream copy(nullptr, [&] { gate.Enter(); });
   CpuBackend backend(1);
   Pages p;
   copy.CopyPages(One(p.b, p.a), kPage);
@@ -99,7 +100,7 @@ TEST(CpuStreamTest, DestroyingAStreamFinishesWhatWasEnqueued) {
   gate.Close(milliseconds(100));
   Pages p;
   {
-    CpuCopyStream stream([&] { gate.Enter(); });
+    CpuCopyStream stream(nullptr, [&] { gate.Enter(); });
     stream.CopyPages(One(p.b, p.a), kPage);
   }
   EXPECT_EQ(p.b, p.a);
@@ -131,8 +132,43 @@ TEST(CpuStreamTest, TheBackendCountsComputeSynchronizationsAndHostReads) {
   float x = 1, y = 0;
   backend.CopyToHost(&y, &x, sizeof(x));
   backend.CopyToDevice(&x, &y, sizeof(x));                // not a read
-  EXPECT_EQ(backend.counters().compute_syncs.load(), 3);  // a read waits for compute
+  EXPECT_EQ(backend.counters().host_syncs.load(), 3);  // a read waits for compute
   EXPECT_EQ(backend.counters().host_reads.load(), 1);
+}
+
+TEST(CpuStreamTest, EveryHostWaitCountsAndAStreamsWaitDoesNot) {
+  // A host thread blocked on a copy stream or an event is a synchronization like a readback (a
+  // sparse step's release waiting for its prefetches would show here); the compute stream
+  // waiting on an event is device-side ordering and costs the host nothing on a GPU.
+  CpuBackend backend(1);
+  std::unique_ptr<Stream> copy = backend.CreateStream();
+  std::vector<char> a(kPage, 'a'), b(kPage, 'b');
+  copy->CopyPages(One(b, a), kPage);
+  backend.compute_stream().Wait(copy->Record());
+  EXPECT_EQ(backend.counters().host_syncs.load(), 0);
+  copy->Record()->Synchronize();
+  EXPECT_EQ(backend.counters().host_syncs.load(), 1);
+  copy->Synchronize();
+  EXPECT_EQ(backend.counters().host_syncs.load(), 2);
+  EXPECT_EQ(backend.counters().host_reads.load(), 0);
+}
+
+TEST(CpuStreamTest, RecordReusesEventsNobodyHolds) {
+  // Record runs per layer and step: it must not make a new event each time. Each iteration lets
+  // go of its event, so a handful serve a thousand records; one kept is never handed out again.
+  CpuBackend backend(1);
+  std::unique_ptr<Stream> copy = backend.CreateStream();
+  const std::shared_ptr<Event> kept = copy->Record();
+  kept->Synchronize();
+  std::set<const Event*> seen;
+  for (int i = 0; i < 1000; ++i) {
+    std::shared_ptr<Event> e = copy->Record();
+    e->Synchronize();
+    EXPECT_NE(e.get(), kept.get());
+    seen.insert(e.get());
+  }
+  EXPECT_LE(seen.size(), 3u);
+  EXPECT_TRUE(kept->Done());  // a kept event stays done: nobody re-armed it
 }
 
 // Resident set size of this process, from /proc/self/statm.

@@ -135,9 +135,9 @@ std::vector<StepSyncs> DecodeStepSyncs(Generator& gen, int steps) {
   std::vector<StepSyncs> per_step;
   for (int i = 0; i < steps; ++i) {
     const BackendCounters& c = gen.backend_counters();
-    const StepSyncs before{c.compute_syncs.load(), c.host_reads.load()};
+    const StepSyncs before{c.host_syncs.load(), c.host_reads.load()};
     EXPECT_TRUE(gen.Step(&out).ok());
-    per_step.push_back({c.compute_syncs.load() - before.syncs, c.host_reads.load() - before.reads});
+    per_step.push_back({c.host_syncs.load() - before.syncs, c.host_reads.load() - before.reads});
   }
   return per_step;
 }
@@ -153,9 +153,10 @@ TEST(GeneratorTest, ADenseDecodeStepSynchronizesWithTheHostOnce) {
 
 // Selection, residency and prefetch planning run on the device, so a sparse decode step also
 // synchronizes once: the logits' readback (the counters come back with it, asynchronously). A
-// per-layer query readback, a host-side summary of a page filled this step or a host wait for
-// a prefetch would each show here. The steps must really select and stage pages, or the count
-// would prove nothing.
+// per-layer query readback, a host-side summary of a page filled this step, a host wait for a
+// prefetch or a finished sequence's release waiting for its copies would each show here. The
+// steps must really select and stage pages, or the count would prove nothing; the requests end at
+// different steps, so releases happen while others decode.
 TEST(GeneratorTest, ASparseDecodeStepSynchronizesWithTheHostOnce) {
   for (SpeculationMode mode : {SpeculationMode::kNone, SpeculationMode::kCrossStep,
                                SpeculationMode::kCrossLayer, SpeculationMode::kBoth}) {
@@ -175,24 +176,31 @@ TEST(GeneratorTest, ASparseDecodeStepSynchronizesWithTheHostOnce) {
       const int32_t prompt_len = 200;
       std::vector<int32_t> prompt;
       for (int32_t j = 0; j < prompt_len; ++j) prompt.push_back(1 + j % 250);
-      for (int i = 0; i < 3; ++i) ASSERT_TRUE(gen->Add(Greedy(prompt, 40)).ok());
+      for (int i = 0; i < 3; ++i) ASSERT_TRUE(gen->Add(Greedy(prompt, 12 + 10 * i)).ok());
       std::vector<SequenceOutput> out;
       while (out.size() < 3) ASSERT_TRUE(gen->Step(&out).ok());  // the layer-major prefills
-      int64_t selected = 0, staged = 0;
+      int64_t selected = 0, staged = 0, finished = 0;
       const BackendCounters& c = gen->backend_counters();
-      for (int step = 0; step < 20; ++step) {
-        const StepSyncs before{c.compute_syncs.load(), c.host_reads.load()};
+      for (int step = 0; gen->HasWork(); ++step) {
+        const StepSyncs before{c.host_syncs.load(), c.host_reads.load()};
+        out.clear();
         ASSERT_TRUE(gen->Step(&out).ok());
-        const StepSyncs got{c.compute_syncs.load() - before.syncs,
-                            c.host_reads.load() - before.reads};
+        const StepSyncs got{c.host_syncs.load() - before.syncs, c.host_reads.load() - before.reads};
         EXPECT_EQ(got, (StepSyncs{1, 1}))
             << SpeculationModeName(mode) << " " << MissPolicyName(miss) << " step " << step;
         const SparseStepStats& s = gen->last_step().sparse;
         selected += s.pages_hit + s.pages_missed + s.pages_late;
         staged += s.bytes_prefetched;
+        for (const SequenceOutput& so : out) finished += so.finish != FinishReason::kNone;
       }
+      EXPECT_EQ(finished, 3);
       EXPECT_GT(selected, 0) << SpeculationModeName(mode);
       EXPECT_GT(staged, 0) << SpeculationModeName(mode);  // misses at least are staged
+      // The released slots are handed out again (after their copies landed).
+      EXPECT_EQ(gen->device_slots_used(), 0);
+      auto again = gen->GenerateAll({Greedy(prompt, 4)});
+      ASSERT_TRUE(again.ok()) << again.status();
+      EXPECT_EQ(again->front().tokens.size(), 4u);
     }
   }
 }
@@ -212,9 +220,9 @@ TEST(GeneratorTest, ALayerMajorPrefillStepSynchronizesOnce) {
   const BackendCounters& c = gen->backend_counters();
   int steps = 0;
   while (out.empty()) {
-    const int64_t before = c.compute_syncs.load();
+    const int64_t before = c.host_syncs.load();
     ASSERT_TRUE(gen->Step(&out).ok());
-    EXPECT_EQ(c.compute_syncs.load() - before, 1) << "step " << steps;
+    EXPECT_EQ(c.host_syncs.load() - before, 1) << "step " << steps;
     ++steps;
   }
   // 200 tokens x layers in units of 32 rows, 32 x layers rows a step: 7 steps.

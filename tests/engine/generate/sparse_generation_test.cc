@@ -3,6 +3,7 @@
 // device slot comes back (invariant 3 at the engine level).
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -231,6 +232,36 @@ TEST(SparseGenerationTest, SmallBudgetCountsHitsAndMissesAndFreesEverything) {
     EXPECT_EQ(gen->device_slots_used(), 0);
     EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
   }
+}
+
+// cross_layer through the model itself: the transformer's early query of layer l+1
+// (EarlyQueryRows, PredictLayer) stages pages while layer l runs. Against no speculation on the
+// same requests, it copies more ahead of need and those pages are found when attention needs
+// them: more hits (or late pages, still in flight) and fewer misses. Break the early query or
+// drop the prediction and the counts fall back to speculation none's.
+TEST(SparseGenerationTest, CrossLayerPredictionsFromTheModelAreLaterHits) {
+  auto total = [](SpeculationMode mode) {
+    auto gen = Generator::Create(TestModelDir("llama3-f32"),
+                                 Options(true, mode, MissPolicy::kFetch, 32))
+                   .value();
+    KvStats sum;
+    for (const KvStats& s : RunCollectingStats(*gen, Requests())) {
+      sum.pages_hit += s.pages_hit;
+      sum.pages_late += s.pages_late;
+      sum.pages_missed += s.pages_missed;
+      sum.bytes_prefetched += s.bytes_prefetched;
+    }
+    return sum;
+  };
+  const KvStats none = total(SpeculationMode::kNone);
+  const KvStats cross_layer = total(SpeculationMode::kCrossLayer);
+  ASSERT_GT(none.pages_missed, 0);  // there is something to predict
+  EXPECT_GT(cross_layer.bytes_prefetched, none.bytes_prefetched);
+  EXPECT_GT(cross_layer.pages_hit + cross_layer.pages_late, none.pages_hit + none.pages_late);
+  EXPECT_LT(cross_layer.pages_missed, none.pages_missed);
+  std::cout << "none: hit " << none.pages_hit << " late " << none.pages_late << " missed "
+            << none.pages_missed << "; cross_layer: hit " << cross_layer.pages_hit << " late "
+            << cross_layer.pages_late << " missed " << cross_layer.pages_missed << "\n";
 }
 
 TEST(SparseGenerationTest, DenseRequestsReportNotSparse) {

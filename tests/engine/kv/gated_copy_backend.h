@@ -63,7 +63,7 @@ class GatedCopyBackend : public CpuBackend {
   CopyGate& gate() { return gate_; }
   // Copy streams (the prefetch executor's) pass every batched copy through the gate.
   std::unique_ptr<Stream> CreateStream() override {
-    return std::make_unique<CpuCopyStream>([this] { gate_.Enter(); });
+    return MakeCopyStream([this] { gate_.Enter(); });
   }
 
  private:

@@ -3,6 +3,7 @@
 // has run (else the pages it staged would never land), the wait for it is counted as stall, and
 // prefetch latencies are counted per page moved, never for an empty gather.
 #include <chrono>
+#include <cstring>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -98,6 +99,67 @@ TEST(PagePrefetcherTest, LatenciesArePerPageMovedNeverPerEmptyGather) {
   EXPECT_TRUE(h.last_step().prefetch_latencies_seconds.empty());
   for (double s : h.last_step().prefetch_latencies_seconds) EXPECT_GE(s, 0.0);
   h.Finish(*ws);
+}
+
+// A copy-gated backend whose compute stream lags: the events it records stay pending until the
+// test completes them, as on a GPU whose compute stream is still running the selection.
+class LaggingComputeBackend : public GatedCopyBackend {
+ public:
+  class Lagging : public Stream {
+   public:
+    explicit Lagging(Stream& real) : real_(real) {}
+    void CopyPages(absl::Span<const PageCopy> c, size_t bytes) override { real_.CopyPages(c, bytes); }
+    std::shared_ptr<Event> Record() override {
+      pending_.push_back(std::make_shared<CpuEvent>(nullptr));
+      return pending_.back();
+    }
+    void Wait(const std::shared_ptr<Event>& e) override { real_.Wait(e); }
+    void Synchronize() override { real_.Synchronize(); }
+    void CatchUp() {
+      for (auto& e : pending_) e->Complete();
+    }
+
+   private:
+    Stream& real_;
+    std::vector<std::shared_ptr<CpuEvent>> pending_;
+  };
+  Stream& compute_stream() override { return lagging_; }
+  Lagging& lagging() { return lagging_; }
+
+ private:
+  Lagging lagging_{CpuBackend::compute_stream()};
+};
+
+TEST(PagePrefetcherTest, AGatherWaitsForTheSelectionThatWroteItsLists) {
+  // A gather reads its lists when it runs, like a kernel: it must run after the compute stream's
+  // selection wrote them. Here the selection is still "running" (its event pending) when Launch
+  // returns; the lists are written only then. Without the copy stream's wait on the compute
+  // stream, the gather reaches the copy gate at once (and would read empty lists on a GPU).
+  auto backend = std::make_unique<LaggingComputeBackend>();
+  LaggingComputeBackend& b = *backend;
+  const size_t page_bytes = 64;
+  PagePrefetcher prefetcher(b, 1, /*layers=*/1, page_bytes);
+  ASSERT_TRUE(prefetcher.Prepare(StagingKind::kResolve, /*lists=*/1, /*stride=*/1).ok());
+  DeviceBuffer src = b.AllocatePinnedHost(page_bytes).value();
+  DeviceBuffer dst = b.Allocate(page_bytes).value();
+  DeviceBuffer state = b.Allocate(sizeof(int32_t)).value();
+  std::memset(src.data(), 'k', page_bytes);
+  std::memset(dst.data(), 0, page_bytes);
+  *state.as<int32_t>() = kSlotLoading;
+  PageStaging staging = prefetcher.Staging(StagingKind::kResolve, 0);
+  b.Host(staging.copy_count)[0] = 0;  // what an earlier step left: nothing
+  b.gate().Close(std::chrono::seconds(30));
+  prefetcher.Launch(StagingKind::kResolve, 0);
+  // The selection has not finished: the gather must not have started.
+  EXPECT_FALSE(b.gate().WaitForHeld(1, std::chrono::milliseconds(300)));
+  b.Host(staging.copies)[0] = PageGatherEntry{src.data(), dst.data(), state.as<int32_t>()};
+  b.Host(staging.copy_count)[0] = 1;
+  b.lagging().CatchUp();
+  EXPECT_TRUE(b.gate().WaitForHeld(1, std::chrono::seconds(30)));
+  b.gate().Open();
+  prefetcher.Drain();
+  EXPECT_EQ(std::memcmp(dst.data(), src.data(), page_bytes), 0);
+  EXPECT_EQ(*state.as<int32_t>(), kSlotReady);
 }
 
 }  // namespace
