@@ -123,6 +123,13 @@ std::optional<Violation> FindViolation(const ServerConfig& c) {
                                1024, kIntMax))) {
     return v;
   }
+  if ((v = CheckRange<int64_t>("server.limits.max_prompt_tokens", s.max_prompt_tokens, 0,
+                               kIntMax))) {
+    return v;
+  }
+  if ((v = CheckRange<int64_t>("server.limits.max_tokens", s.max_output_tokens, 0, kIntMax))) {
+    return v;
+  }
   if (!(s.shutdown_grace_seconds >= 0) || !std::isfinite(s.shutdown_grace_seconds)) {
     return Violation{"server.shutdown_grace_seconds",
                      absl::StrCat("must be a finite number >= 0, got ", s.shutdown_grace_seconds)};
@@ -391,7 +398,10 @@ absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
                           {"shutdown_grace_seconds", Double(&s.shutdown_grace_seconds)},
                           {"log_level", String(&s.log_level)},
                           {"send_priority", String(&s.send_priority)},
-                          {"auth", Section({{"token_file", String(&s.auth_token_file)}})}})},
+                          {"reflection", Bool(&s.reflection)},
+                          {"auth", Section({{"token_file", String(&s.auth_token_file)}})},
+                          {"limits", Section({{"max_prompt_tokens", Int(&s.max_prompt_tokens)},
+                                              {"max_tokens", Int(&s.max_output_tokens)}})}})},
       {"model", Section({{"path", String(&m.path)},
                          {"name", String(&m.name)},
                          {"device", String(&m.device)},

@@ -24,6 +24,10 @@ struct ServerSection {
   std::string log_level = "info";                 // as accepted by ParseLogLevel
   std::string send_priority = "idle";             // idle | normal (server/send_executor.h)
   std::string auth_token_file;  // server.auth.token_file: bearer tokens; "" = no auth
+  bool reflection = false;       // serve gRPC reflection (schema listing without a token)
+  // server.limits: what one request may ask, 0 = no limit beyond the model's context.
+  int64_t max_prompt_tokens = 0;  // limits.max_prompt_tokens: [0, 2^31-1]
+  int64_t max_output_tokens = 0;  // limits.max_tokens: cap on max_tokens, [0, 2^31-1]
   bool operator==(const ServerSection&) const = default;
 };
 

@@ -1,5 +1,7 @@
 #include "server/openai_service.h"
 
+#include <algorithm>
+
 #include <memory>
 #include <mutex>
 
@@ -93,8 +95,12 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
   void Prepare() {
     if (Gone()) return Reject(absl::CancelledError("the client went away"));
     OpenAiRequest parsed;
-    if (std::optional<OpenAiError> e = ParseOpenAiRequest(endpoint_, body_, *served_model_,
-                                                          kDefaultCompletionTokens, &parsed)) {
+    // OpenAI's default completion length, within the operator's cap on max_tokens.
+    const int64_t cap = env_->max_total_tokens.max_output_tokens;
+    const int32_t default_tokens = static_cast<int32_t>(
+        cap > 0 ? std::min<int64_t>(kDefaultCompletionTokens, cap) : kDefaultCompletionTokens);
+    if (std::optional<OpenAiError> e =
+            ParseOpenAiRequest(endpoint_, body_, *served_model_, default_tokens, &parsed)) {
       return Reject(*e, e->http_status == 404 ? absl::StatusCode::kNotFound
                                               : absl::StatusCode::kInvalidArgument);
     }

@@ -157,12 +157,26 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
     }
   }
 
+  if (limits.max_prompt_tokens > 0 && static_cast<int64_t>(g.prompt.size()) > limits.max_prompt_tokens) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the prompt is %d tokens; this server accepts at most %d (server.limits.max_prompt_tokens)",
+        g.prompt.size(), limits.max_prompt_tokens));
+  }
   if (absl::Status s = ConvertSampling(request.sampling(), &g.sampling); !s.ok()) return s;
   if (absl::Status s = ConvertSparse(request.sparse(), &g.sparse); !s.ok()) return s;
   const v1::StoppingCriteria& stop = request.stopping();
   if (stop.has_max_tokens()) {
+    if (limits.max_output_tokens > 0 && stop.max_tokens() > limits.max_output_tokens) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "stopping.max_tokens = %d; this server allows at most %d (server.limits.max_tokens)",
+          stop.max_tokens(), limits.max_output_tokens));
+    }
     g.stopping.max_tokens = stop.max_tokens();
   } else {
+    if (limits.max_output_tokens > 0) {
+      default_max_tokens =
+          static_cast<int32_t>(std::min<int64_t>(default_max_tokens, limits.max_output_tokens));
+    }
     // At least 1, so a prompt that fills the context still gets the context error.
     auto fit = [&](int64_t limit) {
       const int64_t room = limit - static_cast<int64_t>(g.prompt.size());

@@ -35,6 +35,11 @@ struct TotalTokenLimits {
   // Whether the engine would run this request sparse (Generator::UsesSparse); required when
   // `sparse` > 0.
   std::function<bool(const GenerationRequest&)> uses_sparse;
+  // The operator's limits (server.limits; 0 = none): the longest prompt, and the largest
+  // max_tokens, one request may ask for. Over either is INVALID_ARGUMENT naming the key; a request
+  // without max_tokens gets at most max_output_tokens.
+  int64_t max_prompt_tokens = 0;
+  int64_t max_output_tokens = 0;
 };
 
 // An empty request_id gets a fresh one. Without stopping.max_tokens the request may generate

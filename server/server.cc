@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +14,8 @@
 #include "engine/kv/kv_dtype.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/impl/server_builder_option.h"
+#include "grpcpp/impl/server_builder_plugin.h"
 #include "server/request_parse.h"
 
 namespace specula {
@@ -189,6 +193,8 @@ void Server::InitCallEnv(const ServerConfig& config, const v1::ModelInfo& model_
   env_.metrics = metrics_.get();
   env_.sender = sender_.get();
   env_.default_max_tokens = config.scheduler.default_max_tokens;
+  env_.max_total_tokens.max_prompt_tokens = config.server.max_prompt_tokens;
+  env_.max_total_tokens.max_output_tokens = config.server.max_output_tokens;
   env_.chat = chat_.get();
   env_.auth = auth_.get();
   env_.max_request_bytes = config.server.max_receive_message_bytes;
@@ -209,10 +215,29 @@ void Server::InitCallEnv(const ServerConfig& config, const v1::ModelInfo& model_
   }
 }
 
+namespace {
+
+// gRPC adds the reflection plugin to every builder once its library is loaded (it registers
+// itself, process-wide); this option takes it out of one builder.
+class WithoutReflection : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    std::erase_if(*plugins, [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+      return p->name() == "proto_server_reflection";
+    });
+  }
+};
+
+}  // namespace
+
 absl::Status Server::StartGrpc(const ServerConfig& config) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // Reflection lists the API's schema to any client, with or without a token: only when
+  // server.reflection asks.
+  if (!config.server.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   int port = 0;
   builder.AddListeningPort(config.server.listen, grpc::InsecureServerCredentials(), &port);
   // Twice our limit, so requests between the two reach CheckAdmission and get INVALID_ARGUMENT

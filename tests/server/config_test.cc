@@ -118,6 +118,10 @@ server:
   shutdown_grace_seconds: 2.5
   log_level: debug
   send_priority: normal
+  reflection: true
+  limits:
+    max_prompt_tokens: 1000
+    max_tokens: 200
 model:
   path: /models/qwen3
   device: cpu
@@ -157,6 +161,9 @@ sparse:
   EXPECT_EQ(c->server.shutdown_grace_seconds, 2.5);
   EXPECT_EQ(c->server.log_level, "debug");
   EXPECT_EQ(c->server.send_priority, "normal");
+  EXPECT_TRUE(c->server.reflection);
+  EXPECT_EQ(c->server.max_prompt_tokens, 1000);
+  EXPECT_EQ(c->server.max_output_tokens, 200);
   EXPECT_EQ(c->model.path, "/models/qwen3");
   EXPECT_EQ(c->model.device, "cpu");
   EXPECT_EQ(c->scheduler.max_running_requests, 8);
@@ -239,6 +246,10 @@ TEST(ConfigTest, InvalidValuesNameTheirKeyAndLine) {
       {"server:\n  shutdown_grace_seconds: .inf\n", "server.shutdown_grace_seconds: must be", 2},
       {"server:\n  shutdown_grace_seconds: .nan\n", "server.shutdown_grace_seconds: must be", 2},
       {"server:\n  log_level: loud\n", "server.log_level: invalid log level 'loud'", 2},
+      {"server:\n  limits:\n    max_prompt_tokens: -1\n",
+       "server.limits.max_prompt_tokens: must be >= 0, got -1", 3},
+      {"server:\n  limits:\n    max_tokens: 2147483648\n",
+       "server.limits.max_tokens: must be <= 2147483647, got 2147483648", 3},
       {"server:\n  send_priority: high\n",
        "server.send_priority: must be one of idle, normal, got 'high'", 2},
       {"model:\n  device: gpu\n", "model.device: must be one of cpu, cuda, auto, got 'gpu'", 2},

@@ -39,6 +39,8 @@ MAX_TOKENS = 24
 # for sparse dense, so the other tests see the dense engine (and agree with --offline).
 SPARSE_BUDGET = 32
 CONFIG = """
+server:
+  reflection: true
 sparse:
   enabled: true
   budget_tokens: %d
@@ -295,15 +297,42 @@ class ClientE2ETest(unittest.TestCase):
         self.assertEqual(_health.decode_response(b"\x12\x02ab\x19" + b"\0" * 8 + b"\x25" +
                                                  b"\0" * 4 + b"\x08\x01"), "SERVING")
 
+    # grpcio-reflection is not packaged in Debian, and the request is tiny to write by hand:
+    # ServerReflectionRequest{list_services: "*"} is field 7, a 1-byte string.
+    REFLECTION = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+
     def test_reflection_lists_the_services(self):
-        # grpcio-reflection is not packaged in Debian, and the request is tiny to write by hand:
-        # ServerReflectionRequest{list_services: "*"} is field 7, a 1-byte string.
-        method = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+        # This server's config sets server.reflection: true.
         with grpc.insecure_channel(self.address) as channel:
-            responses = list(channel.stream_stream(method)(iter([b"\x3a\x01*"]), timeout=30))
+            responses = list(channel.stream_stream(self.REFLECTION)(iter([b"\x3a\x01*"]),
+                                                                    timeout=30))
         self.assertEqual(len(responses), 1)
         self.assertIn(b"specula.v1.Specula", responses[0])
         self.assertIn(b"grpc.health.v1.Health", responses[0])
+
+    def test_reflection_is_off_by_default(self):
+        # It lists the API to anyone, token or not: a server answers it only when configured to.
+        ready = os.path.join(self.tmp, "ready-default.json")
+        with open(os.path.join(self.tmp, "default.log"), "wb") as log:
+            server = subprocess.Popen(
+                [SERVER, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--ready-file", ready,
+                 "--device", "cpu"], stdout=log, stderr=subprocess.STDOUT, env=self.env)
+            try:
+                deadline = time.monotonic() + READY_TIMEOUT_S
+                while not os.path.exists(ready):
+                    self.assertIsNone(server.poll(), "the default server exited")
+                    self.assertLess(time.monotonic(), deadline, "the default server never got ready")
+                    time.sleep(0.05)
+                with open(ready) as f:
+                    address = json.load(f)["listen"]
+                with grpc.insecure_channel(address) as channel:
+                    with self.assertRaises(grpc.RpcError) as cm:
+                        list(channel.stream_stream(self.REFLECTION)(iter([b"\x3a\x01*"]),
+                                                                    timeout=30))
+                self.assertEqual(cm.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
+            finally:
+                server.kill()
+                server.wait()
 
     # --- errors ---------------------------------------------------------------------------
 

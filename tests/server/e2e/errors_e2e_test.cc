@@ -117,6 +117,40 @@ TEST(ErrorsE2eTest, OversizedRequestsAreRefused) {
   EXPECT_EQ(stub->Tokenize(&tctx, treq, &tres).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+// server.limits: a request exactly at a limit runs; one token past it is INVALID_ARGUMENT naming
+// the key; a request that sets no max_tokens gets the cap, not scheduler.default_max_tokens.
+TEST(ErrorsE2eTest, RequestsPastTheOperatorsLimitsAreRefusedNamingTheKey) {
+  auto server = StartServer([](ServerConfig& c) {
+    c.server.max_prompt_tokens = 8;
+    c.server.max_output_tokens = 5;
+  });
+  ASSERT_NE(server, nullptr);
+  auto stub = Connect(server->address());
+  StreamResult at = RunGenerate(*stub, GreedyIds({1, 2, 3, 4, 5, 6, 7, 8}, 5));
+  ASSERT_TRUE(at.status.ok()) << at.status.error_message();
+  EXPECT_EQ(at.tokens.size(), 5u);
+
+  StreamResult long_prompt = RunGenerate(*stub, GreedyIds({1, 2, 3, 4, 5, 6, 7, 8, 9}, 5));
+  EXPECT_EQ(long_prompt.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(long_prompt.status.error_message(), HasSubstr("server.limits.max_prompt_tokens"));
+  v1::GenerateRequest text = GreedyIds({}, 5);
+  text.clear_prompt_token_ids();
+  text.set_prompt(std::string(200, 'a') + " b c d e f g h i j k");  // far more than 8 tokens
+  EXPECT_THAT(RunGenerate(*stub, text).status.error_message(),
+              HasSubstr("server.limits.max_prompt_tokens"));
+
+  StreamResult many = RunGenerate(*stub, GreedyIds({1, 2, 3}, 6));
+  EXPECT_EQ(many.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(many.status.error_message(), HasSubstr("server.limits.max_tokens"));
+
+  v1::GenerateRequest unset = GreedyIds({1, 2, 3}, 1);
+  unset.mutable_stopping()->clear_max_tokens();  // default_max_tokens is 256
+  StreamResult capped = RunGenerate(*stub, unset);
+  ASSERT_TRUE(capped.status.ok()) << capped.status.error_message();
+  EXPECT_EQ(capped.tokens.size(), 5u);
+  EXPECT_EQ(capped.finish, v1::LENGTH);
+}
+
 TEST(ErrorsE2eTest, FullQueueIsResourceExhaustedImmediately) {
   auto server = StartServer([](ServerConfig& c) {
     c.scheduler.max_running_requests = 1;
