@@ -1,6 +1,7 @@
 #include "engine/generate/generator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <limits>
 
@@ -181,6 +182,14 @@ int64_t Generator::host_pages_capacity() const {
 int64_t Generator::device_slots_used() const {
   return sparse_ == nullptr ? 0 : sparse_->device_slots_used();
 }
+
+namespace {
+
+bool AllFinite(absl::Span<const float> values) {
+  return std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); });
+}
+
+}  // namespace
 
 KvStats Generator::FinalKvStats(const Sequence& s) const {
   if (s.sparse_kv() == nullptr) return KvStats();
@@ -513,7 +522,7 @@ absl::Status Generator::FinishStep(const StepRows& rows, std::vector<SequenceOut
 
   const int64_t vocab = model_->config().vocab_size;
   size_t row = 0;
-  std::vector<uint64_t> done;
+  std::vector<uint64_t> done, failed;
   for (const Planned& p : rows.planned) {
     if (p.prefill) {
       last_step_.prefill_tokens += static_cast<int32_t>(p.n);
@@ -532,13 +541,26 @@ absl::Status Generator::FinishStep(const StepRows& rows, std::vector<SequenceOut
     if (!p.sample) continue;
     SequenceOutput out;
     out.id = p.seq->id();
-    p.seq->Accept(absl::Span<float>(logits_.data() + row * vocab, vocab), &out);
+    const absl::Span<float> row_logits(logits_.data() + row * vocab, vocab);
     ++row;
+    if (!AllFinite(row_logits)) {
+      // Only this sequence's activations are poisoned (its own tokens, its own KV): it fails
+      // alone, and its KV is never reused.
+      out.error = absl::InternalError(
+          "the model produced non-finite logits (NaN or Inf) for this request; its KV cache was "
+          "discarded");
+      out.kv_stats = FinalKvStats(*p.seq);
+      failed.push_back(out.id);
+      outputs->push_back(std::move(out));
+      continue;
+    }
+    p.seq->Accept(row_logits, &out);
     if (out.finish != FinishReason::kNone) out.kv_stats = FinalKvStats(*p.seq);
     if (out.finish != FinishReason::kNone) done.push_back(out.id);
     outputs->push_back(std::move(out));
   }
   for (uint64_t id : done) Retire(id);
+  for (uint64_t id : failed) Retire(id, /*kv_valid=*/false);
   return absl::OkStatus();
 }
 
@@ -577,6 +599,7 @@ absl::StatusOr<std::vector<GenerationResult>> Generator::GenerateAll(
     for (SequenceOutput& o : outputs) {
       auto it = index.find(o.id);
       if (it == index.end()) continue;  // a sequence the caller added itself
+      if (!o.error.ok()) return fail(o.error);
       GenerationResult& r = results[it->second];
       r.tokens.insert(r.tokens.end(), o.tokens.begin(), o.tokens.end());
       r.text += o.text;

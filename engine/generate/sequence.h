@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/container/flat_hash_set.h"
 #include "engine/kv/prefix_cache.h"
 #include "engine/kv/sparse_options.h"
@@ -43,6 +44,9 @@ struct SequenceOutput {
   FinishReason finish = FinishReason::kNone;
   // Set on a sequence's last output (finished or cancelled): what the KV cache did for it.
   std::optional<KvStats> kv_stats;
+  // Not OK when the sequence failed alone (INTERNAL: its logits were NaN or Inf); it is retired,
+  // its KV discarded, and `finish` stays kNone.
+  absl::Status error;
 };
 
 class Sequence {

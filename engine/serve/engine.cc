@@ -348,6 +348,12 @@ absl::Status Engine::RunStep() {
     auto it = running_.find(out.id);
     CHECK(it != running_.end());
     Request& r = *it->second;
+    if (!out.error.ok()) {  // failed alone; the generator retired it and discarded its KV
+      if (out.kv_stats.has_value()) r.kv_stats = out.kv_stats;
+      Finish(r, out.error, FinishReason::kNone);
+      running_.erase(it);
+      continue;
+    }
     for (size_t i = 0; i < out.tokens.size(); ++i) {
       if (r.completion_tokens++ == 0) {
         r.ttft_seconds = Seconds(now - r.submitted);

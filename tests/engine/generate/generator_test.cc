@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -227,6 +229,85 @@ TEST(GeneratorTest, ALayerMajorPrefillStepSynchronizesOnce) {
   }
   // 200 tokens x layers in units of 32 rows, 32 x layers rows a step: 7 steps.
   EXPECT_EQ(steps, 7);
+}
+
+// A copy of test model `name` whose embedding row `token` is NaN: only a request holding that
+// token computes NaN (the model's lm_head is its own, not the embedding).
+std::string ModelWithNanEmbedding(const std::string& name, int32_t token, int64_t hidden) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("specula_nan_model_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(TestModelDir(name))) {
+    fs::copy(e.path(), dir / e.path().filename());
+  }
+  std::fstream f(dir / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header_bytes = 0;
+  f.read(reinterpret_cast<char*>(&header_bytes), sizeof(header_bytes));
+  std::string header(header_bytes, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(header_bytes));
+  const size_t tensor = header.find("\"model.embed_tokens.weight\"");
+  const size_t offsets = header.find("\"data_offsets\":[", tensor);
+  EXPECT_NE(tensor, std::string::npos);
+  EXPECT_NE(offsets, std::string::npos);
+  EXPECT_NE(header.find("\"F32\"", tensor), std::string::npos);
+  const uint64_t begin = std::stoull(header.substr(offsets + 16));
+  f.seekp(static_cast<std::streamoff>(8 + header_bytes + begin + token * hidden * sizeof(float)));
+  const std::vector<float> nan(hidden, std::numeric_limits<float>::quiet_NaN());
+  f.write(reinterpret_cast<const char*>(nan.data()), hidden * sizeof(float));
+  EXPECT_TRUE(f.good());
+  return dir.string();
+}
+
+// NaN logits fail only the request that produced them (INTERNAL), and its KV is never reused:
+// its session keeps nothing. The request beside it in the batch answers exactly as it does on
+// the unpoisoned model.
+TEST(GeneratorTest, NonFiniteLogitsFailOnlyTheirRequestAndDiscardItsKv) {
+  const int32_t poison = 7;
+  const int64_t hidden = Generator::Create(TestModelDir("llama-f32"), GeneratorOptions{})
+                             .value()
+                             ->model_config()
+                             .hidden_size;
+  const std::string poisoned = ModelWithNanEmbedding("llama-f32", poison, hidden);
+  auto gen = Generator::Create(poisoned, GeneratorOptions{}).value();
+  std::vector<int32_t> bad_prompt, good_prompt;
+  for (int32_t i = 0; i < 40; ++i) {
+    bad_prompt.push_back(i == 20 ? poison : 10 + i);
+    good_prompt.push_back(60 + i);
+  }
+  GenerationRequest bad = Greedy(bad_prompt, 4);
+  bad.session_id = "agent";
+  const uint64_t bad_id = gen->Add(bad).value();
+  const uint64_t good_id = gen->Add(Greedy(good_prompt, 4)).value();
+  std::vector<int32_t> good_tokens;
+  absl::Status bad_status;
+  std::vector<SequenceOutput> out;
+  while (gen->HasWork()) {
+    out.clear();
+    ASSERT_TRUE(gen->Step(&out).ok());
+    for (const SequenceOutput& o : out) {
+      if (o.id == bad_id) {
+        EXPECT_TRUE(o.tokens.empty());
+        EXPECT_EQ(o.finish, FinishReason::kNone);
+        bad_status = o.error;
+      } else {
+        EXPECT_EQ(o.id, good_id);
+        EXPECT_TRUE(o.error.ok()) << o.error;
+        good_tokens.insert(good_tokens.end(), o.tokens.begin(), o.tokens.end());
+      }
+    }
+  }
+  EXPECT_EQ(bad_status.code(), absl::StatusCode::kInternal) << bad_status;
+  EXPECT_NE(bad_status.message().find("non-finite"), std::string::npos);
+  auto clean = Generator::Create(TestModelDir("llama-f32"), GeneratorOptions{}).value();
+  EXPECT_EQ(good_tokens, clean->GenerateAll({Greedy(good_prompt, 4)}).value()[0].tokens);
+  for (const SessionInfo& s : gen->ListSessions()) EXPECT_EQ(s.tokens, 0) << s.id;
+  EXPECT_EQ(gen->kv_blocks_used(), 0);
+  // GenerateAll reports the failure too.
+  EXPECT_EQ(gen->GenerateAll({Greedy(bad_prompt, 2)}).status().code(),
+            absl::StatusCode::kInternal);
+  std::filesystem::remove_all(poisoned);
 }
 
 TEST(GeneratorTest, FullCacheIsResourceExhaustedAndCancelFreesBlocks) {
