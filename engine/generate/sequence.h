@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/status.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
 #include "engine/kv/prefix_cache.h"
 #include "engine/kv/sparse_options.h"
 #include "engine/kv/working_set.h"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "engine/common/check.h"
@@ -45,11 +46,15 @@ absl::Status PagePrefetcher::Prepare(StagingKind which, int32_t lists, int32_t s
   const size_t grown_lists = std::max<size_t>(lists, 2 * k.capacity_lists);
   for (Buffer& b : k.buffers) {
     // A gather enqueued earlier may still read the old lists: they outlive it.
-    Retired old{std::move(b.copies), std::move(b.counts), {}};
+    std::vector<std::shared_ptr<Event>> readers;
     for (std::shared_ptr<Event>& e : b.gathered) {
-      if (e != nullptr) old.readers.push_back(std::move(e));
+      if (e != nullptr) readers.push_back(std::move(e));
     }
-    if (!old.readers.empty()) retired_.push_back(std::move(old));
+    if (!readers.empty()) {
+      replaced_.Add(std::make_shared<std::pair<DeviceBuffer, DeviceBuffer>>(std::move(b.copies),
+                                                                            std::move(b.counts)),
+                    std::move(readers));
+    }
     auto copies = backend_.Allocate(grown_entries * layers_ * sizeof(PageGatherEntry));
     auto counts = backend_.Allocate(grown_lists * layers_ * sizeof(int32_t));
     if (!copies.ok() || !counts.ok()) {
@@ -141,11 +146,7 @@ void PagePrefetcher::Poll() {
     return true;
   };
   pending_.erase(std::remove_if(pending_.begin(), pending_.end(), landed), pending_.end());
-  auto unread = [](const Retired& r) {
-    return std::all_of(r.readers.begin(), r.readers.end(),
-                       [](const std::shared_ptr<Event>& e) { return e->Done(); });
-  };
-  retired_.erase(std::remove_if(retired_.begin(), retired_.end(), unread), retired_.end());
+  replaced_.Reap(/*wait=*/false);
 }
 
 double PagePrefetcher::TakeStallSeconds() {

@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "engine/backend.h"
+#include "engine/kv/keep_until_done.h"
 
 namespace specula {
 
@@ -76,12 +77,6 @@ class PagePrefetcher {
     size_t capacity_entries = 0;  // per layer
     size_t capacity_lists = 0;
   };
-  // A replaced staging buffer, kept until the gathers that may still read it are done.
-  struct Retired {
-    DeviceBuffer copies;
-    DeviceBuffer counts;
-    std::vector<std::shared_ptr<Event>> readers;
-  };
   struct Pending {
     std::shared_ptr<Event> event;
     int32_t slot = 0;  // of gathered_pages_, where the gather reports the pages it moved
@@ -100,7 +95,7 @@ class PagePrefetcher {
   DeviceBuffer gathered_pages_;      // pinned host: one count per tracked gather
   std::vector<int32_t> free_slots_;  // of gathered_pages_
   std::vector<Pending> pending_;
-  std::vector<Retired> retired_;
+  KeepUntilDone replaced_;  // staging buffers gathers may still read
   std::vector<double> latencies_;
   double stall_seconds_ = 0;
 };

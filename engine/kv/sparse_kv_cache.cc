@@ -54,14 +54,16 @@ absl::StatusOr<std::unique_ptr<SparseKvCache>> SparseKvCache::Create(const Spars
 SparseKvCache::SparseKvCache(const SparseOptions& options, const SparseModelShape& shape,
                              int32_t page_size, Backend& backend, KvPool& device)
     : options_(options), shape_(shape), page_size_(page_size), backend_(backend), device_(device) {
-  device_.set_reuse_guard([this] { ReapReleased(/*wait=*/true); });
+  // A block is handed out again only once no gather can still write it (a host wait only when
+  // one is wanted back before its copies landed).
+  device_.set_reuse_guard([this] { released_.Reap(/*wait=*/true); });
 }
 
 SparseKvCache::~SparseKvCache() {
   device_.set_reuse_guard(nullptr);
   if (prefetcher_ != nullptr) prefetcher_->Drain();
   while (!live_.empty()) Release(*live_.back());
-  released_.clear();  // the streams are drained
+  released_.Reap(/*wait=*/false);  // the streams are drained: every fence is done
 }
 
 int64_t SparseKvCache::EffectiveBudget(int64_t requested) const {
@@ -163,27 +165,14 @@ void SparseKvCache::Release(WorkingSet& ws) {
   auto it = std::find_if(live_.begin(), live_.end(),
                          [&](const std::shared_ptr<WorkingSet>& p) { return p.get() == &ws; });
   CHECK(it != live_.end());
-  Released r;
-  r.ws = std::move(*it);
+  std::vector<std::shared_ptr<Event>> fences;
+  prefetcher_->RecordFences(&fences);
+  released_.Add(std::move(*it), std::move(fences));
   live_.erase(it);
-  prefetcher_->RecordFences(&r.fences);
-  released_.push_back(std::move(r));
-}
-
-void SparseKvCache::ReapReleased(bool wait) {
-  auto landed = [wait](Released& r) {
-    for (const std::shared_ptr<Event>& e : r.fences) {
-      if (e->Done()) continue;
-      if (!wait) return false;
-      e->Synchronize();
-    }
-    return true;
-  };
-  released_.erase(std::remove_if(released_.begin(), released_.end(), landed), released_.end());
 }
 
 void SparseKvCache::PlanStep(StepPlan& plan) {
-  ReapReleased(/*wait=*/false);
+  released_.Reap(/*wait=*/false);
   for (const std::shared_ptr<WorkingSet>& ws : live_) {
     if (!ws->needs_init()) continue;
     ws->StageDeviceState(plan.StageTo(ws->device_state(), ws->device_state_bytes()));

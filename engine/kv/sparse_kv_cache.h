@@ -22,6 +22,7 @@
 #include "absl/types/span.h"
 #include "engine/backend.h"
 #include "engine/kv/host_kv_store.h"
+#include "engine/kv/keep_until_done.h"
 #include "engine/kv/kv_pool.h"
 #include "engine/kv/page_prefetcher.h"
 #include "engine/kv/selection_index.h"
@@ -103,15 +104,6 @@ class SparseKvCache {
   }
 
  private:
-  // A released working set whose state and slots copies may still write.
-  struct Released {
-    std::shared_ptr<WorkingSet> ws;
-    std::vector<std::shared_ptr<Event>> fences;  // one per copy stream
-  };
-  // Forgets released working sets whose fences are done; with `wait`, waits for the others
-  // first (a host synchronization, only when their slots are wanted before the copies landed).
-  void ReapReleased(bool wait);
-
   SparseKvCache(const SparseOptions& options, const SparseModelShape& shape, int32_t page_size,
                 Backend& backend, KvPool& device);
 
@@ -126,7 +118,9 @@ class SparseKvCache {
   std::unique_ptr<SparseDecodeKv> decode_;
   int64_t device_slots_used_ = 0;
   std::vector<std::shared_ptr<WorkingSet>> live_;
-  std::vector<Released> released_;
+  // Released working sets whose state and slots gathers may still write, each until every copy
+  // stream has passed its release.
+  KeepUntilDone released_;
 };
 
 }  // namespace specula
