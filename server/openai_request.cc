@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "engine/common/capacity_error.h"
 
 namespace specula {
 namespace {
@@ -420,8 +421,10 @@ OpenAiError OpenAiErrorFrom(const absl::Status& status, std::string param) {
       e.type = "not_found_error";
       break;
     case absl::StatusCode::kResourceExhausted:
-      e.http_status = 429;
-      e.type = "rate_limit_error";
+      // Larger than the server can ever hold is the client's to fix, like a prompt past the
+      // context: 400, which OpenAI clients do not retry; full-for-now is 429.
+      e.http_status = IsNeverFits(status) ? 400 : 429;
+      e.type = IsNeverFits(status) ? "invalid_request_error" : "rate_limit_error";
       break;
     case absl::StatusCode::kUnavailable:
       e.http_status = 503;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/backend_factory.h"
+#include "engine/common/capacity_error.h"
 #include "engine/common/ceil_div.h"
 #include "engine/common/check.h"
 #include "engine/common/status_macros.h"
@@ -129,9 +130,9 @@ absl::Status Generator::Validate(const GenerationRequest& r) const {
   }
   if (UsesSparse(r)) return sparse_->CheckCapacity(total, r.sparse.budget_tokens);
   if (kv_.BlocksFor(total) > kv_.num_blocks()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "prompt (%d tokens) + stopping.max_tokens (%d) exceeds the KV cache capacity of %d "
-        "tokens",
+    return NeverFitsError(absl::StrFormat(
+        "prompt (%d tokens) + stopping.max_tokens (%d) can never fit: the KV cache holds %d "
+        "tokens (kv_cache.capacity_tokens)",
         r.prompt.size(), r.stopping.max_tokens,
         static_cast<int64_t>(kv_.num_blocks()) * kv_.page_size()));
   }

@@ -95,6 +95,8 @@ class Generator {
   bool UsesSparse(const GenerationRequest& request) const;
 
   // Checks a request against the model (ids, lengths, sampling values) without admitting it.
+  // A request larger than the KV cache or host store could ever hold is RESOURCE_EXHAUSTED
+  // marked never-fits (engine/common/capacity_error.h), not "full now".
   absl::Status Validate(const GenerationRequest& request) const;
   // Admits a request and reserves its KV for prompt + max_tokens: RESOURCE_EXHAUSTED when the
   // pool cannot hold it now, or when max_running sequences run already.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
+#include "engine/common/capacity_error.h"
 #include "engine/common/ceil_div.h"
 #include "engine/common/check.h"
 #include "engine/common/status_macros.h"
@@ -89,9 +90,9 @@ WorkingSetGeometry SparseKvCache::Geometry(int64_t total_tokens, int64_t budget_
 
 absl::Status SparseKvCache::CheckCapacity(int64_t total_tokens, int64_t budget_tokens) const {
   if (store_->PagesFor(total_tokens) > store_->pages_per_head_capacity()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "prompt + max_tokens (%d tokens) exceeds the sparse host KV capacity of %d tokens "
-        "(sparse.host_capacity_tokens)",
+    return NeverFitsError(absl::StrFormat(
+        "prompt + max_tokens (%d tokens) can never fit: the sparse host KV store holds %d "
+        "tokens (sparse.host_capacity_tokens)",
         total_tokens, static_cast<int64_t>(store_->pages_per_head_capacity()) * page_size_));
   }
   const WorkingSetGeometry g = Geometry(total_tokens, budget_tokens);

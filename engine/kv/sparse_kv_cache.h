@@ -49,8 +49,9 @@ class SparseKvCache {
   // The working set of a request of `total_tokens` (prompt + max_tokens).
   WorkingSetGeometry Geometry(int64_t total_tokens, int64_t budget_tokens) const;
 
-  // INVALID_ARGUMENT when `total_tokens` can never fit the host store or the working set can
-  // never fit the device pool.
+  // RESOURCE_EXHAUSTED marked never-fits (engine/common/capacity_error.h) when `total_tokens`
+  // can never fit the host store; INVALID_ARGUMENT when the budget's working set can never fit
+  // the device (a smaller budget would).
   absl::Status CheckCapacity(int64_t total_tokens, int64_t budget_tokens) const;
   bool HasRoomFor(int64_t total_tokens, int64_t budget_tokens) const;
   // Reserves host pages for `total_tokens`, the device slots and the device state;

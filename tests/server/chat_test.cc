@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
+#include "engine/common/capacity_error.h"
 #include "gtest/gtest.h"
 #include "server/chat_proto.h"
 #include "server/openai_answer.h"
@@ -332,6 +333,9 @@ TEST(OpenAiErrorTest, StatusCodesMapToHttp) {
   EXPECT_EQ(OpenAiErrorFrom(absl::InvalidArgumentError("x")).http_status, 400);
   EXPECT_EQ(OpenAiErrorFrom(absl::FailedPreconditionError("x")).http_status, 400);
   EXPECT_EQ(OpenAiErrorFrom(absl::ResourceExhaustedError("x")).http_status, 429);
+  // Larger than the server can ever hold: not a rate limit, so clients do not retry it.
+  EXPECT_EQ(OpenAiErrorFrom(NeverFitsError("x")).http_status, 400);
+  EXPECT_EQ(OpenAiErrorFrom(NeverFitsError("x")).type, "invalid_request_error");
   EXPECT_EQ(OpenAiErrorFrom(absl::UnavailableError("x")).http_status, 503);
   EXPECT_EQ(OpenAiErrorFrom(absl::InternalError("x")).http_status, 500);
   EXPECT_EQ(OpenAiErrorJson(OpenAiErrorFrom(absl::NotFoundError("gone"), "model")),

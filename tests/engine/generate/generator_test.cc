@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/common/capacity_error.h"
 #include "gtest/gtest.h"
 #include "tests/engine/generate/forward_helpers.h"
 #include "tests/engine/generate/greedy_request.h"
@@ -322,9 +323,11 @@ TEST(GeneratorTest, FullCacheIsResourceExhaustedAndCancelFreesBlocks) {
   EXPECT_EQ(gen->kv_pool().used_blocks(), 3);
   auto b = gen->Add(Greedy(prompt30, 1));  // needs 2 blocks now, 1 free
   EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_FALSE(IsNeverFits(b.status())) << "it fits once a finishes";
   EXPECT_FALSE(gen->HasRoomFor(Greedy(prompt30, 1)));
   auto never = gen->Add(Greedy({1, 2, 3}, 100));  // could never fit
-  EXPECT_EQ(never.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(IsNeverFits(never.status())) << never.status();
+  EXPECT_NE(never.status().message().find("kv_cache.capacity_tokens"), std::string::npos);
   std::vector<SequenceOutput> out;
   ASSERT_TRUE(gen->Step(&out).ok());
   SequenceOutput cancelled;

@@ -161,7 +161,7 @@ TEST(SparseE2eTest, SparseOnAServerWithoutItIsFailedPrecondition) {
   EXPECT_EQ(server->engine().load().kv_blocks_used, 0);
 }
 
-TEST(SparseE2eTest, RequestsTheHostStoreCanNeverHoldAreInvalidArgument) {
+TEST(SparseE2eTest, RequestsTheHostStoreCanNeverHoldAreResourceExhausted) {
   auto server = StartServer([](ServerConfig& c) {
     SparseConfig(c);
     c.sparse.options.host_capacity_tokens = 256;
@@ -170,8 +170,9 @@ TEST(SparseE2eTest, RequestsTheHostStoreCanNeverHoldAreInvalidArgument) {
   auto stub = Connect(server->address());
   StreamResult got =
       RunGenerate(*stub, WithSparse(GreedyIds(LongPrompt(3, 200), 100), v1::SPARSE_MODE_SPARSE));
-  EXPECT_EQ(got.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+  EXPECT_EQ(got.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << got.status.error_message();
+  EXPECT_THAT(got.status.error_message(), HasSubstr("can never fit"));
   EXPECT_THAT(got.status.error_message(), HasSubstr("host_capacity_tokens"));
   // Dense, the same request fits the device KV cache.
   got = RunGenerate(*stub, WithSparse(GreedyIds(LongPrompt(3, 200), 100), v1::SPARSE_MODE_DENSE));
@@ -196,10 +197,11 @@ TEST(SparseE2eTest, SparseRequestsLongerThanTheDeviceCacheGetTheDefaultLength) {
   EXPECT_EQ(got.finish, v1::LENGTH);
   ASSERT_TRUE(got.kv_stats.has_value());
   EXPECT_TRUE(got.kv_stats->sparse());
-  // Dense, the same prompt cannot fit the device cache.
+  // Dense, the same prompt can never fit the device cache.
   got = RunGenerate(*stub, WithSparse(req, v1::SPARSE_MODE_DENSE));
-  EXPECT_EQ(got.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+  EXPECT_EQ(got.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << got.status.error_message();
+  EXPECT_THAT(got.status.error_message(), HasSubstr("kv_cache.capacity_tokens"));
 }
 
 // docs/ARCHITECTURE.md §4 invariant 3 over the API: finishing or cancelling sparse requests returns
