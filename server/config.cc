@@ -102,6 +102,25 @@ std::optional<Violation> CheckHttpListen(const ServerSection& s) {
   return std::nullopt;
 }
 
+std::optional<Violation> CheckTls(const ServerSection& s) {
+  if (s.tls_cert_file.empty() != s.tls_key_file.empty()) {
+    // Named after the key that is there, so the error points at its line.
+    return Violation{s.tls_cert_file.empty() ? "server.tls.key_file" : "server.tls.cert_file",
+                     "server.tls.cert_file and server.tls.key_file go together: set both or "
+                     "neither"};
+  }
+  if (!s.tls_client_ca_file.empty() && s.tls_cert_file.empty()) {
+    return Violation{"server.tls.client_ca_file",
+                     "requires server.tls.cert_file and key_file (client certificates are "
+                     "checked only over TLS)"};
+  }
+  if (!(s.tls_reload_seconds >= 1 && s.tls_reload_seconds <= 86400)) {
+    return Violation{"server.tls.reload_seconds",
+                     absl::StrCat("must be in [1, 86400], got ", s.tls_reload_seconds)};
+  }
+  return std::nullopt;
+}
+
 // The one list of value rules, shared by the parser (which adds file and line) and
 // ValidateConfig (which runs again after flag overrides).
 std::optional<Violation> FindViolation(const ServerConfig& c) {
@@ -142,6 +161,7 @@ std::optional<Violation> FindViolation(const ServerConfig& c) {
                      absl::StrCat("must be one of idle, normal, got '", s.send_priority, "'")};
   }
   if ((v = CheckHttpListen(s))) return v;
+  if ((v = CheckTls(s))) return v;
   if ((v = CheckRange<int64_t>("server.http_max_body_bytes", s.http_max_body_bytes, 1024,
                                kIntMax))) {
     return v;
@@ -400,6 +420,10 @@ absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
                           {"send_priority", String(&s.send_priority)},
                           {"reflection", Bool(&s.reflection)},
                           {"auth", Section({{"token_file", String(&s.auth_token_file)}})},
+                          {"tls", Section({{"cert_file", String(&s.tls_cert_file)},
+                                           {"key_file", String(&s.tls_key_file)},
+                                           {"client_ca_file", String(&s.tls_client_ca_file)},
+                                           {"reload_seconds", Double(&s.tls_reload_seconds)}})},
                           {"limits", Section({{"max_prompt_tokens", Int(&s.max_prompt_tokens)},
                                               {"max_tokens", Int(&s.max_output_tokens)}})}})},
       {"model", Section({{"path", String(&m.path)},

@@ -25,6 +25,14 @@ struct ServerSection {
   std::string send_priority = "idle";             // idle | normal (server/send_executor.h)
   std::string auth_token_file;  // server.auth.token_file: bearer tokens; "" = no auth
   bool reflection = false;       // serve gRPC reflection (schema listing without a token)
+  // server.tls: PEM files; cert_file and key_file turn TLS on for the gRPC and HTTP listeners,
+  // client_ca_file also requires client certificates signed by it (mTLS). Re-read when they
+  // change, checked every reload_seconds.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+  double tls_reload_seconds = 60;  // [1, 86400]
+  bool tls() const { return !tls_cert_file.empty(); }
   // server.limits: what one request may ask, 0 = no limit beyond the model's context.
   int64_t max_prompt_tokens = 0;  // limits.max_prompt_tokens: [0, 2^31-1]
   int64_t max_output_tokens = 0;  // limits.max_tokens: cap on max_tokens, [0, 2^31-1]

@@ -21,6 +21,7 @@
 #include "engine/common/log.h"
 #include "server/config.h"
 #include "server/connection_watcher.h"
+#include "server/http_tls.h"
 
 namespace specula {
 
@@ -324,6 +325,9 @@ struct HttpServerCallbacks {
       *state = pending;
       pending->request.method = method;
       pending->request.path = url;
+      if (absl::Status s = server->CheckClientCertificate(connection); !s.ok()) {
+        return Send(connection, server->Refusal(403, std::string(s.message())));
+      }
       MHD_get_connection_values(connection, MHD_HEADER_KIND, &CollectHeader,
                                 &pending->request.headers);
       HttpResponse refusal;
@@ -350,6 +354,18 @@ struct HttpServerCallbacks {
       response = server->Refusal(500, "internal error");
     }
     return Send(connection, response);
+  }
+
+  // A new connection: its TLS session learns which certificate to present.
+  static void ConnectionStarted(void* cls, MHD_Connection* connection, void** /*socket_context*/,
+                                MHD_ConnectionNotificationCode code) {
+    const auto* server = static_cast<const HttpServer*>(cls);
+    if (code != MHD_CONNECTION_NOTIFY_STARTED || server->options_.tls == nullptr) return;
+    const MHD_ConnectionInfo* info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    if (info != nullptr && info->tls_session != nullptr) {
+      server->options_.tls->Attach(static_cast<gnutls_session_t>(info->tls_session));
+    }
   }
 
   static MHD_Result StartAsync(const HttpServer* server, MHD_Connection* connection,
@@ -433,6 +449,25 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
   // "[::]" takes IPv4 too, as gRPC's listener does (libmicrohttpd would set IPV6_V6ONLY).
   if (addr->ss_family == AF_INET6) flags |= MHD_USE_DUAL_STACK;
+  std::vector<MHD_OptionItem> tls_options;
+  if (options.tls != nullptr) {
+    if (MHD_is_feature_supported(MHD_FEATURE_HTTPS_CERT_CALLBACK) != MHD_YES) {
+      return absl::FailedPreconditionError(
+          "server.tls: this libmicrohttpd was built without HTTPS support");
+    }
+    flags |= MHD_USE_TLS;
+    tls_options.push_back({MHD_OPTION_HTTPS_CERT_CALLBACK, 0,
+                           reinterpret_cast<void*>(&HttpTls::RetrieveCertificate)});
+    tls_options.push_back({MHD_OPTION_NOTIFY_CONNECTION,
+                           reinterpret_cast<intptr_t>(&HttpServerCallbacks::ConnectionStarted),
+                           server.get()});
+    // Makes libmicrohttpd ask clients for a certificate; HttpTls verifies it per request.
+    if (options.tls->requires_client_certificate()) {
+      tls_options.push_back({MHD_OPTION_HTTPS_MEM_TRUST, 0,
+                             const_cast<char*>(options.tls->initial_client_ca_pem().c_str())});
+    }
+  }
+  tls_options.push_back({MHD_OPTION_END, 0, nullptr});
   // The logger first, so complaints about the options below reach it too. One thread is the
   // internal polling thread itself; a pool is only asked for beyond that.
   server->daemon_ = MHD_start_daemon(
@@ -443,6 +478,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
       MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned>(options.max_connections),
       MHD_OPTION_NOTIFY_COMPLETED, &HttpServerCallbacks::Completed, nullptr,
       MHD_OPTION_THREAD_POOL_SIZE, static_cast<unsigned>(options.threads > 1 ? options.threads : 0),
+      MHD_OPTION_ARRAY, tls_options.data(),  //
       MHD_OPTION_END);
   if (server->daemon_ == nullptr) {
     const std::string why = server->last_error();
@@ -457,6 +493,16 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
 
 HttpServer::HttpServer(std::vector<HttpRoute> routes, const HttpServerOptions& options)
     : routes_(std::move(routes)), options_(options), gate_(std::make_shared<DaemonGate>()) {}
+
+absl::Status HttpServer::CheckClientCertificate(MHD_Connection* connection) const {
+  if (options_.tls == nullptr || !options_.tls->requires_client_certificate()) {
+    return absl::OkStatus();
+  }
+  const MHD_ConnectionInfo* info =
+      MHD_get_connection_info(connection, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+  return options_.tls->CheckClient(
+      info == nullptr ? nullptr : static_cast<gnutls_session_t>(info->tls_session));
+}
 
 HttpResponse HttpServer::TooLarge() const {
   return Refusal(413, absl::StrCat("request body larger than ", options_.max_body_bytes, " bytes"));

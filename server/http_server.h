@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 
+struct MHD_Connection;
 struct MHD_Daemon;
 
 namespace specula {
@@ -51,6 +52,7 @@ struct HttpResponse {
 using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
 
 class ConnectionWatcher;
+class HttpTls;
 struct HttpExchangeState;
 
 // The answer side of one request on an asynchronous route; any thread. Either Respond once, or
@@ -97,6 +99,8 @@ struct HttpServerOptions {
   // The body of the server's own refusals (404, 405, 413); plain text when unset. The OpenAI
   // listener answers in OpenAI's JSON error format.
   std::function<HttpResponse(int status, const std::string& message)> error_response;
+  // HTTPS with this certificate (and client CA, if it has one); null = plaintext HTTP.
+  std::shared_ptr<HttpTls> tls;
 };
 
 class HttpServer {
@@ -123,6 +127,8 @@ class HttpServer {
   // The route that serves `request`, or null with `refusal` set to a 404 (unknown path) or a 405
   // naming the allowed methods.
   const HttpRoute* Match(const HttpRequest& request, HttpResponse* refusal) const;
+  // OK unless the listener requires client certificates and this connection has no valid one.
+  absl::Status CheckClientCertificate(MHD_Connection* connection) const;
   // The 413 for a body over options_.max_body_bytes.
   HttpResponse TooLarge() const;
   // One of the server's own refusals, in options_.error_response's format.

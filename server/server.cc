@@ -16,10 +16,19 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/impl/server_builder_option.h"
 #include "grpcpp/impl/server_builder_plugin.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_credentials_options.h"
+#include "server/http_tls.h"
 #include "server/request_parse.h"
+#include "server/tls_files.h"
 
 namespace specula {
 namespace {
+
+TlsPaths TlsPathsOf(const ServerSection& s) {
+  return TlsPaths{s.tls_cert_file, s.tls_key_file, s.tls_client_ca_file};
+}
 
 constexpr char kServiceName[] = "specula.v1.Specula";
 
@@ -124,6 +133,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
   if (config.model.path.empty()) {
     return absl::InvalidArgumentError("model.path: no model directory given");
   }
+  // Bad TLS files stop the server before the (possibly long) model load.
+  if (config.server.tls()) {
+    if (absl::StatusOr<TlsFileContents> files = LoadTlsFiles(TlsPathsOf(config.server));
+        !files.ok()) {
+      return files.status();
+    }
+  }
   absl::StatusOr<std::unique_ptr<Generator>> generator = LoadGenerator(config);
   if (!generator.ok()) return generator.status();
   // The chat template is checked before anything starts: a template the interpreter cannot run
@@ -167,7 +183,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
        {"model", s->served_model_name_},
        {"chat_template", s->chat_->has_template()},
        {"auth", s->auth_ == nullptr ? std::string("off")
-                                    : absl::StrCat(s->auth_->size(), " bearer tokens")}});
+                                    : absl::StrCat(s->auth_->size(), " bearer tokens")},
+       {"tls", !config.server.tls()                       ? "off"
+               : config.server.tls_client_ca_file.empty() ? "on"
+                                                          : "mutual"}});
   return s;
 }
 
@@ -229,9 +248,33 @@ class WithoutReflection : public grpc::ServerBuilderOption {
   }
 };
 
+// Plaintext, or TLS from server.tls: gRPC's own file watcher re-reads the files every
+// reload_seconds (a changed file that does not load keeps the old credentials). Server::Create
+// checked the files first: the watcher would only log a bad file and fail every handshake.
+std::shared_ptr<grpc::ServerCredentials> GrpcCredentials(const ServerSection& s) {
+  if (!s.tls()) return grpc::InsecureServerCredentials();
+  const auto refresh = static_cast<unsigned>(s.tls_reload_seconds);
+  std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider =
+      s.tls_client_ca_file.empty()
+          ? std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+                s.tls_key_file, s.tls_cert_file, refresh)
+          : std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+                s.tls_key_file, s.tls_cert_file, s.tls_client_ca_file, refresh);
+  grpc::experimental::TlsServerCredentialsOptions options(provider);
+  options.watch_identity_key_cert_pairs();
+  if (!s.tls_client_ca_file.empty()) {
+    options.watch_root_certs();
+    options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  } else {
+    options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  }
+  return grpc::experimental::TlsServerCredentials(options);
+}
+
 }  // namespace
 
 absl::Status Server::StartGrpc(const ServerConfig& config) {
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -239,7 +282,7 @@ absl::Status Server::StartGrpc(const ServerConfig& config) {
   // server.reflection asks.
   if (!config.server.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   int port = 0;
-  builder.AddListeningPort(config.server.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(config.server.listen, GrpcCredentials(config.server), &port);
   // Twice our limit, so requests between the two reach CheckAdmission and get INVALID_ARGUMENT
   // naming the key; beyond that gRPC itself answers RESOURCE_EXHAUSTED without buffering them.
   builder.SetMaxReceiveMessageSize(
@@ -284,6 +327,12 @@ absl::Status Server::StartHttp(const ServerConfig& config, const v1::ModelInfo& 
   openai_ =
       std::make_unique<OpenAiService>(&env_, served_model_name_, model_info.max_context_tokens());
   HttpServerOptions options;
+  if (config.server.tls()) {
+    absl::StatusOr<std::unique_ptr<HttpTls>> tls = HttpTls::Create(
+        TlsPathsOf(config.server), absl::Seconds(config.server.tls_reload_seconds));
+    if (!tls.ok()) return tls.status();
+    options.tls = *std::move(tls);
+  }
   options.max_body_bytes = static_cast<size_t>(config.server.http_max_body_bytes);
   options.error_response = &OpenAiService::ErrorResponse;
   options.threads = 2;

@@ -10,7 +10,7 @@ set -euo pipefail
 build_packages=(
   build-essential cmake ninja-build ccache pkg-config git python3
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libyaml-cpp-dev prometheus-cpp-dev libmicrohttpd-dev
+  libabsl-dev libyaml-cpp-dev prometheus-cpp-dev libmicrohttpd-dev libgnutls28-dev
   libopenblas-dev libopenblas0-pthread libpcre2-dev libicu-dev nlohmann-json3-dev
 )
 packages=(
@@ -22,6 +22,7 @@ packages=(
   python3-jinja2  # the reference renderer of chat templates in the tests (as transformers sets it up)
   python3-venv python3-pip python3-setuptools python3-wheel
   curl ca-certificates
+  openssl  # makes the certificates of the TLS tests
   # The container image's test (tests/deploy/container): podman with runc, and debootstrap for
   # the Debian base image no registry can give us here.
   podman runc netavark iptables debootstrap

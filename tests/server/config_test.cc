@@ -70,6 +70,9 @@ TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.server.shutdown_grace_seconds, 30.0);
   EXPECT_EQ(c.server.log_level, "info");
   EXPECT_EQ(c.server.send_priority, "idle");
+  EXPECT_FALSE(c.server.tls());
+  EXPECT_EQ(c.server.tls_client_ca_file, "");
+  EXPECT_EQ(c.server.tls_reload_seconds, 60);
   EXPECT_EQ(c.model.path, "");
   EXPECT_EQ(c.model.device, "auto");
   EXPECT_EQ(c.scheduler.max_running_requests, 64);
@@ -119,6 +122,11 @@ server:
   log_level: debug
   send_priority: normal
   reflection: true
+  tls:
+    cert_file: /etc/specula/server.pem
+    key_file: /etc/specula/server.key
+    client_ca_file: /etc/specula/clients.pem
+    reload_seconds: 5
   limits:
     max_prompt_tokens: 1000
     max_tokens: 200
@@ -162,6 +170,10 @@ sparse:
   EXPECT_EQ(c->server.log_level, "debug");
   EXPECT_EQ(c->server.send_priority, "normal");
   EXPECT_TRUE(c->server.reflection);
+  EXPECT_EQ(c->server.tls_cert_file, "/etc/specula/server.pem");
+  EXPECT_EQ(c->server.tls_key_file, "/etc/specula/server.key");
+  EXPECT_EQ(c->server.tls_client_ca_file, "/etc/specula/clients.pem");
+  EXPECT_EQ(c->server.tls_reload_seconds, 5);
   EXPECT_EQ(c->server.max_prompt_tokens, 1000);
   EXPECT_EQ(c->server.max_output_tokens, 200);
   EXPECT_EQ(c->model.path, "/models/qwen3");
@@ -246,6 +258,14 @@ TEST(ConfigTest, InvalidValuesNameTheirKeyAndLine) {
       {"server:\n  shutdown_grace_seconds: .inf\n", "server.shutdown_grace_seconds: must be", 2},
       {"server:\n  shutdown_grace_seconds: .nan\n", "server.shutdown_grace_seconds: must be", 2},
       {"server:\n  log_level: loud\n", "server.log_level: invalid log level 'loud'", 2},
+      {"server:\n  tls:\n    cert_file: a.pem\n",
+       "server.tls.cert_file: server.tls.cert_file and server.tls.key_file go together", 3},
+      {"server:\n  tls:\n    key_file: a.key\n",
+       "server.tls.key_file: server.tls.cert_file and server.tls.key_file go together", 3},
+      {"server:\n  tls:\n    client_ca_file: ca.pem\n",
+       "server.tls.client_ca_file: requires server.tls.cert_file", 3},
+      {"server:\n  tls:\n    cert_file: a.pem\n    key_file: a.key\n    reload_seconds: 0.5\n",
+       "server.tls.reload_seconds: must be in [1, 86400], got 0.5", 5},
       {"server:\n  limits:\n    max_prompt_tokens: -1\n",
        "server.limits.max_prompt_tokens: must be >= 0, got -1", 3},
       {"server:\n  limits:\n    max_tokens: 2147483648\n",
@@ -407,7 +427,8 @@ TEST(ConfigTest, WrongTypesNameTheirKey) {
 TEST(ConfigTest, UnknownKeysNameTheirFullPath) {
   const BadCase cases[] = {
       {"scheduler:\n  max_batch: 4\n", "unknown key 'scheduler.max_batch'", 2},
-      {"server:\n  listen: 127.0.0.1:1\n  tls: {}\n", "unknown key 'server.tls'", 3},
+      {"server:\n  listen: 127.0.0.1:1\n  tls:\n    cert: a.pem\n", "unknown key 'server.tls.cert'",
+       4},
       {"kv_cache:\n  page_size: 16\n  pagesize: 16\n", "unknown key 'kv_cache.pagesize'", 3},
       {"sparse:\n  enable: true\n", "unknown key 'sparse.enable'", 2},
       {"Server:\n  listen: 127.0.0.1:1\n", "unknown key 'Server'", 1},

@@ -12,6 +12,13 @@
 
 ABSL_FLAG(bool, offline, false, "run the engine in this process instead of calling a server");
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "server address HOST:PORT (not with --offline)");
+ABSL_FLAG(bool, tls, false, "connect over TLS, trusting the system's CAs (implied by --ca_file)");
+ABSL_FLAG(std::string, ca_file, "", "PEM CA bundle that signs the server's certificate (TLS)");
+ABSL_FLAG(std::string, cert_file, "",
+          "PEM client certificate chain, for servers that require one (mutual TLS)");
+ABSL_FLAG(std::string, key_file, "", "PEM private key of --cert_file");
+ABSL_FLAG(std::string, token_file, "",
+          "file whose first line (not blank, not a # comment) is the bearer token to send");
 ABSL_FLAG(double, timeout, 0, "deadline of the call in seconds (0 = none; not with --offline)");
 ABSL_FLAG(std::string, model, "",
           "--offline: Hugging Face model directory (default: the embedded tiny model, generated "

@@ -14,6 +14,11 @@
 ABSL_DECLARE_FLAG(bool, offline);
 ABSL_DECLARE_FLAG(std::string, server);
 ABSL_DECLARE_FLAG(double, timeout);
+ABSL_DECLARE_FLAG(bool, tls);
+ABSL_DECLARE_FLAG(std::string, ca_file);
+ABSL_DECLARE_FLAG(std::string, cert_file);
+ABSL_DECLARE_FLAG(std::string, key_file);
+ABSL_DECLARE_FLAG(std::string, token_file);
 ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(std::string, prompt);
 ABSL_DECLARE_FLAG(std::string, session_id);

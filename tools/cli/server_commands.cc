@@ -17,6 +17,7 @@
 #include "grpcpp/grpcpp.h"
 #include "specula/v1/specula.grpc.pb.h"
 #include "tools/cli/cli_flags.h"
+#include "tools/cli/connection.h"
 
 namespace specula {
 namespace {
@@ -40,22 +41,6 @@ int Fail(const grpc::Status& s) {
   std::cerr << "specula-cli: " << absl::StatusCodeToString(code) << ": " << s.error_message()
             << " (server " << absl::GetFlag(FLAGS_server) << ")\n";
   return ExitCode(code);
-}
-
-std::shared_ptr<grpc::Channel> Channel() {
-  return grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials());
-}
-
-// A context carrying the --timeout deadline; the context must outlive the call, hence a pointer.
-std::unique_ptr<grpc::ClientContext> Context() {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  const double timeout_s = absl::GetFlag(FLAGS_timeout);
-  if (timeout_s > 0) {
-    ctx->set_deadline(std::chrono::system_clock::now() +
-                      std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                          std::chrono::duration<double>(timeout_s)));
-  }
-  return ctx;
 }
 
 // Every flag is sent explicitly: the CLI's defaults (greedy, 64 tokens) differ from the server's.
@@ -129,8 +114,10 @@ std::string Quote(const std::string& s) {
 int GenerateRemote() {
   auto req = BuildGenerateRequest();
   if (!req.ok()) return Fail(req.status());
-  auto stub = pb::Specula::NewStub(Channel());
-  auto ctx = Context();
+  auto conn = Connect();
+  if (!conn.ok()) return Fail(conn.status());
+  auto stub = pb::Specula::NewStub(conn->channel);
+  auto ctx = conn->NewContext();
 
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<grpc::ClientReader<pb::GenerateResponse>> reader =
@@ -200,8 +187,10 @@ int TokenizeRemote() {
   req.set_text(absl::GetFlag(FLAGS_prompt));
   req.set_add_special_tokens(absl::GetFlag(FLAGS_add_special_tokens));
   pb::TokenizeResponse resp;
-  auto ctx = Context();
-  const grpc::Status status = pb::Specula::NewStub(Channel())->Tokenize(ctx.get(), req, &resp);
+  auto conn = Connect();
+  if (!conn.ok()) return Fail(conn.status());
+  auto ctx = conn->NewContext();
+  const grpc::Status status = pb::Specula::NewStub(conn->channel)->Tokenize(ctx.get(), req, &resp);
   if (!status.ok()) return Fail(status);
   std::cout << absl::StrJoin(resp.token_ids(), ",") << "\n";
   for (int i = 0; i < resp.token_ids_size(); ++i) {
@@ -218,8 +207,10 @@ int DetokenizeRemote() {
   req.mutable_token_ids()->Add(ids->begin(), ids->end());
   req.set_skip_special_tokens(absl::GetFlag(FLAGS_skip_special_tokens));
   pb::DetokenizeResponse resp;
-  auto ctx = Context();
-  const grpc::Status status = pb::Specula::NewStub(Channel())->Detokenize(ctx.get(), req, &resp);
+  auto conn = Connect();
+  if (!conn.ok()) return Fail(conn.status());
+  auto ctx = conn->NewContext();
+  const grpc::Status status = pb::Specula::NewStub(conn->channel)->Detokenize(ctx.get(), req, &resp);
   if (!status.ok()) return Fail(status);
   std::cout << resp.text() << "\n";
   return 0;
@@ -227,9 +218,11 @@ int DetokenizeRemote() {
 
 int InfoRemote() {
   pb::ModelInfo info;
-  auto ctx = Context();
+  auto conn = Connect();
+  if (!conn.ok()) return Fail(conn.status());
+  auto ctx = conn->NewContext();
   const grpc::Status status =
-      pb::Specula::NewStub(Channel())->GetModelInfo(ctx.get(), pb::GetModelInfoRequest(), &info);
+      pb::Specula::NewStub(conn->channel)->GetModelInfo(ctx.get(), pb::GetModelInfoRequest(), &info);
   if (!status.ok()) return Fail(status);
   const pb::ServerLimits& l = info.limits();
   const pb::SparseConfig& sp = info.sparse();
@@ -272,8 +265,10 @@ int InfoRemote() {
 
 int ListSessionsRemote() {
   pb::ListSessionsResponse resp;
-  auto ctx = Context();
-  const grpc::Status status = pb::Specula::NewStub(Channel())->ListSessions(
+  auto conn = Connect();
+  if (!conn.ok()) return Fail(conn.status());
+  auto ctx = conn->NewContext();
+  const grpc::Status status = pb::Specula::NewStub(conn->channel)->ListSessions(
       ctx.get(), pb::ListSessionsRequest(), &resp);
   if (!status.ok()) return Fail(status);
   std::cout << "session_id\tcached_tokens\thost_bytes\tkv_cache_bytes\trunning\tidle_s\n";
@@ -291,9 +286,11 @@ int DeleteSessionRemote() {
   pb::DeleteSessionRequest req;
   req.set_session_id(absl::GetFlag(FLAGS_session_id));
   pb::DeleteSessionResponse resp;
-  auto ctx = Context();
+  auto conn = Connect();
+  if (!conn.ok()) return Fail(conn.status());
+  auto ctx = conn->NewContext();
   const grpc::Status status =
-      pb::Specula::NewStub(Channel())->DeleteSession(ctx.get(), req, &resp);
+      pb::Specula::NewStub(conn->channel)->DeleteSession(ctx.get(), req, &resp);
   if (!status.ok()) return Fail(status);
   std::cout << "deleted " << req.session_id() << "\n";
   return 0;
@@ -303,8 +300,10 @@ int HealthRemote() {
   health::HealthCheckRequest req;
   req.set_service(absl::GetFlag(FLAGS_service));
   health::HealthCheckResponse resp;
-  auto ctx = Context();
-  const grpc::Status status = health::Health::NewStub(Channel())->Check(ctx.get(), req, &resp);
+  auto conn = Connect();
+  if (!conn.ok()) return Fail(conn.status());
+  auto ctx = conn->NewContext();
+  const grpc::Status status = health::Health::NewStub(conn->channel)->Check(ctx.get(), req, &resp);
   if (!status.ok()) return Fail(status);
   std::cout << health::HealthCheckResponse::ServingStatus_Name(resp.status()) << "\n";
   return resp.status() == health::HealthCheckResponse::SERVING ? 0 : 1;

@@ -17,12 +17,18 @@ Errors are the server's gRPC status: every method raises grpc.RpcError, whose .c
 grpc.StatusCode.INVALID_ARGUMENT (a bad parameter; .details() names it), RESOURCE_EXHAUSTED
 (queue or cache full), UNAVAILABLE (server down or draining) or DEADLINE_EXCEEDED (timeout).
 
+Secured servers (server.auth and server.tls in the server's config):
+
+    SpeculaClient("host:50051", token="...", ca_file="ca.pem")        # TLS + bearer token
+    SpeculaClient("host:50051", ca_file="ca.pem", cert_file="client.pem", key_file="client.key")
+
 Install it from a checkout (the gRPC stubs are generated from proto/ during the install):
 
     /usr/bin/python3 -m venv --system-site-packages .venv
     .venv/bin/pip install --no-index --no-build-isolation ./tools/python
 """
 
+import collections
 import dataclasses
 import json
 from typing import Iterator, List, Optional, Sequence
@@ -196,23 +202,78 @@ def _tool(t) -> "specula_pb2.Tool":
                             parameters=json.dumps(parameters) if parameters is not None else "")
 
 
+class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+    """Adds `authorization: Bearer TOKEN` to every call (plaintext or TLS channel alike)."""
+
+    def __init__(self, token: str):
+        self._header = ("authorization", "Bearer " + token)
+
+    def _with_token(self, details):
+        metadata = list(details.metadata or []) + [self._header]
+        return _CallDetails(details.method, details.timeout, metadata, details.credentials,
+                            getattr(details, "wait_for_ready", None),
+                            getattr(details, "compression", None))
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._with_token(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._with_token(details), request)
+
+
+class _CallDetails(
+        collections.namedtuple("_CallDetails", ("method", "timeout", "metadata", "credentials",
+                                                "wait_for_ready", "compression")),
+        grpc.ClientCallDetails):
+    pass
+
+
+def _read(path: Optional[str]) -> Optional[bytes]:
+    if path is None:
+        return None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _make_channel(address, tls, ca_file, cert_file, key_file) -> grpc.Channel:
+    if (cert_file is None) != (key_file is None):
+        raise ValueError("cert_file and key_file go together")
+    if not (tls or ca_file or cert_file):
+        return grpc.insecure_channel(address)
+    credentials = grpc.ssl_channel_credentials(root_certificates=_read(ca_file),
+                                               private_key=_read(key_file),
+                                               certificate_chain=_read(cert_file))
+    return grpc.secure_channel(address, credentials)
+
+
 class SpeculaClient:
     """A connection to one specula server. Thread-safe; close() (or `with`) releases it.
 
     `timeout` (seconds) is the default deadline of every call; each method takes its own
     `timeout=` to override it (None = no deadline).
+
+    `token` is sent as `authorization: Bearer TOKEN` on every call. TLS: `tls=True` trusts the
+    system's CAs; `ca_file` (PEM) trusts that CA instead (and implies TLS); `cert_file` and
+    `key_file` (PEM) present a client certificate to servers that require one (mutual TLS).
     """
 
     def __init__(self, address: str = "127.0.0.1:50051", timeout: Optional[float] = None,
-                 channel: Optional[grpc.Channel] = None):
+                 channel: Optional[grpc.Channel] = None, *, token: Optional[str] = None,
+                 tls: bool = False, ca_file: Optional[str] = None,
+                 cert_file: Optional[str] = None, key_file: Optional[str] = None):
         self.address = address
         self.timeout = timeout
-        self._channel = channel if channel is not None else grpc.insecure_channel(address)
+        if channel is None:
+            channel = _make_channel(address, tls, ca_file, cert_file, key_file)
+        self._raw_channel = channel
+        if token is not None:
+            channel = grpc.intercept_channel(channel, _BearerToken(token))
+        self._channel = channel
         self._stub = specula_pb2_grpc.SpeculaStub(self._channel)
         self._health_check = _health.check_callable(self._channel)
 
     def close(self) -> None:
-        self._channel.close()
+        self._raw_channel.close()
 
     def __enter__(self) -> "SpeculaClient":
         return self
