@@ -2,17 +2,13 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "server/gnutls_datum.h"
 #include "engine/common/log.h"
 
 namespace specula {
 namespace {
 
 constexpr unsigned kMaxChainLength = 16;
-
-gnutls_datum_t Datum(const std::string& s) {
-  return gnutls_datum_t{reinterpret_cast<unsigned char*>(const_cast<char*>(s.data())),
-                        static_cast<unsigned>(s.size())};
-}
 
 absl::Status GnutlsError(absl::string_view what, int code) {
   return absl::InvalidArgumentError(absl::StrCat(what, ": ", gnutls_strerror(code)));
@@ -47,7 +43,7 @@ absl::Status HttpTls::InstallLocked(const TlsFileContents& contents) {
   auto id = std::make_unique<Identity>();
   id->chain.resize(kMaxChainLength);
   unsigned n = kMaxChainLength;
-  const gnutls_datum_t chain = Datum(contents.cert_chain_pem);
+  const gnutls_datum_t chain = GnutlsDatum(contents.cert_chain_pem);
   if (int r = gnutls_pcert_list_import_x509_raw(id->chain.data(), &n, &chain, GNUTLS_X509_FMT_PEM,
                                                 0);
       r < 0) {
@@ -55,7 +51,7 @@ absl::Status HttpTls::InstallLocked(const TlsFileContents& contents) {
     return GnutlsError(absl::StrCat("server.tls.cert_file '", paths_.cert_file, "'"), r);
   }
   id->chain.resize(n);
-  const gnutls_datum_t key = Datum(contents.key_pem);
+  const gnutls_datum_t key = GnutlsDatum(contents.key_pem);
   if (int r = gnutls_privkey_init(&id->key); r < 0) return GnutlsError("server.tls", r);
   if (int r = gnutls_privkey_import_x509_raw(id->key, &key, GNUTLS_X509_FMT_PEM, nullptr, 0);
       r < 0) {
@@ -64,7 +60,7 @@ absl::Status HttpTls::InstallLocked(const TlsFileContents& contents) {
   gnutls_x509_trust_list_t ca = nullptr;
   if (!contents.client_ca_pem.empty()) {
     if (int r = gnutls_x509_trust_list_init(&ca, 0); r < 0) return GnutlsError("server.tls", r);
-    const gnutls_datum_t pem = Datum(contents.client_ca_pem);
+    const gnutls_datum_t pem = GnutlsDatum(contents.client_ca_pem);
     if (int r = gnutls_x509_trust_list_add_trust_mem(ca, &pem, nullptr, GNUTLS_X509_FMT_PEM, 0, 0);
         r <= 0) {
       gnutls_x509_trust_list_deinit(ca, 1);

@@ -8,6 +8,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "server/gnutls_datum.h"
 
 namespace specula {
 namespace {
@@ -27,11 +28,6 @@ absl::StatusOr<std::string> ReadPem(const char* key, const std::string& path) {
   return pem;
 }
 
-gnutls_datum_t Datum(const std::string& s) {
-  return gnutls_datum_t{reinterpret_cast<unsigned char*>(const_cast<char*>(s.data())),
-                        static_cast<unsigned>(s.size())};
-}
-
 // The chain and key load together (GnuTLS checks that the key belongs to the leaf).
 absl::Status CheckIdentity(const TlsPaths& paths, const TlsFileContents& c) {
   gnutls_certificate_credentials_t cred = nullptr;
@@ -39,7 +35,7 @@ absl::Status CheckIdentity(const TlsPaths& paths, const TlsFileContents& c) {
     return absl::ResourceExhaustedError("server.tls: cannot allocate TLS credentials");
   }
   absl::Cleanup free_cred = [cred] { gnutls_certificate_free_credentials(cred); };
-  const gnutls_datum_t cert = Datum(c.cert_chain_pem), key = Datum(c.key_pem);
+  const gnutls_datum_t cert = GnutlsDatum(c.cert_chain_pem), key = GnutlsDatum(c.key_pem);
   const int r = gnutls_certificate_set_x509_key_mem2(cred, &cert, &key, GNUTLS_X509_FMT_PEM,
                                                      nullptr, 0);
   if (r == GNUTLS_E_CERTIFICATE_KEY_MISMATCH) {
@@ -62,7 +58,7 @@ absl::Status CheckClientCa(const TlsPaths& paths, const TlsFileContents& c) {
     return absl::ResourceExhaustedError("server.tls: cannot allocate TLS credentials");
   }
   absl::Cleanup free_cred = [cred] { gnutls_certificate_free_credentials(cred); };
-  const gnutls_datum_t ca = Datum(c.client_ca_pem);
+  const gnutls_datum_t ca = GnutlsDatum(c.client_ca_pem);
   const int n = gnutls_certificate_set_x509_trust_mem(cred, &ca, GNUTLS_X509_FMT_PEM);
   if (n <= 0) {
     return absl::InvalidArgumentError(
