@@ -102,6 +102,27 @@ std::optional<Violation> CheckHttpListen(const ServerSection& s) {
   return std::nullopt;
 }
 
+std::optional<Violation> CheckConnections(const ServerSection& s) {
+  std::optional<Violation> v;
+  if (!(s.grpc_max_idle_seconds >= 0 && s.grpc_max_idle_seconds <= 30 * 86400)) {
+    return Violation{"server.connections.grpc_max_idle_seconds",
+                     absl::StrCat("must be in [0, 2592000], got ", s.grpc_max_idle_seconds)};
+  }
+  if ((v = CheckRange<int64_t>("server.connections.http_idle_seconds", s.http_idle_seconds, 1,
+                               3600))) {
+    return v;
+  }
+  if ((v = CheckRange<int64_t>("server.connections.http_max_connections", s.http_max_connections,
+                               1, 65536))) {
+    return v;
+  }
+  if (!(s.min_ping_interval_seconds >= 0.001 && s.min_ping_interval_seconds <= 86400)) {
+    return Violation{"server.connections.min_ping_interval_seconds",
+                     absl::StrCat("must be in [0.001, 86400], got ", s.min_ping_interval_seconds)};
+  }
+  return CheckRange<int64_t>("server.connections.max_ping_strikes", s.max_ping_strikes, 0, 1000);
+}
+
 std::optional<Violation> CheckTls(const ServerSection& s) {
   if (s.tls_cert_file.empty() != s.tls_key_file.empty()) {
     // Named after the key that is there, so the error points at its line.
@@ -162,6 +183,7 @@ std::optional<Violation> FindViolation(const ServerConfig& c) {
   }
   if ((v = CheckHttpListen(s))) return v;
   if ((v = CheckTls(s))) return v;
+  if ((v = CheckConnections(s))) return v;
   if ((v = CheckRange<int64_t>("server.http_max_body_bytes", s.http_max_body_bytes, 1024,
                                kIntMax))) {
     return v;
@@ -420,6 +442,14 @@ absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
                           {"send_priority", String(&s.send_priority)},
                           {"reflection", Bool(&s.reflection)},
                           {"auth", Section({{"token_file", String(&s.auth_token_file)}})},
+                          {"connections",
+                           Section({{"grpc_max_idle_seconds", Double(&s.grpc_max_idle_seconds)},
+                                    {"http_idle_seconds", Int(&s.http_idle_seconds)},
+                                    {"http_max_connections", Int(&s.http_max_connections)},
+                                    {"min_ping_interval_seconds",
+                                     Double(&s.min_ping_interval_seconds)},
+                                    {"max_ping_strikes", Int(&s.max_ping_strikes)},
+                                    {"ping_without_calls", Bool(&s.ping_without_calls)}})},
                           {"tls", Section({{"cert_file", String(&s.tls_cert_file)},
                                            {"key_file", String(&s.tls_key_file)},
                                            {"client_ca_file", String(&s.tls_client_ca_file)},

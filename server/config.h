@@ -33,6 +33,13 @@ struct ServerSection {
   std::string tls_client_ca_file;
   double tls_reload_seconds = 60;  // [1, 86400]
   bool tls() const { return !tls_cert_file.empty(); }
+  // server.connections: what a connection may do before it is closed.
+  double grpc_max_idle_seconds = 3600;    // [0, 30 days]: no call for this long; 0 = never
+  int http_idle_seconds = 10;             // [1, 3600]: an HTTP connection with no traffic
+  int http_max_connections = 1024;        // [1, 65536]: open HTTP connections at once
+  double min_ping_interval_seconds = 10;  // [0.001, 86400]: client pings closer are strikes
+  int max_ping_strikes = 2;               // [0, 1000]: then GOAWAY too_many_pings; 0 = no limit
+  bool ping_without_calls = true;         // keepalive pings on connections with no call
   // server.limits: what one request may ask, 0 = no limit beyond the model's context.
   int64_t max_prompt_tokens = 0;  // limits.max_prompt_tokens: [0, 2^31-1]
   int64_t max_output_tokens = 0;  // limits.max_tokens: cap on max_tokens, [0, 2^31-1]

@@ -248,6 +248,26 @@ class WithoutReflection : public grpc::ServerBuilderOption {
   }
 };
 
+int Milliseconds(double seconds) {
+  return static_cast<int>(std::min<double>(INT_MAX, seconds * 1000));
+}
+
+// server.connections: a client pinging more often than min_ping_interval_seconds (without data
+// between) collects a strike per ping; past max_ping_strikes gRPC sends GOAWAY (too_many_pings)
+// and closes that connection only. Connections with no call for grpc_max_idle_seconds are closed
+// with GOAWAY too (clients reconnect on their next call).
+void ApplyConnectionLimits(const ServerSection& s, grpc::ServerBuilder& builder) {
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             Milliseconds(s.min_ping_interval_seconds));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, s.max_ping_strikes);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
+                             s.ping_without_calls ? 1 : 0);
+  if (s.grpc_max_idle_seconds > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                               Milliseconds(s.grpc_max_idle_seconds));
+  }
+}
+
 // Plaintext, or TLS from server.tls: gRPC's own file watcher re-reads the files every
 // reload_seconds (a changed file that does not load keeps the old credentials). Server::Create
 // checked the files first: the watcher would only log a bad file and fail every handshake.
@@ -293,6 +313,7 @@ absl::Status Server::StartGrpc(const ServerConfig& config) {
   // max_tokens for nobody): ping idle connections every 60 s, give up after 20 s.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60 * 1000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
+  ApplyConnectionLimits(config.server, builder);
   builder.RegisterService(service_.get());
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || port == 0) {
@@ -334,6 +355,8 @@ absl::Status Server::StartHttp(const ServerConfig& config, const v1::ModelInfo& 
     options.tls = *std::move(tls);
   }
   options.max_body_bytes = static_cast<size_t>(config.server.http_max_body_bytes);
+  options.idle_timeout_seconds = config.server.http_idle_seconds;
+  options.max_connections = config.server.http_max_connections;
   options.error_response = &OpenAiService::ErrorResponse;
   options.threads = 2;
   absl::StatusOr<std::unique_ptr<HttpServer>> http =

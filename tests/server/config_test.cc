@@ -73,6 +73,11 @@ TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_FALSE(c.server.tls());
   EXPECT_EQ(c.server.tls_client_ca_file, "");
   EXPECT_EQ(c.server.tls_reload_seconds, 60);
+  EXPECT_EQ(c.server.grpc_max_idle_seconds, 3600);
+  EXPECT_EQ(c.server.http_idle_seconds, 10);
+  EXPECT_EQ(c.server.min_ping_interval_seconds, 10);
+  EXPECT_EQ(c.server.max_ping_strikes, 2);
+  EXPECT_TRUE(c.server.ping_without_calls);
   EXPECT_EQ(c.model.path, "");
   EXPECT_EQ(c.model.device, "auto");
   EXPECT_EQ(c.scheduler.max_running_requests, 64);
@@ -122,6 +127,13 @@ server:
   log_level: debug
   send_priority: normal
   reflection: true
+  connections:
+    grpc_max_idle_seconds: 0
+    http_idle_seconds: 30
+    http_max_connections: 64
+    min_ping_interval_seconds: 0.5
+    max_ping_strikes: 0
+    ping_without_calls: false
   tls:
     cert_file: /etc/specula/server.pem
     key_file: /etc/specula/server.key
@@ -170,6 +182,12 @@ sparse:
   EXPECT_EQ(c->server.log_level, "debug");
   EXPECT_EQ(c->server.send_priority, "normal");
   EXPECT_TRUE(c->server.reflection);
+  EXPECT_EQ(c->server.grpc_max_idle_seconds, 0);
+  EXPECT_EQ(c->server.http_idle_seconds, 30);
+  EXPECT_EQ(c->server.http_max_connections, 64);
+  EXPECT_EQ(c->server.min_ping_interval_seconds, 0.5);
+  EXPECT_EQ(c->server.max_ping_strikes, 0);
+  EXPECT_FALSE(c->server.ping_without_calls);
   EXPECT_EQ(c->server.tls_cert_file, "/etc/specula/server.pem");
   EXPECT_EQ(c->server.tls_key_file, "/etc/specula/server.key");
   EXPECT_EQ(c->server.tls_client_ca_file, "/etc/specula/clients.pem");
@@ -258,6 +276,16 @@ TEST(ConfigTest, InvalidValuesNameTheirKeyAndLine) {
       {"server:\n  shutdown_grace_seconds: .inf\n", "server.shutdown_grace_seconds: must be", 2},
       {"server:\n  shutdown_grace_seconds: .nan\n", "server.shutdown_grace_seconds: must be", 2},
       {"server:\n  log_level: loud\n", "server.log_level: invalid log level 'loud'", 2},
+      {"server:\n  connections:\n    grpc_max_idle_seconds: -1\n",
+       "server.connections.grpc_max_idle_seconds: must be in [0, 2592000], got -1", 3},
+      {"server:\n  connections:\n    http_idle_seconds: 0\n",
+       "server.connections.http_idle_seconds: must be >= 1, got 0", 3},
+      {"server:\n  connections:\n    http_max_connections: 65537\n",
+       "server.connections.http_max_connections: must be <= 65536, got 65537", 3},
+      {"server:\n  connections:\n    min_ping_interval_seconds: 0\n",
+       "server.connections.min_ping_interval_seconds: must be in [0.001, 86400], got 0", 3},
+      {"server:\n  connections:\n    max_ping_strikes: 1001\n",
+       "server.connections.max_ping_strikes: must be <= 1000, got 1001", 3},
       {"server:\n  tls:\n    cert_file: a.pem\n",
        "server.tls.cert_file: server.tls.cert_file and server.tls.key_file go together", 3},
       {"server:\n  tls:\n    key_file: a.key\n",

@@ -549,3 +549,81 @@ TEST(HostileE2eTest, Sigusr1LogsTheStateAndSigquitDrains) {
 
 }  // namespace
 }  // namespace specula::testing
+
+namespace specula::testing {
+namespace {
+
+// A channel whose client pings every `ping_ms`, with or without calls.
+std::shared_ptr<grpc::Channel> PingingChannel(const std::string& address, int ping_ms) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, ping_ms);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // ping even with no data sent
+  args.SetInt(GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS, ping_ms);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // its own connection, not a shared one
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+bool ModelInfoOk(const std::shared_ptr<grpc::Channel>& channel) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ModelInfo info;
+  return v1::Specula::NewStub(channel)->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok();
+}
+
+// Whether `channel` leaves READY before `wait` is over.
+bool LosesConnectionWithin(const std::shared_ptr<grpc::Channel>& channel,
+                           std::chrono::milliseconds wait) {
+  return channel->WaitForStateChange(GRPC_CHANNEL_READY, std::chrono::system_clock::now() + wait);
+}
+
+// server.connections: a client pinging (with no call) more often than min_ping_interval_seconds
+// gets GOAWAY after max_ping_strikes strikes; a client that does not ping keeps its connection.
+// gRPC clients ping at most once a second (their own floor), so the flood here is one ping a
+// second against an allowed interval of 5 s.
+TEST(HostileE2eTest, ClientsPingingTooOftenGetGoawayOthersKeepTheirConnections) {
+  auto server = StartServer([](ServerConfig& c) {
+    c.server.min_ping_interval_seconds = 5;
+    c.server.max_ping_strikes = 2;
+  });
+  ASSERT_NE(server, nullptr);
+  auto quiet = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
+  auto flood = PingingChannel(server->address(), 10);
+  ASSERT_TRUE(ModelInfoOk(quiet));
+  ASSERT_TRUE(ModelInfoOk(flood));
+  EXPECT_TRUE(LosesConnectionWithin(flood, std::chrono::seconds(15)))
+      << "the pinging client kept its connection";
+  EXPECT_EQ(quiet->GetState(false), GRPC_CHANNEL_READY);
+  EXPECT_TRUE(ModelInfoOk(quiet));
+}
+
+// The same client is welcome where pings are allowed every 0.5 s: the setting is the server's,
+// not gRPC's default (5 minutes, which would send it away after three pings).
+TEST(HostileE2eTest, ClientsPingingAtTheAllowedIntervalKeepTheirConnections) {
+  auto server = StartServer([](ServerConfig& c) {
+    c.server.min_ping_interval_seconds = 0.5;
+    c.server.max_ping_strikes = 2;
+  });
+  ASSERT_NE(server, nullptr);
+  auto polite = PingingChannel(server->address(), 10);
+  ASSERT_TRUE(ModelInfoOk(polite));
+  EXPECT_FALSE(LosesConnectionWithin(polite, std::chrono::milliseconds(4500)))
+      << "a client pinging once a second lost its connection";
+  EXPECT_TRUE(ModelInfoOk(polite));
+}
+
+// server.connections.grpc_max_idle_seconds: a connection with no call is closed (GOAWAY).
+TEST(HostileE2eTest, IdleGrpcConnectionsAreClosed) {
+  auto server = StartServer([](ServerConfig& c) { c.server.grpc_max_idle_seconds = 0.3; });
+  ASSERT_NE(server, nullptr);
+  auto channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
+  ASSERT_TRUE(ModelInfoOk(channel));
+  EXPECT_TRUE(channel->WaitForStateChange(
+      GRPC_CHANNEL_READY, std::chrono::system_clock::now() + std::chrono::seconds(10)))
+      << "the idle connection stayed open";
+  EXPECT_TRUE(ModelInfoOk(channel)) << "the client reconnects on its next call";
+}
+
+}  // namespace
+}  // namespace specula::testing
