@@ -170,6 +170,10 @@ std::optional<Violation> FindViolation(const ServerConfig& c) {
   if ((v = CheckRange<int64_t>("server.limits.max_tokens", s.max_output_tokens, 0, kIntMax))) {
     return v;
   }
+  if ((v = CheckRange<int64_t>("server.limits.max_requests_per_client",
+                               s.max_requests_per_client, 0, kIntMax))) {
+    return v;
+  }
   if (!(s.shutdown_grace_seconds >= 0) || !std::isfinite(s.shutdown_grace_seconds)) {
     return Violation{"server.shutdown_grace_seconds",
                      absl::StrCat("must be a finite number >= 0, got ", s.shutdown_grace_seconds)};
@@ -455,7 +459,9 @@ absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
                                            {"client_ca_file", String(&s.tls_client_ca_file)},
                                            {"reload_seconds", Double(&s.tls_reload_seconds)}})},
                           {"limits", Section({{"max_prompt_tokens", Int(&s.max_prompt_tokens)},
-                                              {"max_tokens", Int(&s.max_output_tokens)}})}})},
+                                              {"max_tokens", Int(&s.max_output_tokens)},
+                                              {"max_requests_per_client",
+                                               Int(&s.max_requests_per_client)}})}})},
       {"model", Section({{"path", String(&m.path)},
                          {"name", String(&m.name)},
                          {"device", String(&m.device)},

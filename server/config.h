@@ -43,6 +43,7 @@ struct ServerSection {
   // server.limits: what one request may ask, 0 = no limit beyond the model's context.
   int64_t max_prompt_tokens = 0;  // limits.max_prompt_tokens: [0, 2^31-1]
   int64_t max_output_tokens = 0;  // limits.max_tokens: cap on max_tokens, [0, 2^31-1]
+  int max_requests_per_client = 0;  // limits.max_requests_per_client: [0, 2^31-1], 0 = none
   bool operator==(const ServerSection&) const = default;
 };
 

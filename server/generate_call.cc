@@ -55,6 +55,14 @@ absl::Status CheckAdmission(const CallEnv& env, const google::protobuf::Message&
   return absl::OkStatus();
 }
 
+absl::StatusOr<ClientLimiter::Lease> AcquireClientPlace(const CallEnv& env,
+                                                        const std::string* authorization,
+                                                        absl::string_view peer) {
+  if (env.client_limiter == nullptr) return ClientLimiter::Lease();
+  return env.client_limiter->Acquire(
+      ClientIdentity(env.auth != nullptr ? authorization : nullptr, peer));
+}
+
 bool PostTokenization(const CallEnv& env, std::function<void()> task, absl::Status* refusal) {
   if (env.tokenizer_queue->TryPost(std::move(task), env.max_tokenizing)) return true;
   if (env.tokenizer_queue->closed()) {  // the drain began after this call's admission check
@@ -95,6 +103,7 @@ void GenerateCall::Reject(const absl::Status& status) {
   {
     std::lock_guard lock(mu_);
     finished_ = true;
+    client_place_.Reset();
   }
   Finish(ToGrpcStatus(status));
 }
@@ -106,6 +115,16 @@ void GenerateCall::Begin(const grpc::ByteBuffer& bytes) {
   // Logged with rejections before its length is checked: never more than the allowed length.
   request_id_ = request_.request_id().substr(0, kMaxRequestIdBytes);
   if (absl::Status s = CheckAdmission(*env_, request_); !s.ok()) return Reject(s);
+  {
+    const auto found = ctx_->client_metadata().find("authorization");
+    const std::string authorization =
+        found == ctx_->client_metadata().end() ? "" : std::string(found->second.data(),
+                                                                   found->second.size());
+    absl::StatusOr<ClientLimiter::Lease> place = AcquireClientPlace(
+        *env_, found == ctx_->client_metadata().end() ? nullptr : &authorization, ctx_->peer());
+    if (!place.ok()) return Reject(place.status());
+    client_place_ = *std::move(place);
+  }
   const size_t text_bytes =
       request_.messages().empty() ? request_.prompt().size() : request_.ByteSizeLong();
   if (env_->tokenizer_queue != nullptr && text_bytes > env_->inline_tokenize_bytes) {
@@ -173,6 +192,7 @@ void GenerateCall::TrySend() {
     if (!chunk.done && broken_) continue;
     if (chunk.done && (!chunk.status.ok() || broken_)) {
       finished_ = true;
+      client_place_.Reset();  // before the client can hear the end and send again
       lock.unlock();
       Finish(ToGrpcStatus(chunk.status.ok() ? absl::CancelledError("the client went away")
                                             : chunk.status));
@@ -188,6 +208,7 @@ void GenerateCall::TrySend() {
     }
     if (absl::Status s = SerializeResponse(response_, &response_bytes_); !s.ok()) {
       finished_ = true;
+      client_place_.Reset();  // before the client can hear the end and send again
       const uint64_t handle = handle_;
       lock.unlock();
       env_->engine->Cancel(handle, s);
@@ -196,6 +217,7 @@ void GenerateCall::TrySend() {
     }
     if (chunk.done) {
       finished_ = true;
+      client_place_.Reset();  // before the client can hear the end and send again
       lock.unlock();
       StartWriteAndFinish(&response_bytes_, grpc::WriteOptions(), grpc::Status::OK);
     } else {

@@ -21,6 +21,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/bearer_tokens.h"
 #include "server/chat.h"
+#include "server/client_limiter.h"
 #include "server/metrics.h"
 #include "server/request_convert.h"
 #include "server/send_executor.h"
@@ -37,6 +38,7 @@ inline constexpr size_t kInlineTokenizeBytes = 16 * 1024;
 struct CallEnv {
   Engine* engine = nullptr;
   const BearerTokens* auth = nullptr;  // null: no authentication (server.auth.token_file unset)
+  ClientLimiter* client_limiter = nullptr;  // server.limits.max_requests_per_client; may be null
   ServerMetrics* metrics = nullptr;  // may be null
   SendExecutor* sender = nullptr;    // runs sends the engine thread asks for
   WorkQueue* tokenizer_queue = nullptr;  // tokenizes long prompts; null = on the calling thread
@@ -60,6 +62,12 @@ absl::Status CheckAuth(const CallEnv& env, const grpc::CallbackServerContext& ct
 // above server.max_receive_message_bytes (gRPC's own limit is set higher so that such requests
 // reach us and get a message naming the key).
 absl::Status CheckAdmission(const CallEnv& env, const google::protobuf::Message& request);
+
+// A place for one more generation of the client behind `authorization` (when authentication is
+// on) or `peer`; RESOURCE_EXHAUSTED past server.limits.max_requests_per_client.
+absl::StatusOr<ClientLimiter::Lease> AcquireClientPlace(const CallEnv& env,
+                                                        const std::string* authorization,
+                                                        absl::string_view peer);
 
 // Runs `task` on env.tokenizer_queue: false (and RESOURCE_EXHAUSTED in `refusal`) when
 // scheduler.max_tokenizing_requests tasks are already queued or running.
@@ -106,6 +114,7 @@ class GenerateCall : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   std::shared_ptr<RequestStream> stream_;
   std::string request_id_;
   std::optional<ChatStream> chat_;  // a request with messages: its answer's parser
+  ClientLimiter::Lease client_place_;  // given back as the call finishes
 
   std::mutex mu_;
   uint64_t handle_ = 0;     // 0 until submitted

@@ -62,6 +62,18 @@ struct PendingRequest {
   std::shared_ptr<HttpExchangeState> exchange;  // an asynchronous route's, once its handler ran
 };
 
+std::string PeerAddress(MHD_Connection* connection) {
+  const MHD_ConnectionInfo* info =
+      MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  if (info == nullptr || info->client_addr == nullptr) return "";
+  char host[NI_MAXHOST] = {};
+  const sockaddr* addr = info->client_addr;
+  const socklen_t len =
+      addr->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  if (getnameinfo(addr, len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) != 0) return "";
+  return host;
+}
+
 MHD_Result CollectHeader(void* cls, MHD_ValueKind, const char* key, const char* value) {
   auto* headers = static_cast<std::vector<std::pair<std::string, std::string>>*>(cls);
   headers->emplace_back(absl::AsciiStrToLower(key), value == nullptr ? "" : value);
@@ -325,6 +337,7 @@ struct HttpServerCallbacks {
       *state = pending;
       pending->request.method = method;
       pending->request.path = url;
+      pending->request.peer = PeerAddress(connection);
       if (absl::Status s = server->CheckClientCertificate(connection); !s.ok()) {
         return Send(connection, server->Refusal(403, std::string(s.message())));
       }

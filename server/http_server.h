@@ -35,6 +35,7 @@ struct HttpRequest {
   std::string method;  // as sent, e.g. "GET"
   std::string path;    // the URL's path, without the query string
   std::string body;    // at most HttpServerOptions::max_body_bytes
+  std::string peer;    // the client's IP address ("10.0.0.1", "::1"); "" when unknown
   // Request headers, names lower-cased, in arrival order.
   std::vector<std::pair<std::string, std::string>> headers;
 

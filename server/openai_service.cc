@@ -38,6 +38,10 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
         exchange_(std::move(exchange)) {
     if (const std::string* session = request.header(kSessionIdMetadata)) session_id_ = *session;
     authorized_ = Authorized(*env, request);
+    if (const std::string* authorization = request.header("authorization")) {
+      authorization_ = *authorization;
+    }
+    peer_ = request.peer;
   }
 
   void Start() {
@@ -50,6 +54,10 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
       return Reject(
           absl::UnavailableError("the server is shutting down; retry on another replica"));
     }
+    absl::StatusOr<ClientLimiter::Lease> place =
+        AcquireClientPlace(*env_, authorization_.empty() ? nullptr : &authorization_, peer_);
+    if (!place.ok()) return Reject(place.status());
+    client_place_ = *std::move(place);
     // As on gRPC: a small request is parsed, rendered and tokenized at once (well under a
     // millisecond, on the polling thread), a large one on the tokenizer queue, whose bound
     // (scheduler.max_tokenizing_requests) is for long prompts, not for every request.
@@ -170,7 +178,10 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
     std::lock_guard drain_lock(drain_mu_);
     StreamChunk chunk;
     while (stream_->Take(&chunk)) {
-      if (chunk.done) finished = std::move(keep_alive_);
+      if (chunk.done) {
+        finished = std::move(keep_alive_);
+        client_place_.Reset();  // before the client can hear the end and send again
+      }
       if (stream_mode_) {
         exchange_->Write(answer_->StreamEvents(chunk));
         if (chunk.done) exchange_->End();
@@ -207,6 +218,9 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
   std::string body_;
   std::string session_id_;
   bool authorized_ = false;
+  std::string authorization_;  // the header, for the per-client limit
+  std::string peer_;
+  ClientLimiter::Lease client_place_;  // given back as the answer ends
   const std::shared_ptr<HttpExchange> exchange_;
   std::string request_id_;
   bool stream_mode_ = false;

@@ -216,6 +216,10 @@ void Server::InitCallEnv(const ServerConfig& config, const v1::ModelInfo& model_
   env_.max_total_tokens.max_output_tokens = config.server.max_output_tokens;
   env_.chat = chat_.get();
   env_.auth = auth_.get();
+  if (config.server.max_requests_per_client > 0) {
+    client_limiter_ = std::make_unique<ClientLimiter>(config.server.max_requests_per_client);
+    env_.client_limiter = client_limiter_.get();
+  }
   env_.max_request_bytes = config.server.max_receive_message_bytes;
   env_.max_total_tokens.dense =
       std::min<int64_t>(model_info.max_context_tokens(), model_info.limits().kv_cache_tokens());

@@ -76,6 +76,7 @@ class Server {
   std::string served_model_name_;
   std::unique_ptr<ChatModel> chat_;
   std::unique_ptr<BearerTokens> auth_;  // null: no authentication
+  std::unique_ptr<ClientLimiter> client_limiter_;  // null: no per-client limit
   std::unique_ptr<ServerMetrics> metrics_;
   RequestLog request_log_;
   std::unique_ptr<ObserverList> observers_;

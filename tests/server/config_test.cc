@@ -142,6 +142,7 @@ server:
   limits:
     max_prompt_tokens: 1000
     max_tokens: 200
+    max_requests_per_client: 4
 model:
   path: /models/qwen3
   device: cpu
@@ -194,6 +195,7 @@ sparse:
   EXPECT_EQ(c->server.tls_reload_seconds, 5);
   EXPECT_EQ(c->server.max_prompt_tokens, 1000);
   EXPECT_EQ(c->server.max_output_tokens, 200);
+  EXPECT_EQ(c->server.max_requests_per_client, 4);
   EXPECT_EQ(c->model.path, "/models/qwen3");
   EXPECT_EQ(c->model.device, "cpu");
   EXPECT_EQ(c->scheduler.max_running_requests, 8);
@@ -276,6 +278,8 @@ TEST(ConfigTest, InvalidValuesNameTheirKeyAndLine) {
       {"server:\n  shutdown_grace_seconds: .inf\n", "server.shutdown_grace_seconds: must be", 2},
       {"server:\n  shutdown_grace_seconds: .nan\n", "server.shutdown_grace_seconds: must be", 2},
       {"server:\n  log_level: loud\n", "server.log_level: invalid log level 'loud'", 2},
+      {"server:\n  limits:\n    max_requests_per_client: -1\n",
+       "server.limits.max_requests_per_client: must be >= 0, got -1", 3},
       {"server:\n  connections:\n    grpc_max_idle_seconds: -1\n",
        "server.connections.grpc_max_idle_seconds: must be in [0, 2592000], got -1", 3},
       {"server:\n  connections:\n    http_idle_seconds: 0\n",

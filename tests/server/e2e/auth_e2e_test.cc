@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -102,6 +104,88 @@ TEST(AuthE2eTest, OnlyABearerTokenGetsInButHealthAnswersEveryone) {
                                                           completion))),
             200);
   EXPECT_EQ(HttpStatus(HttpExchange(http, HttpRequestWith("GET", "/health", ""))), 200);
+  std::remove(tokens.c_str());
+}
+
+// Waits (bounded) until `n` requests are queued in the paused engine.
+bool WaitQueued(Server& server, int n) {
+  for (int spin = 0; server.engine().load().waiting < n && spin < 5000; ++spin) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return server.engine().load().waiting == n;
+}
+
+// server.limits.max_requests_per_client: a client (its bearer token) with that many generations
+// in flight gets RESOURCE_EXHAUSTED (HTTP 429) for one more; another client is not held back;
+// the places come back when the requests end.
+TEST(AuthE2eTest, EachClientHasItsOwnCapOfRequestsInFlight) {
+  constexpr char kOther[] = "other-agent-token-0123456789";
+  const std::string tokens = WriteTokenFile();
+  std::ofstream(tokens, std::ios::app) << kOther << "\n";
+  auto server = StartServer([&](ServerConfig& c) {
+    c.server.auth_token_file = tokens;
+    c.server.http_listen = "127.0.0.1:0";
+    c.server.max_requests_per_client = 2;
+  });
+  ASSERT_NE(server, nullptr);
+  const v1::GenerateRequest request = GreedyIds({1, 2, 3, 4}, 3);
+  auto as = [](std::string token) {
+    return [token](grpc::ClientContext& ctx) { ctx.AddMetadata("authorization", "Bearer " + token); };
+  };
+  // Two in flight (queued: the engine is paused), from threads.
+  auto start_two = [&](std::vector<StreamResult>& results) {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i) {
+      threads.emplace_back([&, i] {
+        auto stub = Connect(server->address());
+        results[i] = RunGenerate(*stub, request, as(kToken));
+      });
+    }
+    return threads;
+  };
+  server->engine().SetPausedForTesting(true);
+  std::vector<StreamResult> first(2);
+  std::vector<std::thread> threads = start_two(first);
+  ASSERT_TRUE(WaitQueued(*server, 2));
+
+  auto stub = Connect(server->address());
+  StreamResult third = RunGenerate(*stub, request, as(kToken));
+  EXPECT_EQ(third.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(third.status.error_message(), HasSubstr("server.limits.max_requests_per_client"));
+  const std::string completion =
+      R"({"model": ")" + server->served_model_name() + R"(", "prompt": "hi", "max_tokens": 2})";
+  const int http = Port(server->http_address());
+  const std::string refused = HttpExchange(
+      http, HttpRequestWith("POST", "/v1/completions", std::string("Bearer ") + kToken, completion));
+  EXPECT_EQ(HttpStatus(refused), 429) << refused;
+  // Another client gets in.
+  StreamResult other;
+  threads.emplace_back([&] {
+    auto other_stub = Connect(server->address());
+    other = RunGenerate(*other_stub, request, as(kOther));
+  });
+  EXPECT_TRUE(WaitQueued(*server, 3));
+  server->engine().SetPausedForTesting(false);
+  for (auto& t : threads) t.join();
+  for (const StreamResult& r : first) EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_TRUE(other.status.ok()) << other.status.error_message();
+
+  // The places came back: two more in flight at once, and HTTP too.
+  server->engine().SetPausedForTesting(true);
+  std::vector<StreamResult> second(2);
+  threads = start_two(second);
+  EXPECT_TRUE(WaitQueued(*server, 2));
+  server->engine().SetPausedForTesting(false);
+  for (auto& t : threads) t.join();
+  for (const StreamResult& r : second) EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+  // HTTP requests give their places back too: three in a row under a cap of two.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(HttpStatus(HttpExchange(http, HttpRequestWith("POST", "/v1/completions",
+                                                            std::string("Bearer ") + kToken,
+                                                            completion))),
+              200)
+        << i;
+  }
   std::remove(tokens.c_str());
 }
 

@@ -1,0 +1,74 @@
+#include "server/client_limiter.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace specula {
+
+ClientLimiter::Lease::Lease(Lease&& other) noexcept
+    : owner_(other.owner_), client_(std::move(other.client_)) {
+  other.owner_ = nullptr;
+}
+
+ClientLimiter::Lease& ClientLimiter::Lease::operator=(Lease&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    owner_ = other.owner_;
+    client_ = std::move(other.client_);
+    other.owner_ = nullptr;
+  }
+  return *this;
+}
+
+void ClientLimiter::Lease::Reset() {
+  if (owner_ != nullptr) owner_->Release(client_);
+  owner_ = nullptr;
+}
+
+absl::StatusOr<ClientLimiter::Lease> ClientLimiter::Acquire(const std::string& client) {
+  if (max_ <= 0) return Lease();
+  std::lock_guard lock(mu_);
+  int& n = in_flight_[client];
+  if (n >= max_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this client already has ", n,
+        " requests in flight (server.limits.max_requests_per_client); retry when one ends"));
+  }
+  ++n;
+  return Lease(this, client);
+}
+
+int ClientLimiter::in_flight(const std::string& client) const {
+  std::lock_guard lock(mu_);
+  auto it = in_flight_.find(client);
+  return it == in_flight_.end() ? 0 : it->second;
+}
+
+void ClientLimiter::Release(const std::string& client) {
+  std::lock_guard lock(mu_);
+  auto it = in_flight_.find(client);
+  if (it == in_flight_.end()) return;
+  if (--it->second <= 0) in_flight_.erase(it);
+}
+
+std::string ClientIdentity(const std::string* authorization, absl::string_view peer) {
+  if (authorization != nullptr) {
+    // "Bearer TOKEN": the token alone, however the scheme is spelled.
+    absl::string_view value = absl::StripAsciiWhitespace(*authorization);
+    const size_t space = value.find(' ');
+    if (space != absl::string_view::npos) value = absl::StripAsciiWhitespace(value.substr(space));
+    return absl::StrCat("token ", value);
+  }
+  for (absl::string_view scheme : {"ipv4:", "ipv6:"}) {
+    if (absl::StartsWith(peer, scheme)) peer.remove_prefix(scheme.size());
+  }
+  // "[::1]:5000" -> "[::1]", "10.0.0.1:5000" -> "10.0.0.1"; a bare address stays.
+  const size_t colon = peer.rfind(':');
+  const bool has_port = !peer.empty() && colon != absl::string_view::npos &&
+                        (peer.front() == '[' ? colon > 0 && peer[colon - 1] == ']'
+                                             : peer.find(':') == colon);
+  return absl::StrCat("ip ", has_port ? peer.substr(0, colon) : peer);
+}
+
+}  // namespace specula
