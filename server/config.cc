@@ -123,6 +123,14 @@ std::optional<Violation> CheckConnections(const ServerSection& s) {
   return CheckRange<int64_t>("server.connections.max_ping_strikes", s.max_ping_strikes, 0, 1000);
 }
 
+std::optional<Violation> CheckStall(const ServerSection& s) {
+  if (!(s.stall_seconds >= 0 && s.stall_seconds <= 86400)) {
+    return Violation{"server.stall_seconds",
+                     absl::StrCat("must be in [0, 86400], got ", s.stall_seconds)};
+  }
+  return std::nullopt;
+}
+
 std::optional<Violation> CheckTls(const ServerSection& s) {
   if (s.tls_cert_file.empty() != s.tls_key_file.empty()) {
     // Named after the key that is there, so the error points at its line.
@@ -188,6 +196,7 @@ std::optional<Violation> FindViolation(const ServerConfig& c) {
   if ((v = CheckHttpListen(s))) return v;
   if ((v = CheckTls(s))) return v;
   if ((v = CheckConnections(s))) return v;
+  if ((v = CheckStall(s))) return v;
   if ((v = CheckRange<int64_t>("server.http_max_body_bytes", s.http_max_body_bytes, 1024,
                                kIntMax))) {
     return v;
@@ -442,6 +451,7 @@ absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
                           {"http_max_body_bytes", Int(&s.http_max_body_bytes)},
                           {"max_receive_message_bytes", Int(&s.max_receive_message_bytes)},
                           {"shutdown_grace_seconds", Double(&s.shutdown_grace_seconds)},
+                          {"stall_seconds", Double(&s.stall_seconds)},
                           {"log_level", String(&s.log_level)},
                           {"send_priority", String(&s.send_priority)},
                           {"reflection", Bool(&s.reflection)},

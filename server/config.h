@@ -21,6 +21,7 @@ struct ServerSection {
   int64_t http_max_body_bytes = 4194304;          // [1024, 2^31-1]: largest HTTP request body
   int64_t max_receive_message_bytes = 4194304;    // >= 1024, fits in int
   double shutdown_grace_seconds = 30;             // >= 0
+  double stall_seconds = 120;  // [0, 86400]: no engine progress with work queued; 0 = no watchdog
   std::string log_level = "info";                 // as accepted by ParseLogLevel
   std::string send_priority = "idle";             // idle | normal (server/send_executor.h)
   std::string auth_token_file;  // server.auth.token_file: bearer tokens; "" = no auth

@@ -49,6 +49,7 @@ struct CallEnv {
   int64_t max_request_bytes = 4 << 20;
   const ChatModel* chat = nullptr;  // renders messages; null = chat requests are refused
   std::atomic<bool> draining{false};
+  std::atomic<bool> stalled{false};  // the watchdog saw no progress (server.stall_seconds)
   // Calls whose client left (or whose deadline passed) before they reached the engine, as gRPC
   // reported it (OnCancel); tests wait on it.
   std::atomic<int64_t> gone_before_submit{0};

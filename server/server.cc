@@ -172,6 +172,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
   s->InitCallEnv(config, model_info);
   s->service_ = std::make_unique<SpeculaService>(&s->env_, model_info);
   if (absl::Status st = s->StartGrpc(config); !st.ok()) return st;
+  s->StartWatchdog(config);
   if (absl::Status st = s->StartHttp(config, model_info); !st.ok()) {
     s->Shutdown(absl::ZeroDuration());
     return st;
@@ -376,6 +377,17 @@ absl::Status Server::StartHttp(const ServerConfig& config, const v1::ModelInfo& 
   return absl::OkStatus();
 }
 
+void Server::StartWatchdog(const ServerConfig& config) {
+  if (config.server.stall_seconds <= 0) return;
+  watchdog_ = std::make_unique<Watchdog>(
+      *engine_, absl::Seconds(config.server.stall_seconds), [this](bool stalled) {
+        env_.stalled.store(stalled);
+        // Both health services: orchestrators probe "" and load balancers the API's name.
+        grpc_server_->GetHealthCheckService()->SetServingStatus(kServiceName, !stalled);
+        grpc_server_->GetHealthCheckService()->SetServingStatus("", !stalled);
+      });
+}
+
 absl::Status Server::ReloadAuthTokens() {
   if (auth_ == nullptr) return absl::OkStatus();
   return auth_->Reload();
@@ -385,6 +397,7 @@ int Server::Shutdown(absl::Duration grace) {
   std::lock_guard lock(shutdown_mu_);
   if (shut_down_) return 0;
   shut_down_ = true;
+  watchdog_.reset();  // it must not turn health back to SERVING during the drain
   const absl::Time deadline = absl::Now() + grace;
   env_.draining.store(true);
   grpc_server_->GetHealthCheckService()->SetServingStatus(false);

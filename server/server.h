@@ -15,6 +15,7 @@
 #include "server/bearer_tokens.h"
 #include "server/chat.h"
 #include "server/config.h"
+#include "server/watchdog.h"
 #include "server/generate_call.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -49,6 +50,8 @@ class Server {
   void SetInlineTokenizeBytesForTesting(size_t bytes) { env_.inline_tokenize_bytes = bytes; }
   // Generate calls gRPC reported gone (cancelled, deadline) before they reached the engine.
   int64_t calls_gone_before_submit() const { return env_.gone_before_submit.load(); }
+  // Null when server.stall_seconds is 0.
+  const Watchdog* watchdog() const { return watchdog_.get(); }
 
   // Health goes NOT_SERVING and new calls get UNAVAILABLE at once; in-flight requests get up to
   // `grace` to finish, then end with UNAVAILABLE; then the gRPC server stops. Idempotent;
@@ -64,6 +67,8 @@ class Server {
   absl::Status StartMetrics(const ServerConfig& config);
   // Builds and starts the gRPC server with service_; UNAVAILABLE naming server.listen.
   absl::Status StartGrpc(const ServerConfig& config);
+  // server.stall_seconds: health follows whether the engine makes progress.
+  void StartWatchdog(const ServerConfig& config);
   // The OpenAI-compatible listener (server.http_listen), if configured.
   absl::Status StartHttp(const ServerConfig& config, const v1::ModelInfo& model_info);
 
@@ -90,6 +95,7 @@ class Server {
   std::unique_ptr<OpenAiService> openai_;
   std::unique_ptr<grpc::Server> grpc_server_;  // destroyed after the HTTP listener
   std::unique_ptr<HttpServer> http_server_;    // destroyed first: its requests use the above
+  std::unique_ptr<Watchdog> watchdog_;         // stopped first by Shutdown: it sets health
   std::mutex shutdown_mu_;
   bool shut_down_ = false;
 };

@@ -332,6 +332,7 @@ absl::Status Engine::RunStep() {
   outputs_.clear();
   const absl::Time start = absl::Now();
   absl::Status status = generator_->Step(&outputs_);
+  ++steps_;
   const absl::Time now = absl::Now();
   if (!status.ok()) return status;
   if (observer_) {
@@ -414,6 +415,21 @@ void Engine::Finish(Request& r, absl::Status status, FinishReason finish) {
                   r.kv_stats);
 }
 
+void Engine::Describe(const Request& r, const char* state, RequestBrief& out) {
+  out.request_id.assign(r.request.request_id);
+  out.state = state;
+  out.prompt_tokens = r.prompt_tokens;
+  out.completion_tokens = r.completion_tokens;
+  out.submitted = r.submitted;
+}
+
+std::vector<RequestBrief> Engine::Requests() const {
+  std::lock_guard lock(mu_);
+  std::vector<RequestBrief> out = briefs_;
+  for (const auto& r : submitted_) Describe(*r, "submitted", out.emplace_back());
+  return out;
+}
+
 void Engine::PublishLoad() {
   std::lock_guard lock(mu_);
   pending_ = static_cast<int32_t>(submitted_.size() + waiting_.size());
@@ -430,6 +446,12 @@ void Engine::PublishLoad() {
   load_.session_kv_bytes = cache.session_bytes;
   load_.evicted_pages = cache.evicted_pages;
   load_.preemptions = generator_->preemptions();
+  load_.steps = steps_;
+  // Element-wise, so the strings keep their capacity from step to step.
+  briefs_.resize(waiting_.size() + running_.size());
+  size_t i = 0;
+  for (const auto& r : waiting_) Describe(*r, "waiting", briefs_[i++]);
+  for (const auto& [id, r] : running_) Describe(*r, "running", briefs_[i++]);
   // Under the lock, so that whoever WaitIdle() releases already sees the observer's view (e.g.
   // the running gauge at 0). Observers are cheap and never call back into the engine.
   if (observer_) observer_->OnLoad(load_);

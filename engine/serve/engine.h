@@ -82,6 +82,9 @@ class Engine {
   void Shutdown(absl::Status reason);
 
   EngineLoad load() const;
+  // Every queued and running request as of the last step (those submitted since, too); any
+  // thread, and answered even while a step hangs.
+  std::vector<RequestBrief> Requests() const;
 
   // Tests: while paused, the loop still takes submissions and cancellations but runs no step and
   // admits nothing, so queue states can be set up deterministically.
@@ -101,6 +104,7 @@ class Engine {
   void FailRunning(const absl::Status& status, FinishReason finish);
   void CancelRequest(uint64_t handle, const absl::Status& reason);
   void PublishLoad();
+  static void Describe(const Request& r, const char* state, RequestBrief& out);
   // Runs `op` on the engine thread between steps and waits for it; false when the engine stops
   // first (op not run).
   bool RunOnEngineThread(std::function<void()> op);
@@ -130,11 +134,13 @@ class Engine {
   int32_t pending_ = 0;  // submitted + waiting, i.e. not admitted yet
   int32_t running_count_ = 0;
   EngineLoad load_;
+  std::vector<RequestBrief> briefs_;  // waiting and running, as of the last PublishLoad
 
   // Engine thread only.
   std::deque<std::unique_ptr<Request>> waiting_;
   std::map<uint64_t, std::unique_ptr<Request>> running_;  // by generator sequence id
   std::vector<SequenceOutput> outputs_;
+  uint64_t steps_ = 0;
 
   std::thread thread_;
 };

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "engine/generate/sequence.h"
 #include "engine/kv/prefix_cache.h"
 #include "engine/kv/sparse_options.h"
@@ -70,6 +71,17 @@ struct EngineLoad {
   int64_t session_kv_bytes = 0;
   std::array<int64_t, kEvictionReasons> evicted_pages = {};
   int64_t preemptions = 0;  // running requests preempted for KV room so far
+  uint64_t steps = 0;       // forward passes run so far: progress, for the watchdog
+};
+
+// One request as the engine last published it (Engine::Requests), for an operator asking what
+// a stuck engine holds.
+struct RequestBrief {
+  std::string request_id;
+  const char* state = "";  // "submitted", "waiting" or "running"
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  absl::Time submitted;
 };
 
 class EngineObserver {

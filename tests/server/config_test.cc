@@ -73,6 +73,7 @@ TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_FALSE(c.server.tls());
   EXPECT_EQ(c.server.tls_client_ca_file, "");
   EXPECT_EQ(c.server.tls_reload_seconds, 60);
+  EXPECT_EQ(c.server.stall_seconds, 120);
   EXPECT_EQ(c.server.grpc_max_idle_seconds, 3600);
   EXPECT_EQ(c.server.http_idle_seconds, 10);
   EXPECT_EQ(c.server.min_ping_interval_seconds, 10);
@@ -124,6 +125,7 @@ server:
   metrics_listen: ""
   max_receive_message_bytes: 1024
   shutdown_grace_seconds: 2.5
+  stall_seconds: 0
   log_level: debug
   send_priority: normal
   reflection: true
@@ -180,6 +182,7 @@ sparse:
   EXPECT_EQ(c->server.metrics_listen, "");
   EXPECT_EQ(c->server.max_receive_message_bytes, 1024);
   EXPECT_EQ(c->server.shutdown_grace_seconds, 2.5);
+  EXPECT_EQ(c->server.stall_seconds, 0);
   EXPECT_EQ(c->server.log_level, "debug");
   EXPECT_EQ(c->server.send_priority, "normal");
   EXPECT_TRUE(c->server.reflection);
@@ -278,6 +281,8 @@ TEST(ConfigTest, InvalidValuesNameTheirKeyAndLine) {
       {"server:\n  shutdown_grace_seconds: .inf\n", "server.shutdown_grace_seconds: must be", 2},
       {"server:\n  shutdown_grace_seconds: .nan\n", "server.shutdown_grace_seconds: must be", 2},
       {"server:\n  log_level: loud\n", "server.log_level: invalid log level 'loud'", 2},
+      {"server:\n  stall_seconds: -1\n", "server.stall_seconds: must be in [0, 86400], got -1", 2},
+      {"server:\n  stall_seconds: .nan\n", "server.stall_seconds: must be in [0, 86400]", 2},
       {"server:\n  limits:\n    max_requests_per_client: -1\n",
        "server.limits.max_requests_per_client: must be >= 0, got -1", 3},
       {"server:\n  connections:\n    grpc_max_idle_seconds: -1\n",

@@ -2,9 +2,13 @@
 // draining with and without enough grace, and the daemon's SIGTERM exit.
 #include <signal.h>
 
+#include <mutex>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/common/log.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
@@ -43,6 +47,65 @@ std::thread StartQueuedStream(Server& server, v1::GenerateRequest request, Strea
   }
   EXPECT_EQ(server.engine().load().waiting, 1) << "the request never reached the queue";
   return client;
+}
+
+// Polls `condition` (bounded): for states another thread or timer reaches.
+bool Eventually(const std::function<bool()>& condition) {
+  for (int spin = 0; spin < 5000; ++spin) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return condition();
+}
+
+// server.stall_seconds: with a request queued and no step for that long, both health services
+// turn NOT_SERVING and HTTP /health 503, and every request's state is logged; when steps run
+// again health is SERVING again. An idle engine is never stalled.
+TEST(LifecycleE2eTest, AStalledEngineTurnsHealthNotServingUntilItMovesAgain) {
+  std::mutex lines_mu;
+  std::vector<std::string> lines;
+  SetLogSinkForTesting([&](absl::string_view line) {
+    std::lock_guard lock(lines_mu);
+    lines.emplace_back(line);
+  });
+  absl::Cleanup restore_log = [] { SetLogSinkForTesting(nullptr); };
+  auto logged = [&](const std::string& text) {
+    std::lock_guard lock(lines_mu);
+    return absl::StrJoin(lines, "\n").find(text) != std::string::npos;
+  };
+  auto server = StartServer([](ServerConfig& c) {
+    c.server.stall_seconds = 0.2;
+    c.server.http_listen = "127.0.0.1:0";
+  });
+  ASSERT_NE(server, nullptr);
+  ASSERT_NE(server->watchdog(), nullptr);
+  const int http = std::stoi(server->http_address().substr(server->http_address().rfind(':') + 1));
+  const std::string health_request = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+
+  // Idle through two stall periods: still serving.
+  ASSERT_TRUE(Eventually([&] { return server->watchdog()->checks() >= 8; }));
+  EXPECT_EQ(Health(server->address()), HealthCheckResponse::SERVING);
+
+  v1::GenerateRequest request = GreedyIds(PromptFor(1), 3);
+  request.set_request_id("stuck-request");
+  StreamResult result;
+  std::thread client = StartQueuedStream(*server, request, &result);  // the engine is paused
+  EXPECT_TRUE(Eventually(
+      [&] { return Health(server->address()) == HealthCheckResponse::NOT_SERVING; }));
+  EXPECT_EQ(Health(server->address(), "specula.v1.Specula"), HealthCheckResponse::NOT_SERVING);
+  const std::string answer = HttpExchange(http, health_request);
+  EXPECT_EQ(HttpStatus(answer), 503) << answer;
+  EXPECT_THAT(HttpBody(answer), HasSubstr("stalled"));
+  EXPECT_TRUE(logged("event=engine_stalled"));
+  EXPECT_TRUE(logged("event=stalled_request request_id=stuck-request state=waiting"));
+
+  server->engine().SetPausedForTesting(false);
+  client.join();
+  EXPECT_TRUE(result.status.ok()) << result.status.error_message();
+  EXPECT_TRUE(
+      Eventually([&] { return Health(server->address()) == HealthCheckResponse::SERVING; }));
+  EXPECT_EQ(HttpStatus(HttpExchange(http, health_request)), 200);
+  EXPECT_TRUE(logged("event=engine_recovered"));
 }
 
 TEST(LifecycleE2eTest, ModelInfoDescribesTheModelAndLimits) {
