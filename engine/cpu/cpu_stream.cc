@@ -5,6 +5,7 @@
 
 #include "engine/backend.h"
 #include "engine/common/check.h"
+#include "engine/common/fault_injection.h"
 
 namespace specula {
 
@@ -102,6 +103,7 @@ void CpuCopyStream::Loop() {
 void CpuCopyStream::CopyPages(absl::Span<const PageCopy> copies, size_t page_bytes) {
   Enqueue([this, list = std::vector<PageCopy>(copies.begin(), copies.end()), page_bytes] {
     if (before_copy_) before_copy_();
+    (void)SPECULA_FAULT(Fault::kSlowPageCopy);  // sleeps when armed
     CopyPagesNow(list, page_bytes);
   });
 }
@@ -109,6 +111,7 @@ void CpuCopyStream::CopyPages(absl::Span<const PageCopy> copies, size_t page_byt
 void CpuCopyStream::Launch(std::function<void()> work) {
   Enqueue([this, work = std::move(work)] {
     if (before_copy_) before_copy_();
+    (void)SPECULA_FAULT(Fault::kSlowPageCopy);
     work();
   });
 }

@@ -11,6 +11,7 @@
 #include "engine/common/capacity_error.h"
 #include "engine/common/ceil_div.h"
 #include "engine/common/check.h"
+#include "engine/common/fault_injection.h"
 #include "engine/common/status_macros.h"
 #include "engine/kv/kv_dtype.h"
 #include "engine/kv/sparse_decode.h"
@@ -408,6 +409,7 @@ absl::Status Generator::Cancel(uint64_t id, SequenceOutput* out, bool kv_valid) 
 absl::Status Generator::Step(std::vector<SequenceOutput>* outputs) {
   last_step_ = StepStats();
   if (running_.empty()) return absl::OkStatus();
+  if (SPECULA_FAULT(Fault::kEngineStep)) return absl::InternalError("step failed (injected fault)");
   ResumePreempted();
   GrowDecodeBlocks();
   plan_->Clear();

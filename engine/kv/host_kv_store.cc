@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/common/ceil_div.h"
 #include "engine/common/check.h"
+#include "engine/common/fault_injection.h"
 
 namespace specula {
 
@@ -175,6 +176,9 @@ absl::StatusOr<HostKvSequence> HostKvStore::ReserveShared(
     return absl::InvalidArgumentError(absl::StrFormat(
         "host kv: %d tokens fill %d pages per head, fewer than the %d shared prefix pages", tokens,
         per_head, prefix_pages));
+  }
+  if (SPECULA_FAULT(Fault::kHostPageAlloc)) {
+    return absl::InternalError("host kv: page allocation failed (injected fault)");
   }
   const int64_t heads = static_cast<int64_t>(num_layers()) * num_kv_heads();
   const int64_t new_per_head = per_head - prefix_pages;

@@ -139,5 +139,36 @@ TEST(GenerateE2eTest, SlowReaderGetsEveryTokenInOrder) {
   EXPECT_LE(got.messages, 201);
 }
 
+// A client that never reads (issue 15's fault): its answer (about 1.5 MB with 20 logprobs per
+// token, far beyond the transport's flow-control windows) cannot be sent, yet the engine
+// finishes its generation and frees its KV and running slot while the call stays open, and
+// other clients are served exactly meanwhile. Cancelling the call then ends it.
+TEST(GenerateE2eTest, AClientThatNeverReadsHoldsNoKvAndDelaysNoOne) {
+  auto server = StartServer();
+  ASSERT_NE(server, nullptr);
+  auto stub = Connect(server->address());
+  v1::GenerateRequest big = GreedyIds(PromptFor(7), 2000);
+  big.mutable_sampling()->set_logprobs(20);
+  grpc::ClientContext never_reads;
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
+      stub->Generate(&never_reads, big);
+  // Generation ends at the engine (KV and slot freed) although nothing was read: all 2000
+  // decode steps ran.
+  for (int spin = 0; server->engine().load().steps < 2000 && spin < 15000; ++spin) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_GE(server->engine().load().steps, 2000u);
+  ExpectKvReturned(*server);
+  // Others are served, exactly, while that call is still open.
+  for (int i = 0; i < 3; ++i) {
+    StreamResult got = RunGenerate(*stub, GreedyIds(PromptFor(i), 16));
+    ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+    EXPECT_EQ(got.tokens, Offline(PromptFor(i), 16).tokens);
+  }
+  never_reads.TryCancel();
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  ExpectKvReturned(*server);
+}
+
 }  // namespace
 }  // namespace specula::testing
