@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/common/log.h"
 #include "engine/kv/kv_dtype.h"
+#include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
 namespace specula {
@@ -563,18 +565,73 @@ absl::Status ValidateConfig(const ServerConfig& config) {
   return absl::InvalidArgumentError(absl::StrCat(v->key, ": ", v->message));
 }
 
+namespace {
+
+// Counts documents, keeping where each one's content starts.
+class DocumentCounter : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    starts.push_back(mark);
+    content_seen_ = false;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { Node(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { Node(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    Node(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    Node(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    Node(mark);
+  }
+  void OnMapEnd() override {}
+  // Per document: its first node's position, else where the document started.
+  std::vector<YAML::Mark> starts;
+
+ private:
+  void Node(const YAML::Mark& mark) {
+    if (starts.empty() || content_seen_) return;
+    starts.back() = mark;
+    content_seen_ = true;
+  }
+  bool content_seen_ = false;
+};
+
+// The 1-based line of a second document, if the text has one. At most two documents are read:
+// yaml-cpp 0.7's LoadAll loops forever on some malformed text (a lone ","), producing empty
+// documents without consuming input, which the config fuzzer found (a config file holding just
+// "," hung the daemon at startup). Such text reads here as several documents, an error.
+std::optional<int> SecondDocumentLine(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentCounter counter;
+  int documents = 0;
+  while (documents < 2 && parser.HandleNextDocument(counter)) ++documents;
+  if (documents < 2) return std::nullopt;
+  if (counter.starts.size() < 2 || counter.starts[1].line < 0) return 0;
+  return counter.starts[1].line + 1;
+}
+
+}  // namespace
+
 absl::StatusOr<ServerConfig> ParseConfigYaml(absl::string_view yaml_text,
                                              absl::string_view source_name) {
   ConfigReader reader(source_name);
   ServerConfig config;
   try {
-    std::vector<YAML::Node> docs = YAML::LoadAll(std::string(yaml_text));
-    if (docs.size() > 1) {
-      const int line = docs[1].Mark().line >= 0 ? docs[1].Mark().line + 1 : 0;
-      return reader.Error(line, "", "expected one YAML document, found several");
+    const std::string text(yaml_text);
+    if (std::optional<int> second = SecondDocumentLine(text)) {
+      return reader.Error(*second, "", "expected one YAML document, found several");
     }
-    if (!docs.empty()) {
-      if (absl::Status s = reader.Read(docs[0], &config); !s.ok()) return s;
+    const YAML::Node doc = YAML::Load(text);
+    if (doc.IsDefined() && !doc.IsNull()) {
+      if (absl::Status s = reader.Read(doc, &config); !s.ok()) return s;
     }
   } catch (const YAML::Exception& e) {
     // e.mark is 0-based; e.msg is the message without yaml-cpp's own position prefix.
