@@ -23,6 +23,7 @@ packages=(
   python3-venv python3-pip python3-setuptools python3-wheel
   curl ca-certificates
   openssl  # makes the certificates of the TLS tests
+  clang libclang-rt-dev  # the libFuzzer targets (tools/hardening.sh, preset fuzz)
   # The container image's test (tests/deploy/container): podman with runc, and debootstrap for
   # the Debian base image no registry can give us here.
   podman runc netavark iptables debootstrap

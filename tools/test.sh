@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the build needs, builds everything and runs every test. The README's test command
-# and what CI runs. Extra arguments go to ctest (e.g. -R tokenizer).
+# and what CI runs. Extra arguments go to ctest (e.g. -R tokenizer); without any, the hardening
+# stages follow (tools/hardening.sh: ASan + UBSan suites and the libFuzzer targets) unless
+# SPECULA_QUICK=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
@@ -8,3 +10,6 @@ preset=${SPECULA_PRESET:-default}
 cmake --preset "$preset"
 cmake --build --preset "$preset" -j "$(nproc)"
 ctest --preset "$preset" -j "$(nproc)" "$@"
+if (($# == 0)) && [[ -z ${SPECULA_QUICK:-} && $preset == default ]]; then
+  tools/hardening.sh
+fi
