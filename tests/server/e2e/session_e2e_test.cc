@@ -2,6 +2,7 @@
 // (usage.cached_prompt_tokens) and answers exactly as a request without the session; sessions
 // are listed, deleted back to the baseline, refused while busy; shared system prompts are reused
 // across sessions; the prefix-cache metrics count what happened.
+#include <algorithm>
 #include <string>
 #include <thread>
 #include <vector>
@@ -236,6 +237,94 @@ TEST(SessionE2eTest, ASecondSessionReusesASharedSystemPrompt) {
   const Exposition m = IdleMetrics(*server);
   EXPECT_EQ(m.Get("specula_prefix_cache_hit_tokens_total"), 64);
   EXPECT_EQ(m.Get("specula_sessions"), 2);
+}
+
+std::vector<std::string> SessionIds(v1::Specula::Stub& stub) {
+  v1::ListSessionsResponse list;
+  grpc::ClientContext ctx;
+  EXPECT_TRUE(stub.ListSessions(&ctx, v1::ListSessionsRequest(), &list).ok());
+  std::vector<std::string> ids;
+  for (const v1::Session& s : list.sessions()) ids.push_back(s.session_id());
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+// kv_cache.session_ttl_seconds over gRPC: an idle session disappears from ListSessions on its
+// own (the engine wakes for the expiry), counted as a session_ttl eviction, its KV freed.
+TEST(SessionE2eTest, IdleSessionsExpireAfterTheirTtl) {
+  auto server = StartServer([](ServerConfig& c) {
+    SessionConfig(c, false);
+    c.kv_cache.session_ttl_seconds = 0.3;
+  });
+  ASSERT_NE(server, nullptr);
+  auto stub = Connect(server->address());
+  ASSERT_TRUE(RunGenerate(*stub, InSession(Text(50, 1), 4, "short-lived")).status.ok());
+  EXPECT_EQ(SessionIds(*stub), std::vector<std::string>{"short-lived"});
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (!SessionIds(*stub).empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));  // polls for the expiry the engine schedules
+  }
+  EXPECT_TRUE(SessionIds(*stub).empty()) << "the idle session never expired";
+  Exposition m = IdleMetrics(*server);
+  EXPECT_GT(m.Get(R"(specula_kv_cache_evictions_total{reason="session_ttl"})"), 0);
+  EXPECT_EQ(m.Get("specula_sessions"), 0);
+  EXPECT_EQ(m.Get("specula_kv_cache_blocks_used"), 0);
+}
+
+// When a request needs the room, idle sessions are dropped least recently used first: with a
+// 16-block cache holding two sessions of 6 blocks, a 9-block request drops the older one only.
+TEST(SessionE2eTest, TheLeastRecentlyUsedIdleSessionMakesRoom) {
+  auto server = StartServer([](ServerConfig& c) {
+    SessionConfig(c, false);
+    c.kv_cache.capacity_tokens = 16 * kPage;
+  });
+  ASSERT_NE(server, nullptr);
+  auto stub = Connect(server->address());
+  ASSERT_TRUE(RunGenerate(*stub, InSession(Text(96, 1), 4, "older")).status.ok());
+  ASSERT_TRUE(RunGenerate(*stub, InSession(Text(96, 2), 4, "newer")).status.ok());
+  EXPECT_EQ(SessionIds(*stub), (std::vector<std::string>{"newer", "older"}));
+  const StreamResult big = RunGenerate(*stub, GreedyIds(Text(130, 3), 8));
+  ASSERT_TRUE(big.status.ok()) << big.status.error_message();
+  EXPECT_EQ(big.tokens, Offline(Text(130, 3), 8).tokens);
+  EXPECT_EQ(SessionIds(*stub), std::vector<std::string>{"newer"});
+  Exposition m = IdleMetrics(*server);
+  EXPECT_GT(m.Get(R"(specula_kv_cache_evictions_total{reason="session_dropped"})"), 0);
+  EXPECT_EQ(m.Get("specula_sessions"), 1);
+}
+
+// Preemption over gRPC: a KV cache of 10 blocks serves six concurrent 70-token requests (5
+// blocks each at the end); the youngest are preempted and resumed, and every stream equals its
+// solo run. Afterwards no block is held.
+TEST(SessionE2eTest, AFullCachePreemptsAndEveryStreamStillAnswersExactly) {
+  auto server = StartServer([](ServerConfig& c) {
+    SessionConfig(c, false);
+    c.kv_cache.capacity_tokens = 10 * kPage;
+  });
+  ASSERT_NE(server, nullptr);
+  // All six queued before any starts, so they run at once.
+  server->engine().SetPausedForTesting(true);
+  std::vector<StreamResult> results(6);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 6; ++i) {
+    clients.emplace_back([&, i] {
+      auto stub = Connect(server->address());
+      results[i] = RunGenerate(*stub, GreedyIds(Text(40, 20 + i), 30));
+    });
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (server->engine().load().waiting < 6 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));  // polls the queue, not a stand-in for an event
+  }
+  EXPECT_EQ(server->engine().load().waiting, 6);
+  server->engine().SetPausedForTesting(false);
+  for (auto& t : clients) t.join();
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(results[i].status.ok()) << i << ": " << results[i].status.error_message();
+    EXPECT_EQ(results[i].tokens, Offline(Text(40, 20 + i), 30).tokens) << i;
+  }
+  Exposition m = IdleMetrics(*server);
+  EXPECT_GT(m.Get("specula_preemptions_total"), 0) << "the cache never ran out";
+  EXPECT_EQ(m.Get("specula_kv_cache_blocks_used"), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(DenseAndSparse, SessionE2eTest, ::testing::Bool(),
