@@ -453,42 +453,37 @@ void ExpectNothingHeld(Engine& engine) {
   EXPECT_EQ(load.kv_blocks_used, 0);
 }
 
-TEST_F(FaultTest, AHostPageAllocationFailureFailsOnlyTheRequestBeingAdmitted) {
-  const GeneratorOptions o = SparseOptionsForTest();
-  const GenerationRequest a = Greedy(Prompt(200, 1), 8), b = Greedy(Prompt(180, 2), 8);
+// Submits a then b with `fault` armed once: a must end INTERNAL from the injected fault, b must
+// answer exactly as alone, and nothing may stay held.
+void ExpectOnlyTheFirstFails(const GeneratorOptions& o, Fault fault, const GenerationRequest& a,
+                             const GenerationRequest& b) {
   const std::vector<int32_t> b_solo = SoloTokens(o, b);
   auto engine = MakeEngine(o, EngineOptions{});
-  ArmFault(Fault::kHostPageAlloc, 1);
+  ArmFault(fault, 1);
   Collector ca, cb;
   ASSERT_TRUE(engine->Submit(Named(a, "a"), ca.stream()).ok());
   ASSERT_TRUE(engine->Submit(Named(b, "b"), cb.stream()).ok());
   const StreamChunk& failed = ca.WaitDone();
   EXPECT_EQ(failed.status.code(), absl::StatusCode::kInternal) << failed.status;
   EXPECT_NE(failed.status.message().find("injected"), std::string::npos) << failed.status;
-  EXPECT_TRUE(failed.tokens.empty());
   const StreamChunk& ok = cb.WaitDone();
   ASSERT_TRUE(ok.status.ok()) << ok.status;
   EXPECT_EQ(ok.tokens, b_solo);
   ExpectNothingHeld(*engine);
 }
 
+// The request being admitted fails; the next one (admitted after it) is not touched.
+TEST_F(FaultTest, AHostPageAllocationFailureFailsOnlyTheRequestBeingAdmitted) {
+  ExpectOnlyTheFirstFails(SparseOptionsForTest(), Fault::kHostPageAlloc,
+                          Greedy(Prompt(200, 1), 8), Greedy(Prompt(180, 2), 8));
+}
+
+// max_running 1: b waits in the queue while a's step fails.
 TEST_F(FaultTest, AFailedStepFailsTheRequestsInItAndTheQueueRunsExactly) {
   GeneratorOptions o;
-  o.max_running = 1;  // b waits while a's step fails
-  const GenerationRequest a = Greedy(Prompt(40, 3), 6), b = Greedy(Prompt(30, 4), 6);
-  const std::vector<int32_t> b_solo = SoloTokens(o, b);
-  auto engine = MakeEngine(o, EngineOptions{});
-  ArmFault(Fault::kEngineStep, 1);
-  Collector ca, cb;
-  ASSERT_TRUE(engine->Submit(Named(a, "a"), ca.stream()).ok());
-  ASSERT_TRUE(engine->Submit(Named(b, "b"), cb.stream()).ok());
-  const StreamChunk& failed = ca.WaitDone();
-  EXPECT_EQ(failed.status.code(), absl::StatusCode::kInternal) << failed.status;
-  EXPECT_NE(failed.status.message().find("injected"), std::string::npos) << failed.status;
-  const StreamChunk& ok = cb.WaitDone();
-  ASSERT_TRUE(ok.status.ok()) << ok.status;
-  EXPECT_EQ(ok.tokens, b_solo);
-  ExpectNothingHeld(*engine);
+  o.max_running = 1;
+  ExpectOnlyTheFirstFails(o, Fault::kEngineStep, Greedy(Prompt(40, 3), 6),
+                          Greedy(Prompt(30, 4), 6));
 }
 
 TEST_F(FaultTest, SlowPageCopiesArriveLateButChangeNoToken) {
