@@ -3,6 +3,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 
 namespace specula {
 
@@ -63,6 +64,9 @@ std::string ClientIdentity(const std::string* authorization, absl::string_view p
   for (absl::string_view scheme : {"ipv4:", "ipv6:"}) {
     if (absl::StartsWith(peer, scheme)) peer.remove_prefix(scheme.size());
   }
+  // gRPC percent-encodes the brackets of an IPv6 peer ("ipv6:%5B::1%5D:5000").
+  const std::string decoded = absl::StrReplaceAll(peer, {{"%5B", "["}, {"%5D", "]"}});
+  peer = decoded;
   // "[::1]:5000" -> "[::1]", "10.0.0.1:5000" -> "10.0.0.1"; a bare address stays.
   const size_t colon = peer.rfind(':');
   const bool has_port = !peer.empty() && colon != absl::string_view::npos &&
