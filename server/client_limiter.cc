@@ -65,14 +65,21 @@ std::string ClientIdentity(const std::string* authorization, absl::string_view p
     if (absl::StartsWith(peer, scheme)) peer.remove_prefix(scheme.size());
   }
   // gRPC percent-encodes the brackets of an IPv6 peer ("ipv6:%5B::1%5D:5000").
-  const std::string decoded = absl::StrReplaceAll(peer, {{"%5B", "["}, {"%5D", "]"}});
-  peer = decoded;
-  // "[::1]:5000" -> "[::1]", "10.0.0.1:5000" -> "10.0.0.1"; a bare address stays.
-  const size_t colon = peer.rfind(':');
-  const bool has_port = !peer.empty() && colon != absl::string_view::npos &&
-                        (peer.front() == '[' ? colon > 0 && peer[colon - 1] == ']'
-                                             : peer.find(':') == colon);
-  return absl::StrCat("ip ", has_port ? peer.substr(0, colon) : peer);
+  std::string host = absl::StrReplaceAll(peer, {{"%5B", "["}, {"%5D", "]"}});
+  // "[::1]:5000" -> "::1", "10.0.0.1:5000" -> "10.0.0.1"; a bare address stays.
+  if (!host.empty() && host.front() == '[') {
+    const size_t close = host.find(']');
+    host = host.substr(1, close == std::string::npos ? std::string::npos : close - 1);
+  } else if (const size_t colon = host.rfind(':');
+             colon != std::string::npos && host.find(':') == colon) {
+    host.resize(colon);
+  }
+  // One client, one count on both listeners: a dual-stack listener sees an IPv4 client as
+  // ::ffff:10.0.0.1, gRPC as 10.0.0.1.
+  if (absl::StartsWith(host, "::ffff:") && host.find('.') != std::string::npos) {
+    host.erase(0, 7);
+  }
+  return absl::StrCat("ip ", host);
 }
 
 }  // namespace specula

@@ -53,8 +53,9 @@ class ClientLimiter {
 };
 
 // Who a request comes from, for the limit: its bearer token (`authorization`, when server.auth is
-// on), else the host part of `peer` (gRPC's "ipv4:10.0.0.1:5000" / "ipv6:[::1]:5000", or a bare
-// address).
+// on), else the host part of `peer`: gRPC's "ipv4:10.0.0.1:5000" / "ipv6:%5B::1%5D:5000" or
+// HTTP's bare address, normalized so one client is one identity on both listeners ("::1",
+// "10.0.0.1" also for a dual-stack listener's "::ffff:10.0.0.1").
 std::string ClientIdentity(const std::string* authorization, absl::string_view peer);
 
 }  // namespace specula

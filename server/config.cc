@@ -106,9 +106,10 @@ std::optional<Violation> CheckHttpListen(const ServerSection& s) {
 
 std::optional<Violation> CheckConnections(const ServerSection& s) {
   std::optional<Violation> v;
-  if (!(s.grpc_max_idle_seconds >= 0 && s.grpc_max_idle_seconds <= 30 * 86400)) {
+  // gRPC takes milliseconds as an int: at most 2147483 s (24.8 days).
+  if (!(s.grpc_max_idle_seconds >= 0 && s.grpc_max_idle_seconds <= 2147483)) {
     return Violation{"server.connections.grpc_max_idle_seconds",
-                     absl::StrCat("must be in [0, 2592000], got ", s.grpc_max_idle_seconds)};
+                     absl::StrCat("must be in [0, 2147483], got ", s.grpc_max_idle_seconds)};
   }
   if ((v = CheckRange<int64_t>("server.connections.http_idle_seconds", s.http_idle_seconds, 1,
                                3600))) {

@@ -40,6 +40,12 @@ HttpTls::~HttpTls() {
 }
 
 absl::Status HttpTls::InstallLocked(const TlsFileContents& contents) {
+  // Tools that rewrite unchanged files (config management, secret agents) change the version but
+  // not the contents: nothing to install, and no identity kept for nothing.
+  std::string pem =
+      absl::StrCat(contents.cert_chain_pem, "\n--\n", contents.key_pem, "\n--\n",
+                   contents.client_ca_pem);
+  if (!identities_.empty() && pem == installed_pem_) return absl::OkStatus();
   auto id = std::make_unique<Identity>();
   id->chain.resize(kMaxChainLength);
   unsigned n = kMaxChainLength;
@@ -72,6 +78,7 @@ absl::Status HttpTls::InstallLocked(const TlsFileContents& contents) {
   // Verification runs under mu_, so the old list has no reader left.
   if (client_ca_ != nullptr) gnutls_x509_trust_list_deinit(client_ca_, 1);
   client_ca_ = ca;
+  installed_pem_ = std::move(pem);
   ++loads_;
   return absl::OkStatus();
 }
@@ -94,6 +101,8 @@ void HttpTls::MaybeReloadLocked() {
   Log(LogLevel::kInfo, "tls_reloaded", {{"listener", "http"}, {"cert_file", paths_.cert_file}});
 }
 
+// libmicrohttpd sets the session pointer to its connection for its pre-shared-key callback only,
+// which specula does not use; the certificate callback needs this object instead.
 void HttpTls::Attach(gnutls_session_t session) { gnutls_session_set_ptr(session, this); }
 
 int HttpTls::RetrieveCertificate(gnutls_session_t session, const gnutls_datum_t*, int,

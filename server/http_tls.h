@@ -78,6 +78,7 @@ class HttpTls {
   std::vector<std::unique_ptr<Identity>> identities_;    // newest last; guarded by mu_
   gnutls_x509_trust_list_t client_ca_ = nullptr;         // guarded by mu_
   std::string version_;                                  // guarded by mu_
+  std::string installed_pem_;  // the chain, key and CA now in use; guarded by mu_
   absl::Time next_check_;                                // guarded by mu_
   int loads_ = 0;                                        // guarded by mu_
 };

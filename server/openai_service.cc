@@ -73,6 +73,7 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
 
  private:
   void Reject(const OpenAiError& error, absl::StatusCode code) {
+    client_place_.Reset();  // before the client can hear the refusal and send again
     if (env_->metrics) env_->metrics->RecordRejected(code);
     Log(LogLevel::kInfo, "request_rejected",
         {{"request_id", request_id_},

@@ -18,8 +18,9 @@ enum class Fault {
   kHostPageAlloc,  // HostKvStore hands out no pages: the request being admitted fails (INTERNAL)
   kEngineStep,     // Generator::Step fails before the forward pass: its running requests fail
   kSlowPageCopy,   // a copy stream sleeps `delay` before each batched copy: pages arrive late
+  kStallStep,      // Generator::Step sleeps `delay` first: a hung step, for the watchdog
 };
-inline constexpr int kFaults = 3;
+inline constexpr int kFaults = 4;
 
 #ifdef SPECULA_FAULT_INJECTION
 inline constexpr bool kFaultInjection = true;
@@ -27,8 +28,8 @@ inline constexpr bool kFaultInjection = true;
 void ArmFault(Fault fault, int times = 1, absl::Duration delay = absl::ZeroDuration());
 // Clears every armed fault.
 void DisarmFaults();
-// Whether this pass hits `fault` (consuming one of its armed passes); for kSlowPageCopy, sleeps
-// its delay when it does.
+// Whether this pass hits `fault` (consuming one of its armed passes); sleeps its delay first
+// when it has one (kSlowPageCopy, kStallStep).
 bool HitFault(Fault fault);
 #define SPECULA_FAULT(fault) ::specula::HitFault(fault)
 #else

@@ -410,6 +410,7 @@ absl::Status Generator::Step(std::vector<SequenceOutput>* outputs) {
   last_step_ = StepStats();
   if (running_.empty()) return absl::OkStatus();
   if (SPECULA_FAULT(Fault::kEngineStep)) return absl::InternalError("step failed (injected fault)");
+  (void)SPECULA_FAULT(Fault::kStallStep);  // sleeps when armed
   ResumePreempted();
   GrowDecodeBlocks();
   plan_->Clear();

@@ -224,6 +224,9 @@ void Engine::Loop() {
     if (!paused) {
       Admit();
       if (generator_->HasWork()) {
+        // Published before the step too: should it hang, the requests in it stay visible in
+        // load() and Requests(), which is what the watchdog reads.
+        PublishLoad();
         if (absl::Status s = RunStep(); !s.ok()) FailRunning(s, FinishReason::kNone);
       }
     }

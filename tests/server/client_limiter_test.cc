@@ -38,9 +38,11 @@ TEST(ClientIdentityTest, TheTokenWhenAuthenticatingElseTheAddressWithoutItsPort)
   EXPECT_EQ(ClientIdentity(&lower, "ipv4:10.0.0.2:5000"), "token abc");
   EXPECT_EQ(ClientIdentity(nullptr, "ipv4:10.0.0.1:5000"), "ip 10.0.0.1");
   EXPECT_EQ(ClientIdentity(nullptr, "ipv4:10.0.0.1:6000"), "ip 10.0.0.1");
-  EXPECT_EQ(ClientIdentity(nullptr, "ipv6:[::1]:5000"), "ip [::1]");
-  EXPECT_EQ(ClientIdentity(nullptr, "ipv6:%5B::1%5D:5000"), "ip [::1]");  // as gRPC writes it
-  EXPECT_EQ(ClientIdentity(nullptr, "ipv6:%5B::1%5D:6000"), "ip [::1]");
+  EXPECT_EQ(ClientIdentity(nullptr, "ipv6:[::1]:5000"), "ip ::1");
+  EXPECT_EQ(ClientIdentity(nullptr, "ipv6:%5B::1%5D:5000"), "ip ::1");  // as gRPC writes it
+  EXPECT_EQ(ClientIdentity(nullptr, "ipv6:%5B::1%5D:6000"), "ip ::1");
+  // The same client on the HTTP listener (getnameinfo's forms): the same identity.
+  EXPECT_EQ(ClientIdentity(nullptr, "::ffff:10.0.0.1"), "ip 10.0.0.1");
   EXPECT_EQ(ClientIdentity(nullptr, "::1"), "ip ::1");  // HTTP's bare IPv6 address
   EXPECT_EQ(ClientIdentity(nullptr, "10.0.0.1"), "ip 10.0.0.1");
   EXPECT_EQ(ClientIdentity(nullptr, ""), "ip ");

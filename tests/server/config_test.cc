@@ -286,7 +286,7 @@ TEST(ConfigTest, InvalidValuesNameTheirKeyAndLine) {
       {"server:\n  limits:\n    max_requests_per_client: -1\n",
        "server.limits.max_requests_per_client: must be >= 0, got -1", 3},
       {"server:\n  connections:\n    grpc_max_idle_seconds: -1\n",
-       "server.connections.grpc_max_idle_seconds: must be in [0, 2592000], got -1", 3},
+       "server.connections.grpc_max_idle_seconds: must be in [0, 2147483], got -1", 3},
       {"server:\n  connections:\n    http_idle_seconds: 0\n",
        "server.connections.http_idle_seconds: must be >= 1, got 0", 3},
       {"server:\n  connections:\n    http_max_connections: 65537\n",

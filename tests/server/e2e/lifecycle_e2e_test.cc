@@ -8,6 +8,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/common/fault_injection.h"
 #include "engine/common/log.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -106,6 +107,30 @@ TEST(LifecycleE2eTest, AStalledEngineTurnsHealthNotServingUntilItMovesAgain) {
       Eventually([&] { return Health(server->address()) == HealthCheckResponse::SERVING; }));
   EXPECT_EQ(HttpStatus(HttpExchange(http, health_request)), 200);
   EXPECT_TRUE(logged("event=engine_recovered"));
+}
+
+// The watchdog sees a step that hangs right after an idle engine admitted a request (injected:
+// the first step sleeps 2 s): the request is in the published load during the step.
+TEST(LifecycleE2eTest, AStepThatHangsAfterIdleIsSeenByTheWatchdog) {
+  if (!kFaultInjection) GTEST_SKIP() << "built without SPECULA_FAULT_INJECTION";
+  absl::Cleanup disarm = [] { DisarmFaults(); };
+  auto server = StartServer([](ServerConfig& c) { c.server.stall_seconds = 0.2; });
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(Eventually([&] { return server->watchdog()->checks() >= 4; }));
+  EXPECT_EQ(Health(server->address()), HealthCheckResponse::SERVING);
+  ArmFault(Fault::kStallStep, 1, absl::Seconds(2));
+  StreamResult result;
+  std::thread client([&] {
+    auto stub = Connect(server->address());
+    result = RunGenerate(*stub, GreedyIds(PromptFor(2), 3));
+  });
+  EXPECT_TRUE(Eventually(
+      [&] { return Health(server->address()) == HealthCheckResponse::NOT_SERVING; }))
+      << "the hung step was not noticed";
+  client.join();
+  EXPECT_TRUE(result.status.ok()) << result.status.error_message();
+  EXPECT_TRUE(
+      Eventually([&] { return Health(server->address()) == HealthCheckResponse::SERVING; }));
 }
 
 TEST(LifecycleE2eTest, ModelInfoDescribesTheModelAndLimits) {
