@@ -75,16 +75,23 @@ size_t BearerTokens::size() const {
   return tokens_.size();
 }
 
-bool BearerTokens::Allows(absl::string_view authorization) const {
+std::optional<absl::string_view> BearerTokenOf(absl::string_view authorization) {
   constexpr absl::string_view kScheme = "bearer ";
   if (authorization.size() <= kScheme.size() ||
       !absl::EqualsIgnoreCase(authorization.substr(0, kScheme.size()), kScheme)) {
-    return false;
+    return std::nullopt;
   }
-  const absl::string_view presented = absl::StripAsciiWhitespace(authorization.substr(kScheme.size()));
+  const absl::string_view token = absl::StripAsciiWhitespace(authorization.substr(kScheme.size()));
+  if (token.empty()) return std::nullopt;
+  return token;
+}
+
+bool BearerTokens::Allows(absl::string_view authorization) const {
+  const std::optional<absl::string_view> presented = BearerTokenOf(authorization);
+  if (!presented.has_value()) return false;
   std::lock_guard lock(mu_);
   bool allowed = false;
-  for (const std::string& token : tokens_) allowed |= EqualInConstantTime(presented, token);
+  for (const std::string& token : tokens_) allowed |= EqualInConstantTime(*presented, token);
   return allowed;
 }
 

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,10 @@
 #include "absl/strings/string_view.h"
 
 namespace specula {
+
+// The token of an `authorization` value "Bearer TOKEN" (the scheme case-insensitive, the token
+// without surrounding whitespace); nullopt for any other scheme or an empty token.
+std::optional<absl::string_view> BearerTokenOf(absl::string_view authorization);
 
 class BearerTokens {
  public:

@@ -1,9 +1,9 @@
 #include "server/client_limiter.h"
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "server/bearer_tokens.h"
 
 namespace specula {
 
@@ -55,11 +55,10 @@ void ClientLimiter::Release(const std::string& client) {
 
 std::string ClientIdentity(const std::string* authorization, absl::string_view peer) {
   if (authorization != nullptr) {
-    // "Bearer TOKEN": the token alone, however the scheme is spelled.
-    absl::string_view value = absl::StripAsciiWhitespace(*authorization);
-    const size_t space = value.find(' ');
-    if (space != absl::string_view::npos) value = absl::StripAsciiWhitespace(value.substr(space));
-    return absl::StrCat("token ", value);
+    // The token alone, however the scheme is spelled (the request passed authentication, so it
+    // is a bearer token).
+    return absl::StrCat("token ",
+                        BearerTokenOf(*authorization).value_or(absl::string_view(*authorization)));
   }
   for (absl::string_view scheme : {"ipv4:", "ipv6:"}) {
     if (absl::StartsWith(peer, scheme)) peer.remove_prefix(scheme.size());

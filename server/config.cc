@@ -64,6 +64,16 @@ std::optional<Violation> CheckRange(absl::string_view key, T value, T min, T max
   return std::nullopt;
 }
 
+// A duration or other real in [min, max]; NaN is outside.
+std::optional<Violation> CheckSeconds(absl::string_view key, double value, double min,
+                                      double max) {
+  if (value >= min && value <= max) return std::nullopt;
+  // %.10g: bounds up to 2147483 print whole (StrCat would print 2.14748e+06); the value prints
+  // as the other checks print theirs.
+  const std::string range = absl::StrFormat("must be in [%.10g, %.10g]", min, max);
+  return Violation{std::string(key), absl::StrCat(range, ", got ", value)};
+}
+
 // ValidateSparseOptions says "sparse.<key> = <value>: <what is wanted>"; restated in this file's
 // "<key>: <what is wanted>, got <value>" form so the parser can add the key's line.
 Violation SparseViolation(absl::string_view message) {
@@ -107,9 +117,9 @@ std::optional<Violation> CheckHttpListen(const ServerSection& s) {
 std::optional<Violation> CheckConnections(const ServerSection& s) {
   std::optional<Violation> v;
   // gRPC takes milliseconds as an int: at most 2147483 s (24.8 days).
-  if (!(s.grpc_max_idle_seconds >= 0 && s.grpc_max_idle_seconds <= 2147483)) {
-    return Violation{"server.connections.grpc_max_idle_seconds",
-                     absl::StrCat("must be in [0, 2147483], got ", s.grpc_max_idle_seconds)};
+  if ((v = CheckSeconds("server.connections.grpc_max_idle_seconds", s.grpc_max_idle_seconds, 0,
+                        2147483))) {
+    return v;
   }
   if ((v = CheckRange<int64_t>("server.connections.http_idle_seconds", s.http_idle_seconds, 1,
                                3600))) {
@@ -119,19 +129,11 @@ std::optional<Violation> CheckConnections(const ServerSection& s) {
                                1, 65536))) {
     return v;
   }
-  if (!(s.min_ping_interval_seconds >= 0.001 && s.min_ping_interval_seconds <= 86400)) {
-    return Violation{"server.connections.min_ping_interval_seconds",
-                     absl::StrCat("must be in [0.001, 86400], got ", s.min_ping_interval_seconds)};
+  if ((v = CheckSeconds("server.connections.min_ping_interval_seconds",
+                        s.min_ping_interval_seconds, 0.001, 86400))) {
+    return v;
   }
   return CheckRange<int64_t>("server.connections.max_ping_strikes", s.max_ping_strikes, 0, 1000);
-}
-
-std::optional<Violation> CheckStall(const ServerSection& s) {
-  if (!(s.stall_seconds >= 0 && s.stall_seconds <= 86400)) {
-    return Violation{"server.stall_seconds",
-                     absl::StrCat("must be in [0, 86400], got ", s.stall_seconds)};
-  }
-  return std::nullopt;
 }
 
 std::optional<Violation> CheckTls(const ServerSection& s) {
@@ -146,11 +148,7 @@ std::optional<Violation> CheckTls(const ServerSection& s) {
                      "requires server.tls.cert_file and key_file (client certificates are "
                      "checked only over TLS)"};
   }
-  if (!(s.tls_reload_seconds >= 1 && s.tls_reload_seconds <= 86400)) {
-    return Violation{"server.tls.reload_seconds",
-                     absl::StrCat("must be in [1, 86400], got ", s.tls_reload_seconds)};
-  }
-  return std::nullopt;
+  return CheckSeconds("server.tls.reload_seconds", s.tls_reload_seconds, 1, 86400);
 }
 
 // The one list of value rules, shared by the parser (which adds file and line) and
@@ -199,7 +197,7 @@ std::optional<Violation> FindViolation(const ServerConfig& c) {
   if ((v = CheckHttpListen(s))) return v;
   if ((v = CheckTls(s))) return v;
   if ((v = CheckConnections(s))) return v;
-  if ((v = CheckStall(s))) return v;
+  if ((v = CheckSeconds("server.stall_seconds", s.stall_seconds, 0, 86400))) return v;
   if ((v = CheckRange<int64_t>("server.http_max_body_bytes", s.http_max_body_bytes, 1024,
                                kIntMax))) {
     return v;

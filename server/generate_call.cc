@@ -1,5 +1,8 @@
 #include "server/generate_call.h"
 
+#include <optional>
+#include <string>
+
 #include "absl/strings/str_format.h"
 #include "engine/common/log.h"
 #include "server/chat_proto.h"
@@ -10,22 +13,29 @@
 namespace specula {
 namespace {
 
+// The value of the client's `key` metadata, if it sent one.
+std::optional<std::string> MetadataValue(const grpc::CallbackServerContext& ctx,
+                                         absl::string_view key) {
+  const auto found = ctx.client_metadata().find(grpc::string_ref(key.data(), key.size()));
+  if (found == ctx.client_metadata().end()) return std::nullopt;
+  return std::string(found->second.data(), found->second.size());
+}
+
 // A proxy that routes an agent's turns to the replica holding its KV hashes on metadata, never
 // on the body: a client behind one sends its session id as x-session-id metadata (and may leave
 // session_id unset). Both set and different is a client error, not a silent choice.
 absl::Status ApplySessionMetadata(const grpc::CallbackServerContext& ctx,
                                   v1::GenerateRequest* request) {
-  const auto found = ctx.client_metadata().find(kSessionIdMetadata);
-  if (found == ctx.client_metadata().end()) return absl::OkStatus();
-  const std::string id(found->second.data(), found->second.size());
+  const std::optional<std::string> id = MetadataValue(ctx, kSessionIdMetadata);
+  if (!id.has_value()) return absl::OkStatus();
   if (request->session_id().empty()) {
-    request->set_session_id(id);
+    request->set_session_id(*id);
     return absl::OkStatus();
   }
-  if (request->session_id() != id) {
+  if (request->session_id() != *id) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "session_id '%s' differs from the %s metadata '%s'", request->session_id(),
-        kSessionIdMetadata, id));
+        kSessionIdMetadata, *id));
   }
   return absl::OkStatus();
 }
@@ -34,11 +44,8 @@ absl::Status ApplySessionMetadata(const grpc::CallbackServerContext& ctx,
 
 absl::Status CheckAuth(const CallEnv& env, const grpc::CallbackServerContext& ctx) {
   if (env.auth == nullptr) return absl::OkStatus();
-  const auto found = ctx.client_metadata().find("authorization");
-  if (found != ctx.client_metadata().end() &&
-      env.auth->Allows(absl::string_view(found->second.data(), found->second.size()))) {
-    return absl::OkStatus();
-  }
+  const std::optional<std::string> authorization = MetadataValue(ctx, "authorization");
+  if (authorization.has_value() && env.auth->Allows(*authorization)) return absl::OkStatus();
   return absl::UnauthenticatedError(kUnauthenticatedMessage);
 }
 
@@ -116,12 +123,9 @@ void GenerateCall::Begin(const grpc::ByteBuffer& bytes) {
   request_id_ = request_.request_id().substr(0, kMaxRequestIdBytes);
   if (absl::Status s = CheckAdmission(*env_, request_); !s.ok()) return Reject(s);
   {
-    const auto found = ctx_->client_metadata().find("authorization");
-    const std::string authorization =
-        found == ctx_->client_metadata().end() ? "" : std::string(found->second.data(),
-                                                                   found->second.size());
+    const std::optional<std::string> authorization = MetadataValue(*ctx_, "authorization");
     absl::StatusOr<ClientLimiter::Lease> place = AcquireClientPlace(
-        *env_, found == ctx_->client_metadata().end() ? nullptr : &authorization, ctx_->peer());
+        *env_, authorization.has_value() ? &*authorization : nullptr, ctx_->peer());
     if (!place.ok()) return Reject(place.status());
     client_place_ = *std::move(place);
   }

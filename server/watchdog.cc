@@ -58,12 +58,11 @@ void Watchdog::CheckLocked(absl::Time now) {
   }
   if (stalled_ || now - last_progress_ < stall_after_) return;
   stalled_ = true;
-  LogStall(now - last_progress_);
+  LogStall(load, now - last_progress_);
   on_change_(true);
 }
 
-void Watchdog::LogStall(absl::Duration stuck_for) const {
-  const EngineLoad load = engine_.load();
+void Watchdog::LogStall(const EngineLoad& load, absl::Duration stuck_for) const {
   Log(LogLevel::kError, "engine_stalled",
       {{"seconds_without_progress", absl::ToDoubleSeconds(stuck_for)},
        {"running", load.running},

@@ -36,7 +36,7 @@ class Watchdog {
   void Loop();
   // One check at `now`; the caller holds mu_.
   void CheckLocked(absl::Time now);
-  void LogStall(absl::Duration stuck_for) const;
+  void LogStall(const EngineLoad& load, absl::Duration stuck_for) const;
 
   const Engine& engine_;
   const absl::Duration stall_after_;

@@ -24,7 +24,7 @@ inline constexpr int kFaults = 4;
 
 #ifdef SPECULA_FAULT_INJECTION
 inline constexpr bool kFaultInjection = true;
-// The next `times` passes through `fault` hit it (and wait `delay` first, for kSlowPageCopy).
+// The next `times` passes through `fault` hit it (each waiting `delay` first, if given).
 void ArmFault(Fault fault, int times = 1, absl::Duration delay = absl::ZeroDuration());
 // Clears every armed fault.
 void DisarmFaults();
