@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <memory>
 
+#include "absl/status/status.h"
 #include "absl/types/span.h"
 
 namespace specula {
@@ -48,6 +49,10 @@ class Stream {
   virtual void Wait(const std::shared_ptr<Event>& event) = 0;
   // Blocks the calling thread until everything enqueued so far has completed.
   virtual void Synchronize() = 0;
+  // The first failure of work this stream has run since the last call; the call clears it.
+  // Only the CPU copy stream has one (an injected fault, engine/common/fault_injection.h): on a
+  // GPU a failed copy is a CUDA error, which is fatal to the process (docs/CUDA.md).
+  virtual absl::Status TakeError() { return absl::OkStatus(); }
 };
 
 }  // namespace specula

@@ -19,8 +19,9 @@ enum class Fault {
   kEngineStep,     // Generator::Step fails before the forward pass: its running requests fail
   kSlowPageCopy,   // a copy stream sleeps `delay` before each batched copy: pages arrive late
   kStallStep,      // Generator::Step sleeps `delay` first: a hung step, for the watchdog
+  kFailPageCopy,   // a copy stream's batched copy fails (nothing copied): its sparse requests fail
 };
-inline constexpr int kFaults = 4;
+inline constexpr int kFaults = 5;
 
 #ifdef SPECULA_FAULT_INJECTION
 inline constexpr bool kFaultInjection = true;

@@ -1,6 +1,7 @@
 #include "engine/cpu/cpu_stream.h"
 
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "engine/backend.h"
@@ -104,6 +105,7 @@ void CpuCopyStream::CopyPages(absl::Span<const PageCopy> copies, size_t page_byt
   Enqueue([this, list = std::vector<PageCopy>(copies.begin(), copies.end()), page_bytes] {
     if (before_copy_) before_copy_();
     (void)SPECULA_FAULT(Fault::kSlowPageCopy);  // sleeps when armed
+    if (FailedByFault()) return;
     CopyPagesNow(list, page_bytes);
   });
 }
@@ -112,8 +114,21 @@ void CpuCopyStream::Launch(std::function<void()> work) {
   Enqueue([this, work = std::move(work)] {
     if (before_copy_) before_copy_();
     (void)SPECULA_FAULT(Fault::kSlowPageCopy);
+    if (FailedByFault()) return;
     work();
   });
+}
+
+bool CpuCopyStream::FailedByFault() {
+  if (!SPECULA_FAULT(Fault::kFailPageCopy)) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (error_.ok()) error_ = absl::InternalError("a batched page copy failed (injected fault)");
+  return true;
+}
+
+absl::Status CpuCopyStream::TakeError() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(error_, absl::OkStatus());
 }
 
 std::shared_ptr<Event> CpuCopyStream::Record() {

@@ -71,6 +71,7 @@ class CpuCopyStream : public Stream {
   std::shared_ptr<Event> Record() override;
   void Wait(const std::shared_ptr<Event>& event) override;
   void Synchronize() override;
+  absl::Status TakeError() override;
   // Enqueues a kernel-like function that moves pages (GatherPages): it runs on the stream's
   // thread in order, after `before_copy`, like CopyPages.
   void Launch(std::function<void()> work);
@@ -78,6 +79,9 @@ class CpuCopyStream : public Stream {
  private:
   void Enqueue(std::function<void()> work);
   void Loop();
+  // Whether an armed kFailPageCopy fails this batch: the batch is skipped (as a failed
+  // cudaMemcpyBatchAsync copies nothing it could be trusted with) and the error kept.
+  bool FailedByFault();
 
   BackendCounters* counters_;
   std::function<void()> before_copy_;
@@ -87,6 +91,7 @@ class CpuCopyStream : public Stream {
   std::deque<std::function<void()>> queue_;
   bool stop_ = false;
   bool idle_ = false;   // the thread waits for work (guarded by mu_)
+  absl::Status error_;  // the first failure since TakeError (guarded by mu_)
   std::thread thread_;  // last: starts once the members above exist
 };
 

@@ -524,10 +524,15 @@ absl::Status Generator::FinishStep(const StepRows& rows, std::vector<SequenceOut
   if (sparse_ != nullptr) sparse_->FinishStep(&last_step_.sparse);
   if (rows.sparse_prefill != nullptr) rows.sparse_prefill->FinishStep(&last_step_.sparse);
 
+  const absl::flat_hash_set<uint64_t> copy_failed = FailSparseOnCopyError(outputs);
   const int64_t vocab = model_->config().vocab_size;
   size_t row = 0;
-  std::vector<uint64_t> done, failed;
+  std::vector<uint64_t> done, failed(copy_failed.begin(), copy_failed.end());
   for (const Planned& p : rows.planned) {
+    if (copy_failed.contains(p.seq->id())) {
+      if (p.sample) ++row;
+      continue;
+    }
     if (p.prefill) {
       last_step_.prefill_tokens += static_cast<int32_t>(p.n);
     } else {
@@ -566,6 +571,29 @@ absl::Status Generator::FinishStep(const StepRows& rows, std::vector<SequenceOut
   for (uint64_t id : done) Retire(id);
   for (uint64_t id : failed) Retire(id, /*kv_valid=*/false);
   return absl::OkStatus();
+}
+
+absl::flat_hash_set<uint64_t> Generator::FailSparseOnCopyError(
+    std::vector<SequenceOutput>* outputs) {
+  absl::flat_hash_set<uint64_t> failed;
+  if (sparse_ == nullptr) return failed;
+  const absl::Status copy = sparse_->prefetcher().TakeCopyError();
+  if (copy.ok()) return failed;
+  // Gathers are batched across the step's sequences, and a failed one may leave any of their
+  // cache slots loading forever: every sparse sequence that could have had pages in it fails,
+  // with its KV discarded. Dense sequences (no copy streams) and later requests are untouched.
+  for (auto& [id, s] : running_) {
+    if (s->sparse_kv() == nullptr) continue;
+    SequenceOutput out;
+    out.id = id;
+    out.error = absl::InternalError(absl::StrCat(
+        "a prefetch copy of this request's KV pages failed (", copy.message(),
+        "); its KV cache was discarded"));
+    out.kv_stats = FinalKvStats(*s);
+    outputs->push_back(std::move(out));
+    failed.insert(id);
+  }
+  return failed;
 }
 
 absl::StatusOr<std::vector<GenerationResult>> Generator::GenerateAll(

@@ -162,6 +162,9 @@ class Generator {
   void RunStep(const StepRows& rows);
   // The step's one synchronization, then sampling and retiring.
   absl::Status FinishStep(const StepRows& rows, std::vector<SequenceOutput>* outputs);
+  // After a failed prefetch gather: fails every running sparse sequence (outputs with the error)
+  // and returns their ids; empty when no copy failed.
+  absl::flat_hash_set<uint64_t> FailSparseOnCopyError(std::vector<SequenceOutput>* outputs);
   void Retire(uint64_t id, bool kv_valid = true);
   // Gives a new sequence its KV: the prefix cache's hit, then fresh pages (evicting cache
   // for room). On failure the hit is released.

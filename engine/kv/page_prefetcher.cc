@@ -134,6 +134,12 @@ void PagePrefetcher::RecordFences(std::vector<std::shared_ptr<Event>>* fences) {
   for (auto& s : streams_) fences->push_back(s->Record());
 }
 
+absl::Status PagePrefetcher::TakeCopyError() {
+  absl::Status first;
+  for (auto& s : streams_) first.Update(s->TakeError());
+  return first;
+}
+
 void PagePrefetcher::Poll() {
   const double now = MonotonicSeconds();
   auto landed = [&](const Pending& p) {

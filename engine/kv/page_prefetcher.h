@@ -55,6 +55,9 @@ class PagePrefetcher {
   // Events marking everything enqueued so far on every copy stream (a sequence's release: its
   // slots and state are reused only once they are done). Never blocks.
   void RecordFences(std::vector<std::shared_ptr<Event>>* fences);
+  // The first failed gather on any copy stream since the last call (landed or not, its slots
+  // may never turn ready); cleared by the call.
+  absl::Status TakeCopyError();
 
   // Host time the compute stream waited for copies, and the enqueue-to-landed time of each
   // page of the gathers seen done since the last call (one sample per page moved; the time is

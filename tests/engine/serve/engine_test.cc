@@ -503,5 +503,37 @@ TEST_F(FaultTest, SlowPageCopiesArriveLateButChangeNoToken) {
   ExpectNothingHeld(*engine);
 }
 
+// Every copy-stream gather fails: the sparse request (whose cache slots may never turn ready)
+// ends INTERNAL with its KV discarded, by its third decode step at the latest (a step waits
+// for the gathers of two steps before, so the failure is seen then). The dense request running
+// beside it has no copies and answers exactly; a sparse one after the fault is cleared too.
+TEST_F(FaultTest, AFailedPageCopyFailsTheSparseRequestsOnlyAndTheNextRunsExactly) {
+  const GeneratorOptions o = SparseOptionsForTest();
+  GenerationRequest dense = Greedy(Prompt(60, 7), 24);
+  dense.sparse.mode = SparseMode::kDense;
+  const GenerationRequest after = Greedy(Prompt(180, 8), 12);
+  const std::vector<int32_t> dense_solo = SoloTokens(o, dense);
+  const std::vector<int32_t> after_solo = SoloTokens(o, after);
+  auto engine = MakeEngine(o, EngineOptions{});
+  ArmFault(Fault::kFailPageCopy, 1 << 20);
+  Collector cs, cd;
+  ASSERT_TRUE(engine->Submit(Named(Greedy(Prompt(200, 6), 32), "s"), cs.stream()).ok());
+  ASSERT_TRUE(engine->Submit(Named(dense, "d"), cd.stream()).ok());
+  const StreamChunk& failed = cs.WaitDone();
+  EXPECT_EQ(failed.status.code(), absl::StatusCode::kInternal) << failed.status;
+  EXPECT_NE(failed.status.message().find("injected"), std::string::npos) << failed.status;
+  EXPECT_LT(failed.tokens.size(), 32u) << "the failure was seen only at the end";
+  const StreamChunk& ok = cd.WaitDone();
+  ASSERT_TRUE(ok.status.ok()) << ok.status;
+  EXPECT_EQ(ok.tokens, dense_solo);
+  DisarmFaults();
+  Collector ca;
+  ASSERT_TRUE(engine->Submit(Named(after, "a"), ca.stream()).ok());
+  const StreamChunk& next = ca.WaitDone();
+  ASSERT_TRUE(next.status.ok()) << next.status;
+  EXPECT_EQ(next.tokens, after_solo);
+  ExpectNothingHeld(*engine);
+}
+
 }  // namespace
 }  // namespace specula
