@@ -46,7 +46,6 @@ struct HttpExchangeState {
   uint64_t watch_id = 0;
   enum class Mode { kWaiting, kFull, kStream } mode = Mode::kWaiting;
   HttpResponse response;  // kFull: all of it; kStream: status and headers
-  bool queued = false;    // handed to libmicrohttpd
   std::string pending;    // streamed bytes libmicrohttpd has not read yet
   bool ended = false;     // End() ran: the stream ends once `pending` is read
   bool gone = false;      // the client left before the answer was complete
@@ -243,22 +242,24 @@ MHD_Result QueueStream(MHD_Connection* connection,
 
 // The access handler's answer for an asynchronous route: the response if the route gave one,
 // else the connection parks until it does.
+// libmicrohttpd is called without the exchange's lock: it calls ReadStream (which takes that
+// lock) holding its response's lock, so holding ours while calling it would be the reverse order
+// (ThreadSanitizer's lock-order check). Once the mode is no longer kWaiting nothing writes the
+// response again, so it is read unlocked.
 MHD_Result QueueOrPark(MHD_Connection* connection,
                        const std::shared_ptr<HttpExchangeState>& state) {
-  std::lock_guard lock(state->mu);
-  switch (state->mode) {
-    case HttpExchangeState::Mode::kWaiting:
+  HttpExchangeState::Mode mode;
+  {
+    std::lock_guard lock(state->mu);
+    mode = state->mode;
+    if (mode == HttpExchangeState::Mode::kWaiting) {
       if (state->closing) return MHD_NO;  // the server is stopping: close the connection
       Park(state);
       return MHD_YES;
-    case HttpExchangeState::Mode::kFull:
-      state->queued = true;
-      return Send(connection, state->response);
-    case HttpExchangeState::Mode::kStream:
-      state->queued = true;
-      return QueueStream(connection, state);
+    }
   }
-  return MHD_NO;
+  return mode == HttpExchangeState::Mode::kFull ? Send(connection, state->response)
+                                                : QueueStream(connection, state);
 }
 
 }  // namespace

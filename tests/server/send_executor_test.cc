@@ -3,12 +3,14 @@
 #include "server/send_executor.h"
 
 #include <atomic>
+#include <chrono>
+#include <future>
 #include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace specula {
@@ -48,10 +50,10 @@ TEST(SendExecutorFallbackTest, RunsWhatTheWorkerLeavesAfterTheDelay) {
   SendExecutor executor(SendExecutor::Priority::kIdle, absl::Milliseconds(20),
                         /*worker=*/false);
   for (int round = 0; round < 3; ++round) {
-    absl::Notification done;
+    std::promise<void> done;  // std, not absl::Notification: visible to ThreadSanitizer
     const absl::Time posted = absl::Now();
-    executor.Post([&] { done.Notify(); });
-    ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    executor.Post([&] { done.set_value(); });
+    ASSERT_EQ(done.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
     const absl::Duration waited = absl::Now() - posted;
     EXPECT_GE(waited, absl::Milliseconds(19)) << "not before the delay";
     EXPECT_LT(waited, absl::Seconds(5));
@@ -63,12 +65,13 @@ TEST(SendExecutorFallbackTest, TakesTasksBehindOneThatBlocks) {
   SendExecutor executor(SendExecutor::Priority::kNormal, absl::Milliseconds(5));
   // The worker is stuck in a task (as if it lost its CPU mid-send): the ones queued behind it
   // still run, through the fallback.
-  absl::Notification release, behind_ran;
-  executor.Post([&] { release.WaitForNotification(); });
-  executor.Post([&] { behind_ran.Notify(); });
-  EXPECT_TRUE(behind_ran.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  std::promise<void> release, behind_ran;
+  std::shared_future<void> released = release.get_future().share();
+  executor.Post([released] { released.wait(); });
+  executor.Post([&] { behind_ran.set_value(); });
+  EXPECT_EQ(behind_ran.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
   EXPECT_GE(executor.fallback_tasks(), 1);
-  release.Notify();
+  release.set_value();
 }
 
 }  // namespace
