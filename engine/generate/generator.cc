@@ -254,15 +254,7 @@ absl::Status Generator::AttachKv(Sequence& seq, bool resume) {
     if (ws.ok()) seq.set_sparse_kv(*std::move(ws));
     status = ws.status();
   } else {
-    const int64_t fresh = kv_.BlocksFor(total) - cached_blocks;
-    prefix_->MakeRoom(fresh, 0);
-    absl::StatusOr<std::vector<int32_t>> blocks = kv_.Allocate(static_cast<int32_t>(fresh));
-    if (blocks.ok()) {
-      kv_.Retain(shared);
-      seq.blocks() = std::move(shared);
-      seq.blocks().insert(seq.blocks().end(), blocks->begin(), blocks->end());
-    }
-    status = blocks.status();
+    status = AttachDenseBlocks(seq, total, std::move(shared));
   }
   if (!status.ok()) {
     prefix_->Finish(
@@ -287,10 +279,33 @@ absl::Status Generator::AttachKv(Sequence& seq, bool resume) {
   return absl::OkStatus();
 }
 
+absl::Status Generator::AttachDenseBlocks(Sequence& seq, int64_t total,
+                                          std::vector<int32_t> shared) {
+  const PrefixHit& hit = seq.prefix_hit();
+  const int64_t fresh = kv_.BlocksFor(total) - static_cast<int64_t>(shared.size());
+  // The tail's block stays this request's to read until its copy is enqueued, whatever MakeRoom
+  // evicts meanwhile.
+  kv_.Retain(hit.tail_pages);
+  prefix_->MakeRoom(fresh, 0);
+  absl::StatusOr<std::vector<int32_t>> blocks = kv_.Allocate(static_cast<int32_t>(fresh));
+  if (blocks.ok()) {
+    // Copy-on-write: the partly reused block becomes the first block this request writes.
+    if (hit.tail_tokens > 0) kv_.CopyBlock(backend_->compute_stream(), hit.tail_pages[0], (*blocks)[0]);
+    kv_.Retain(shared);
+    seq.blocks() = std::move(shared);
+    seq.blocks().insert(seq.blocks().end(), blocks->begin(), blocks->end());
+  }
+  kv_.Free(hit.tail_pages);
+  return blocks.status();
+}
+
 void Generator::CacheKv(Sequence& seq, bool kv_valid, bool park) {
   const int32_t ps = kv_.page_size();
   const int64_t blocks = kv_valid ? seq.kv_len() / ps : 0;
-  const std::vector<int32_t> tokens = TokensOf(seq, blocks * ps);
+  // A dense sequence's partly filled last block is cached too (a tail, copied on reuse); a
+  // sparse one's last page is partly on the device only.
+  const bool tail = kv_valid && seq.sparse_kv() == nullptr;
+  const std::vector<int32_t> tokens = TokensOf(seq, tail ? seq.kv_len() : blocks * ps);
   std::vector<int32_t> block_pages;
   auto pages_of = [&](int64_t block) -> absl::Span<const int32_t> {
     if (seq.sparse_kv() == nullptr) return absl::MakeConstSpan(&seq.blocks()[block], 1);

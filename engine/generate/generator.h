@@ -173,6 +173,9 @@ class Generator {
   // Hands a retiring sequence's full pages to the prefix cache; with `park`, a preempted one's
   // (evictable, to be found again by Resume).
   void CacheKv(Sequence& seq, bool kv_valid, bool park = false);
+  // A dense sequence's blocks: the `shared` whole pages of its prefix hit, then fresh ones for
+  // `total` tokens, the first a copy of the hit's tail when it has one.
+  absl::Status AttachDenseBlocks(Sequence& seq, int64_t total, std::vector<int32_t> shared);
   // Dense KV tokens a sequence starts with: what it prefills plus its first sampled token.
   int64_t InitialDenseTokens(const Sequence& seq) const;
   static std::vector<int32_t> TokensOf(const Sequence& seq, int64_t n);

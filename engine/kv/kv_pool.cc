@@ -59,6 +59,18 @@ void KvPool::Free(absl::Span<const int32_t> blocks) {
   }
 }
 
+void KvPool::CopyBlock(Stream& stream, int32_t src, int32_t dst) const {
+  CHECK(src >= 0 && src < num_blocks() && dst >= 0 && dst < num_blocks() && src != dst);
+  const size_t block_layer_bytes = bytes_per_block() / options_.num_layers;
+  std::vector<PageCopy> copies;
+  copies.reserve(options_.num_layers);
+  for (int32_t layer = 0; layer < options_.num_layers; ++layer) {
+    char* base = static_cast<char*>(Layer(layer).base);
+    copies.push_back({base + block_layer_bytes * dst, base + block_layer_bytes * src});
+  }
+  stream.CopyPages(copies, block_layer_bytes);
+}
+
 KvLayerView KvPool::Layer(int32_t layer) const {
   KvLayerView v;
   v.dtype = options_.dtype;

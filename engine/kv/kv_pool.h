@@ -44,6 +44,9 @@ class KvPool {
   void set_reuse_guard(std::function<void()> guard) { reuse_guard_ = std::move(guard); }
 
   KvLayerView Layer(int32_t layer) const;
+  // Enqueues a copy of block `src`'s pages (every layer and KV head) into block `dst` on
+  // `stream` (copy-on-write of a cached, partly reused block).
+  void CopyBlock(Stream& stream, int32_t src, int32_t dst) const;
   int32_t page_size() const { return options_.page_size; }
   DType dtype() const { return options_.dtype; }
   int32_t num_blocks() const { return options_.num_blocks; }

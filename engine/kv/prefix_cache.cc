@@ -63,9 +63,21 @@ PrefixCache::Peek PrefixCache::PeekHit(bool sparse, absl::Span<const int32_t> pr
   peek.reclaimable_after = t->reclaimable_pages();
   if (!always && !Caches(session_id)) return peek;
   const PrefixTree::Node* node = t->Match(prompt, MaxHitBlocks(prompt));
-  peek.tokens = PrefixTree::Depth(node) * pool_.page_size();
-  peek.reclaimable_after -= t->UnrunPathPages(node);
+  const PrefixTree::TailMatch tail = MatchTail(sparse, node, prompt);
+  peek.tokens = t->Tokens(node) + tail.tokens;
+  // The tail is not locked, but the request holds its page until the copy is made.
+  peek.reclaimable_after -= t->UnrunPathPages(tail.node != nullptr ? tail.node : node);
   return peek;
+}
+
+PrefixTree::TailMatch PrefixCache::MatchTail(bool sparse, const PrefixTree::Node* node,
+                                             absl::Span<const int32_t> tokens) const {
+  // Sparse pages are not copied: a sparse request's last page is partly on the device when it
+  // ends, and the host store holds only written-back whole pages.
+  if (sparse || tokens.empty()) return {};
+  const int64_t skip = dense_.Tokens(node);
+  const int64_t max_tokens = static_cast<int64_t>(tokens.size()) - 1 - skip;
+  return dense_.MatchTail(node, tokens.subspan(skip), max_tokens);
 }
 
 absl::StatusOr<PrefixHit> PrefixCache::Begin(bool sparse, absl::Span<const int32_t> prompt,
@@ -90,8 +102,24 @@ absl::StatusOr<PrefixHit> PrefixCache::Begin(bool sparse, absl::Span<const int32
 void PrefixCache::MatchAndLock(absl::Span<const int32_t> tokens, PrefixHit* hit) {
   PrefixTree& t = tree(hit->sparse);
   hit->node = t.Match(tokens, MaxHitBlocks(tokens));
-  hit->tokens = PrefixTree::Depth(hit->node) * pool_.page_size();
+  const PrefixTree::TailMatch tail = MatchTail(hit->sparse, hit->node, tokens);
+  hit->tail_tokens = tail.tokens;
+  hit->tail_pages.clear();
+  if (tail.node != nullptr) hit->tail_pages = tail.node->pages;
+  hit->tokens = t.Tokens(hit->node) + tail.tokens;
   t.Lock(hit->node, PrefixTree::LockKind::kRunning);
+}
+
+PrefixTree::Node* PrefixCache::Cache(
+    bool sparse, absl::Span<const int32_t> tokens, int64_t blocks,
+    absl::FunctionRef<absl::Span<const int32_t>(int64_t block)> pages_of) {
+  PrefixTree& t = tree(sparse);
+  PrefixTree::Node* node = t.Insert(tokens, blocks, pages_of);
+  const auto whole = blocks * t.page_size();
+  if (!sparse && static_cast<int64_t>(tokens.size()) > whole) {
+    node = t.InsertTail(node, tokens.subspan(whole), pages_of(blocks));
+  }
+  return node;
 }
 
 PrefixHit PrefixCache::Resume(bool sparse, absl::Span<const int32_t> tokens,
@@ -107,10 +135,12 @@ PrefixHit PrefixCache::Resume(bool sparse, absl::Span<const int32_t> tokens,
 void PrefixCache::Park(PrefixHit& hit, absl::Span<const int32_t> tokens, int64_t blocks,
                        absl::FunctionRef<absl::Span<const int32_t>(int64_t block)> pages_of) {
   PrefixTree& t = tree(hit.sparse);
-  t.Insert(tokens, blocks, pages_of);
+  Cache(hit.sparse, tokens, blocks, pages_of);
   t.Unlock(hit.node, PrefixTree::LockKind::kRunning);
   hit.node = nullptr;
   hit.tokens = 0;
+  hit.tail_tokens = 0;
+  hit.tail_pages.clear();
 }
 
 void PrefixCache::HitPages(const PrefixHit& hit, std::vector<int32_t>* out) const {
@@ -125,7 +155,7 @@ void PrefixCache::Finish(PrefixHit& hit, bool kv_valid, absl::Span<const int32_t
                          absl::Time now) {
   PrefixTree& t = tree(hit.sparse);
   PrefixTree::Node* cached = nullptr;
-  if (kv_valid && Caches(hit.session_id)) cached = t.Insert(tokens, blocks, pages_of);
+  if (kv_valid && Caches(hit.session_id)) cached = Cache(hit.sparse, tokens, blocks, pages_of);
   t.Unlock(hit.node, PrefixTree::LockKind::kRunning);
   // A request that does not cache can still have hit pages it parked when preempted: they go
   // with it (unless something else holds them).
@@ -140,7 +170,10 @@ void PrefixCache::Finish(PrefixHit& hit, bool kv_valid, absl::Span<const int32_t
     // The new turn's KV replaces the last one's; a failed turn keeps the last one.
     if (cached != nullptr) {
       t.Lock(cached, PrefixTree::LockKind::kSession);
-      if (s.node != nullptr) tree(s.sparse).Unlock(s.node, PrefixTree::LockKind::kSession);
+      if (s.node != nullptr) {
+        tree(s.sparse).Unlock(s.node, PrefixTree::LockKind::kSession);
+        tree(s.sparse).DropIfDominated(s.node);  // the last turn's tail, now inside this one
+      }
       s.node = cached;
       s.sparse = hit.sparse;
     }
@@ -246,7 +279,7 @@ std::vector<SessionInfo> PrefixCache::ListSessions() const {
     SessionInfo info;
     info.id = id;
     const int64_t blocks = PrefixTree::Depth(s.node);
-    info.tokens = blocks * pool_.page_size();
+    info.tokens = tree_or_null(s.sparse)->Tokens(s.node);
     info.bytes = blocks == 0 ? 0 : blocks * BytesPerBlock(s.sparse);
     info.sparse = s.sparse;
     info.running = s.running;

@@ -43,14 +43,19 @@ const char* EvictionReasonName(EvictionReason reason);
 // What a running request reuses; locked until PrefixCache::Finish.
 struct PrefixHit {
   bool sparse = false;
-  PrefixTree::Node* node = nullptr;
-  int64_t tokens = 0;  // prompt tokens whose KV came from the cache
+  PrefixTree::Node* node = nullptr;  // the whole pages reused in place (locked)
+  int64_t tokens = 0;  // prompt tokens whose KV came from the cache, the tail's included
+  // Copy-on-write (dense only): the next `tail_tokens` tokens after the node's path are the first
+  // tokens of the cached block `tail_pages`, which the request copies into its own first fresh
+  // block and writes on from there. Not locked: the copy is made at admission.
+  int64_t tail_tokens = 0;
+  std::vector<int32_t> tail_pages;
   std::string session_id;
 };
 
 struct SessionInfo {
   std::string id;
-  int64_t tokens = 0;   // cached tokens of its last turn (whole pages)
+  int64_t tokens = 0;   // cached tokens of its last turn (its tail included)
   int64_t bytes = 0;    // KV bytes those tokens take (pages shared with others counted fully)
   bool sparse = false;  // host store (true) or KV pool (false)
   bool running = false;
@@ -96,7 +101,9 @@ class PrefixCache {
   void HitPages(const PrefixHit& hit, std::vector<int32_t>* out) const;
 
   // The request ends. With `kv_valid`, its first `blocks` full blocks of `tokens` (whose pages
-  // `pages_of(block)` gives) enter the index and, for a session, become its KV. Unlocks the hit.
+  // `pages_of(block)` gives) enter the index and, for a session, become its KV; in the dense
+  // index, tokens past them (fewer than a page) enter as a tail whose page is pages_of(blocks).
+  // Unlocks the hit.
   void Finish(PrefixHit& hit, bool kv_valid, absl::Span<const int32_t> tokens, int64_t blocks,
               absl::FunctionRef<absl::Span<const int32_t>(int64_t block)> pages_of, absl::Time now);
 
@@ -131,7 +138,13 @@ class PrefixCache {
   PrefixTree& tree(bool sparse) { return sparse ? *sparse_ : dense_; }
   const PrefixTree* tree_or_null(bool sparse) const { return sparse ? sparse_.get() : &dense_; }
   int64_t MaxHitBlocks(absl::Span<const int32_t> prompt) const;
+  // The tail a request reusing `node`'s path can copy (dense only; none for sparse).
+  PrefixTree::TailMatch MatchTail(bool sparse, const PrefixTree::Node* node,
+                                  absl::Span<const int32_t> tokens) const;
   void MatchAndLock(absl::Span<const int32_t> tokens, PrefixHit* hit);
+  // Inserts `tokens` (whole blocks, then a dense tail) and returns the deepest node.
+  PrefixTree::Node* Cache(bool sparse, absl::Span<const int32_t> tokens, int64_t blocks,
+                          absl::FunctionRef<absl::Span<const int32_t>(int64_t block)> pages_of);
   bool Caches(const std::string& session_id) const {
     return !session_id.empty() || options_.cache_sessionless;
   }

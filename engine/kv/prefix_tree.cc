@@ -1,5 +1,6 @@
 #include "engine/kv/prefix_tree.h"
 
+#include <algorithm>
 #include <queue>
 #include <utility>
 
@@ -24,6 +25,7 @@ PrefixTree::~PrefixTree() {
     stack.pop_back();
     if (n != root_.get()) pool_.release(n->pages);
     for (auto& [key, child] : n->children) stack.push_back(child.get());
+    for (auto& tail : n->tails) stack.push_back(tail.get());
   }
 }
 
@@ -38,7 +40,31 @@ PrefixTree::Node* PrefixTree::Match(absl::Span<const int32_t> tokens, int64_t ma
   return node == root_.get() ? nullptr : node;
 }
 
+PrefixTree::TailMatch PrefixTree::MatchTail(const Node* parent, absl::Span<const int32_t> rest,
+                                            int64_t max_tokens) const {
+  if (parent == nullptr) parent = root_.get();
+  const int64_t limit = std::min<int64_t>({max_tokens, static_cast<int64_t>(rest.size()),
+                                           page_size_ - 1});
+  TailMatch best;
+  auto consider = [&](const Node* n) {
+    const int64_t span = std::min<int64_t>(limit, static_cast<int64_t>(n->tokens.size()));
+    int64_t k = 0;
+    while (k < span && n->tokens[k] == rest[k]) ++k;
+    if (k > best.tokens) best = {n, k};
+  };
+  if (limit <= 0) return best;
+  for (const auto& tail : parent->tails) consider(tail.get());
+  for (const auto& [key, child] : parent->children) consider(child.get());
+  return best;
+}
+
 int64_t PrefixTree::Depth(const Node* node) { return node == nullptr ? 0 : node->depth; }
+
+int64_t PrefixTree::Tokens(const Node* node) const {
+  if (node == nullptr) return 0;
+  return node->tail ? (node->depth - 1) * page_size_ + static_cast<int64_t>(node->tokens.size())
+                    : node->depth * page_size_;
+}
 
 int64_t PrefixTree::UnrunPathPages(const Node* node) const {
   int64_t pages = 0;
@@ -91,25 +117,79 @@ PrefixTree::Node* PrefixTree::Insert(
   for (int64_t b = 0; b < blocks; ++b) {
     const absl::Span<const int32_t> key = tokens.subspan(b * page_size_, page_size_);
     auto it = node->children.find(key);
-    if (it == node->children.end()) {
-      auto child = std::make_unique<Node>();
-      child->tokens.assign(key.begin(), key.end());
-      const absl::Span<const int32_t> pages = pages_of(b);
-      CHECK_EQ(static_cast<int64_t>(pages.size()), pages_per_block_);
-      child->pages.assign(pages.begin(), pages.end());
-      pool_.retain(child->pages);
-      child->parent = node;
-      child->depth = node->depth + 1;
-      cached_pages_ += pages_per_block_;
-      evictable_pages_ += pages_per_block_;
-      reclaimable_pages_ += pages_per_block_;
-      const absl::Span<const int32_t> own_key(child->tokens);
-      it = node->children.emplace(own_key, std::move(child)).first;
+    if (it != node->children.end()) {
+      node = it->second.get();
+    } else {
+      DropTailsStarting(node, key);
+      node = NewNode(node, key, pages_of(b));
     }
-    node = it->second.get();
     node->last_use = clock_;
   }
   return node == root_.get() ? nullptr : node;
+}
+
+PrefixTree::Node* PrefixTree::NewNode(Node* parent, absl::Span<const int32_t> tokens,
+                                      absl::Span<const int32_t> pages) {
+  CHECK_EQ(static_cast<int64_t>(pages.size()), pages_per_block_);
+  auto child = std::make_unique<Node>();
+  child->tokens.assign(tokens.begin(), tokens.end());
+  child->pages.assign(pages.begin(), pages.end());
+  pool_.retain(child->pages);
+  child->parent = parent;
+  child->depth = parent->depth + 1;
+  child->tail = static_cast<int64_t>(tokens.size()) < page_size_;
+  child->last_use = clock_;
+  cached_pages_ += pages_per_block_;
+  evictable_pages_ += pages_per_block_;
+  reclaimable_pages_ += pages_per_block_;
+  Node* raw = child.get();
+  if (raw->tail) {
+    parent->tails.push_back(std::move(child));
+  } else {
+    parent->children.emplace(absl::Span<const int32_t>(raw->tokens), std::move(child));
+  }
+  return raw;
+}
+
+void PrefixTree::DropTailsStarting(Node* parent, absl::Span<const int32_t> tokens) {
+  std::vector<Node*> dominated;
+  for (const auto& tail : parent->tails) {
+    const absl::Span<const int32_t> t(tail->tokens);
+    if (t.size() <= tokens.size() && tokens.subspan(0, t.size()) == t && EvictableLeaf(tail.get())) {
+      dominated.push_back(tail.get());
+    }
+  }
+  for (Node* tail : dominated) Remove(tail);
+}
+
+void PrefixTree::DropIfDominated(Node* node) {
+  if (node == nullptr || !node->tail || !EvictableLeaf(node)) return;
+  const absl::Span<const int32_t> mine(node->tokens);
+  auto starts_with_mine = [&](const Node* other) {
+    return other != node && other->tokens.size() >= mine.size() &&
+           absl::Span<const int32_t>(other->tokens).subspan(0, mine.size()) == mine;
+  };
+  const Node* parent = node->parent;
+  bool dominated = false;
+  for (const auto& tail : parent->tails) dominated |= starts_with_mine(tail.get());
+  for (const auto& [key, child] : parent->children) dominated |= starts_with_mine(child.get());
+  if (dominated) Remove(node);
+}
+
+PrefixTree::Node* PrefixTree::InsertTail(Node* parent, absl::Span<const int32_t> tokens,
+                                         absl::Span<const int32_t> pages) {
+  CHECK(!tokens.empty() && static_cast<int64_t>(tokens.size()) < page_size_);
+  if (parent == nullptr) parent = root_.get();
+  CHECK(!parent->tail);
+  ++clock_;
+  for (const auto& tail : parent->tails) {
+    if (absl::Span<const int32_t>(tail->tokens) == tokens) {
+      tail->last_use = clock_;
+      return tail.get();
+    }
+  }
+  DropTailsStarting(parent, tokens);
+  return NewNode(parent, tokens, pages);
 }
 
 void PrefixTree::Remove(Node* leaf) {
@@ -119,11 +199,18 @@ void PrefixTree::Remove(Node* leaf) {
   evictable_pages_ -= pages_per_block_;
   reclaimable_pages_ -= pages_per_block_;
   Node* parent = leaf->parent;
-  parent->children.erase(absl::Span<const int32_t>(leaf->tokens));  // destroys `leaf`
+  if (leaf->tail) {
+    auto& tails = parent->tails;
+    tails.erase(std::find_if(tails.begin(), tails.end(),
+                             [&](const std::unique_ptr<Node>& t) { return t.get() == leaf; }));
+  } else {
+    parent->children.erase(absl::Span<const int32_t>(leaf->tokens));  // destroys `leaf`
+  }
 }
 
 bool PrefixTree::EvictableLeaf(const Node* n) const {
-  return n != root_.get() && n->children.empty() && n->running_locks + n->session_locks == 0;
+  return n != root_.get() && n->children.empty() && n->tails.empty() &&
+         n->running_locks + n->session_locks == 0;
 }
 
 int64_t PrefixTree::EvictPath(Node* node) {
@@ -147,6 +234,7 @@ int64_t PrefixTree::Evict(int64_t pages) {
     stack.pop_back();
     if (evictable_leaf(n)) leaves.emplace(n->last_use, n);
     for (auto& [key, child] : n->children) stack.push_back(child.get());
+    for (auto& tail : n->tails) stack.push_back(tail.get());
   }
   int64_t released = 0;
   while (released < pages && !leaves.empty()) {

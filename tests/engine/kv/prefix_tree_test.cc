@@ -141,5 +141,52 @@ TEST(PrefixTreeTest, DestructionDropsTheTreesReferencesEvenWhileLocked) {
   EXPECT_TRUE(pool.refs.empty());
 }
 
+// Tails (partly filled last pages): matched by their first tokens against a block's tails and
+// children, never past max_tokens or a page; an equal tail is kept once; a tail that a longer
+// sibling holds goes once nothing locks it; tails are leaves for eviction and accounting.
+TEST(PrefixTreeTest, TailsMatchByTheirFirstTokensAndGoWhenSomethingHoldsThemAll) {
+  FakePool pool;
+  PrefixTree tree(4, 2, pool.Pool());
+  const std::vector<int32_t> a = Iota(7, 0);  // block [0..3], tail 4 5 6
+  PrefixTree::Node* block = tree.Insert(a, 1, PagesTagged(1));
+  PrefixTree::Node* tail = tree.InsertTail(block, absl::MakeConstSpan(a).subspan(4), PagesTagged(2)(0));
+  EXPECT_EQ(tree.Tokens(tail), 7);
+  EXPECT_EQ(PrefixTree::Depth(tail), 2);
+  EXPECT_EQ(tree.cached_pages(), 4);
+  EXPECT_EQ(tree.InsertTail(block, absl::MakeConstSpan(a).subspan(4), PagesTagged(3)(0)), tail);
+  EXPECT_EQ(pool.refs.count(300), 0u) << "an equal tail is cached once";
+
+  std::vector<int32_t> rest = {4, 5, 9, 9};
+  PrefixTree::TailMatch m = tree.MatchTail(block, rest, 10);
+  EXPECT_EQ(m.node, tail);
+  EXPECT_EQ(m.tokens, 2);
+  EXPECT_EQ(tree.MatchTail(block, rest, 1).tokens, 1) << "capped by max_tokens";
+  EXPECT_EQ(tree.MatchTail(block, {7, 7}, 10).node, nullptr);
+  // A whole child block's first tokens match as well, never all of its page.
+  const std::vector<int32_t> b = Iota(8, 0);
+  PrefixTree::Node* full = tree.Insert(b, 2, PagesTagged(4));
+  EXPECT_EQ(tree.MatchTail(block, {4, 5, 6, 7, 8}, 10).tokens, 3);
+  EXPECT_EQ(tree.MatchTail(nullptr, {0, 1, 2, 3}, 10).tokens, 3) << "the root's children";
+
+  // The new block [4..7] holds all the tail holds: the tail went when it was inserted.
+  EXPECT_TRUE(block->tails.empty());
+  EXPECT_EQ(pool.refs.count(200), 0u);
+  // A locked tail stays until unlocked, then goes if dominated.
+  PrefixTree::Node* short_tail = tree.InsertTail(block, std::vector<int32_t>{4}, PagesTagged(5)(0));
+  tree.Lock(short_tail, Kind::kSession);
+  tree.DropIfDominated(short_tail);
+  EXPECT_EQ(block->tails.size(), 1u);
+  tree.Unlock(short_tail, Kind::kSession);
+  tree.DropIfDominated(short_tail);
+  EXPECT_TRUE(block->tails.empty());
+  EXPECT_EQ(pool.refs.count(500), 0u);
+
+  // Tails are leaves: eviction takes them, and everything is released once.
+  tree.InsertTail(full, std::vector<int32_t>{8, 9}, PagesTagged(6)(0));
+  EXPECT_EQ(tree.cached_pages(), 6);
+  EXPECT_EQ(tree.Evict(100), 6);
+  EXPECT_TRUE(pool.refs.empty());
+}
+
 }  // namespace
 }  // namespace specula

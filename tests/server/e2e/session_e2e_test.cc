@@ -69,7 +69,7 @@ TEST_P(SessionE2eTest, TurnsReuseTheConversationsKvAndAnswerAsWithoutTheSession)
   const uint64_t kv_bytes_per_token = uint64_t{2} * info.num_layers() *
                                       info.num_key_value_heads() * info.head_dim() * sizeof(float);
   std::vector<int32_t> prompt = Text(45, 1);
-  int64_t reused = 0;
+  int64_t reused = 0, prev_kept = 0;
   for (int turn = 0; turn < 4; ++turn) {
     const StreamResult got = RunGenerate(*stub, InSession(prompt, 12, "agent-7"));
     ASSERT_TRUE(got.status.ok()) << got.status.error_message();
@@ -80,13 +80,15 @@ TEST_P(SessionE2eTest, TurnsReuseTheConversationsKvAndAnswerAsWithoutTheSession)
     EXPECT_EQ(got.usage.prompt_tokens(), prompt.size());
     ASSERT_EQ(got.kv_stats.has_value(), true);
     EXPECT_EQ(got.kv_stats->sparse(), sparse);
-    if (turn == 0) {
-      EXPECT_EQ(got.usage.cached_prompt_tokens(), 0u);
-    }
+    // Turn N+1 reuses what turn N kept (below), all of it.
+    EXPECT_EQ(got.usage.cached_prompt_tokens(), static_cast<uint64_t>(prev_kept)) << turn;
     reused += got.usage.cached_prompt_tokens();
-    // Everything but the last answer token has KV; whole pages of it are kept.
-    const int64_t kept = (static_cast<int64_t>(prompt.size() + got.tokens.size()) - 1) / kPage *
-                         kPage;
+    // Everything but the last answer token has KV. Dense keeps all of it (the partly filled
+    // last page is copied on reuse), sparse its whole pages.
+    const int64_t written = static_cast<int64_t>(prompt.size() + got.tokens.size()) - 1;
+    const int64_t kept = sparse ? written / kPage * kPage : written;
+    const int64_t kept_pages = (kept + kPage - 1) / kPage;
+    prev_kept = kept;
     prompt.insert(prompt.end(), got.tokens.begin(), got.tokens.end());
     const std::vector<int32_t> tool_result = Text(9 + 7 * turn, 10 + turn);
     prompt.insert(prompt.end(), tool_result.begin(), tool_result.end());
@@ -98,7 +100,8 @@ TEST_P(SessionE2eTest, TurnsReuseTheConversationsKvAndAnswerAsWithoutTheSession)
     const v1::Session& s = list.sessions(0);
     EXPECT_EQ(s.session_id(), "agent-7");
     EXPECT_EQ(s.cached_tokens(), static_cast<uint64_t>(kept));
-    EXPECT_EQ(sparse ? s.host_bytes() : s.kv_cache_bytes(), kept * kv_bytes_per_token);
+    EXPECT_EQ(sparse ? s.host_bytes() : s.kv_cache_bytes(),
+              kept_pages * kPage * kv_bytes_per_token);
     EXPECT_EQ(sparse ? s.kv_cache_bytes() : s.host_bytes(), 0u);
     EXPECT_FALSE(s.running());
     EXPECT_GT(s.last_use_unix_ms(), absl::ToUnixMillis(absl::Now() - absl::Minutes(1)));
