@@ -18,6 +18,12 @@
 
 namespace specula {
 
+namespace {
+// Host pages a sparse sequence takes beyond what it has written, at admission and each time
+// decode reaches its last allocated page (tokens; rounded up to whole pages).
+constexpr int64_t kSparseGrowthTokens = 256;
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& model_dir,
                                                              const GeneratorOptions& options) {
   if (options.page_size <= 0 || options.kv_cache_tokens < options.page_size ||
@@ -168,11 +174,25 @@ bool Generator::HasRoomFor(const GenerationRequest& request) const {
     // growth would be the youngest, preempted at once.
     return free_blocks >= kv_.BlocksFor(now) - cached_blocks + PendingGrowth();
   }
+  const int64_t now = SparseTokensNow(total, static_cast<int64_t>(request.prompt.size()));
+  return HasSparseRoom(total, now, request.sparse.budget_tokens, cached_blocks,
+                       hit.reclaimable_after, free_blocks);
+}
+
+int64_t Generator::SparseTokensNow(int64_t total, int64_t tokens) {
+  // Host pages come kSparseGrowthTokens at a time (GrowSparseHostPages): admission takes what
+  // the prefill writes plus the first of those, not the whole of max_tokens.
+  return std::min(total, tokens + 1 + kSparseGrowthTokens);
+}
+
+bool Generator::HasSparseRoom(int64_t total, int64_t now, int64_t budget_tokens,
+                              int64_t cached_blocks, int64_t reclaimable_host_pages,
+                              int64_t free_blocks) const {
   const HostKvStore& store = sparse_->store();
   const int64_t host_pages =
-      (store.PagesFor(total) - cached_blocks) * store.num_layers() * store.num_kv_heads();
-  return store.free_pages() + hit.reclaimable_after >= host_pages &&
-         free_blocks >= sparse_->Geometry(total, request.sparse.budget_tokens).slots_per_head();
+      (store.PagesFor(now) - cached_blocks) * store.num_layers() * store.num_kv_heads();
+  return store.free_pages() + reclaimable_host_pages >= host_pages &&
+         free_blocks >= sparse_->Geometry(total, budget_tokens).slots_per_head();
 }
 
 int64_t Generator::host_pages_used() const {
@@ -232,8 +252,7 @@ absl::Status Generator::AttachKv(Sequence& seq, bool resume) {
   const GenerationRequest& r = seq.request();
   const bool sparse = seq.sparse_kv() != nullptr || UsesSparse(r);
   if (resume) {
-    CHECK(!sparse) << "sparse sequences are never preempted";
-    seq.prefix_hit() = prefix_->Resume(false, TokensOf(seq, seq.num_tokens()), r.session_id);
+    seq.prefix_hit() = prefix_->Resume(sparse, TokensOf(seq, seq.num_tokens()), r.session_id);
   } else {
     ASSIGN_OR_RETURN(seq.prefix_hit(), prefix_->Begin(sparse, r.prompt, r.session_id));
   }
@@ -241,16 +260,19 @@ absl::Status Generator::AttachKv(Sequence& seq, bool resume) {
   prefix_->HitPages(seq.prefix_hit(), &shared);
   const int64_t cached_blocks = seq.prefix_hit().tokens / kv_.page_size();
   const int64_t total = sparse ? seq.max_total_tokens() : InitialDenseTokens(seq);
-  // A sparse sequence reserves its whole lifetime's host pages and device slots up front; a dense
-  // one what it needs now, growing later (and preempted when the pool runs out).
+  // Both kinds take what they need now and grow as they decode (preempted when their pool runs
+  // out): a dense sequence its KV-pool blocks, a sparse one its host pages. A sparse sequence's
+  // device slots are fixed: its working set is sized for its whole length.
   absl::Status status;
   if (sparse) {
     const HostKvStore& store = sparse_->store();
     const WorkingSetGeometry g = sparse_->Geometry(total, r.sparse.budget_tokens);
-    prefix_->MakeRoom(g.slots_per_head(), (store.PagesFor(total) - cached_blocks) *
+    const int64_t now = SparseTokensNow(total, seq.kv_len() + seq.prefill_remaining());
+    prefix_->MakeRoom(g.slots_per_head(), (store.PagesFor(now) - cached_blocks) *
                                               store.num_layers() * store.num_kv_heads());
-    absl::StatusOr<std::shared_ptr<WorkingSet>> ws = sparse_->Admit(
-        total, r.sparse.budget_tokens, static_cast<int64_t>(r.prompt.size()), shared);
+    absl::StatusOr<std::shared_ptr<WorkingSet>> ws =
+        sparse_->Admit(total, r.sparse.budget_tokens, static_cast<int64_t>(r.prompt.size()),
+                       shared, now);
     if (ws.ok()) seq.set_sparse_kv(*std::move(ws));
     status = ws.status();
   } else {
@@ -266,8 +288,10 @@ absl::Status Generator::AttachKv(Sequence& seq, bool resume) {
   if (sparse) {
     // Its prompt is prefilled layer-major; the job holds the prompt's activations and one
     // layer's KV on the device until it is done, so they are had (or refused) now.
+    // A resumed sequence prefills its output so far too.
     absl::StatusOr<std::unique_ptr<SparsePrefill>> job = SparsePrefill::Create(
-        *model_, *sparse_, *seq.sparse_kv(), r.prompt, seq.kv_len(), options_.prefill_chunk_tokens);
+        *model_, *sparse_, *seq.sparse_kv(), resume ? TokensOf(seq, seq.num_tokens()) : r.prompt,
+        seq.kv_len(), options_.prefill_chunk_tokens);
     if (!job.ok()) {
       CacheKv(seq, /*kv_valid=*/false);
       sparse_->Release(*seq.sparse_kv());
@@ -326,9 +350,16 @@ void Generator::CacheKv(Sequence& seq, bool kv_valid, bool park) {
 }
 
 void Generator::Preempt(Sequence& seq) {
-  CHECK(seq.sparse_kv() == nullptr);
+  CHECK(!seq.in_prefill()) << "a sequence is preempted while it decodes";
+  // Its whole pages are complete (dense: written by the steps; sparse: written back when they
+  // filled, on the compute stream, before the last step's synchronization).
   CacheKv(seq, /*kv_valid=*/true, /*park=*/true);
-  kv_.Free(seq.blocks());
+  if (seq.sparse_kv() != nullptr) {
+    sparse_->Release(*seq.sparse_kv());
+    seq.set_sparse_kv(nullptr);
+  } else {
+    kv_.Free(seq.blocks());
+  }
   seq.Preempt();
   ++preemptions_;
 }
@@ -342,17 +373,29 @@ void Generator::ResumePreempted() {
   // Oldest first, and none behind one that does not fit: the oldest is never passed over.
   for (auto& [id, s] : running_) {
     if (!s->preempted()) continue;
-    const PrefixCache::Peek hit = prefix_->PeekHit(false, TokensOf(*s, s->num_tokens()),
-                                                   s->request().session_id, /*always=*/true);
-    // Room beyond what running sequences take this step, or it would be preempted again at once.
-    const int64_t need =
-        kv_.BlocksFor(InitialDenseTokens(*s)) - hit.tokens / kv_.page_size() + PendingGrowth();
-    if (kv_.free_blocks() + hit.reclaimable_after < need) return;
+    if (!HasRoomToResume(*s)) return;
     const absl::Status attached = AttachKv(*s, /*resume=*/true);
     CHECK(attached.ok()) << attached;
     resumed_cached_tokens_ += s->kv_len();
     s->set_preempted(false);
   }
+}
+
+bool Generator::HasRoomToResume(const Sequence& s) const {
+  const bool sparse = UsesSparse(s.request());
+  const PrefixCache::Peek hit = prefix_->PeekHit(sparse, TokensOf(s, s.num_tokens()),
+                                                 s.request().session_id, /*always=*/true);
+  const int64_t cached_blocks = hit.tokens / kv_.page_size();
+  // Room beyond what running sequences take this step, or it would be preempted again at once.
+  if (sparse) {
+    const int64_t total = s.max_total_tokens();
+    return HasSparseRoom(total, SparseTokensNow(total, s.num_tokens()),
+                         s.request().sparse.budget_tokens, cached_blocks,
+                         hit.reclaimable_after - SparseGrowthPages(),
+                         kv_.free_blocks() + prefix_->reclaimable_blocks() - PendingGrowth());
+  }
+  const int64_t need = kv_.BlocksFor(InitialDenseTokens(s)) - cached_blocks + PendingGrowth();
+  return kv_.free_blocks() + hit.reclaimable_after >= need;
 }
 
 bool Generator::NeedsBlock(const Sequence& s) const {
@@ -384,6 +427,56 @@ void Generator::GrowDecodeBlocks() {
     prefix_->MakeRoom(static_cast<int64_t>(growing.size()), 0);
   }
   for (Sequence* s : growing) s->blocks().push_back(kv_.Allocate(1).value().front());
+}
+
+bool Generator::NeedsHostPages(const Sequence& s) const {
+  return !s.preempted() && s.sparse_kv() != nullptr && !s.in_prefill() &&
+         s.kv_len() + 1 > s.sparse_kv()->host().allocated_tokens();
+}
+
+int64_t Generator::SparseGrowthTarget(const Sequence& s) const {
+  return SparseTokensNow(s.max_total_tokens(), s.kv_len());
+}
+
+int64_t Generator::SparseGrowthPages() const {
+  if (sparse_ == nullptr) return 0;
+  const HostKvStore& store = sparse_->store();
+  int64_t pages = 0;
+  for (const auto& [id, s] : running_) {
+    if (!NeedsHostPages(*s)) continue;
+    pages += (store.PagesFor(SparseGrowthTarget(*s)) -
+              s->sparse_kv()->host().allocated_pages_per_head()) *
+             store.num_layers() * store.num_kv_heads();
+  }
+  return pages;
+}
+
+void Generator::GrowSparseHostPages(std::vector<SequenceOutput>* outputs) {
+  if (sparse_ == nullptr || SparseGrowthPages() == 0) return;
+  const HostKvStore& store = sparse_->store();
+  prefix_->MakeRoom(0, SparseGrowthPages());
+  // Out of host pages: the youngest decoding sparse sequences give theirs back (parked in the
+  // sparse prefix index while nothing else needs the room) until the others can grow.
+  for (auto it = running_.rbegin(); store.free_pages() < SparseGrowthPages() && it != running_.rend();
+       ++it) {
+    Sequence& victim = *it->second;
+    if (victim.preempted() || victim.sparse_kv() == nullptr || victim.in_prefill()) continue;
+    Preempt(victim);
+    prefix_->MakeRoom(0, SparseGrowthPages());
+  }
+  std::vector<uint64_t> failed;
+  for (auto& [id, s] : running_) {
+    if (!NeedsHostPages(*s)) continue;
+    if (absl::Status grown = sparse_->Grow(*s->sparse_kv(), SparseGrowthTarget(*s)); !grown.ok()) {
+      SequenceOutput out;  // not a lack of room (made above): an allocation failure
+      out.id = id;
+      out.error = grown;
+      out.kv_stats = FinalKvStats(*s);
+      outputs->push_back(std::move(out));
+      failed.push_back(id);
+    }
+  }
+  for (uint64_t id : failed) Retire(id, /*kv_valid=*/false);
 }
 
 int64_t Generator::CachedPromptTokens(uint64_t id) const {
@@ -428,6 +521,8 @@ absl::Status Generator::Step(std::vector<SequenceOutput>* outputs) {
   (void)SPECULA_FAULT(Fault::kStallStep);  // sleeps when armed
   ResumePreempted();
   GrowDecodeBlocks();
+  GrowSparseHostPages(outputs);
+  if (running_.empty()) return absl::OkStatus();
   plan_->Clear();
   if (sparse_ != nullptr) sparse_->PlanStep(*plan_);
   StepRows rows = ChooseRows();

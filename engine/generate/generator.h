@@ -189,6 +189,19 @@ class Generator {
   int64_t PendingGrowth() const;
   void Preempt(Sequence& seq);
   void ResumePreempted();
+  bool HasRoomToResume(const Sequence& s) const;
+  // Sparse host pages by current need: what a sequence of `total` tokens at most takes when it
+  // has `tokens` to hold; whether that, and its device slots, fit now.
+  static int64_t SparseTokensNow(int64_t total, int64_t tokens);
+  bool HasSparseRoom(int64_t total, int64_t now, int64_t budget_tokens, int64_t cached_blocks,
+                     int64_t reclaimable_host_pages, int64_t free_blocks) const;
+  // Decoding sparse sequences whose next token needs host pages they have not taken yet get
+  // them, preempting the youngest decoding sparse sequences when the store runs out; a failed
+  // allocation fails that sequence (an output with the error).
+  void GrowSparseHostPages(std::vector<SequenceOutput>* outputs);
+  bool NeedsHostPages(const Sequence& s) const;
+  int64_t SparseGrowthTarget(const Sequence& s) const;
+  int64_t SparseGrowthPages() const;  // host pages this step's growth takes
   bool HasPreempted() const;
   // The final output's kv_stats (waits for the sequence's prefetch copies in flight).
   KvStats FinalKvStats(const Sequence& s) const;

@@ -1,5 +1,6 @@
 #include "engine/kv/host_kv_store.h"
 
+#include <algorithm>
 #include <limits>
 #include <utility>
 
@@ -21,6 +22,7 @@ HostKvSequence& HostKvSequence::operator=(HostKvSequence&& other) noexcept {
     num_kv_heads_ = other.num_kv_heads_;
     pages_per_head_ = other.pages_per_head_;
     capacity_tokens_ = other.capacity_tokens_;
+    allocated_pages_ = other.allocated_pages_;
     pages_ = std::move(other.pages_);
     other.Clear();
   }
@@ -33,7 +35,15 @@ void HostKvSequence::Clear() {
   num_kv_heads_ = 0;
   pages_per_head_ = 0;
   capacity_tokens_ = 0;
+  allocated_pages_ = 0;
   pages_.clear();
+}
+
+int64_t HostKvSequence::allocated_tokens() const {
+  return store_ == nullptr
+             ? 0
+             : std::min<int64_t>(capacity_tokens_,
+                                 static_cast<int64_t>(allocated_pages_) * store_->page_size());
 }
 
 absl::Span<const PageId> HostKvSequence::pages(int32_t layer, int32_t head) const {
@@ -44,7 +54,8 @@ absl::Span<const PageId> HostKvSequence::pages(int32_t layer, int32_t head) cons
 }
 
 PageId HostKvSequence::page(int32_t layer, int32_t head, int32_t index) const {
-  CHECK(index >= 0 && index < pages_per_head_) << "page index " << index;
+  CHECK(index >= 0 && index < allocated_pages_) << "page index " << index << " of "
+                                                << allocated_pages_ << " allocated";
   return pages(layer, head)[index];
 }
 
@@ -151,22 +162,24 @@ absl::StatusOr<HostKvSequence> HostKvStore::ReserveWithPrefix(const HostKvSequen
         absl::StrFormat("host kv: cannot share %d prefix pages of a sequence with %d per head",
                         prefix_pages, prefix.pages_per_head()));
   }
-  return ReserveShared(prefix_pages, tokens, [&](int64_t lh, int64_t i) {
+  return ReserveShared(prefix_pages, tokens, tokens, [&](int64_t lh, int64_t i) {
     return prefix.pages_[lh * prefix.pages_per_head() + i];
   });
 }
 
 absl::StatusOr<HostKvSequence> HostKvStore::ReserveWithSharedPages(absl::Span<const PageId> shared,
-                                                                   int64_t tokens) {
+                                                                   int64_t tokens,
+                                                                   int64_t allocate_tokens) {
   const int64_t heads = static_cast<int64_t>(num_layers()) * num_kv_heads();
   CHECK_EQ(static_cast<int64_t>(shared.size()) % heads, 0)
       << "host kv: shared pages are not whole blocks of every layer and KV head";
   return ReserveShared(static_cast<int64_t>(shared.size()) / heads, tokens,
+                       allocate_tokens < 0 ? tokens : std::min(allocate_tokens, tokens),
                        [&](int64_t lh, int64_t i) { return shared[i * heads + lh]; });
 }
 
 absl::StatusOr<HostKvSequence> HostKvStore::ReserveShared(
-    int64_t prefix_pages, int64_t tokens,
+    int64_t prefix_pages, int64_t tokens, int64_t allocate_tokens,
     absl::FunctionRef<PageId(int64_t lh, int64_t index)> shared_page) {
   if (tokens < 0) {
     return absl::InvalidArgumentError(absl::StrFormat("host kv: negative token count %d", tokens));
@@ -181,7 +194,8 @@ absl::StatusOr<HostKvSequence> HostKvStore::ReserveShared(
     return absl::InternalError("host kv: page allocation failed (injected fault)");
   }
   const int64_t heads = static_cast<int64_t>(num_layers()) * num_kv_heads();
-  const int64_t new_per_head = per_head - prefix_pages;
+  const int64_t allocated = std::max(prefix_pages, std::min(per_head, PagesFor(allocate_tokens)));
+  const int64_t new_per_head = allocated - prefix_pages;
   const int64_t needed = new_per_head * heads;
 
   HostKvSequence seq;
@@ -194,7 +208,8 @@ absl::StatusOr<HostKvSequence> HostKvStore::ReserveShared(
   seq.num_kv_heads_ = num_kv_heads();
   seq.pages_per_head_ = static_cast<int32_t>(per_head);
   seq.capacity_tokens_ = tokens;
-  seq.pages_.resize(static_cast<size_t>(per_head * heads));
+  seq.allocated_pages_ = static_cast<int32_t>(allocated);
+  seq.pages_.assign(static_cast<size_t>(per_head * heads), kNoPage);
   for (int64_t lh = 0; lh < heads; ++lh) {
     PageId* out = seq.pages_.data() + lh * per_head;
     for (int64_t i = 0; i < prefix_pages; ++i) {
@@ -209,6 +224,25 @@ absl::StatusOr<HostKvSequence> HostKvStore::ReserveShared(
   return seq;
 }
 
+absl::Status HostKvStore::Grow(HostKvSequence& sequence, int64_t tokens) {
+  CHECK(!sequence.empty() && sequence.store_ == this) << "host kv: growing a foreign sequence";
+  const int64_t target = std::min<int64_t>(PagesFor(tokens), sequence.pages_per_head_);
+  const int64_t from = sequence.allocated_pages_;
+  if (target <= from) return absl::OkStatus();
+  if (SPECULA_FAULT(Fault::kHostPageAlloc)) {
+    return absl::InternalError("host kv: page allocation failed (injected fault)");
+  }
+  const int64_t heads = static_cast<int64_t>(num_layers()) * num_kv_heads();
+  const int64_t needed = (target - from) * heads;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (needed > static_cast<int64_t>(free_.size())) return NotEnoughPagesLocked(tokens, needed);
+  for (int64_t lh = 0; lh < heads; ++lh) {
+    TakePagesLocked(target - from, sequence.pages_.data() + lh * sequence.pages_per_head_ + from);
+  }
+  sequence.allocated_pages_ = static_cast<int32_t>(target);
+  return absl::OkStatus();
+}
+
 void HostKvStore::DropReferenceLocked(PageId page) {
   CHECK(page >= 0 && page < capacity_pages_) << "host kv: page " << page << " out of range";
   CHECK_GT(refcount_[page], 0) << "host kv: page " << page << " released more than held";
@@ -220,7 +254,9 @@ void HostKvStore::Release(HostKvSequence& sequence) {
   CHECK(sequence.store_ == this) << "host kv: releasing a sequence into another store";
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (PageId p : sequence.pages_) DropReferenceLocked(p);
+    for (PageId p : sequence.pages_) {
+      if (p != kNoPage) DropReferenceLocked(p);
+    }
   }
   sequence.Clear();
 }
@@ -246,8 +282,8 @@ int32_t HostKvStore::refcount(PageId page) const {
 void HostKvStore::WriteToken(const HostKvSequence& sequence, int32_t layer, int32_t head,
                              int64_t pos, const float* k, const float* v) {
   CHECK(sequence.store_ == this) << "host kv: writing through a sequence of another store";
-  CHECK(pos >= 0 && pos < sequence.capacity_tokens())
-      << "host kv: position " << pos << " outside the reserved " << sequence.capacity_tokens();
+  CHECK(pos >= 0 && pos < sequence.allocated_tokens())
+      << "host kv: position " << pos << " outside the allocated " << sequence.allocated_tokens();
   const PageId page = sequence.page(layer, head, static_cast<int32_t>(pos / page_size()));
   const size_t elem = DTypeSize(dtype());
   const size_t offset = static_cast<size_t>(pos % page_size()) * head_dim() * elem;

@@ -33,6 +33,7 @@
 namespace specula {
 
 using PageId = int32_t;
+inline constexpr PageId kNoPage = -1;  // a page-table entry not allocated yet
 
 class HostKvStore;
 
@@ -60,12 +61,16 @@ class HostKvSequence {
   HostKvSequence& operator=(const HostKvSequence&) = delete;
 
   bool empty() const { return store_ == nullptr; }
-  // Token positions reserved (WriteToken accepts positions below this).
+  // Token positions the sequence may ever hold: its page table's length, in tokens.
   int64_t capacity_tokens() const { return capacity_tokens_; }
   int32_t pages_per_head() const { return pages_per_head_; }
-  // The pages of (layer, head), in position order.
+  // Pages per head that are allocated: [0, this) hold pages, the rest of the table kNoPage
+  // until HostKvStore::Grow (a sparse request's pages come as it decodes).
+  int32_t allocated_pages_per_head() const { return allocated_pages_; }
+  int64_t allocated_tokens() const;
+  // The page table of (layer, head), in position order (kNoPage past the allocated pages).
   absl::Span<const PageId> pages(int32_t layer, int32_t head) const;
-  PageId page(int32_t layer, int32_t head, int32_t index) const;
+  PageId page(int32_t layer, int32_t head, int32_t index) const;  // an allocated one
 
  private:
   friend class HostKvStore;
@@ -76,6 +81,7 @@ class HostKvSequence {
   int32_t num_kv_heads_ = 0;
   int32_t pages_per_head_ = 0;
   int64_t capacity_tokens_ = 0;
+  int32_t allocated_pages_ = 0;
   std::vector<PageId> pages_;  // [layer][head][index]
 };
 
@@ -105,8 +111,14 @@ class HostKvStore {
   // Like ReserveWithPrefix, with the shared pages given block-major as the prefix cache keeps
   // them: `shared`[i * layers * kv_heads + layer * kv_heads + head] is page i of (layer, head).
   // Its size must be whole blocks (CHECKed).
+  // With `allocate_tokens` >= 0, the table holds `tokens` but only the pages of the first
+  // `allocate_tokens` (at least the shared ones) are allocated now; Grow adds the others.
   absl::StatusOr<HostKvSequence> ReserveWithSharedPages(absl::Span<const PageId> shared,
-                                                        int64_t tokens);
+                                                        int64_t tokens,
+                                                        int64_t allocate_tokens = -1);
+  // Allocates the sequence's pages up to `tokens` (capped at its table), all or nothing:
+  // RESOURCE_EXHAUSTED when they are not free. Pages already allocated stay.
+  absl::Status Grow(HostKvSequence& sequence, int64_t tokens);
   // Drops the sequence's reference to each of its pages (freeing those that reach zero) and
   // empties it. Releasing an empty sequence is a no-op.
   void Release(HostKvSequence& sequence);
@@ -170,7 +182,7 @@ class HostKvStore {
   // Takes `n` free pages; the caller holds mu_ and has checked that n fit.
   void TakePagesLocked(int64_t n, PageId* out);
   absl::StatusOr<HostKvSequence> ReserveShared(
-      int64_t prefix_pages, int64_t tokens,
+      int64_t prefix_pages, int64_t tokens, int64_t allocate_tokens,
       absl::FunctionRef<PageId(int64_t lh, int64_t index)> shared_page);
   void DropReferenceLocked(PageId page);
   absl::Status NotEnoughPagesLocked(int64_t tokens, int64_t needed_pages) const;

@@ -122,7 +122,7 @@ bool SparseKvCache::HasRoomFor(int64_t total_tokens, int64_t budget_tokens) cons
 
 absl::StatusOr<std::shared_ptr<WorkingSet>> SparseKvCache::Admit(
     int64_t total_tokens, int64_t budget_tokens, int64_t prompt_tokens,
-    absl::Span<const PageId> shared_pages) {
+    absl::Span<const PageId> shared_pages, int64_t allocate_tokens) {
   RETURN_IF_ERROR(CheckCapacity(total_tokens, budget_tokens));
   const WorkingSetGeometry g = Geometry(total_tokens, budget_tokens);
   if (device_.free_blocks() < g.slots_per_head()) {
@@ -130,7 +130,8 @@ absl::StatusOr<std::shared_ptr<WorkingSet>> SparseKvCache::Admit(
         absl::StrFormat("KV cache full: a sparse working set needs %d pages, %d of %d free",
                         g.slots_per_head(), device_.free_blocks(), device_.num_blocks()));
   }
-  ASSIGN_OR_RETURN(HostKvSequence host, store_->ReserveWithSharedPages(shared_pages, total_tokens));
+  ASSIGN_OR_RETURN(HostKvSequence host, store_->ReserveWithSharedPages(shared_pages, total_tokens,
+                                                                          allocate_tokens));
   absl::StatusOr<DeviceBuffer> state =
       backend_.Allocate(WorkingSet::DeviceStateBytes(g, host.pages_per_head()));
   if (!state.ok()) {
@@ -175,8 +176,11 @@ void SparseKvCache::Release(WorkingSet& ws) {
 void SparseKvCache::PlanStep(StepPlan& plan) {
   released_.Reap(/*wait=*/false);
   for (const std::shared_ptr<WorkingSet>& ws : live_) {
-    if (!ws->needs_init()) continue;
-    ws->StageDeviceState(plan.StageTo(ws->device_state(), ws->device_state_bytes()));
+    if (ws->needs_init()) {
+      ws->StageDeviceState(plan.StageTo(ws->device_state(), ws->device_state_bytes()));
+    } else {
+      ws->StageGrownPages([&](void* dst, size_t bytes) { return plan.StageTo(dst, bytes); });
+    }
   }
 }
 

@@ -58,9 +58,17 @@ class SparseKvCache {
   // RESOURCE_EXHAUSTED when they are not free now (nothing is held then). The first pages are
   // `shared_pages` (block-major, as HostKvStore::ReserveWithSharedPages takes them): a cached
   // prefix whose KV and summaries are in place, so prefill starts after it.
+  // With `allocate_tokens` >= 0 only the host pages of its first `allocate_tokens` are taken
+  // now (the page table and device state are sized for `total_tokens`); Grow takes more.
   absl::StatusOr<std::shared_ptr<WorkingSet>> Admit(int64_t total_tokens, int64_t budget_tokens,
                                                     int64_t prompt_tokens,
-                                                    absl::Span<const PageId> shared_pages = {});
+                                                    absl::Span<const PageId> shared_pages = {},
+                                                    int64_t allocate_tokens = -1);
+  // Host pages for the working set's first `tokens` (HostKvStore::Grow); the device's page
+  // table is updated by the next PlanStep.
+  absl::Status Grow(WorkingSet& ws, int64_t tokens) {
+    return store_->Grow(ws.mutable_host(), tokens);
+  }
   // Returns the sequence's host pages and device slots, without waiting: prefetch copies into
   // its slots and state may still be in flight, so the state is kept, and the slots are handed
   // out again (KvPool's reuse guard), only once the copy streams have passed the release.

@@ -70,6 +70,26 @@ void WorkingSet::StageDeviceState(void* staging) {
   at = std::copy(blocks_.begin(), blocks_.end(), at);
   CHECK_EQ(static_cast<size_t>(at - words), layout.words);
   needs_init_ = false;
+  staged_pages_ = host_.allocated_pages_per_head();
+}
+
+void WorkingSet::StageGrownPages(
+    const std::function<void*(void* device_dst, size_t bytes)>& stage_to) {
+  const int32_t from = staged_pages_;
+  const int32_t to = host_.allocated_pages_per_head();
+  if (needs_init_ || to <= from) return;
+  const size_t bytes = static_cast<size_t>(to - from) * sizeof(int32_t);
+  // The table is written only here and at init: the device only reads it.
+  auto* table = const_cast<int32_t*>(device_.host_pages);
+  for (int32_t layer = 0; layer < g_.layers; ++layer) {
+    for (int32_t head = 0; head < g_.kv_heads; ++head) {
+      const int64_t row = static_cast<int64_t>(layer) * g_.kv_heads + head;
+      void* dst = table + row * device_.pages + from;
+      const absl::Span<const PageId> pages = host_.pages(layer, head);
+      std::memcpy(stage_to(dst, bytes), pages.data() + from, bytes);
+    }
+  }
+  staged_pages_ = to;
 }
 
 }  // namespace specula

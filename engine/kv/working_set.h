@@ -14,7 +14,9 @@
 // Engine thread only: copy streams touch the device state, never this object.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/backend.h"
@@ -72,6 +74,10 @@ class WorkingSet {
   // Writes the initial device state into `staging` (DeviceStateBytes bytes, uploaded to the
   // state buffer by the plan) and marks it initialized.
   void StageDeviceState(void* staging);
+  // Host pages allocated (HostKvStore::Grow) since the device's page table was last staged:
+  // for each (layer, KV head), `stage_to(device address, bytes)` returns where to write that
+  // row's new entries (StepPlan::StageTo); one call per row, for the pages grown since.
+  void StageGrownPages(const std::function<void*(void* device_dst, size_t bytes)>& stage_to);
   void* device_state() const { return state_.data(); }
   size_t device_state_bytes() const { return state_.bytes(); }
 
@@ -88,6 +94,7 @@ class WorkingSet {
   DeviceBuffer state_;
   SparseSeqDevice device_;
   bool needs_init_ = true;
+  int32_t staged_pages_ = 0;  // pages per head whose host page the device's table holds
 };
 
 }  // namespace specula

@@ -271,5 +271,33 @@ TEST(PreemptionTest, ResumeReusesParkedPagesWhenTheyWereNotEvicted) {
   EXPECT_EQ(gen->kv_blocks_used(), 0);
 }
 
+// Sparse requests take host pages as they decode (prompt + 256 tokens, then 256 more at a time),
+// and when the host store runs out the youngest decoding one is preempted: its whole pages are
+// parked in the sparse prefix index, and it resumes by prefilling what eviction took. A store
+// for two whole requests (2 x 27 pages per head) admits three at once and serves six, each
+// exactly as alone (at full budget sparse equals dense, so a resumed request's KV, computed by
+// prefill rather than decode, is the same).
+TEST(PreemptionTest, SparseRequestsGrowTheirHostPagesAndAreResumedExactly) {
+  const std::string model = TestModelDir(AllTestModels().front());
+  GeneratorOptions o = Options(true);
+  o.sparse.budget_tokens = 1024;  // more than any request's length: full budget
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 6; ++i) requests.push_back(Greedy(Tokens(20 + i, 70 + i), 400 - i));
+  std::vector<std::vector<int32_t>> solo;
+  for (const GenerationRequest& r : requests) {
+    auto alone = Generator::Create(model, o).value();
+    solo.push_back(alone->GenerateAll({r}).value()[0].tokens);
+  }
+  o.sparse.host_capacity_tokens = 2 * 27 * kPage;
+  auto gen = Generator::Create(model, o).value();
+  EXPECT_TRUE(gen->HasRoomFor(requests[0])) << "admission by current need";
+  auto results = gen->GenerateAll(requests);
+  ASSERT_TRUE(results.ok()) << results.status();
+  for (int i = 0; i < 6; ++i) EXPECT_EQ((*results)[i].tokens, solo[i]) << "request " << i;
+  EXPECT_GT(gen->preemptions(), 0);
+  EXPECT_EQ(gen->host_pages_used(), 0);
+  EXPECT_EQ(gen->kv_blocks_used(), 0);
+}
+
 }  // namespace
 }  // namespace specula

@@ -285,13 +285,44 @@ TEST(HostKvStoreTest, RetainKeepsAPageAfterItsSequenceIsReleased) {
   EXPECT_EQ(store->used_pages(), 0);
 }
 
+// A sparse request's pages come as it decodes: the table is sized for its whole length, the
+// pages only for what is allocated, and Grow adds them all or nothing.
+TEST(HostKvStoreTest, PagesAreAllocatedAsTheSequenceGrows) {
+  auto store = MakeStore(SmallOptions());  // 7 pages per head, 6 heads
+  auto a = store->ReserveWithSharedPages({}, /*tokens=*/100, /*allocate_tokens=*/20);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->pages_per_head(), 7);
+  EXPECT_EQ(a->allocated_pages_per_head(), 2);
+  EXPECT_EQ(a->allocated_tokens(), 32);
+  EXPECT_EQ(store->used_pages(), 2 * 6);
+  EXPECT_EQ(a->pages(1, 1)[2], kNoPage);
+  ASSERT_TRUE(store->Grow(*a, 33).ok());  // a third page per head
+  EXPECT_EQ(a->allocated_pages_per_head(), 3);
+  EXPECT_NE(a->pages(1, 1)[2], kNoPage);
+  EXPECT_EQ(store->used_pages(), 3 * 6);
+  ASSERT_TRUE(store->Grow(*a, 20).ok());  // never shrinks
+  EXPECT_EQ(a->allocated_pages_per_head(), 3);
+  // Another sequence takes 3 pages per head: a can grow by one page only, not by two.
+  auto b = store->Reserve(48);
+  ASSERT_TRUE(b.ok());
+  const absl::Status full = store->Grow(*a, 100);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_EQ(a->allocated_pages_per_head(), 3) << "all or nothing";
+  EXPECT_EQ(store->used_pages(), 6 * 6);
+  ASSERT_TRUE(store->Grow(*a, 64).ok());
+  EXPECT_EQ(store->free_pages(), 0);
+  store->Release(*a);  // unallocated entries are not released
+  store->Release(*b);
+  EXPECT_EQ(store->used_pages(), 0);
+}
+
 TEST(HostKvStoreDeathTest, ProgrammerErrorsCheckFail) {
   auto store = MakeStore(SmallOptions());
   auto a = store->Reserve(20);
   ASSERT_TRUE(a.ok());
   const PageId p = a->page(0, 0, 0);
   std::vector<float> row(8, 1.0f);
-  EXPECT_DEATH(store->WriteToken(*a, 0, 0, 20, row.data(), row.data()), "outside the reserved");
+  EXPECT_DEATH(store->WriteToken(*a, 0, 0, 20, row.data(), row.data()), "outside the allocated");
   EXPECT_DEATH(store->WriteToken(*a, 3, 0, 0, row.data(), row.data()), "layer 3");
   EXPECT_DEATH(store->Retain(store->capacity_pages() - 1), "retaining free page");
   store->Release(*a);
