@@ -330,6 +330,42 @@ TEST(SessionE2eTest, AFullCachePreemptsAndEveryStreamStillAnswersExactly) {
   EXPECT_EQ(m.Get("specula_kv_cache_blocks_used"), 0);
 }
 
+// The same for sparse requests, whose host pages come as they decode: a host store for two
+// whole requests (2 x 34 pages per head) admits three and serves six at full budget; the
+// youngest decoding ones are preempted and resumed, and every stream equals the dense engine's.
+TEST(SessionE2eTest, AFullHostStorePreemptsSparseRequestsAndEveryStreamAnswersExactly) {
+  auto server = StartServer([](ServerConfig& c) {
+    SessionConfig(c, true);
+    c.sparse.options.budget_tokens = 1024;  // full budget: sparse equals dense
+    c.sparse.options.host_capacity_tokens = 2 * 34 * kPage;
+  });
+  ASSERT_NE(server, nullptr);
+  server->engine().SetPausedForTesting(true);
+  std::vector<StreamResult> results(6);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 6; ++i) {
+    clients.emplace_back([&, i] {
+      auto stub = Connect(server->address());
+      results[i] = RunGenerate(*stub, GreedyIds(Text(40, 30 + i), 500));
+    });
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (server->engine().load().waiting < 6 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));  // polls the queue, not a stand-in for an event
+  }
+  EXPECT_EQ(server->engine().load().waiting, 6);
+  server->engine().SetPausedForTesting(false);
+  for (auto& t : clients) t.join();
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(results[i].status.ok()) << i << ": " << results[i].status.error_message();
+    EXPECT_EQ(results[i].tokens, Offline(Text(40, 30 + i), 500).tokens) << i;
+  }
+  Exposition m = IdleMetrics(*server);
+  EXPECT_GT(m.Get("specula_preemptions_total"), 0) << "the host store never ran out";
+  EXPECT_EQ(m.Get("specula_kv_host_pages_used"), 0);
+  EXPECT_EQ(m.Get("specula_kv_cache_blocks_used"), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(DenseAndSparse, SessionE2eTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "sparse" : "dense"; });
 
