@@ -73,8 +73,10 @@ PrefixCache::Peek PrefixCache::PeekHit(bool sparse, absl::Span<const int32_t> pr
 PrefixTree::TailMatch PrefixCache::MatchTail(bool sparse, const PrefixTree::Node* node,
                                              absl::Span<const int32_t> tokens) const {
   // Sparse pages are not copied: a sparse request's last page is partly on the device when it
-  // ends, and the host store holds only written-back whole pages.
-  if (sparse || tokens.empty()) return {};
+  // ends, and the host store holds only written-back whole pages. A tail only extends a hit of
+  // whole pages: a few first tokens every chat prompt shares (BOS, the template's opening) are
+  // not worth a block copy, nor reporting as cached.
+  if (sparse || node == nullptr || tokens.empty()) return {};
   const int64_t skip = dense_.Tokens(node);
   const int64_t max_tokens = static_cast<int64_t>(tokens.size()) - 1 - skip;
   return dense_.MatchTail(node, tokens.subspan(skip), max_tokens);

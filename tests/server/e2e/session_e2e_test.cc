@@ -295,6 +295,31 @@ TEST(SessionE2eTest, TheLeastRecentlyUsedIdleSessionMakesRoom) {
   EXPECT_EQ(m.Get("specula_sessions"), 1);
 }
 
+// Six 40-token prompts (seeds seed..seed+5) queued before any starts, so they run at once;
+// every stream must equal its offline solo run.
+void ExpectSixAtOnceAnswerExactly(Server& server, int seed, int max_tokens) {
+  server.engine().SetPausedForTesting(true);
+  std::vector<StreamResult> results(6);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 6; ++i) {
+    clients.emplace_back([&, i] {
+      auto stub = Connect(server.address());
+      results[i] = RunGenerate(*stub, GreedyIds(Text(40, seed + i), max_tokens));
+    });
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (server.engine().load().waiting < 6 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));  // polls the queue, not a stand-in for an event
+  }
+  EXPECT_EQ(server.engine().load().waiting, 6);
+  server.engine().SetPausedForTesting(false);
+  for (auto& t : clients) t.join();
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(results[i].status.ok()) << i << ": " << results[i].status.error_message();
+    EXPECT_EQ(results[i].tokens, Offline(Text(40, seed + i), max_tokens).tokens) << i;
+  }
+}
+
 // Preemption over gRPC: a KV cache of 10 blocks serves six concurrent 70-token requests (5
 // blocks each at the end); the youngest are preempted and resumed, and every stream equals its
 // solo run. Afterwards no block is held.
@@ -304,27 +329,7 @@ TEST(SessionE2eTest, AFullCachePreemptsAndEveryStreamStillAnswersExactly) {
     c.kv_cache.capacity_tokens = 10 * kPage;
   });
   ASSERT_NE(server, nullptr);
-  // All six queued before any starts, so they run at once.
-  server->engine().SetPausedForTesting(true);
-  std::vector<StreamResult> results(6);
-  std::vector<std::thread> clients;
-  for (int i = 0; i < 6; ++i) {
-    clients.emplace_back([&, i] {
-      auto stub = Connect(server->address());
-      results[i] = RunGenerate(*stub, GreedyIds(Text(40, 20 + i), 30));
-    });
-  }
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (server->engine().load().waiting < 6 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(1));  // polls the queue, not a stand-in for an event
-  }
-  EXPECT_EQ(server->engine().load().waiting, 6);
-  server->engine().SetPausedForTesting(false);
-  for (auto& t : clients) t.join();
-  for (int i = 0; i < 6; ++i) {
-    ASSERT_TRUE(results[i].status.ok()) << i << ": " << results[i].status.error_message();
-    EXPECT_EQ(results[i].tokens, Offline(Text(40, 20 + i), 30).tokens) << i;
-  }
+  ExpectSixAtOnceAnswerExactly(*server, /*seed=*/20, /*max_tokens=*/30);
   Exposition m = IdleMetrics(*server);
   EXPECT_GT(m.Get("specula_preemptions_total"), 0) << "the cache never ran out";
   EXPECT_EQ(m.Get("specula_kv_cache_blocks_used"), 0);
@@ -340,26 +345,7 @@ TEST(SessionE2eTest, AFullHostStorePreemptsSparseRequestsAndEveryStreamAnswersEx
     c.sparse.options.host_capacity_tokens = 2 * 34 * kPage;
   });
   ASSERT_NE(server, nullptr);
-  server->engine().SetPausedForTesting(true);
-  std::vector<StreamResult> results(6);
-  std::vector<std::thread> clients;
-  for (int i = 0; i < 6; ++i) {
-    clients.emplace_back([&, i] {
-      auto stub = Connect(server->address());
-      results[i] = RunGenerate(*stub, GreedyIds(Text(40, 30 + i), 500));
-    });
-  }
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (server->engine().load().waiting < 6 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(1));  // polls the queue, not a stand-in for an event
-  }
-  EXPECT_EQ(server->engine().load().waiting, 6);
-  server->engine().SetPausedForTesting(false);
-  for (auto& t : clients) t.join();
-  for (int i = 0; i < 6; ++i) {
-    ASSERT_TRUE(results[i].status.ok()) << i << ": " << results[i].status.error_message();
-    EXPECT_EQ(results[i].tokens, Offline(Text(40, 30 + i), 500).tokens) << i;
-  }
+  ExpectSixAtOnceAnswerExactly(*server, /*seed=*/30, /*max_tokens=*/500);
   Exposition m = IdleMetrics(*server);
   EXPECT_GT(m.Get("specula_preemptions_total"), 0) << "the host store never ran out";
   EXPECT_EQ(m.Get("specula_kv_host_pages_used"), 0);
