@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The hardening stages of the test run (issue 15, docs/HARDENING.md), after the main suite:
-#  1. AddressSanitizer + UndefinedBehaviorSanitizer (preset `asan`) over the whole C++ suite:
-#     every GoogleTest test (ctest label `gtest`) but the load test, which measures resident
-#     memory (ASan's quarantine holds freed memory on purpose).
+#  1. AddressSanitizer + UndefinedBehaviorSanitizer (preset `asan`) over the whole suite but the
+#     deployment tests (label `deploy`: images, manifests, Prometheus) and the load test, which
+#     measures resident memory (ASan's quarantine holds freed memory on purpose): every C++ test,
+#     and the Python and Node tests against the instrumented server.
 #  2. ThreadSanitizer (preset `tsan`) over the engine, KV and server suites that do not go
 #     through gRPC: Debian's gRPC and Abseil are not instrumented, so TSan cannot see their
 #     synchronization and reports races inside them that are not races.
@@ -15,8 +16,9 @@ jobs=$(nproc)
 
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs"
-ctest --preset asan -j "$jobs" -L gtest -E '^LoadE2eTest\.' --timeout 900
-echo "hardening: asan+ubsan: the C++ suite is clean"
+ctest --preset asan -j "$jobs" -LE deploy -E '^(LoadE2eTest\..*|fetch_kubernetes_models)$' \
+  --timeout 900
+echo "hardening: asan+ubsan: the suite is clean"
 
 tsan_targets=(serve_test generate_test sparse_generation_test prefix_cache_test
               page_prefetcher_test prefetch_stress_test host_kv_store_test sparse_cache_test
