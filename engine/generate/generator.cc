@@ -350,9 +350,12 @@ void Generator::CacheKv(Sequence& seq, bool kv_valid, bool park) {
 }
 
 void Generator::Preempt(Sequence& seq) {
-  CHECK(!seq.in_prefill()) << "a sequence is preempted while it decodes";
-  // Its whole pages are complete (dense: written by the steps; sparse: written back when they
-  // filled, on the compute stream, before the last step's synchronization).
+  // A sparse prompt mid-prefill has layers half written: only decoding sparse sequences are
+  // preempted. Their whole pages are complete (written back when they filled, on the compute
+  // stream, before the last step's synchronization); a dense sequence's KV is complete up to
+  // kv_len, in prefill or not.
+  CHECK(seq.sparse_kv() == nullptr || !seq.in_prefill())
+      << "a sparse sequence is preempted while it decodes";
   CacheKv(seq, /*kv_valid=*/true, /*park=*/true);
   if (seq.sparse_kv() != nullptr) {
     sparse_->Release(*seq.sparse_kv());
@@ -369,15 +372,29 @@ bool Generator::HasPreempted() const {
                      [](const auto& e) { return e.second->preempted(); });
 }
 
-void Generator::ResumePreempted() {
+void Generator::ResumePreempted(std::vector<SequenceOutput>* outputs) {
   // Oldest first, and none behind one that does not fit: the oldest is never passed over.
-  for (auto& [id, s] : running_) {
-    if (!s->preempted()) continue;
-    if (!HasRoomToResume(*s)) return;
-    const absl::Status attached = AttachKv(*s, /*resume=*/true);
-    CHECK(attached.ok()) << attached;
-    resumed_cached_tokens_ += s->kv_len();
-    s->set_preempted(false);
+  for (auto it = running_.begin(); it != running_.end();) {
+    Sequence& s = *it->second;
+    if (!s.preempted()) {
+      ++it;
+      continue;
+    }
+    if (!HasRoomToResume(s)) return;
+    if (absl::Status attached = AttachKv(s, /*resume=*/true); !attached.ok()) {
+      // Room was there, so this is an allocation failure (a device buffer, an injected fault):
+      // the sequence fails alone. AttachKv has given back what it took and closed its hit.
+      SequenceOutput out;
+      out.id = it->first;
+      out.error = absl::Status(attached.code(), absl::StrCat("resuming after preemption: ",
+                                                             attached.message()));
+      outputs->push_back(std::move(out));
+      it = running_.erase(it);
+      continue;
+    }
+    resumed_cached_tokens_ += s.kv_len();
+    s.set_preempted(false);
+    ++it;
   }
 }
 
@@ -519,7 +536,7 @@ absl::Status Generator::Step(std::vector<SequenceOutput>* outputs) {
   if (running_.empty()) return absl::OkStatus();
   if (SPECULA_FAULT(Fault::kEngineStep)) return absl::InternalError("step failed (injected fault)");
   (void)SPECULA_FAULT(Fault::kStallStep);  // sleeps when armed
-  ResumePreempted();
+  ResumePreempted(outputs);
   GrowDecodeBlocks();
   GrowSparseHostPages(outputs);
   if (running_.empty()) return absl::OkStatus();

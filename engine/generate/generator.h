@@ -188,7 +188,9 @@ class Generator {
   bool NeedsBlock(const Sequence& s) const;
   int64_t PendingGrowth() const;
   void Preempt(Sequence& seq);
-  void ResumePreempted();
+  // Preempted sequences that fit again get their KV back; one whose allocation fails ends
+  // (an output with the error).
+  void ResumePreempted(std::vector<SequenceOutput>* outputs);
   bool HasRoomToResume(const Sequence& s) const;
   // Sparse host pages by current need: what a sequence of `total` tokens at most takes when it
   // has `tokens` to hold; whether that, and its device slots, fit now.

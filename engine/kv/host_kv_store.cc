@@ -157,7 +157,7 @@ absl::StatusOr<HostKvSequence> HostKvStore::ReserveWithPrefix(const HostKvSequen
                                                               int64_t prefix_pages,
                                                               int64_t tokens) {
   CHECK(prefix.empty() || prefix.store_ == this) << "host kv: prefix from another store";
-  if (prefix_pages < 0 || prefix_pages > prefix.pages_per_head()) {
+  if (prefix_pages < 0 || prefix_pages > prefix.allocated_pages_per_head()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("host kv: cannot share %d prefix pages of a sequence with %d per head",
                         prefix_pages, prefix.pages_per_head()));

@@ -118,7 +118,8 @@ PrefixTree::Node* PrefixCache::Cache(
   PrefixTree& t = tree(sparse);
   PrefixTree::Node* node = t.Insert(tokens, blocks, pages_of);
   const auto whole = blocks * t.page_size();
-  if (!sparse && static_cast<int64_t>(tokens.size()) > whole) {
+  // Only after a whole page: MatchTail never looks for a tail of the root.
+  if (!sparse && node != nullptr && static_cast<int64_t>(tokens.size()) > whole) {
     node = t.InsertTail(node, tokens.subspan(whole), pages_of(blocks));
   }
   return node;
@@ -137,7 +138,12 @@ PrefixHit PrefixCache::Resume(bool sparse, absl::Span<const int32_t> tokens,
 void PrefixCache::Park(PrefixHit& hit, absl::Span<const int32_t> tokens, int64_t blocks,
                        absl::FunctionRef<absl::Span<const int32_t>(int64_t block)> pages_of) {
   PrefixTree& t = tree(hit.sparse);
-  Cache(hit.sparse, tokens, blocks, pages_of);
+  // A request that does not cache parks whole pages only: Finish evicts its path, which a tail
+  // below it would keep (a node with tails is not a leaf).
+  const int64_t parked = Caches(hit.session_id)
+                             ? static_cast<int64_t>(tokens.size())
+                             : std::min<int64_t>(tokens.size(), blocks * t.page_size());
+  Cache(hit.sparse, tokens.subspan(0, parked), blocks, pages_of);
   t.Unlock(hit.node, PrefixTree::LockKind::kRunning);
   hit.node = nullptr;
   hit.tokens = 0;

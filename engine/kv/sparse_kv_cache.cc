@@ -114,12 +114,6 @@ absl::Status SparseKvCache::CheckCapacity(int64_t total_tokens, int64_t budget_t
   return absl::OkStatus();
 }
 
-bool SparseKvCache::HasRoomFor(int64_t total_tokens, int64_t budget_tokens) const {
-  const int64_t host_pages = store_->PagesFor(total_tokens) * shape_.layers * shape_.kv_heads;
-  return store_->free_pages() >= host_pages &&
-         device_.free_blocks() >= Geometry(total_tokens, budget_tokens).slots_per_head();
-}
-
 absl::StatusOr<std::shared_ptr<WorkingSet>> SparseKvCache::Admit(
     int64_t total_tokens, int64_t budget_tokens, int64_t prompt_tokens,
     absl::Span<const PageId> shared_pages, int64_t allocate_tokens) {

@@ -53,7 +53,6 @@ class SparseKvCache {
   // can never fit the host store; INVALID_ARGUMENT when the budget's working set can never fit
   // the device (a smaller budget would).
   absl::Status CheckCapacity(int64_t total_tokens, int64_t budget_tokens) const;
-  bool HasRoomFor(int64_t total_tokens, int64_t budget_tokens) const;
   // Reserves host pages for `total_tokens`, the device slots and the device state;
   // RESOURCE_EXHAUSTED when they are not free now (nothing is held then). The first pages are
   // `shared_pages` (block-major, as HostKvStore::ReserveWithSharedPages takes them): a cached

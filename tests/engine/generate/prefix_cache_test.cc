@@ -2,9 +2,12 @@
 // only what its last turn did not cache, and generates exactly what a fresh server would; shared
 // prefixes are found across sessions; sessions are deleted, expired and dropped for room, and
 // pages return to the baseline every time.
+#include <map>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "engine/common/fault_injection.h"
 #include "engine/generate/generator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -271,6 +274,39 @@ TEST(PreemptionTest, ResumeReusesParkedPagesWhenTheyWereNotEvicted) {
   EXPECT_EQ(gen->kv_blocks_used(), 0);
 }
 
+// The youngest sequence can be a dense prompt still in chunked prefill: it is preempted like a
+// decoding one (its KV is complete up to what it prefilled). An 11-block pool: A (31 + 20
+// tokens) and B (130 + 4, prefilled 48 tokens a step) fill it; A's third step needs a block
+// while B is mid-prefill, so B gives its blocks back and resumes once A is done.
+TEST(PreemptionTest, ADenseRequestMidPrefillIsPreemptedAndResumedExactly) {
+  const std::string model = TestModelDir(AllTestModels().front());
+  const std::vector<GenerationRequest> requests = {Greedy(Tokens(31, 90), 20),
+                                                   Greedy(Tokens(130, 91), 4)};
+  auto gen = Generator::Create(model, Options(false, false, 11 * kPage)).value();
+  auto results = gen->GenerateAll(requests);
+  ASSERT_TRUE(results.ok()) << results.status();
+  for (int i = 0; i < 2; ++i) {
+    auto alone = Generator::Create(model, Options(false)).value();
+    EXPECT_EQ((*results)[i].tokens, alone->GenerateAll({requests[i]}).value()[0].tokens) << i;
+  }
+  EXPECT_GT(gen->preemptions(), 0);
+  EXPECT_EQ(gen->kv_blocks_used(), 0);
+  // Neither has a session (and kv_cache.prefix_cache is off): what B parked is gone too.
+  EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
+}
+
+// A turn shorter than a page leaves nothing to reuse (a tail only follows a whole page), so its
+// session caches nothing and holds no block.
+TEST(SessionTest, ATurnShorterThanAPageCachesNothing) {
+  auto gen = Generator::Create(TestModelDir(AllTestModels().front()), Options(false)).value();
+  RunAlone(*gen, InSession(Tokens(5, 1), 3, "short"));
+  const std::vector<SessionInfo> sessions = gen->ListSessions();
+  ASSERT_EQ(sessions.size(), 1u);
+  EXPECT_EQ(sessions[0].tokens, 0);
+  EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
+  ASSERT_TRUE(gen->DeleteSession("short").ok());
+}
+
 // Sparse requests take host pages as they decode (prompt + 256 tokens, then 256 more at a time),
 // and when the host store runs out the youngest decoding one is preempted: its whole pages are
 // parked in the sparse prefix index, and it resumes by prefilling what eviction took. A store
@@ -295,6 +331,74 @@ TEST(PreemptionTest, SparseRequestsGrowTheirHostPagesAndAreResumedExactly) {
   ASSERT_TRUE(results.ok()) << results.status();
   for (int i = 0; i < 6; ++i) EXPECT_EQ((*results)[i].tokens, solo[i]) << "request " << i;
   EXPECT_GT(gen->preemptions(), 0);
+  EXPECT_EQ(gen->host_pages_used(), 0);
+  EXPECT_EQ(gen->kv_blocks_used(), 0);
+}
+
+// Once a sparse request has been preempted, every host page allocation fails (an injected
+// fault): requests that need no more pages finish exactly as alone, those that do (a growth, or
+// the preempted one's resume) end INTERNAL alone, and nothing is held afterwards. The resume's
+// failure must end that request, not the engine.
+TEST(PreemptionTest, AResumeOrGrowthThatCannotAllocateFailsThatRequestOnly) {
+  if (!kFaultInjection) GTEST_SKIP() << "built without SPECULA_FAULT_INJECTION";
+  const std::string model = TestModelDir(AllTestModels().front());
+  GeneratorOptions o = Options(true);
+  o.sparse.budget_tokens = 1024;
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 6; ++i) requests.push_back(Greedy(Tokens(20 + i, 70 + i), 400 - i));
+  std::vector<std::vector<int32_t>> solo;
+  for (const GenerationRequest& r : requests) {
+    auto alone = Generator::Create(model, o).value();
+    solo.push_back(alone->GenerateAll({r}).value()[0].tokens);
+  }
+  o.sparse.host_capacity_tokens = 2 * 27 * kPage;
+  auto gen = Generator::Create(model, o).value();
+  std::map<uint64_t, size_t> index;
+  std::vector<std::vector<int32_t>> tokens(requests.size());
+  std::vector<absl::Status> ends(requests.size());
+  size_t next = 0, ended = 0;
+  bool armed = false;
+  struct Disarm {
+    ~Disarm() { DisarmFaults(); }
+  } disarm;  // also when an assertion returns early
+  while (ended < requests.size()) {
+    while (next < requests.size()) {
+      auto id = gen->Add(requests[next]);
+      if (absl::IsResourceExhausted(id.status())) break;
+      if (!id.ok()) {  // admission's allocation failed: refused at once
+        ends[next++] = id.status();
+        ++ended;
+        continue;
+      }
+      index[*id] = next++;
+    }
+    if (!armed && gen->preemptions() > 0) {
+      ArmFault(Fault::kHostPageAlloc, 1 << 20);
+      armed = true;
+    }
+    std::vector<SequenceOutput> outputs;
+    ASSERT_TRUE(gen->Step(&outputs).ok());
+    for (const SequenceOutput& out : outputs) {
+      const size_t i = index.at(out.id);
+      tokens[i].insert(tokens[i].end(), out.tokens.begin(), out.tokens.end());
+      if (!out.error.ok() || out.finish != FinishReason::kNone) {
+        ends[i] = out.error;
+        ++ended;
+      }
+    }
+  }
+  ASSERT_TRUE(armed) << "nothing was preempted";
+  int resumes_failed = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (ends[i].ok()) {
+      EXPECT_EQ(tokens[i], solo[i]) << "request " << i;
+      continue;
+    }
+    EXPECT_EQ(ends[i].code(), absl::StatusCode::kInternal) << ends[i];
+    EXPECT_THAT(std::string(ends[i].message()), ::testing::HasSubstr("injected"));
+    resumes_failed += absl::StrContains(ends[i].message(), "resuming after preemption") ? 1 : 0;
+  }
+  EXPECT_GT(resumes_failed, 0);
   EXPECT_EQ(gen->host_pages_used(), 0);
   EXPECT_EQ(gen->kv_blocks_used(), 0);
 }
