@@ -469,27 +469,25 @@ int64_t Generator::SparseGrowthPages() const {
 }
 
 void Generator::GrowSparseHostPages(std::vector<SequenceOutput>* outputs) {
-  if (sparse_ == nullptr || SparseGrowthPages() == 0) return;
+  int64_t needed = SparseGrowthPages();
+  if (needed == 0) return;
   const HostKvStore& store = sparse_->store();
-  prefix_->MakeRoom(0, SparseGrowthPages());
+  prefix_->MakeRoom(0, needed);
   // Out of host pages: the youngest decoding sparse sequences give theirs back (parked in the
   // sparse prefix index while nothing else needs the room) until the others can grow.
-  for (auto it = running_.rbegin(); store.free_pages() < SparseGrowthPages() && it != running_.rend();
-       ++it) {
+  for (auto it = running_.rbegin(); store.free_pages() < needed && it != running_.rend(); ++it) {
     Sequence& victim = *it->second;
     if (victim.preempted() || victim.sparse_kv() == nullptr || victim.in_prefill()) continue;
     Preempt(victim);
-    prefix_->MakeRoom(0, SparseGrowthPages());
+    needed = SparseGrowthPages();  // the victim may have been one of those growing
+    prefix_->MakeRoom(0, needed);
   }
   std::vector<uint64_t> failed;
   for (auto& [id, s] : running_) {
     if (!NeedsHostPages(*s)) continue;
     if (absl::Status grown = sparse_->Grow(*s->sparse_kv(), SparseGrowthTarget(*s)); !grown.ok()) {
-      SequenceOutput out;  // not a lack of room (made above): an allocation failure
-      out.id = id;
-      out.error = grown;
-      out.kv_stats = FinalKvStats(*s);
-      outputs->push_back(std::move(out));
+      // Not a lack of room (made above): an allocation failure.
+      outputs->push_back(FailedOutput(*s, std::move(grown)));
       failed.push_back(id);
     }
   }
@@ -682,12 +680,10 @@ absl::Status Generator::FinishStep(const StepRows& rows, std::vector<SequenceOut
     if (!AllFinite(row_logits)) {
       // Only this sequence's activations are poisoned (its own tokens, its own KV): it fails
       // alone, and its KV is never reused.
-      out.error = absl::InternalError(
-          "the model produced non-finite logits (NaN or Inf) for this request; its KV cache was "
-          "discarded");
-      out.kv_stats = FinalKvStats(*p.seq);
-      failed.push_back(out.id);
-      outputs->push_back(std::move(out));
+      outputs->push_back(FailedOutput(
+          *p.seq, absl::InternalError("the model produced non-finite logits (NaN or Inf) for "
+                                      "this request; its KV cache was discarded")));
+      failed.push_back(p.seq->id());
       continue;
     }
     p.seq->Accept(row_logits, &out);
@@ -711,16 +707,20 @@ absl::flat_hash_set<uint64_t> Generator::FailSparseOnCopyError(
   // with its KV discarded. Dense sequences (no copy streams) and later requests are untouched.
   for (auto& [id, s] : running_) {
     if (s->sparse_kv() == nullptr) continue;
-    SequenceOutput out;
-    out.id = id;
-    out.error = absl::InternalError(absl::StrCat(
-        "a prefetch copy of this request's KV pages failed (", copy.message(),
-        "); its KV cache was discarded"));
-    out.kv_stats = FinalKvStats(*s);
-    outputs->push_back(std::move(out));
+    outputs->push_back(FailedOutput(
+        *s, absl::InternalError(absl::StrCat("a prefetch copy of this request's KV pages failed (",
+                                             copy.message(), "); its KV cache was discarded"))));
     failed.insert(id);
   }
   return failed;
+}
+
+SequenceOutput Generator::FailedOutput(const Sequence& s, absl::Status error) const {
+  SequenceOutput out;
+  out.id = s.id();
+  out.error = std::move(error);
+  out.kv_stats = FinalKvStats(s);
+  return out;
 }
 
 absl::StatusOr<std::vector<GenerationResult>> Generator::GenerateAll(

@@ -207,6 +207,8 @@ class Generator {
   bool HasPreempted() const;
   // The final output's kv_stats (waits for the sequence's prefetch copies in flight).
   KvStats FinalKvStats(const Sequence& s) const;
+  // The output that ends `s` with `error` (its final kv_stats with it).
+  SequenceOutput FailedOutput(const Sequence& s, absl::Status error) const;
   int64_t TotalTokens(const GenerationRequest& r) const;
 
   GeneratorOptions options_;

@@ -159,8 +159,9 @@ absl::StatusOr<HostKvSequence> HostKvStore::ReserveWithPrefix(const HostKvSequen
   CHECK(prefix.empty() || prefix.store_ == this) << "host kv: prefix from another store";
   if (prefix_pages < 0 || prefix_pages > prefix.allocated_pages_per_head()) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("host kv: cannot share %d prefix pages of a sequence with %d per head",
-                        prefix_pages, prefix.pages_per_head()));
+        absl::StrFormat("host kv: cannot share %d prefix pages of a sequence with %d allocated "
+                        "per head",
+                        prefix_pages, prefix.allocated_pages_per_head()));
   }
   return ReserveShared(prefix_pages, tokens, tokens, [&](int64_t lh, int64_t i) {
     return prefix.pages_[lh * prefix.pages_per_head() + i];

@@ -151,11 +151,20 @@ PrefixTree::Node* PrefixTree::NewNode(Node* parent, absl::Span<const int32_t> to
   return raw;
 }
 
+namespace {
+
+// Whether `tokens` begins with all of `prefix`: a block or tail holding `tokens` holds everything
+// a tail holding `prefix` does.
+bool StartsWith(absl::Span<const int32_t> tokens, absl::Span<const int32_t> prefix) {
+  return prefix.size() <= tokens.size() && tokens.subspan(0, prefix.size()) == prefix;
+}
+
+}  // namespace
+
 void PrefixTree::DropTailsStarting(Node* parent, absl::Span<const int32_t> tokens) {
   std::vector<Node*> dominated;
   for (const auto& tail : parent->tails) {
-    const absl::Span<const int32_t> t(tail->tokens);
-    if (t.size() <= tokens.size() && tokens.subspan(0, t.size()) == t && EvictableLeaf(tail.get())) {
+    if (StartsWith(tokens, tail->tokens) && EvictableLeaf(tail.get())) {
       dominated.push_back(tail.get());
     }
   }
@@ -164,15 +173,13 @@ void PrefixTree::DropTailsStarting(Node* parent, absl::Span<const int32_t> token
 
 void PrefixTree::DropIfDominated(Node* node) {
   if (node == nullptr || !node->tail || !EvictableLeaf(node)) return;
-  const absl::Span<const int32_t> mine(node->tokens);
-  auto starts_with_mine = [&](const Node* other) {
-    return other != node && other->tokens.size() >= mine.size() &&
-           absl::Span<const int32_t>(other->tokens).subspan(0, mine.size()) == mine;
+  auto holds_mine = [&](const Node* other) {
+    return other != node && StartsWith(other->tokens, node->tokens);
   };
   const Node* parent = node->parent;
   bool dominated = false;
-  for (const auto& tail : parent->tails) dominated |= starts_with_mine(tail.get());
-  for (const auto& [key, child] : parent->children) dominated |= starts_with_mine(child.get());
+  for (const auto& tail : parent->tails) dominated |= holds_mine(tail.get());
+  for (const auto& [key, child] : parent->children) dominated |= holds_mine(child.get());
   if (dominated) Remove(node);
 }
 

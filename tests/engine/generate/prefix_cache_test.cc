@@ -3,6 +3,7 @@
 // prefixes are found across sessions; sessions are deleted, expired and dropped for room, and
 // pages return to the baseline every time.
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -307,6 +308,29 @@ TEST(SessionTest, ATurnShorterThanAPageCachesNothing) {
   ASSERT_TRUE(gen->DeleteSession("short").ok());
 }
 
+// Six sparse requests at full budget (more than any request's length), 20-25 prompt tokens and
+// 395-400 to generate, with each one's solo output; Crowded() is a generator whose host store
+// holds two of them whole (2 x 27 pages per head).
+struct SparseGrowthCase {
+  SparseGrowthCase() {
+    options.sparse.budget_tokens = 1024;
+    for (int i = 0; i < 6; ++i) requests.push_back(Greedy(Tokens(20 + i, 70 + i), 400 - i));
+    for (const GenerationRequest& r : requests) {
+      auto alone = Generator::Create(model, options).value();
+      solo.push_back(alone->GenerateAll({r}).value()[0].tokens);
+    }
+  }
+  std::unique_ptr<Generator> Crowded() const {
+    GeneratorOptions o = options;
+    o.sparse.host_capacity_tokens = 2 * 27 * kPage;
+    return Generator::Create(model, o).value();
+  }
+  const std::string model = TestModelDir(AllTestModels().front());
+  GeneratorOptions options = Options(true);
+  std::vector<GenerationRequest> requests;
+  std::vector<std::vector<int32_t>> solo;
+};
+
 // Sparse requests take host pages as they decode (prompt + 256 tokens, then 256 more at a time),
 // and when the host store runs out the youngest decoding one is preempted: its whole pages are
 // parked in the sparse prefix index, and it resumes by prefilling what eviction took. A store
@@ -314,18 +338,10 @@ TEST(SessionTest, ATurnShorterThanAPageCachesNothing) {
 // exactly as alone (at full budget sparse equals dense, so a resumed request's KV, computed by
 // prefill rather than decode, is the same).
 TEST(PreemptionTest, SparseRequestsGrowTheirHostPagesAndAreResumedExactly) {
-  const std::string model = TestModelDir(AllTestModels().front());
-  GeneratorOptions o = Options(true);
-  o.sparse.budget_tokens = 1024;  // more than any request's length: full budget
-  std::vector<GenerationRequest> requests;
-  for (int i = 0; i < 6; ++i) requests.push_back(Greedy(Tokens(20 + i, 70 + i), 400 - i));
-  std::vector<std::vector<int32_t>> solo;
-  for (const GenerationRequest& r : requests) {
-    auto alone = Generator::Create(model, o).value();
-    solo.push_back(alone->GenerateAll({r}).value()[0].tokens);
-  }
-  o.sparse.host_capacity_tokens = 2 * 27 * kPage;
-  auto gen = Generator::Create(model, o).value();
+  const SparseGrowthCase c;
+  auto gen = c.Crowded();
+  const std::vector<GenerationRequest>& requests = c.requests;
+  const std::vector<std::vector<int32_t>>& solo = c.solo;
   EXPECT_TRUE(gen->HasRoomFor(requests[0])) << "admission by current need";
   auto results = gen->GenerateAll(requests);
   ASSERT_TRUE(results.ok()) << results.status();
@@ -341,18 +357,10 @@ TEST(PreemptionTest, SparseRequestsGrowTheirHostPagesAndAreResumedExactly) {
 // failure must end that request, not the engine.
 TEST(PreemptionTest, AResumeOrGrowthThatCannotAllocateFailsThatRequestOnly) {
   if (!kFaultInjection) GTEST_SKIP() << "built without SPECULA_FAULT_INJECTION";
-  const std::string model = TestModelDir(AllTestModels().front());
-  GeneratorOptions o = Options(true);
-  o.sparse.budget_tokens = 1024;
-  std::vector<GenerationRequest> requests;
-  for (int i = 0; i < 6; ++i) requests.push_back(Greedy(Tokens(20 + i, 70 + i), 400 - i));
-  std::vector<std::vector<int32_t>> solo;
-  for (const GenerationRequest& r : requests) {
-    auto alone = Generator::Create(model, o).value();
-    solo.push_back(alone->GenerateAll({r}).value()[0].tokens);
-  }
-  o.sparse.host_capacity_tokens = 2 * 27 * kPage;
-  auto gen = Generator::Create(model, o).value();
+  const SparseGrowthCase c;
+  auto gen = c.Crowded();
+  const std::vector<GenerationRequest>& requests = c.requests;
+  const std::vector<std::vector<int32_t>>& solo = c.solo;
   std::map<uint64_t, size_t> index;
   std::vector<std::vector<int32_t>> tokens(requests.size());
   std::vector<absl::Status> ends(requests.size());
