@@ -102,6 +102,11 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerateCall::Start(grpc::CallbackSe
   return call.get();
 }
 
+void GenerateCall::MarkFinishedLocked() {
+  finished_ = true;
+  client_place_.Reset();  // before the client can hear the end and send again
+}
+
 void GenerateCall::Reject(const absl::Status& status) {
   if (env_->metrics) env_->metrics->RecordRejected(status.code());
   Log(LogLevel::kInfo, "request_rejected",
@@ -109,8 +114,7 @@ void GenerateCall::Reject(const absl::Status& status) {
        {"error", status.message()}});
   {
     std::lock_guard lock(mu_);
-    finished_ = true;
-    client_place_.Reset();
+    MarkFinishedLocked();
   }
   Finish(ToGrpcStatus(status));
 }
@@ -195,8 +199,7 @@ void GenerateCall::TrySend() {
   while (stream_->Take(&chunk)) {
     if (!chunk.done && broken_) continue;
     if (chunk.done && (!chunk.status.ok() || broken_)) {
-      finished_ = true;
-      client_place_.Reset();  // before the client can hear the end and send again
+      MarkFinishedLocked();
       lock.unlock();
       Finish(ToGrpcStatus(chunk.status.ok() ? absl::CancelledError("the client went away")
                                             : chunk.status));
@@ -211,8 +214,7 @@ void GenerateCall::TrySend() {
       }
     }
     if (absl::Status s = SerializeResponse(response_, &response_bytes_); !s.ok()) {
-      finished_ = true;
-      client_place_.Reset();  // before the client can hear the end and send again
+      MarkFinishedLocked();
       const uint64_t handle = handle_;
       lock.unlock();
       env_->engine->Cancel(handle, s);
@@ -220,8 +222,7 @@ void GenerateCall::TrySend() {
       return;
     }
     if (chunk.done) {
-      finished_ = true;
-      client_place_.Reset();  // before the client can hear the end and send again
+      MarkFinishedLocked();
       lock.unlock();
       StartWriteAndFinish(&response_bytes_, grpc::WriteOptions(), grpc::Status::OK);
     } else {

@@ -107,6 +107,9 @@ class GenerateCall : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   bool ClientGone();
   void Reject(const absl::Status& status);
   void TrySend();
+  // The call's answer is decided (holding mu_): nothing more is sent, and the client's place
+  // goes back.
+  void MarkFinishedLocked();
 
   grpc::CallbackServerContext* const ctx_;
   CallEnv* const env_;
