@@ -153,6 +153,31 @@ std::optional<Violation> CheckTls(const ServerSection& s) {
 
 // The one list of value rules, shared by the parser (which adds file and line) and
 // ValidateConfig (which runs again after flag overrides).
+// kv_cache.host_capacity_tokens and its old name.
+std::optional<Violation> HostCapacityViolation(const ServerConfig& c) {
+  constexpr int64_t kMaxHostTokens = int64_t{1} << 30;
+  const int64_t kv = c.kv_cache.host_capacity_tokens;
+  if (auto v = CheckRange<int64_t>("kv_cache.host_capacity_tokens", kv, -1, kMaxHostTokens)) {
+    return v;
+  }
+  if (const std::optional<int64_t>& old = c.sparse.host_capacity_tokens) {
+    if (auto v = CheckRange<int64_t>("sparse.host_capacity_tokens", *old, 1, kMaxHostTokens)) {
+      return v;
+    }
+    if (kv >= 0 && kv != *old) {
+      return Violation{"sparse.host_capacity_tokens",
+                       absl::StrCat("is the old name of kv_cache.host_capacity_tokens, which is ",
+                                    kv, "; set only kv_cache.host_capacity_tokens")};
+    }
+  }
+  if (c.sparse.options.enabled && HostCapacityTokens(c) == 0) {
+    return Violation{"kv_cache.host_capacity_tokens",
+                     "must be > 0 (or -1) with sparse.enabled: sparse requests keep their KV in "
+                     "the host store"};
+  }
+  return std::nullopt;
+}
+
 std::optional<Violation> FindViolation(const ServerConfig& c) {
   std::optional<Violation> v;
   const ServerSection& s = c.server;
@@ -251,6 +276,7 @@ std::optional<Violation> FindViolation(const ServerConfig& c) {
                      absl::StrFormat("must be in (0, %.0f], got %.15g", kMaxSessionTtlSeconds,
                                      kv.session_ttl_seconds)};
   }
+  if (auto v = HostCapacityViolation(c)) return v;
   // Checked whether or not sparse.enabled: a bad value should not wait for the day it is switched
   // on to be noticed.
   if (absl::Status st = ValidateSparseOptions(c.sparse.options); !st.ok()) {
@@ -489,7 +515,8 @@ absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
                             {"capacity_tokens", Int(&kv.capacity_tokens)},
                             {"dtype", String(&kv.dtype)},
                             {"prefix_cache", Bool(&kv.prefix_cache)},
-                            {"session_ttl_seconds", Double(&kv.session_ttl_seconds)}})},
+                            {"session_ttl_seconds", Double(&kv.session_ttl_seconds)},
+                            {"host_capacity_tokens", Int(&kv.host_capacity_tokens)}})},
       {"sparse", Section({{"enabled", Bool(&sp.enabled)},
                           {"budget_tokens", Int(&sp.budget_tokens)},
                           {"sink_tokens", Int(&sp.sink_tokens)},
@@ -500,7 +527,7 @@ absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
                           {"min_context_tokens", Int(&sp.min_context_tokens)},
                           {"prefetch_threads", Int(&sp.prefetch_threads)},
                           {"prefetch_extra_tokens", Int(&sp.prefetch_extra_tokens)},
-                          {"host_capacity_tokens", Int(&sp.host_capacity_tokens)},
+                          {"host_capacity_tokens", OptionalInt(&c->sparse.host_capacity_tokens)},
                           {"page_size", OptionalInt(&c->sparse.page_size)}})},
   };
   return ReadMapping(root, "", sections);
@@ -556,6 +583,11 @@ absl::Status ParseHostPort(absl::string_view host_port, std::string* host, int* 
   if (host != nullptr) *host = std::string(h);
   if (port != nullptr) *port = value;
   return absl::OkStatus();
+}
+
+int64_t HostCapacityTokens(const ServerConfig& c) {
+  if (c.kv_cache.host_capacity_tokens >= 0) return c.kv_cache.host_capacity_tokens;
+  return c.sparse.host_capacity_tokens.value_or(-1);
 }
 
 absl::Status ValidateConfig(const ServerConfig& config) {

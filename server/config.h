@@ -74,6 +74,9 @@ struct KvCacheSection {
   std::string dtype = "auto";       // auto | bf16 | f16 | f32 (engine's ResolveKvDtype)
   bool prefix_cache = true;         // reuse KV across requests without a session too
   double session_ttl_seconds = 900;  // (0, 30 days]: an idle session's KV is freed after this
+  // The host KV store (sparse requests and sessions), token positions per layer and KV head;
+  // [0, 2^30], or -1 = 262144 with sparse.enabled, else none (GeneratorOptions).
+  int64_t host_capacity_tokens = -1;
   bool operator==(const KvCacheSection&) const = default;
 };
 
@@ -86,6 +89,8 @@ struct SparseSection {
   // when given it must equal it (a config written for another page size fails loudly instead of
   // running with a budget the operator did not size).
   std::optional<int> page_size;
+  // The old name of kv_cache.host_capacity_tokens, still read (HostCapacityTokens).
+  std::optional<int64_t> host_capacity_tokens;
   bool operator==(const SparseSection&) const = default;
 };
 
@@ -109,6 +114,10 @@ absl::StatusOr<ServerConfig> ParseConfigYaml(absl::string_view yaml_text,
 // it cannot be read, INVALID_ARGUMENT for a directory, anything but a regular file (/dev/zero, a
 // FIFO), a file over 1 MiB or bad content; messages name the path.
 absl::StatusOr<ServerConfig> LoadConfigFile(const std::string& path);
+
+// kv_cache.host_capacity_tokens, or its old name sparse.host_capacity_tokens when only that is
+// set (-1 when neither is).
+int64_t HostCapacityTokens(const ServerConfig& config);
 
 // Checks every value and the relations between them; INVALID_ARGUMENT names the key path.
 absl::Status ValidateConfig(const ServerConfig& config);

@@ -218,7 +218,7 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                                  "kv_cache.page_size tokens) held by sparse requests.");
   kv_host_pages_capacity_ =
       AddGauge(r, "specula_kv_host_pages_capacity",
-               "Host KV store pages in total (sparse.host_capacity_tokens per layer and KV head); "
+               "Host KV store pages in total (kv_cache.host_capacity_tokens per layer and KV head); "
                "0 when sparse.enabled is false.");
   kv_device_slots_used_ = AddGauge(r, "specula_kv_device_slots_used",
                                    "KV cache pages on the device held by sparse working sets "

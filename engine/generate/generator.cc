@@ -22,6 +22,37 @@ namespace {
 // Host pages a sparse sequence takes beyond what it has written, at admission and each time
 // decode reaches its last allocated page (tokens; rounded up to whole pages).
 constexpr int64_t kSparseGrowthTokens = 256;
+
+// The host KV store kv_cache.host_capacity_tokens asks for (null for none), of the KV pool's page
+// layout and dtype, in the backend's pinned memory.
+absl::StatusOr<std::unique_ptr<HostKvStore>> CreateHostStore(const GeneratorOptions& options,
+                                                             const KvPool& pool,
+                                                             Backend& backend) {
+  const int64_t tokens = options.effective_host_capacity_tokens();
+  if (options.host_capacity_tokens < -1 || tokens > (int64_t{1} << 30) ||
+      (tokens == 0 && options.sparse.enabled)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "kv_cache.host_capacity_tokens = %d: must be in [1, 2^30] (-1: %d with sparse.enabled, "
+        "else none; 0: none, which sparse.enabled cannot run without)",
+        options.host_capacity_tokens, GeneratorOptions::kDefaultHostCapacityTokens));
+  }
+  if (tokens == 0) return nullptr;
+  HostKvStoreOptions host;
+  host.num_layers = pool.options().num_layers;
+  host.num_kv_heads = pool.options().num_kv_heads;
+  host.head_dim = pool.options().head_dim;
+  host.page_size = pool.page_size();
+  host.capacity_tokens = tokens;
+  host.dtype = pool.dtype();  // pages move between host and device as bytes
+  absl::StatusOr<std::unique_ptr<HostKvStore>> store = HostKvStore::Create(
+      host, [&backend](size_t bytes) { return backend.AllocatePinnedHost(bytes); });
+  if (!store.ok()) {
+    return absl::Status(store.status().code(),
+                        absl::StrFormat("kv_cache.host_capacity_tokens = %d: %s", tokens,
+                                        store.status().message()));
+  }
+  return store;
+}
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& model_dir,
@@ -77,6 +108,7 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
                                         options.kv_cache_tokens, pool.status().message()));
   }
   g->kv_ = *std::move(pool);
+  ASSIGN_OR_RETURN(g->host_, CreateHostStore(options, g->kv_, *g->backend_));
   if (options.sparse.enabled) {
     SparseModelShape shape;
     shape.layers = kv.num_layers;
@@ -84,14 +116,13 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
     shape.kv_heads = kv.num_kv_heads;
     shape.head_dim = kv.head_dim;
     ASSIGN_OR_RETURN(g->sparse_,
-                     SparseKvCache::Create(options.sparse, shape, *g->backend_, g->kv_));
+                     SparseKvCache::Create(options.sparse, shape, *g->backend_, g->kv_, *g->host_));
   }
   g->plan_ = std::make_unique<StepPlan>(*g->backend_);
   g->dense_attention_ = std::make_unique<DenseKvAttention>(
       *g->backend_, g->kv_, static_cast<int32_t>(c.num_attention_heads),
       static_cast<int32_t>(c.head_dim));
-  g->prefix_ = std::make_unique<PrefixCache>(options.prefix_cache, g->kv_,
-                                             g->sparse_ ? &g->sparse_->mutable_store() : nullptr);
+  g->prefix_ = std::make_unique<PrefixCache>(options.prefix_cache, g->kv_, g->host_.get());
   // The largest step: every running sequence decodes while a full prefill chunk runs.
   if (absl::Status s = g->model_->Reserve(
           int64_t{options.prefill_chunk_tokens} + options.max_running, options.max_running);
@@ -188,7 +219,7 @@ int64_t Generator::SparseTokensNow(int64_t total, int64_t tokens) {
 bool Generator::HasSparseRoom(int64_t total, int64_t now, int64_t budget_tokens,
                               int64_t cached_blocks, int64_t reclaimable_host_pages,
                               int64_t free_blocks) const {
-  const HostKvStore& store = sparse_->store();
+  const HostKvStore& store = *host_;
   const int64_t host_pages =
       (store.PagesFor(now) - cached_blocks) * store.num_layers() * store.num_kv_heads();
   return store.free_pages() + reclaimable_host_pages >= host_pages &&
@@ -196,10 +227,10 @@ bool Generator::HasSparseRoom(int64_t total, int64_t now, int64_t budget_tokens,
 }
 
 int64_t Generator::host_pages_used() const {
-  return sparse_ == nullptr ? 0 : sparse_->host_pages_used() - prefix_->evictable_host_pages();
+  return host_ == nullptr ? 0 : host_->used_pages() - prefix_->evictable_host_pages();
 }
 int64_t Generator::host_pages_capacity() const {
-  return sparse_ == nullptr ? 0 : sparse_->host_pages_capacity();
+  return host_ == nullptr ? 0 : host_->capacity_pages();
 }
 int64_t Generator::device_slots_used() const {
   return sparse_ == nullptr ? 0 : sparse_->device_slots_used();
@@ -265,7 +296,7 @@ absl::Status Generator::AttachKv(Sequence& seq, bool resume) {
   // device slots are fixed: its working set is sized for its whole length.
   absl::Status status;
   if (sparse) {
-    const HostKvStore& store = sparse_->store();
+    const HostKvStore& store = *host_;
     const WorkingSetGeometry g = sparse_->Geometry(total, r.sparse.budget_tokens);
     const int64_t now = SparseTokensNow(total, seq.kv_len() + seq.prefill_remaining());
     prefix_->MakeRoom(g.slots_per_head(), (store.PagesFor(now) - cached_blocks) *
@@ -335,8 +366,8 @@ void Generator::CacheKv(Sequence& seq, bool kv_valid, bool park) {
     if (seq.sparse_kv() == nullptr) return absl::MakeConstSpan(&seq.blocks()[block], 1);
     const HostKvSequence& host = seq.sparse_kv()->host();
     block_pages.clear();
-    for (int32_t layer = 0; layer < sparse_->store().num_layers(); ++layer) {
-      for (int32_t head = 0; head < sparse_->store().num_kv_heads(); ++head) {
+    for (int32_t layer = 0; layer < host_->num_layers(); ++layer) {
+      for (int32_t head = 0; head < host_->num_kv_heads(); ++head) {
         block_pages.push_back(host.page(layer, head, static_cast<int32_t>(block)));
       }
     }
@@ -457,7 +488,7 @@ int64_t Generator::SparseGrowthTarget(const Sequence& s) const {
 
 int64_t Generator::SparseGrowthPages() const {
   if (sparse_ == nullptr) return 0;
-  const HostKvStore& store = sparse_->store();
+  const HostKvStore& store = *host_;
   int64_t pages = 0;
   for (const auto& [id, s] : running_) {
     if (!NeedsHostPages(*s)) continue;
@@ -471,7 +502,7 @@ int64_t Generator::SparseGrowthPages() const {
 void Generator::GrowSparseHostPages(std::vector<SequenceOutput>* outputs) {
   int64_t needed = SparseGrowthPages();
   if (needed == 0) return;
-  const HostKvStore& store = sparse_->store();
+  const HostKvStore& store = *host_;
   prefix_->MakeRoom(0, needed);
   // Out of host pages: the youngest decoding sparse sequences give theirs back (parked in the
   // sparse prefix index while nothing else needs the room) until the others can grow.

@@ -42,6 +42,16 @@ struct GeneratorOptions {
   // prefix_cache.cache_sessionless (kv_cache.prefix_cache).
   PrefixCacheOptions prefix_cache;
   SparseOptions sparse;  // sparse KV cache with host backing (docs/ARCHITECTURE.md §4)
+  // kv_cache.host_capacity_tokens: the host KV store, in token positions per layer and KV head.
+  // It holds sparse requests' KV and the KV of sessions between turns (docs/SESSIONS.md).
+  // -1: kDefaultHostCapacityTokens with sparse.enabled, else none (dense sessions stay in the
+  // KV pool). 0: none (sparse.enabled needs one).
+  int64_t host_capacity_tokens = -1;
+  static constexpr int64_t kDefaultHostCapacityTokens = 262144;
+  int64_t effective_host_capacity_tokens() const {
+    if (host_capacity_tokens >= 0) return host_capacity_tokens;
+    return sparse.enabled ? kDefaultHostCapacityTokens : 0;
+  }
 };
 
 // What the last Step() did.
@@ -216,8 +226,10 @@ class Generator {
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   KvPool kv_ = KvPool();
-  std::unique_ptr<SparseKvCache> sparse_;  // null unless sparse.enabled; after kv_ (uses it)
-  std::unique_ptr<PrefixCache> prefix_;    // after kv_ and sparse_ (holds their pages)
+  // Host pages: sparse requests' KV and sessions' (null without kv_cache.host_capacity_tokens).
+  std::unique_ptr<HostKvStore> host_;
+  std::unique_ptr<SparseKvCache> sparse_;  // null unless sparse.enabled; after kv_ and host_
+  std::unique_ptr<PrefixCache> prefix_;    // after kv_, host_ and sparse_ (holds their pages)
   absl::flat_hash_set<int32_t> eos_ids_;
   std::map<uint64_t, std::unique_ptr<Sequence>> running_;  // ordered: admission order
   uint64_t next_id_ = 1;

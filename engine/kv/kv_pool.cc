@@ -71,6 +71,44 @@ void KvPool::CopyBlock(Stream& stream, int32_t src, int32_t dst) const {
   stream.CopyPages(copies, block_layer_bytes);
 }
 
+std::vector<PageCopy> KvPool::HostCopies(absl::Span<const int32_t> blocks,
+                                         const PagePoolView& host,
+                                         absl::Span<const int32_t> host_pages,
+                                         bool to_host) const {
+  const int32_t layers = options_.num_layers;
+  const int32_t heads = options_.num_kv_heads;
+  CHECK_EQ(host_pages.size(), blocks.size() * layers * heads);
+  CHECK(host.dtype == options_.dtype && host.page_size == options_.page_size &&
+        host.head_dim == options_.head_dim);
+  std::vector<PageCopy> copies;
+  copies.reserve(host_pages.size());
+  for (int32_t layer = 0; layer < layers; ++layer) {
+    const PagePoolView pages = PagesOf(Layer(layer));
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      CHECK(blocks[i] >= 0 && blocks[i] < num_blocks());
+      for (int32_t h = 0; h < heads; ++h) {
+        void* device = pages.page(static_cast<int64_t>(blocks[i]) * heads + h);
+        void* page = host.page(host_pages[(i * layers + layer) * heads + h]);
+        copies.push_back(to_host ? PageCopy{page, device} : PageCopy{device, page});
+      }
+    }
+  }
+  return copies;
+}
+
+void KvPool::CopyToHost(Stream& stream, absl::Span<const int32_t> blocks, const PagePoolView& host,
+                        absl::Span<const int32_t> host_pages) const {
+  if (blocks.empty()) return;
+  stream.CopyPages(HostCopies(blocks, host, host_pages, /*to_host=*/true), host.page_bytes());
+}
+
+void KvPool::CopyFromHost(Stream& stream, const PagePoolView& host,
+                          absl::Span<const int32_t> host_pages,
+                          absl::Span<const int32_t> blocks) const {
+  if (blocks.empty()) return;
+  stream.CopyPages(HostCopies(blocks, host, host_pages, /*to_host=*/false), host.page_bytes());
+}
+
 KvLayerView KvPool::Layer(int32_t layer) const {
   KvLayerView v;
   v.dtype = options_.dtype;

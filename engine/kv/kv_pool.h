@@ -47,6 +47,15 @@ class KvPool {
   // Enqueues a copy of block `src`'s pages (every layer and KV head) into block `dst` on
   // `stream` (copy-on-write of a cached, partly reused block).
   void CopyBlock(Stream& stream, int32_t src, int32_t dst) const;
+  // Offload and reload (docs/SESSIONS.md): one batched copy on `stream` between blocks and
+  // pages of the host store `host`, which has the pool's page layout. `host_pages` is
+  // block-major, as the prefix cache keeps them: the page of (blocks[i], layer, head) is
+  // host_pages[(i * num_layers + layer) * num_kv_heads + head].
+  void CopyToHost(Stream& stream, absl::Span<const int32_t> blocks, const PagePoolView& host,
+                  absl::Span<const int32_t> host_pages) const;
+  void CopyFromHost(Stream& stream, const PagePoolView& host,
+                    absl::Span<const int32_t> host_pages, absl::Span<const int32_t> blocks) const;
+  const KvPoolOptions& options() const { return options_; }
   int32_t page_size() const { return options_.page_size; }
   DType dtype() const { return options_.dtype; }
   int32_t num_blocks() const { return options_.num_blocks; }
@@ -59,6 +68,10 @@ class KvPool {
   size_t bytes_per_block() const;
 
  private:
+  // The (block page, host page) pairs of CopyToHost/CopyFromHost, as (device, host) pointers.
+  std::vector<PageCopy> HostCopies(absl::Span<const int32_t> blocks, const PagePoolView& host,
+                                   absl::Span<const int32_t> host_pages, bool to_host) const;
+
   KvPoolOptions options_;
   DeviceBuffer memory_;
   std::vector<int32_t> free_;      // stack of free block ids

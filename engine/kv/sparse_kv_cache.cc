@@ -20,34 +20,25 @@ int32_t PagesOf(int64_t tokens, int32_t page_size) {
 absl::StatusOr<std::unique_ptr<SparseKvCache>> SparseKvCache::Create(const SparseOptions& options,
                                                                      const SparseModelShape& shape,
                                                                      Backend& backend,
-                                                                     KvPool& device) {
+                                                                     KvPool& device,
+                                                                     HostKvStore& store) {
   RETURN_IF_ERROR(ValidateSparseOptions(options));
   if (shape.layers <= 0 || shape.kv_heads <= 0 || shape.head_dim <= 0 ||
       shape.heads % shape.kv_heads != 0) {
     return absl::InvalidArgumentError("sparse kv cache: bad model shape");
   }
+  CHECK(store.num_layers() == shape.layers && store.num_kv_heads() == shape.kv_heads &&
+        store.head_dim() == shape.head_dim && store.page_size() == device.page_size() &&
+        store.dtype() == device.dtype())
+      << "the host store's pages must be the KV pool's (pages move between them as bytes)";
   std::unique_ptr<SparseKvCache> c(
       new SparseKvCache(options, shape, device.page_size(), backend, device));
-  HostKvStoreOptions host;
-  host.num_layers = shape.layers;
-  host.num_kv_heads = shape.kv_heads;
-  host.head_dim = shape.head_dim;
-  host.page_size = device.page_size();
-  host.capacity_tokens = options.host_capacity_tokens;
-  host.dtype = device.dtype();  // pages move between host and slots as bytes
-  auto store = HostKvStore::Create(
-      host, [&backend](size_t bytes) { return backend.AllocatePinnedHost(bytes); });
-  if (!store.ok()) {
-    return absl::Status(store.status().code(),
-                        absl::StrFormat("sparse.host_capacity_tokens = %d: %s",
-                                        options.host_capacity_tokens, store.status().message()));
-  }
-  c->store_ = std::move(*store);
+  c->store_ = &store;
   ASSIGN_OR_RETURN(c->index_, SelectionIndex::Create(options.selector, backend,
-                                                     c->store_->capacity_pages(), shape.head_dim));
+                                                     store.capacity_pages(), shape.head_dim));
   c->prefetcher_ = std::make_unique<PagePrefetcher>(backend, options.prefetch_threads, shape.layers,
-                                                    c->store_->page_bytes());
-  c->decode_ = std::make_unique<SparseDecodeKv>(options, shape, backend, device, *c->store_,
+                                                    store.page_bytes());
+  c->decode_ = std::make_unique<SparseDecodeKv>(options, shape, backend, device, store,
                                                 *c->index_, *c->prefetcher_);
   return c;
 }
@@ -91,8 +82,8 @@ WorkingSetGeometry SparseKvCache::Geometry(int64_t total_tokens, int64_t budget_
 absl::Status SparseKvCache::CheckCapacity(int64_t total_tokens, int64_t budget_tokens) const {
   if (store_->PagesFor(total_tokens) > store_->pages_per_head_capacity()) {
     return NeverFitsError(absl::StrFormat(
-        "prompt + max_tokens (%d tokens) can never fit: the sparse host KV store holds %d "
-        "tokens (sparse.host_capacity_tokens)",
+        "prompt + max_tokens (%d tokens) can never fit: the host KV store holds %d "
+        "tokens (kv_cache.host_capacity_tokens)",
         total_tokens, static_cast<int64_t>(store_->pages_per_head_capacity()) * page_size_));
   }
   const WorkingSetGeometry g = Geometry(total_tokens, budget_tokens);

@@ -3,7 +3,7 @@
 // per sequence) it keeps sinks, the recent window and the selected pages. Selection, residency
 // and prefetch planning run on the device (engine/sparse_ops.h); this class owns the pieces and
 // the sequences' admission and release:
-//   HostKvStore      the host pages (pinned on a GPU);
+//   HostKvStore      the host pages (pinned on a GPU; the engine's, shared with sessions);
 //   SelectionIndex   the device-resident page summaries (quest) the scoring reads;
 //   PagePrefetcher   the copy streams that load staged pages;
 //   SparseDecodeKv   the decode rows behind the model's KV seam;
@@ -35,10 +35,12 @@ namespace specula {
 
 class SparseKvCache {
  public:
-  // `device` (the KV pool the working sets' slots come from) and `backend` must outlive it.
+  // `device` (the KV pool the working sets' slots come from), `backend` and `store` (the host
+  // pages, of the pool's page layout and dtype; shared with the prefix cache) must outlive it.
   static absl::StatusOr<std::unique_ptr<SparseKvCache>> Create(const SparseOptions& options,
                                                                const SparseModelShape& shape,
-                                                               Backend& backend, KvPool& device);
+                                                               Backend& backend, KvPool& device,
+                                                               HostKvStore& store);
   ~SparseKvCache();
 
   const SparseOptions& options() const { return options_; }
@@ -120,7 +122,7 @@ class SparseKvCache {
   int32_t page_size_;
   Backend& backend_;
   KvPool& device_;
-  std::unique_ptr<HostKvStore> store_;
+  HostKvStore* store_ = nullptr;  // not owned
   std::unique_ptr<SelectionIndex> index_;
   std::unique_ptr<PagePrefetcher> prefetcher_;
   std::unique_ptr<SparseDecodeKv> decode_;

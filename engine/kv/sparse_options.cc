@@ -60,9 +60,6 @@ absl::Status ValidateSparseOptions(const SparseOptions& o) {
     return bad("prefetch_extra_tokens", o.prefetch_extra_tokens,
                "must be in [0, 2^30] (or -1: budget / 2)");
   }
-  if (o.host_capacity_tokens <= 0 || o.host_capacity_tokens > kMaxTokens) {
-    return bad("host_capacity_tokens", o.host_capacity_tokens, "must be in [1, 2^30]");
-  }
   if (o.selector != "quest" && o.selector != "exact") {
     return absl::InvalidArgumentError(
         absl::StrFormat("sparse.selector = '%s': unknown selector (quest|exact)", o.selector));

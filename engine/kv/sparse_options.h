@@ -45,8 +45,6 @@ struct SparseOptions {
   // below the budget, in tokens (rounded up to pages); -1 = half the request's budget (measured:
   // a quarter gave a 0.88 cross_step hit rate at a 25% budget, half 0.93; docs/BENCHMARKS.md).
   int64_t prefetch_extra_tokens = -1;
-  // Host store capacity: token positions per (layer, KV head) over all sparse requests.
-  int64_t host_capacity_tokens = 262144;
 
   int64_t effective_min_context_tokens() const {
     return min_context_tokens >= 0 ? min_context_tokens : 2 * budget_tokens;

@@ -37,7 +37,7 @@ GeneratorOptions Options(const std::string& device, bool sparse, SpeculationMode
   o.sparse.min_context_tokens = 0;
   o.sparse.speculation = mode;
   o.sparse.prefetch_extra_tokens = 32;
-  o.sparse.host_capacity_tokens = 4096;
+  o.host_capacity_tokens = 4096;
   return o;
 }
 

@@ -53,7 +53,8 @@ void ExpectDefaults(const ServerConfig& c) {
   EXPECT_EQ(s.min_context_tokens, ds.min_context_tokens);
   EXPECT_EQ(s.prefetch_threads, ds.prefetch_threads);
   EXPECT_EQ(s.prefetch_extra_tokens, ds.prefetch_extra_tokens);
-  EXPECT_EQ(s.host_capacity_tokens, ds.host_capacity_tokens);
+  EXPECT_EQ(c.kv_cache.host_capacity_tokens, d.kv_cache.host_capacity_tokens);
+  EXPECT_EQ(c.sparse.host_capacity_tokens, d.sparse.host_capacity_tokens);
   EXPECT_EQ(c.sparse.page_size, d.sparse.page_size);
 }
 
@@ -99,7 +100,9 @@ TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.sparse.options.min_context_tokens, -1);
   EXPECT_EQ(c.sparse.options.prefetch_threads, 1);
   EXPECT_EQ(c.sparse.options.prefetch_extra_tokens, -1);
-  EXPECT_EQ(c.sparse.options.host_capacity_tokens, 262144);
+  EXPECT_EQ(c.kv_cache.host_capacity_tokens, -1);
+  EXPECT_FALSE(c.sparse.host_capacity_tokens.has_value());
+  EXPECT_EQ(HostCapacityTokens(c), -1);
   EXPECT_FALSE(c.sparse.page_size.has_value());
   EXPECT_TRUE(ValidateConfig(c).ok());
 }
@@ -162,6 +165,7 @@ kv_cache:
   dtype: bf16
   prefix_cache: false
   session_ttl_seconds: 30.5
+  host_capacity_tokens: 1048576
 sparse:
   enabled: true
   budget_tokens: 4096
@@ -173,7 +177,6 @@ sparse:
   min_context_tokens: 0
   prefetch_threads: 4
   prefetch_extra_tokens: 0
-  host_capacity_tokens: 1048576
   page_size: 1024
 )",
                                                    "all.yaml");
@@ -224,7 +227,7 @@ sparse:
   EXPECT_EQ(s.min_context_tokens, 0);
   EXPECT_EQ(s.prefetch_threads, 4);
   EXPECT_EQ(s.prefetch_extra_tokens, 0);
-  EXPECT_EQ(s.host_capacity_tokens, 1048576);
+  EXPECT_EQ(c->kv_cache.host_capacity_tokens, 1048576);
   EXPECT_EQ(c->sparse.page_size, 1024);
 }
 
@@ -402,7 +405,6 @@ TEST(ConfigTest, SparseValuesAreTheEnginesRules) {
       {"prefetch_threads", "0", [](SparseOptions& o) { o.prefetch_threads = 0; }},
       {"prefetch_threads", "65", [](SparseOptions& o) { o.prefetch_threads = 65; }},
       {"prefetch_extra_tokens", "-2", [](SparseOptions& o) { o.prefetch_extra_tokens = -2; }},
-      {"host_capacity_tokens", "0", [](SparseOptions& o) { o.host_capacity_tokens = 0; }},
       {"selector", "'magic'", [](SparseOptions& o) { o.selector = "magic"; }},
   };
   for (const Case& c : cases) {
@@ -423,6 +425,35 @@ TEST(ConfigTest, SparseValuesAreTheEnginesRules) {
               absl::StrCat("test.yaml:5: sparse.", c.key, ": ", rule, ", got ", c.value))
         << yaml;
   }
+}
+
+// kv_cache.host_capacity_tokens took over sparse.host_capacity_tokens: the old name is still
+// read, alone; both, disagreeing, is an error; sparse.enabled without a host store is one too.
+TEST(ConfigTest, HostCapacityHasOneNameAndAnOldOne) {
+  absl::StatusOr<ServerConfig> old = ParseConfigYaml("sparse:\n  host_capacity_tokens: 4096\n", "t");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(HostCapacityTokens(*old), 4096);
+  absl::StatusOr<ServerConfig> both = ParseConfigYaml(
+      "kv_cache:\n  host_capacity_tokens: 4096\nsparse:\n  host_capacity_tokens: 4096\n", "t");
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(HostCapacityTokens(*both), 4096);
+  absl::StatusOr<ServerConfig> off = ParseConfigYaml("kv_cache:\n  host_capacity_tokens: 0\n", "t");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(HostCapacityTokens(*off), 0);
+
+  EXPECT_THAT(std::string(ParseError("kv_cache:\n  host_capacity_tokens: 4096\nsparse:\n"
+                                     "  host_capacity_tokens: 8192\n")
+                              .message()),
+              HasSubstr("sparse.host_capacity_tokens: is the old name of "
+                        "kv_cache.host_capacity_tokens, which is 4096"));
+  EXPECT_THAT(std::string(ParseError("kv_cache:\n  host_capacity_tokens: 0\nsparse:\n"
+                                     "  enabled: true\n")
+                              .message()),
+              HasSubstr("kv_cache.host_capacity_tokens: must be > 0 (or -1) with sparse.enabled"));
+  EXPECT_THAT(std::string(ParseError("kv_cache:\n  host_capacity_tokens: -2\n").message()),
+              HasSubstr("kv_cache.host_capacity_tokens: must be >= -1, got -2"));
+  EXPECT_THAT(std::string(ParseError("sparse:\n  host_capacity_tokens: 0\n").message()),
+              HasSubstr("sparse.host_capacity_tokens: must be >= 1, got 0"));
 }
 
 TEST(ConfigTest, WrongTypesNameTheirKey) {

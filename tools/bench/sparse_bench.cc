@@ -59,8 +59,7 @@ GeneratorOptions BaseOptions(int threads, int64_t kv_tokens, int32_t max_running
   return o;
 }
 
-SparseOptions Sparse(int64_t budget, SpeculationMode mode, int64_t host_tokens,
-                     double prefetch_extra) {
+SparseOptions Sparse(int64_t budget, SpeculationMode mode, double prefetch_extra) {
   SparseOptions s;
   if (prefetch_extra >= 0) {
     s.prefetch_extra_tokens = static_cast<int64_t>(std::lround(prefetch_extra * budget));
@@ -72,7 +71,6 @@ SparseOptions Sparse(int64_t budget, SpeculationMode mode, int64_t host_tokens,
   s.speculation = mode;
   s.miss_policy = MissPolicy::kFetch;
   s.min_context_tokens = 0;
-  s.host_capacity_tokens = host_tokens;
   return s;
 }
 
@@ -204,8 +202,8 @@ int RunQuality(const SparseBenchOptions& o) {
                                  dense->accuracy, dense->token_accuracy);
     for (double f : o.budgets) {
       GeneratorOptions g = BaseOptions(o.threads, tokens, n, o.kv_dtypes.front());
-      g.sparse =
-          Sparse(BudgetTokens(f, ctx), SpeculationMode::kCrossStep, tokens, o.prefetch_extra);
+      g.sparse = Sparse(BudgetTokens(f, ctx), SpeculationMode::kCrossStep, o.prefetch_extra);
+      g.host_capacity_tokens = tokens;
       auto r = RunExamples(o.retrieval_dir, g, examples);
       if (!r.ok()) {
         std::cerr << "specula-bench sparse: " << ctx << " " << BudgetName(f) << ": " << r.status()
@@ -237,7 +235,8 @@ int RunQuality(const SparseBenchOptions& o) {
     for (SpeculationMode m : {SpeculationMode::kNone, SpeculationMode::kCrossStep,
                               SpeculationMode::kCrossLayer, SpeculationMode::kBoth}) {
       GeneratorOptions g = BaseOptions(o.threads, tokens, n, o.kv_dtypes.front());
-      g.sparse = Sparse(BudgetTokens(f, ctx), m, tokens, o.prefetch_extra);
+      g.sparse = Sparse(BudgetTokens(f, ctx), m, o.prefetch_extra);
+      g.host_capacity_tokens = tokens;
       auto r = RunExamples(o.retrieval_dir, g, examples);
       if (!r.ok()) {
         rc = 1;
@@ -336,7 +335,8 @@ bool RunCostContext(const std::string& model, const SparseBenchOptions& o, const
   for (double f : o.budgets) {
     if (f >= 1.0) continue;
     GeneratorOptions g = BaseOptions(o.threads, total, 1, dtype);
-    g.sparse = Sparse(BudgetTokens(f, ctx), SpeculationMode::kCrossStep, total, o.prefetch_extra);
+    g.sparse = Sparse(BudgetTokens(f, ctx), SpeculationMode::kCrossStep, o.prefetch_extra);
+    g.host_capacity_tokens = total;
     names.push_back("sparse " + BudgetName(f));
     configs.push_back(g);
   }

@@ -52,7 +52,7 @@ int GenerateOffline() {
     // sparse cache on, its host store as large as the device cache (--kv_cache_tokens), so the
     // one request fits wherever it would fit dense.
     options.sparse.enabled = true;
-    options.sparse.host_capacity_tokens = options.kv_cache_tokens;
+    options.host_capacity_tokens = options.kv_cache_tokens;
     if (sparse->budget_tokens > 0) options.sparse.budget_tokens = sparse->budget_tokens;
   }
   auto gen = Generator::Create(model_dir, options);

@@ -171,7 +171,7 @@ TEST(GeneratorTest, ASparseDecodeStepSynchronizesWithTheHostOnce) {
       o.sparse.sink_tokens = 16;
       o.sparse.recent_tokens = 32;
       o.sparse.prefetch_extra_tokens = 32;
-      o.sparse.host_capacity_tokens = 4096;
+      o.host_capacity_tokens = 4096;
       o.sparse.speculation = mode;
       o.sparse.miss_policy = miss;
       o.prefill_chunk_tokens = 1024;  // every prompt within the first steps
@@ -214,7 +214,7 @@ TEST(GeneratorTest, ALayerMajorPrefillStepSynchronizesOnce) {
   o.sparse.enabled = true;
   o.sparse.min_context_tokens = 0;
   o.sparse.budget_tokens = 32;
-  o.sparse.host_capacity_tokens = 4096;
+  o.host_capacity_tokens = 4096;
   o.prefill_chunk_tokens = 32;  // 200 tokens: several steps per layer
   auto gen = Generator::Create(TestModelDir("qwen3-f32"), o).value();
   std::vector<int32_t> prompt(200, 7);

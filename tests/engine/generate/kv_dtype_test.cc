@@ -35,7 +35,7 @@ GeneratorOptions Options(const std::string& kv_dtype, bool sparse, int64_t budge
   o.sparse.min_context_tokens = 0;
   o.sparse.speculation = SpeculationMode::kBoth;
   o.sparse.prefetch_extra_tokens = 32;
-  o.sparse.host_capacity_tokens = 16384;
+  o.host_capacity_tokens = 16384;
   return o;
 }
 

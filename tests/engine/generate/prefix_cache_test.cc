@@ -33,7 +33,7 @@ GeneratorOptions Options(bool sparse, bool sessionless = false, int64_t kv_token
   o.sparse.budget_tokens = 32;
   o.sparse.sink_tokens = 16;
   o.sparse.recent_tokens = 32;
-  o.sparse.host_capacity_tokens = 8192;
+  o.host_capacity_tokens = 8192;
   o.prefix_cache.cache_sessionless = sessionless;
   return o;
 }
@@ -322,7 +322,7 @@ struct SparseGrowthCase {
   }
   std::unique_ptr<Generator> Crowded() const {
     GeneratorOptions o = options;
-    o.sparse.host_capacity_tokens = 2 * 27 * kPage;
+    o.host_capacity_tokens = 2 * 27 * kPage;
     return Generator::Create(model, o).value();
   }
   const std::string model = TestModelDir(AllTestModels().front());

@@ -37,7 +37,7 @@ GeneratorOptions Options(bool sparse, SpeculationMode mode, MissPolicy miss, int
   o.sparse.speculation = mode;
   o.sparse.miss_policy = miss;
   o.sparse.prefetch_extra_tokens = 32;
-  o.sparse.host_capacity_tokens = 4096;
+  o.host_capacity_tokens = 4096;
   return o;
 }
 
@@ -333,7 +333,7 @@ TEST(SparseGenerationTest, BadSparseRequestsAreRejected) {
   EXPECT_EQ(gen->Validate(r).code(), absl::StatusCode::kInvalidArgument);
   // More than the host store holds can never run.
   GeneratorOptions small = Options(true, SpeculationMode::kCrossStep, MissPolicy::kFetch, 32);
-  small.sparse.host_capacity_tokens = 1024;
+  small.host_capacity_tokens = 1024;
   auto small_gen = Generator::Create(TestModelDir("llama3-f32"), small).value();
   GenerationRequest big = Greedy(std::vector<int32_t>(1000, 7), 200);
   big.sparse.mode = SparseMode::kSparse;
@@ -344,7 +344,7 @@ TEST(SparseGenerationTest, BadSparseRequestsAreRejected) {
 
 TEST(SparseGenerationTest, FullHostStoreIsResourceExhaustedAtAdmission) {
   GeneratorOptions o = Options(true, SpeculationMode::kNone, MissPolicy::kFetch, 32);
-  o.sparse.host_capacity_tokens = 256;
+  o.host_capacity_tokens = 256;
   auto gen = Generator::Create(TestModelDir("llama3-f32"), o).value();
   GenerationRequest r = Greedy(std::vector<int32_t>(150, 9), 50);  // 200 of 256 tokens
   ASSERT_TRUE(gen->Add(r).ok());

@@ -42,7 +42,6 @@ SparseOptions Options(SpeculationMode mode, int32_t extra_pages,
   o.speculation = mode;
   o.miss_policy = miss;
   o.min_context_tokens = 0;
-  o.host_capacity_tokens = 4096;
   return o;
 }
 

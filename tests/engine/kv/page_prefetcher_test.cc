@@ -47,7 +47,6 @@ SparseOptions Options() {
   o.prefetch_extra_tokens = 4 * kPageSize;  // room for both sets
   o.speculation = SpeculationMode::kNone;
   o.min_context_tokens = 0;
-  o.host_capacity_tokens = 4096;
   return o;
 }
 

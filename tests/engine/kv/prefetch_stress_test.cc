@@ -58,7 +58,6 @@ TEST_P(PrefetchStressTest, PagesReadAlwaysHoldTheirPositions) {
   o.miss_policy = cfg.miss;
   o.min_context_tokens = 0;
   o.prefetch_threads = 3;
-  o.host_capacity_tokens = 2048;
   HarnessShape shape;
   shape.layers = 2;
   shape.heads = 4;
@@ -66,6 +65,7 @@ TEST_P(PrefetchStressTest, PagesReadAlwaysHoldTheirPositions) {
   shape.head_dim = 16;
   shape.page_size = 4;
   shape.device_blocks = 256;
+  shape.host_tokens = 2048;
   SparseHarness h(o, shape, ChecksumKv);
 
   int64_t checked_pages = 0, device_pages = 0;

@@ -26,8 +26,16 @@ TEST(SparseKvCacheTest, ABudgetNeedingMoreSlotsThanTheDeviceSelectsIsRefused) {
   o.budget_tokens = 64;  // 4 pages + 2 extra: 6 slots, the most it holds
   o.sink_tokens = 16;
   o.recent_tokens = 16;
-  o.host_capacity_tokens = 8192;
-  auto cache = SparseKvCache::Create(o, SparseModelShape{1, 2, 1, 16}, backend, pool).value();
+  HostKvStoreOptions host;
+  host.num_layers = 1;
+  host.num_kv_heads = 1;
+  host.head_dim = 16;
+  host.page_size = 16;
+  host.capacity_tokens = 8192;
+  host.dtype = pool.dtype();
+  auto store = HostKvStore::Create(host).value();
+  auto cache =
+      SparseKvCache::Create(o, SparseModelShape{1, 2, 1, 16}, backend, pool, *store).value();
   EXPECT_TRUE(cache->CheckCapacity(4096, 0).ok());
   const absl::Status s = cache->CheckCapacity(4096, 128);  // 8 + 4 slots
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

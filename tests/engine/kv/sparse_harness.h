@@ -26,6 +26,7 @@ struct HarnessShape {
   int32_t head_dim = 64;
   int32_t page_size = 4;
   int32_t device_blocks = 2048;
+  int64_t host_tokens = 4096;  // the host store's capacity per layer and KV head
 };
 
 // K and V rows of one token: fills k[head_dim] and v[head_dim].
@@ -48,8 +49,16 @@ class SparseHarness {
     p.page_size = shape.page_size;
     p.num_blocks = shape.device_blocks;
     pool_ = KvPool::Create(*backend_, p).value();
+    HostKvStoreOptions h;
+    h.num_layers = shape.layers;
+    h.num_kv_heads = shape.kv_heads;
+    h.head_dim = shape.head_dim;
+    h.page_size = shape.page_size;
+    h.capacity_tokens = shape.host_tokens;
+    h.dtype = pool_.dtype();
+    store_ = HostKvStore::Create(h).value();
     SparseModelShape m{shape.layers, shape.heads, shape.kv_heads, shape.head_dim};
-    cache_ = SparseKvCache::Create(options, m, *backend_, pool_).value();
+    cache_ = SparseKvCache::Create(options, m, *backend_, pool_, *store_).value();
   }
 
   SparseKvCache& cache() { return *cache_; }
@@ -215,7 +224,8 @@ class SparseHarness {
   KvFn kv_;
   std::unique_ptr<CpuBackend> backend_;
   KvPool pool_;
-  std::unique_ptr<SparseKvCache> cache_;
+  std::unique_ptr<HostKvStore> store_;
+  std::unique_ptr<SparseKvCache> cache_;  // after store_ (uses it)
   StepPlan plan_;
   SparseStepStats step_;
   std::map<const WorkingSet*, int64_t> tags_;

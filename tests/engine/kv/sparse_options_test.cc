@@ -46,7 +46,6 @@ TEST(SparseOptionsTest, BadValuesNameTheirKey) {
       {"prefetch_threads", [](SparseOptions& o) { o.prefetch_threads = 0; }},
       {"prefetch_threads", [](SparseOptions& o) { o.prefetch_threads = 65; }},
       {"prefetch_extra_tokens", [](SparseOptions& o) { o.prefetch_extra_tokens = -3; }},
-      {"host_capacity_tokens", [](SparseOptions& o) { o.host_capacity_tokens = 0; }},
       {"selector", [](SparseOptions& o) { o.selector = "lowrank"; }},
   };
   for (const Case& c : cases) {

@@ -335,7 +335,7 @@ GeneratorOptions SparseOptionsForTest() {
   o.sparse.sink_tokens = 16;
   o.sparse.recent_tokens = 16;
   o.sparse.min_context_tokens = 0;
-  o.sparse.host_capacity_tokens = 8192;
+  o.host_capacity_tokens = 8192;
   return o;
 }
 

@@ -30,7 +30,7 @@ void SessionConfig(ServerConfig& c, bool sparse) {
   c.sparse.options.sink_tokens = 16;
   c.sparse.options.recent_tokens = 16;
   c.sparse.options.min_context_tokens = 0;
-  c.sparse.options.host_capacity_tokens = 65536;
+  c.kv_cache.host_capacity_tokens = 65536;
 }
 
 std::vector<int32_t> Text(int n, int seed) {
@@ -342,7 +342,7 @@ TEST(SessionE2eTest, AFullHostStorePreemptsSparseRequestsAndEveryStreamAnswersEx
   auto server = StartServer([](ServerConfig& c) {
     SessionConfig(c, true);
     c.sparse.options.budget_tokens = 1024;  // full budget: sparse equals dense
-    c.sparse.options.host_capacity_tokens = 2 * 34 * kPage;
+    c.kv_cache.host_capacity_tokens = 2 * 34 * kPage;
   });
   ASSERT_NE(server, nullptr);
   ExpectSixAtOnceAnswerExactly(*server, /*seed=*/30, /*max_tokens=*/500);

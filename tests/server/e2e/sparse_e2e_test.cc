@@ -28,7 +28,7 @@ void SparseConfig(ServerConfig& c) {
   c.sparse.options.sink_tokens = 16;
   c.sparse.options.recent_tokens = 16;
   c.sparse.options.min_context_tokens = 0;
-  c.sparse.options.host_capacity_tokens = 65536;
+  c.kv_cache.host_capacity_tokens = 65536;
   c.sparse.page_size = 16;
   c.kv_cache.page_size = 16;
 }
@@ -166,7 +166,7 @@ TEST(SparseE2eTest, SparseOnAServerWithoutItIsFailedPrecondition) {
 TEST(SparseE2eTest, RequestsTheHostStoreCanNeverHoldAreResourceExhausted) {
   auto server = StartServer([](ServerConfig& c) {
     SparseConfig(c);
-    c.sparse.options.host_capacity_tokens = 256;
+    c.kv_cache.host_capacity_tokens = 256;
   });
   ASSERT_NE(server, nullptr);
   auto stub = Connect(server->address());
