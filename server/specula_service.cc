@@ -105,7 +105,7 @@ absl::Status ListSessionsOf(Engine& engine, v1::ListSessionsResponse* response) 
     v1::Session* out = response->add_sessions();
     out->set_session_id(s.id);
     out->set_cached_tokens(static_cast<uint64_t>(s.tokens));
-    (s.sparse ? out->set_host_bytes(static_cast<uint64_t>(s.bytes))
+    (s.in_host ? out->set_host_bytes(static_cast<uint64_t>(s.bytes))
               : out->set_kv_cache_bytes(static_cast<uint64_t>(s.bytes)));
     out->set_running(s.running);
     if (s.last_use != absl::Time()) out->set_last_use_unix_ms(absl::ToUnixMillis(s.last_use));

@@ -195,10 +195,11 @@ bool Generator::HasRoomFor(const GenerationRequest& request) const {
   const int64_t total = TotalTokens(request);
   const bool sparse = UsesSparse(request);
   const PrefixCache::Peek hit = prefix_->PeekHit(sparse, request.prompt, request.session_id);
-  const int64_t cached_blocks = hit.tokens / kv_.page_size();
-  // A sparse request's hit is host pages: every reclaimable pool block stays reclaimable.
+  // A dense request copies a host hit into blocks of its own: only a pool hit saves blocks.
+  const int64_t cached_blocks = sparse || !hit.host ? hit.tokens / kv_.page_size() : 0;
+  // A host hit leaves every reclaimable pool block reclaimable.
   const int64_t free_blocks =
-      kv_.free_blocks() + (sparse ? prefix_->reclaimable_blocks() : hit.reclaimable_after);
+      kv_.free_blocks() + (hit.host ? prefix_->reclaimable_blocks() : hit.reclaimable_after);
   if (!sparse) {
     const int64_t now = std::min<int64_t>(total, static_cast<int64_t>(request.prompt.size()) + 1);
     // Beyond what running sequences take at the next step: a new request admitted into their
@@ -337,6 +338,7 @@ absl::Status Generator::AttachKv(Sequence& seq, bool resume) {
 absl::Status Generator::AttachDenseBlocks(Sequence& seq, int64_t total,
                                           std::vector<int32_t> shared) {
   const PrefixHit& hit = seq.prefix_hit();
+  if (hit.host) return ReloadFromHost(seq, total, shared);
   const int64_t fresh = kv_.BlocksFor(total) - static_cast<int64_t>(shared.size());
   // The tail's block stays this request's to read until its copy is enqueued, whatever MakeRoom
   // evicts meanwhile.
@@ -352,6 +354,44 @@ absl::Status Generator::AttachDenseBlocks(Sequence& seq, int64_t total,
   }
   kv_.Free(hit.tail_pages);
   return blocks.status();
+}
+
+absl::Status Generator::ReloadFromHost(Sequence& seq, int64_t total,
+                                       absl::Span<const int32_t> host_pages) {
+  const PrefixHit& hit = seq.prefix_hit();
+  const int32_t blocks = kv_.BlocksFor(total);
+  // Making room evicts pool blocks only: the hit's pages (locked) and its tail's stay.
+  prefix_->MakeRoom(blocks, 0);
+  ASSIGN_OR_RETURN(std::vector<int32_t> fresh, kv_.Allocate(blocks));
+  const size_t pages_per_block = static_cast<size_t>(host_->num_layers()) * host_->num_kv_heads();
+  const size_t whole = host_pages.size() / pages_per_block;
+  Stream& stream = backend_->compute_stream();
+  kv_.CopyFromHost(stream, host_->pool(), host_pages, absl::MakeConstSpan(fresh).first(whole));
+  if (hit.tail_tokens > 0) {
+    kv_.CopyFromHost(stream, host_->pool(), hit.tail_pages,
+                     absl::MakeConstSpan(fresh).subspan(whole, 1));
+  }
+  seq.blocks() = std::move(fresh);
+  return absl::OkStatus();
+}
+
+bool Generator::OffloadToHost(Sequence& seq, absl::Span<const int32_t> tokens, int64_t blocks) {
+  std::unique_ptr<PrefixCache::Offload> offload =
+      prefix_->BeginOffload(seq.prefix_hit(), tokens, blocks);
+  if (offload == nullptr) return false;
+  const auto first = static_cast<size_t>(offload->first_block);
+  const auto end = static_cast<size_t>(offload->end_block);
+  kv_.CopyToHost(backend_->compute_stream(),
+                 absl::MakeConstSpan(seq.blocks()).subspan(first, end - first), host_->pool(),
+                 offload->block_major);
+  if (sparse_ != nullptr) {
+    // A later sparse turn of the session scores these pages (a tail it never uses).
+    const size_t summarized = (static_cast<size_t>(blocks) - std::min<size_t>(first, blocks)) *
+                              host_->num_layers() * host_->num_kv_heads();
+    sparse_->SummarizeLater(absl::MakeConstSpan(offload->block_major).first(summarized));
+  }
+  prefix_->FinishOffload(seq.prefix_hit(), *offload, tokens, blocks, absl::Now());
+  return true;
 }
 
 void Generator::CacheKv(Sequence& seq, bool kv_valid, bool park) {
@@ -375,9 +415,11 @@ void Generator::CacheKv(Sequence& seq, bool kv_valid, bool park) {
   };
   if (park) {
     prefix_->Park(seq.prefix_hit(), tokens, blocks, pages_of);
-  } else {
-    prefix_->Finish(seq.prefix_hit(), kv_valid, tokens, blocks, pages_of, absl::Now());
+    return;
   }
+  // A dense session's turn leaves its KV in host memory, the pool to running requests.
+  if (kv_valid && seq.sparse_kv() == nullptr && OffloadToHost(seq, tokens, blocks)) return;
+  prefix_->Finish(seq.prefix_hit(), kv_valid, tokens, blocks, pages_of, absl::Now());
 }
 
 void Generator::Preempt(Sequence& seq) {
@@ -441,6 +483,10 @@ bool Generator::HasRoomToResume(const Sequence& s) const {
                          s.request().sparse.budget_tokens, cached_blocks,
                          hit.reclaimable_after - SparseGrowthPages(),
                          kv_.free_blocks() + prefix_->reclaimable_blocks() - PendingGrowth());
+  }
+  if (hit.host) {  // copied into blocks of its own
+    return kv_.free_blocks() + prefix_->reclaimable_blocks() >=
+           kv_.BlocksFor(InitialDenseTokens(s)) + PendingGrowth();
   }
   const int64_t need = kv_.BlocksFor(InitialDenseTokens(s)) - cached_blocks + PendingGrowth();
   return kv_.free_blocks() + hit.reclaimable_after >= need;
@@ -649,6 +695,7 @@ absl::Status Generator::PlanStep(StepRows& rows) {
 }
 
 void Generator::RunStep(const StepRows& rows) {
+  if (sparse_ != nullptr) sparse_->RunPendingSummaries(*plan_);
   dense_attention_->Bind(*plan_);
   if (sparse_ != nullptr) sparse_->decode().Bind(*plan_);
   if (rows.sparse_prefill != nullptr) rows.sparse_prefill->Bind(*plan_);

@@ -98,6 +98,8 @@ class Generator {
   int64_t host_pages_cached() const { return prefix_->evictable_host_pages(); }
   int64_t host_pages_capacity() const;
   int64_t device_slots_used() const;
+  // The host KV store (null without kv_cache.host_capacity_tokens).
+  const HostKvStore* host_store() const { return host_.get(); }
   // The sparse cache (null unless sparse.enabled), for benchmarks' probes.
   SparseKvCache* sparse_cache() { return sparse_.get(); }
   // Whether `request` would run on the sparse cache: sparse.mode SPARSE, or DEFAULT with a
@@ -186,6 +188,13 @@ class Generator {
   // A dense sequence's blocks: the `shared` whole pages of its prefix hit, then fresh ones for
   // `total` tokens, the first a copy of the hit's tail when it has one.
   absl::Status AttachDenseBlocks(Sequence& seq, int64_t total, std::vector<int32_t> shared);
+  // A dense sequence whose hit is host pages: fresh blocks for `total` tokens, the hit's pages
+  // (and its tail's) copied into the first of them.
+  absl::Status ReloadFromHost(Sequence& seq, int64_t total, absl::Span<const int32_t> host_pages);
+  // A finished dense session turn's KV (`tokens`: `blocks` whole blocks, then a tail) moves to
+  // host pages and becomes the session's; false (nothing done) when it cannot (no host store,
+  // no session, no room), and the caller caches it in the pool's index.
+  bool OffloadToHost(Sequence& seq, absl::Span<const int32_t> tokens, int64_t blocks);
   // Dense KV tokens a sequence starts with: what it prefills plus its first sampled token.
   int64_t InitialDenseTokens(const Sequence& seq) const;
   static std::vector<int32_t> TokensOf(const Sequence& seq, int64_t n);

@@ -44,7 +44,7 @@ PrefixCache::PrefixCache(const PrefixCacheOptions& options, KvPool& pool, HostKv
     : options_(options), pool_(pool), host_(host), dense_(pool.page_size(), 1, PoolPages(pool)) {
   if (host != nullptr) {
     CHECK_EQ(host->page_size(), pool.page_size());
-    sparse_ = std::make_unique<PrefixTree>(
+    host_tree_ = std::make_unique<PrefixTree>(
         host->page_size(), host->num_layers() * host->num_kv_heads(), HostPages(*host));
   }
 }
@@ -55,38 +55,56 @@ int64_t PrefixCache::MaxHitBlocks(absl::Span<const int32_t> prompt) const {
   return prompt.empty() ? 0 : (static_cast<int64_t>(prompt.size()) - 1) / pool_.page_size();
 }
 
+PrefixCache::HitMatch PrefixCache::MatchIn(bool host, bool sparse,
+                                           absl::Span<const int32_t> tokens) const {
+  HitMatch m;
+  m.host = host;
+  const PrefixTree* t = tree_or_null(host);
+  if (t == nullptr) return m;
+  m.node = t->Match(tokens, MaxHitBlocks(tokens));
+  // Tails are for dense requests, which copy them: a sparse request's pages are used in place.
+  // A tail only extends a hit of whole pages: a few first tokens every chat prompt shares (BOS,
+  // the template's opening) are not worth a block copy, nor reporting as cached.
+  if (!sparse && m.node != nullptr && !tokens.empty()) {
+    const int64_t skip = t->Tokens(m.node);
+    m.tail = t->MatchTail(m.node, tokens.subspan(skip),
+                          static_cast<int64_t>(tokens.size()) - 1 - skip);
+  }
+  m.tokens = t->Tokens(m.node) + m.tail.tokens;
+  return m;
+}
+
+PrefixCache::HitMatch PrefixCache::BestMatch(bool sparse, absl::Span<const int32_t> tokens) const {
+  if (sparse) return MatchIn(/*host=*/true, sparse, tokens);
+  HitMatch pool = MatchIn(/*host=*/false, sparse, tokens);
+  if (host_tree_ == nullptr) return pool;
+  // Pool blocks are reused in place; host pages cost a copy, so they win only when longer.
+  HitMatch host = MatchIn(/*host=*/true, sparse, tokens);
+  return host.tokens > pool.tokens ? host : pool;
+}
+
 PrefixCache::Peek PrefixCache::PeekHit(bool sparse, absl::Span<const int32_t> prompt,
                                        const std::string& session_id, bool always) const {
   Peek peek;
-  const PrefixTree* t = tree_or_null(sparse);
-  if (t == nullptr) return peek;
-  peek.reclaimable_after = t->reclaimable_pages();
+  if (sparse && host_tree_ == nullptr) return peek;
+  peek.reclaimable_after = tree_or_null(sparse)->reclaimable_pages();
   if (!always && !Caches(session_id)) return peek;
-  const PrefixTree::Node* node = t->Match(prompt, MaxHitBlocks(prompt));
-  const PrefixTree::TailMatch tail = MatchTail(sparse, node, prompt);
-  peek.tokens = t->Tokens(node) + tail.tokens;
+  const HitMatch m = BestMatch(sparse, prompt);
+  const PrefixTree* t = tree_or_null(m.host);
+  peek.tokens = m.tokens;
+  peek.host = m.host;
+  peek.reclaimable_after = t->reclaimable_pages();
   // The tail is not locked, but the request holds its page until the copy is made.
-  peek.reclaimable_after -= t->UnrunPathPages(tail.node != nullptr ? tail.node : node);
+  peek.reclaimable_after -= t->UnrunPathPages(m.tail.node != nullptr ? m.tail.node : m.node);
   return peek;
-}
-
-PrefixTree::TailMatch PrefixCache::MatchTail(bool sparse, const PrefixTree::Node* node,
-                                             absl::Span<const int32_t> tokens) const {
-  // Sparse pages are not copied: a sparse request's last page is partly on the device when it
-  // ends, and the host store holds only written-back whole pages. A tail only extends a hit of
-  // whole pages: a few first tokens every chat prompt shares (BOS, the template's opening) are
-  // not worth a block copy, nor reporting as cached.
-  if (sparse || node == nullptr || tokens.empty()) return {};
-  const int64_t skip = dense_.Tokens(node);
-  const int64_t max_tokens = static_cast<int64_t>(tokens.size()) - 1 - skip;
-  return dense_.MatchTail(node, tokens.subspan(skip), max_tokens);
 }
 
 absl::StatusOr<PrefixHit> PrefixCache::Begin(bool sparse, absl::Span<const int32_t> prompt,
                                              const std::string& session_id) {
-  CHECK(!sparse || sparse_ != nullptr);
+  CHECK(!sparse || host_tree_ != nullptr);
   PrefixHit hit;
   hit.sparse = sparse;
+  hit.host = sparse;
   hit.session_id = session_id;
   if (!session_id.empty()) {
     Session& s = sessions_[session_id];  // created on first use
@@ -102,24 +120,24 @@ absl::StatusOr<PrefixHit> PrefixCache::Begin(bool sparse, absl::Span<const int32
 }
 
 void PrefixCache::MatchAndLock(absl::Span<const int32_t> tokens, PrefixHit* hit) {
-  PrefixTree& t = tree(hit->sparse);
-  hit->node = t.Match(tokens, MaxHitBlocks(tokens));
-  const PrefixTree::TailMatch tail = MatchTail(hit->sparse, hit->node, tokens);
-  hit->tail_tokens = tail.tokens;
+  const HitMatch m = BestMatch(hit->sparse, tokens);
+  hit->host = m.host;
+  hit->node = m.node;
+  hit->tail_tokens = m.tail.tokens;
   hit->tail_pages.clear();
-  if (tail.node != nullptr) hit->tail_pages = tail.node->pages;
-  hit->tokens = t.Tokens(hit->node) + tail.tokens;
-  t.Lock(hit->node, PrefixTree::LockKind::kRunning);
+  if (m.tail.node != nullptr) hit->tail_pages = m.tail.node->pages;
+  hit->tokens = m.tokens;
+  tree(m.host).Lock(hit->node, PrefixTree::LockKind::kRunning);
 }
 
 PrefixTree::Node* PrefixCache::Cache(
-    bool sparse, absl::Span<const int32_t> tokens, int64_t blocks,
+    bool host, bool tail, absl::Span<const int32_t> tokens, int64_t blocks,
     absl::FunctionRef<absl::Span<const int32_t>(int64_t block)> pages_of) {
-  PrefixTree& t = tree(sparse);
+  PrefixTree& t = tree(host);
   PrefixTree::Node* node = t.Insert(tokens, blocks, pages_of);
   const auto whole = blocks * t.page_size();
   // Only after a whole page: MatchTail never looks for a tail of the root.
-  if (!sparse && node != nullptr && static_cast<int64_t>(tokens.size()) > whole) {
+  if (tail && node != nullptr && static_cast<int64_t>(tokens.size()) > whole) {
     node = t.InsertTail(node, tokens.subspan(whole), pages_of(blocks));
   }
   return node;
@@ -127,9 +145,10 @@ PrefixTree::Node* PrefixCache::Cache(
 
 PrefixHit PrefixCache::Resume(bool sparse, absl::Span<const int32_t> tokens,
                               const std::string& session_id) {
-  CHECK(!sparse || sparse_ != nullptr);
+  CHECK(!sparse || host_tree_ != nullptr);
   PrefixHit hit;
   hit.sparse = sparse;
+  hit.host = sparse;
   hit.session_id = session_id;
   MatchAndLock(tokens, &hit);
   return hit;
@@ -137,14 +156,16 @@ PrefixHit PrefixCache::Resume(bool sparse, absl::Span<const int32_t> tokens,
 
 void PrefixCache::Park(PrefixHit& hit, absl::Span<const int32_t> tokens, int64_t blocks,
                        absl::FunctionRef<absl::Span<const int32_t>(int64_t block)> pages_of) {
-  PrefixTree& t = tree(hit.sparse);
+  // The request's own pages go to the index of their kind; the hit may be in the other.
+  PrefixTree& own = tree(hit.sparse);
   // A request that does not cache parks whole pages only: Finish evicts its path, which a tail
   // below it would keep (a node with tails is not a leaf).
   const int64_t parked = Caches(hit.session_id)
                              ? static_cast<int64_t>(tokens.size())
-                             : std::min<int64_t>(tokens.size(), blocks * t.page_size());
-  Cache(hit.sparse, tokens.subspan(0, parked), blocks, pages_of);
-  t.Unlock(hit.node, PrefixTree::LockKind::kRunning);
+                             : std::min<int64_t>(tokens.size(), blocks * own.page_size());
+  Cache(hit.sparse, !hit.sparse, tokens.subspan(0, parked), blocks, pages_of);
+  tree(hit.host).Unlock(hit.node, PrefixTree::LockKind::kRunning);
+  hit.host = hit.sparse;
   hit.node = nullptr;
   hit.tokens = 0;
   hit.tail_tokens = 0;
@@ -152,7 +173,7 @@ void PrefixCache::Park(PrefixHit& hit, absl::Span<const int32_t> tokens, int64_t
 }
 
 void PrefixCache::HitPages(const PrefixHit& hit, std::vector<int32_t>* out) const {
-  const PrefixTree* t = tree_or_null(hit.sparse);
+  const PrefixTree* t = tree_or_null(hit.host);
   CHECK(t != nullptr);
   t->PathPages(hit.node, out);
 }
@@ -161,9 +182,63 @@ void PrefixCache::Finish(PrefixHit& hit, bool kv_valid, absl::Span<const int32_t
                          int64_t blocks,
                          absl::FunctionRef<absl::Span<const int32_t>(int64_t block)> pages_of,
                          absl::Time now) {
-  PrefixTree& t = tree(hit.sparse);
   PrefixTree::Node* cached = nullptr;
-  if (kv_valid && Caches(hit.session_id)) cached = Cache(hit.sparse, tokens, blocks, pages_of);
+  if (kv_valid && Caches(hit.session_id)) {
+    cached = Cache(hit.sparse, !hit.sparse, tokens, blocks, pages_of);
+  }
+  EndTurn(hit, cached, hit.sparse, now);
+}
+
+std::unique_ptr<PrefixCache::Offload> PrefixCache::BeginOffload(
+    const PrefixHit& hit, absl::Span<const int32_t> tokens, int64_t blocks) {
+  if (host_tree_ == nullptr || hit.sparse || hit.session_id.empty() || blocks == 0) return nullptr;
+  auto offload = std::make_unique<Offload>();
+  PrefixTree& t = *host_tree_;
+  offload->present = t.Match(tokens, blocks);
+  offload->first_block = PrefixTree::Depth(offload->present);
+  const bool tail = static_cast<int64_t>(tokens.size()) > blocks * t.page_size();
+  offload->end_block = blocks + (tail ? 1 : 0);
+  const int64_t new_blocks = offload->end_block - offload->first_block;
+  // Kept while room is made: the blocks already there are not copied again.
+  t.Lock(offload->present, PrefixTree::LockKind::kRunning);
+  absl::StatusOr<HostKvSequence> pages = absl::ResourceExhaustedError("no room");
+  if (MakeRoom(0, new_blocks * t.pages_per_block())) {
+    pages = host_->Reserve(new_blocks * t.page_size());
+  }
+  if (!pages.ok()) {
+    t.Unlock(offload->present, PrefixTree::LockKind::kRunning);
+    return nullptr;
+  }
+  offload->pages = *std::move(pages);
+  offload->block_major.reserve(new_blocks * t.pages_per_block());
+  for (int64_t b = 0; b < new_blocks; ++b) {
+    for (int32_t layer = 0; layer < host_->num_layers(); ++layer) {
+      for (int32_t head = 0; head < host_->num_kv_heads(); ++head) {
+        offload->block_major.push_back(
+            offload->pages.page(layer, head, static_cast<int32_t>(b)));
+      }
+    }
+  }
+  return offload;
+}
+
+void PrefixCache::FinishOffload(PrefixHit& hit, Offload& offload,
+                                absl::Span<const int32_t> tokens, int64_t blocks, absl::Time now) {
+  const int64_t ppb = host_tree_->pages_per_block();
+  auto pages_of = [&](int64_t block) -> absl::Span<const int32_t> {
+    CHECK(block >= offload.first_block && block < offload.end_block)
+        << "the host index changed between BeginOffload and FinishOffload";
+    return absl::MakeConstSpan(offload.block_major).subspan((block - offload.first_block) * ppb,
+                                                            ppb);
+  };
+  PrefixTree::Node* cached = Cache(/*host=*/true, /*tail=*/true, tokens, blocks, pages_of);
+  host_->Release(offload.pages);  // the index holds its own references
+  host_tree_->Unlock(offload.present, PrefixTree::LockKind::kRunning);
+  EndTurn(hit, cached, /*host=*/true, now);
+}
+
+void PrefixCache::EndTurn(PrefixHit& hit, PrefixTree::Node* cached, bool host, absl::Time now) {
+  PrefixTree& t = tree(hit.host);
   t.Unlock(hit.node, PrefixTree::LockKind::kRunning);
   // A request that does not cache can still have hit pages it parked when preempted: they go
   // with it (unless something else holds them).
@@ -177,54 +252,54 @@ void PrefixCache::Finish(PrefixHit& hit, bool kv_valid, absl::Span<const int32_t
     s.last_use = now;
     // The new turn's KV replaces the last one's; a failed turn keeps the last one.
     if (cached != nullptr) {
-      t.Lock(cached, PrefixTree::LockKind::kSession);
+      tree(host).Lock(cached, PrefixTree::LockKind::kSession);
       if (s.node != nullptr) {
-        tree(s.sparse).Unlock(s.node, PrefixTree::LockKind::kSession);
-        tree(s.sparse).DropIfDominated(s.node);  // the last turn's tail, now inside this one
+        tree(s.host).Unlock(s.node, PrefixTree::LockKind::kSession);
+        tree(s.host).DropIfDominated(s.node);  // the last turn's tail, now inside this one
       }
       s.node = cached;
-      s.sparse = hit.sparse;
+      s.host = host;
     }
   }
   UpdateSessionBytes();
 }
 
-void PrefixCache::Evict(bool sparse, int64_t pages, EvictionReason reason) {
-  const int64_t released = tree(sparse).Evict(pages);
+void PrefixCache::Evict(bool host, int64_t pages, EvictionReason reason) {
+  const int64_t released = tree(host).Evict(pages);
   counters_.evicted_pages[static_cast<int>(reason)] += released;
 }
 
 bool PrefixCache::MakeRoom(int64_t blocks, int64_t host_pages) {
-  auto short_of = [&](bool sparse) -> int64_t {
-    if (sparse) return host_ == nullptr ? 0 : host_pages - host_->free_pages();
+  auto short_of = [&](bool host) -> int64_t {
+    if (host) return host_ == nullptr ? 0 : host_pages - host_->free_pages();
     return blocks - pool_.free_blocks();
   };
-  for (bool sparse : {false, true}) {
-    if (short_of(sparse) <= 0) continue;
-    Evict(sparse, short_of(sparse), EvictionReason::kCapacity);
-    while (short_of(sparse) > 0) {
-      // The least recently used idle session of this kind.
+  for (bool host : {false, true}) {
+    if (short_of(host) <= 0) continue;
+    Evict(host, short_of(host), EvictionReason::kCapacity);
+    while (short_of(host) > 0) {
+      // The least recently used idle session whose KV is there.
       auto oldest = sessions_.end();
       for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
         const Session& s = it->second;
-        if (s.running || s.node == nullptr || s.sparse != sparse) continue;
+        if (s.running || s.node == nullptr || s.host != host) continue;
         if (oldest == sessions_.end() || s.last_use < oldest->second.last_use) oldest = it;
       }
       if (oldest == sessions_.end()) return false;
       DropSession(oldest, EvictionReason::kSessionDropped);
       // Its pages may hang below pages only the cache holds: those go too if still short.
-      if (short_of(sparse) > 0) Evict(sparse, short_of(sparse), EvictionReason::kCapacity);
+      if (short_of(host) > 0) Evict(host, short_of(host), EvictionReason::kCapacity);
     }
   }
   return true;
 }
 
 int64_t PrefixCache::reclaimable_host_pages() const {
-  return sparse_ == nullptr ? 0 : sparse_->reclaimable_pages();
+  return host_tree_ == nullptr ? 0 : host_tree_->reclaimable_pages();
 }
 
 int64_t PrefixCache::evictable_host_pages() const {
-  return sparse_ == nullptr ? 0 : sparse_->evictable_pages();
+  return host_tree_ == nullptr ? 0 : host_tree_->evictable_pages();
 }
 
 void PrefixCache::DropSession(absl::flat_hash_map<std::string, Session>::iterator it,
@@ -232,7 +307,7 @@ void PrefixCache::DropSession(absl::flat_hash_map<std::string, Session>::iterato
   Session& s = it->second;
   CHECK(!s.running);
   if (s.node != nullptr) {
-    PrefixTree& t = tree(s.sparse);
+    PrefixTree& t = tree(s.host);
     t.Unlock(s.node, PrefixTree::LockKind::kSession);
     // Pages only this session held are freed now; shared ones stay with their other holders.
     counters_.evicted_pages[static_cast<int>(reason)] += t.EvictPath(s.node);
@@ -275,8 +350,8 @@ absl::Status PrefixCache::DeleteSession(const std::string& id) {
   return absl::OkStatus();
 }
 
-int64_t PrefixCache::BytesPerBlock(bool sparse) const {
-  return sparse ? static_cast<int64_t>(host_->page_bytes()) * sparse_->pages_per_block()
+int64_t PrefixCache::BytesPerBlock(bool host) const {
+  return host ? static_cast<int64_t>(host_->page_bytes()) * host_tree_->pages_per_block()
                 : static_cast<int64_t>(pool_.bytes_per_block());
 }
 
@@ -287,9 +362,9 @@ std::vector<SessionInfo> PrefixCache::ListSessions() const {
     SessionInfo info;
     info.id = id;
     const int64_t blocks = PrefixTree::Depth(s.node);
-    info.tokens = tree_or_null(s.sparse)->Tokens(s.node);
-    info.bytes = blocks == 0 ? 0 : blocks * BytesPerBlock(s.sparse);
-    info.sparse = s.sparse;
+    info.tokens = tree_or_null(s.host)->Tokens(s.node);
+    info.bytes = blocks == 0 ? 0 : blocks * BytesPerBlock(s.host);
+    info.in_host = s.host;
     info.running = s.running;
     info.last_use = s.last_use;
     out.push_back(std::move(info));
@@ -304,7 +379,7 @@ void PrefixCache::UpdateSessionBytes() {
   int64_t bytes = 0;
   for (const auto& [id, s] : sessions_) {
     const int64_t blocks = PrefixTree::Depth(s.node);
-    if (blocks > 0) bytes += blocks * BytesPerBlock(s.sparse);
+    if (blocks > 0) bytes += blocks * BytesPerBlock(s.host);
   }
   counters_.session_bytes = bytes;
 }

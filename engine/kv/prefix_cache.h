@@ -1,11 +1,15 @@
 // KV reuse across requests (docs/SESSIONS.md): finished requests leave their full KV pages in a
 // prefix index, and a new request whose prompt starts with the same tokens reuses them and
-// prefills only the rest. Two indexes, one per place KV lives: dense requests' blocks in the KV
-// pool, sparse requests' pages in the host store (a request reuses KV of its own kind).
+// prefills only the rest. Two indexes, one per place KV lives: blocks of the KV pool (dense
+// requests' KV) and pages of the host store (sparse requests' KV, and dense sessions' KV
+// offloaded between turns). A sparse request reuses host pages in place; a dense one reuses
+// either, taking the longer hit: pool blocks in place, host pages copied into fresh blocks.
 //
 // Sessions name a conversation: the KV of a session's last turn is locked under its id, so it
 // survives until the session is deleted, stays idle past its TTL, or is dropped (least recently
-// used first) because a request needs the space. Without a session, cached pages are kept only
+// used first) because a request needs the space. With a host store, a dense turn's KV moves
+// there when the turn ends (BeginOffload/FinishOffload), so idle sessions hold host memory only
+// and the KV pool is left to running requests. Without a session, cached pages are kept only
 // while nothing else needs the memory (kv_cache.prefix_cache).
 //
 // Not thread-safe: the engine thread owns it.
@@ -42,12 +46,14 @@ const char* EvictionReasonName(EvictionReason reason);
 
 // What a running request reuses; locked until PrefixCache::Finish.
 struct PrefixHit {
-  bool sparse = false;
-  PrefixTree::Node* node = nullptr;  // the whole pages reused in place (locked)
+  bool sparse = false;  // the request's own KV is host pages (it caches into the host index)
+  bool host = false;    // the hit is in the host index (for a dense request: copied in)
+  PrefixTree::Node* node = nullptr;  // the whole pages reused (locked)
   int64_t tokens = 0;  // prompt tokens whose KV came from the cache, the tail's included
-  // Copy-on-write (dense only): the next `tail_tokens` tokens after the node's path are the first
-  // tokens of the cached block `tail_pages`, which the request copies into its own first fresh
-  // block and writes on from there. Not locked: the copy is made at admission.
+  // Copy-on-write (dense requests only): the next `tail_tokens` tokens after the node's path are
+  // the first tokens of the cached block `tail_pages` (in the hit's index), which the request
+  // copies into its own first fresh block and writes on from there. Not locked: the copy is
+  // made at admission.
   int64_t tail_tokens = 0;
   std::vector<int32_t> tail_pages;
   std::string session_id;
@@ -57,7 +63,7 @@ struct SessionInfo {
   std::string id;
   int64_t tokens = 0;   // cached tokens of its last turn (its tail included)
   int64_t bytes = 0;    // KV bytes those tokens take (pages shared with others counted fully)
-  bool sparse = false;  // host store (true) or KV pool (false)
+  bool in_host = false;  // host store (true) or KV pool (false)
   bool running = false;
   absl::Time last_use;
 };
@@ -70,11 +76,11 @@ struct PrefixCacheCounters {
 
 class PrefixCache {
  public:
-  // `host` may be null (no sparse cache). Both must outlive the PrefixCache.
+  // `host` may be null (no host store). Both must outlive the PrefixCache.
   PrefixCache(const PrefixCacheOptions& options, KvPool& pool, HostKvStore* host);
   ~PrefixCache();
 
-  // The cached prefix of `prompt` in the index of `sparse` kind, locked for the request: at most
+  // The cached prefix of `prompt` for a request of `sparse` kind (BestMatch), locked: at most
   // prompt - 1 tokens (the last prompt token is always computed, for its logits). No hit when
   // the request has no session and sessionless caching is off. FAILED_PRECONDITION when the
   // session already has a request running.
@@ -92,12 +98,13 @@ class PrefixCache {
   // With `always`, as Resume matches (whatever kv_cache.prefix_cache says).
   struct Peek {
     int64_t tokens = 0;             // cached tokens the request would reuse
-    int64_t reclaimable_after = 0;  // reclaimable pages of its kind once it locks them
+    bool host = false;              // in the host index (a dense request copies them in)
+    int64_t reclaimable_after = 0;  // reclaimable pages of that index once it locks them
   };
   Peek PeekHit(bool sparse, absl::Span<const int32_t> prompt, const std::string& session_id,
                bool always = false) const;
-  // The hit's pages, block-major (dense: one block per page-size tokens; sparse: layers x KV
-  // heads host pages per block).
+  // The hit's pages, block-major (pool: one block per page-size tokens; host: layers x KV heads
+  // pages per block).
   void HitPages(const PrefixHit& hit, std::vector<int32_t>* out) const;
 
   // The request ends. With `kv_valid`, its first `blocks` full blocks of `tokens` (whose pages
@@ -106,6 +113,26 @@ class PrefixCache {
   // Unlocks the hit.
   void Finish(PrefixHit& hit, bool kv_valid, absl::Span<const int32_t> tokens, int64_t blocks,
               absl::FunctionRef<absl::Span<const int32_t>(int64_t block)> pages_of, absl::Time now);
+
+  // Offload (a dense session's turn ends, with a host store): the host pages for the blocks of
+  // `tokens` (`blocks` whole ones, then a tail) that the host index lacks, freed by evicting if
+  // needed. The caller copies blocks [first_block, end) into `pages` (block-major), then calls
+  // FinishOffload. Null when the request is not a dense session's or the room is not there (it
+  // finishes as before then: Finish caches it in the pool's index).
+  struct Offload {
+    PrefixTree::Node* present = nullptr;  // the host index's match of the first blocks (locked)
+    int64_t first_block = 0;
+    int64_t end_block = 0;   // `blocks`, plus one for a tail
+    HostKvSequence pages;    // page i of (layer, head) holds block first_block + i
+    // The pages block-major, as KvPool::CopyToHost takes them.
+    std::vector<int32_t> block_major;
+  };
+  std::unique_ptr<Offload> BeginOffload(const PrefixHit& hit, absl::Span<const int32_t> tokens,
+                                        int64_t blocks);
+  // After the copies are enqueued (on the stream every later reader waits for): the blocks enter
+  // the host index, and the session's KV is them; unlocks the hit.
+  void FinishOffload(PrefixHit& hit, Offload& offload, absl::Span<const int32_t> tokens,
+                     int64_t blocks, absl::Time now);
 
   // Frees cache until `blocks` KV-pool blocks and `host_pages` host pages are free, evicting
   // unlocked pages least recently used first, then dropping idle sessions least recently used
@@ -130,35 +157,46 @@ class PrefixCache {
 
  private:
   struct Session {
-    bool sparse = false;
+    bool host = false;                 // its KV is in the host index
     PrefixTree::Node* node = nullptr;  // locked kSession; null when it cached nothing
     bool running = false;
     absl::Time last_use;
   };
-  PrefixTree& tree(bool sparse) { return sparse ? *sparse_ : dense_; }
-  const PrefixTree* tree_or_null(bool sparse) const { return sparse ? sparse_.get() : &dense_; }
+  PrefixTree& tree(bool host) { return host ? *host_tree_ : dense_; }
+  const PrefixTree* tree_or_null(bool host) const { return host ? host_tree_.get() : &dense_; }
   int64_t MaxHitBlocks(absl::Span<const int32_t> prompt) const;
-  // The tail a request reusing `node`'s path can copy (dense only; none for sparse).
-  PrefixTree::TailMatch MatchTail(bool sparse, const PrefixTree::Node* node,
-                                  absl::Span<const int32_t> tokens) const;
+  // The longest hit of `tokens` for a request of `sparse` kind: the host index for a sparse
+  // request; for a dense one the pool's, or the host's when that is longer.
+  struct HitMatch {
+    bool host = false;
+    PrefixTree::Node* node = nullptr;
+    PrefixTree::TailMatch tail;
+    int64_t tokens = 0;
+  };
+  HitMatch BestMatch(bool sparse, absl::Span<const int32_t> tokens) const;
+  HitMatch MatchIn(bool host, bool sparse, absl::Span<const int32_t> tokens) const;
   void MatchAndLock(absl::Span<const int32_t> tokens, PrefixHit* hit);
-  // Inserts `tokens` (whole blocks, then a dense tail) and returns the deepest node.
-  PrefixTree::Node* Cache(bool sparse, absl::Span<const int32_t> tokens, int64_t blocks,
+  // Inserts `tokens` (whole blocks, then a tail unless the pages are a sparse request's) and
+  // returns the deepest node.
+  PrefixTree::Node* Cache(bool host, bool tail, absl::Span<const int32_t> tokens, int64_t blocks,
                           absl::FunctionRef<absl::Span<const int32_t>(int64_t block)> pages_of);
+  // The turn ends: the hit is unlocked and the session's KV becomes `cached` (in the host index
+  // or the pool's), unless that is null (a failed turn keeps the last one).
+  void EndTurn(PrefixHit& hit, PrefixTree::Node* cached, bool host, absl::Time now);
   bool Caches(const std::string& session_id) const {
     return !session_id.empty() || options_.cache_sessionless;
   }
   // Unlocks the session's KV and frees what nothing else holds; erases it.
   void DropSession(absl::flat_hash_map<std::string, Session>::iterator it, EvictionReason reason);
-  void Evict(bool sparse, int64_t pages, EvictionReason reason);
-  int64_t BytesPerBlock(bool sparse) const;
+  void Evict(bool host, int64_t pages, EvictionReason reason);
+  int64_t BytesPerBlock(bool host) const;
   void UpdateSessionBytes();
 
   PrefixCacheOptions options_;
   KvPool& pool_;
   HostKvStore* host_;
-  PrefixTree dense_;
-  std::unique_ptr<PrefixTree> sparse_;  // null without a host store
+  PrefixTree dense_;                        // KV-pool blocks
+  std::unique_ptr<PrefixTree> host_tree_;  // host pages; null without a host store
   absl::flat_hash_map<std::string, Session> sessions_;
   PrefixCacheCounters counters_;
 };

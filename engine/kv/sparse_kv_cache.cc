@@ -158,8 +158,25 @@ void SparseKvCache::Release(WorkingSet& ws) {
   live_.erase(it);
 }
 
+void SparseKvCache::SummarizeLater(absl::Span<const PageId> pages) {
+  if (index_->scoring() != PageScoring::kQuest) return;  // exact scoring reads the keys
+  pending_summaries_.insert(pending_summaries_.end(), pages.begin(), pages.end());
+}
+
+void SparseKvCache::RunPendingSummaries(const StepPlan& plan) {
+  if (summaries_planned_ == 0) return;
+  const DeviceSpan<int32_t> pages = plan.Device(summaries_slice_);
+  backend_.SummarizePages(PageSummaryArgs{pages, pages, store_->pool(), index_->summaries()});
+  pending_summaries_.erase(pending_summaries_.begin(),
+                           pending_summaries_.begin() + static_cast<ptrdiff_t>(summaries_planned_));
+  summaries_planned_ = 0;
+}
+
 void SparseKvCache::PlanStep(StepPlan& plan) {
   released_.Reap(/*wait=*/false);
+  // A step that plans them but does not run keeps them for the next.
+  summaries_planned_ = pending_summaries_.size();
+  if (summaries_planned_ > 0) summaries_slice_ = plan.Add<int32_t>(pending_summaries_);
   for (const std::shared_ptr<WorkingSet>& ws : live_) {
     if (ws->needs_init()) {
       ws->StageDeviceState(plan.StageTo(ws->device_state(), ws->device_state_bytes()));

@@ -77,9 +77,17 @@ class SparseKvCache {
   bool Owns(const WorkingSet* ws) const;
   KvStats Stats(const WorkingSet& ws) const { return ws.stats; }
 
+  // Host pages written from outside the sparse cache (a dense session's KV offloaded between
+  // turns): their quest summaries are computed at the start of the next step that runs, before
+  // anything can score them. Their copies must be enqueued on the compute stream already.
+  void SummarizeLater(absl::Span<const PageId> pages);
+
   // --- Per step ---
   // Stages the device state of newly admitted working sets into `plan`; call first.
   void PlanStep(StepPlan& plan);
+  // After the plan's upload, before the step's other operations: the summaries SummarizeLater
+  // asked for.
+  void RunPendingSummaries(const StepPlan& plan);
   SparseDecodeKv& decode() { return *decode_; }
   // After every operation of the step: enqueues the decode counters' readback.
   void EndStep();
@@ -128,6 +136,9 @@ class SparseKvCache {
   std::unique_ptr<SparseDecodeKv> decode_;
   int64_t device_slots_used_ = 0;
   std::vector<std::shared_ptr<WorkingSet>> live_;
+  std::vector<PageId> pending_summaries_;
+  PlanSlice<int32_t> summaries_slice_;  // this step's share of them
+  size_t summaries_planned_ = 0;
   // Released working sets whose state and slots gathers may still write, each until every copy
   // stream has passed its release.
   KeepUntilDone released_;

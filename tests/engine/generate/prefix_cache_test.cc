@@ -14,17 +14,24 @@
 #include "gtest/gtest.h"
 #include "tests/engine/generate/forward_helpers.h"
 #include "tests/engine/generate/greedy_request.h"
+#include "tests/engine/generate/session_kv.h"
 
 namespace specula {
 namespace {
 
 using ::specula::testing::AllTestModels;
 using ::specula::testing::Greedy;
+using ::specula::testing::AllSessionKvs;
+using ::specula::testing::SessionKv;
+using ::specula::testing::SessionKvName;
 using ::specula::testing::TestModelDir;
 
 constexpr int kPage = 16;
 
-GeneratorOptions Options(bool sparse, bool sessionless = false, int64_t kv_tokens = 8192) {
+// A host store of `host_tokens` (-1: 8192 with sparse, none without; dense sessions then stay in
+// the KV pool).
+GeneratorOptions Options(bool sparse, bool sessionless = false, int64_t kv_tokens = 8192,
+                         int64_t host_tokens = -1) {
   GeneratorOptions o;
   o.prefill_chunk_tokens = 48;
   o.kv_cache_tokens = kv_tokens;
@@ -33,7 +40,7 @@ GeneratorOptions Options(bool sparse, bool sessionless = false, int64_t kv_token
   o.sparse.budget_tokens = 32;
   o.sparse.sink_tokens = 16;
   o.sparse.recent_tokens = 32;
-  o.host_capacity_tokens = 8192;
+  o.host_capacity_tokens = host_tokens >= 0 ? host_tokens : (sparse ? 8192 : 0);
   o.prefix_cache.cache_sessionless = sessionless;
   return o;
 }
@@ -82,21 +89,28 @@ GenerationRequest InSession(std::vector<int32_t> prompt, int max_tokens, std::st
 
 int64_t PageFloor(int64_t n) { return n / kPage * kPage; }
 
-class SessionTest : public ::testing::TestWithParam<bool> {};  // dense / sparse
+GeneratorOptions Options(SessionKv kind) {
+  return Options(kind == SessionKv::kSparse, false, 8192,
+                 kind == SessionKv::kDensePool ? 0 : 8192);
+}
+
+class SessionTest : public ::testing::TestWithParam<SessionKv> {};
 
 // Three turns of a conversation; each turn's prompt is the last prompt + its output + new text.
 // Turn N+1 reuses turn N's KV (prompt + output, less the last sampled token, whose KV is computed
-// only when it is fed back): dense, all of it, the partly filled last page by copy-on-write;
-// sparse, every full page. It generates what a server without the session generates for the
-// same prompt.
+// only when it is fed back): dense, all of it, the partly filled last page by copy-on-write
+// (from the pool, or copied back from the host store); sparse, every full page. It generates
+// what a server without the session generates for the same prompt. An offloaded dense session
+// holds no KV-pool block between turns.
 TEST_P(SessionTest, NextTurnReusesTheLastTurnAndGeneratesTheSame) {
-  const bool sparse = GetParam();
+  const SessionKv kind = GetParam();
+  const bool sparse = kind == SessionKv::kSparse;
   const std::string model = TestModelDir(AllTestModels().front());
-  auto gen = Generator::Create(model, Options(sparse)).value();
+  auto gen = Generator::Create(model, Options(kind)).value();
   std::vector<int32_t> prompt = Tokens(37, 1);
   for (int turn = 0; turn < 3; ++turn) {
     const Turn got = RunAlone(*gen, InSession(prompt, 20, "agent-1"));
-    auto fresh = Generator::Create(model, Options(sparse)).value();
+    auto fresh = Generator::Create(model, Options(kind)).value();
     const Turn want = RunAlone(*fresh, Greedy(prompt, 20));
     EXPECT_EQ(got.tokens, want.tokens) << "turn " << turn;
     EXPECT_EQ(want.cached, 0);
@@ -109,9 +123,13 @@ TEST_P(SessionTest, NextTurnReusesTheLastTurnAndGeneratesTheSame) {
     ASSERT_EQ(sessions.size(), 1u);
     EXPECT_EQ(sessions[0].id, "agent-1");
     EXPECT_EQ(sessions[0].tokens, reused);
-    EXPECT_EQ(sessions[0].sparse, sparse);
+    EXPECT_EQ(sessions[0].in_host, kind != SessionKv::kDensePool);
     EXPECT_GT(sessions[0].bytes, 0);
     EXPECT_FALSE(sessions[0].running);
+    if (kind == SessionKv::kDenseOffloaded) {
+      EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
+      EXPECT_EQ(gen->host_pages_used(), sessions[0].bytes / static_cast<int64_t>(gen->host_store()->page_bytes()));
+    }
     prompt = next;
     // The next turn will reuse exactly those tokens.
     if (turn < 2) {
@@ -124,13 +142,13 @@ TEST_P(SessionTest, NextTurnReusesTheLastTurnAndGeneratesTheSame) {
   ASSERT_TRUE(gen->DeleteSession("agent-1").ok());
   EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
   EXPECT_EQ(gen->host_pages_used(), 0);
-  EXPECT_EQ(gen->sparse_cache() ? gen->sparse_cache()->store().used_pages() : 0, 0);
+  EXPECT_EQ(gen->host_pages_cached(), 0);
 }
 
 // A second session whose prompt starts with the same system prompt reuses its pages.
 TEST_P(SessionTest, ASharedSystemPromptIsReusedAcrossSessions) {
-  const bool sparse = GetParam();
-  auto gen = Generator::Create(TestModelDir(AllTestModels().front()), Options(sparse)).value();
+  const bool sparse = GetParam() == SessionKv::kSparse;
+  auto gen = Generator::Create(TestModelDir(AllTestModels().front()), Options(GetParam())).value();
   const std::vector<int32_t> system = Tokens(50, 7);
   RunAlone(*gen, InSession(Concat(system, Tokens(9, 8)), 4, "a"));
   const Turn b = RunAlone(*gen, InSession(Concat(system, Tokens(13, 9)), 4, "b"));
@@ -142,11 +160,105 @@ TEST_P(SessionTest, ASharedSystemPromptIsReusedAcrossSessions) {
   ASSERT_TRUE(gen->DeleteSession("a").ok());
   ASSERT_TRUE(gen->DeleteSession("b").ok());
   EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
-  EXPECT_EQ(gen->sparse_cache() ? gen->sparse_cache()->store().used_pages() : 0, 0);
+  EXPECT_EQ(gen->host_pages_used(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(DenseAndSparse, SessionTest, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "sparse" : "dense"; });
+INSTANTIATE_TEST_SUITE_P(WhereSessionsLive, SessionTest, AllSessionKvs(), SessionKvName);
+
+GenerationRequest InSessionAs(SparseMode mode, std::vector<int32_t> prompt, int max_tokens,
+                              std::string session) {
+  GenerationRequest r = InSession(std::move(prompt), max_tokens, std::move(session));
+  r.sparse.mode = mode;
+  return r;
+}
+
+// A conversation that switches between dense and sparse turns keeps its KV in the host store
+// either way, so each turn reuses the last one's whole pages: a sparse turn scores an offloaded
+// dense turn's pages by the summaries computed at offload (a budget of 2 pages out of ~8
+// candidates, so a wrong summary changes the selection), and a dense turn copies a sparse
+// turn's pages into its blocks. Each turn generates what a fresh server does for its prompt.
+TEST(SessionTest, ATurnOfTheOtherKindReusesTheConversationsKv) {
+  const std::string model = TestModelDir(AllTestModels().front());
+  GeneratorOptions o = Options(true);
+  o.sparse.min_context_tokens = 1 << 20;  // each request names its kind
+  auto gen = Generator::Create(model, o).value();
+  std::vector<int32_t> prompt = Tokens(130, 4);
+  const SparseMode kinds[] = {SparseMode::kDense, SparseMode::kSparse, SparseMode::kDense,
+                              SparseMode::kSparse};
+  for (int turn = 0; turn < 4; ++turn) {
+    const Turn got = RunAlone(*gen, InSessionAs(kinds[turn], prompt, 12, "agent"));
+    auto fresh = Generator::Create(model, o).value();
+    const Turn want = RunAlone(*fresh, InSessionAs(kinds[turn], prompt, 12, "other"));
+    EXPECT_EQ(got.tokens, want.tokens) << "turn " << turn;
+    if (turn > 0) EXPECT_GE(got.cached, PageFloor(static_cast<int64_t>(prompt.size()) - 30));
+    const std::vector<SessionInfo> sessions = gen->ListSessions();
+    ASSERT_EQ(sessions.size(), 1u);
+    EXPECT_TRUE(sessions[0].in_host);
+    EXPECT_EQ(gen->kv_pool().used_blocks(), 0) << "turn " << turn;
+    prompt = Concat(Concat(prompt, got.tokens), Tokens(17, turn + 20));
+  }
+  ASSERT_TRUE(gen->DeleteSession("agent").ok());
+  EXPECT_EQ(gen->host_pages_used(), 0);
+  EXPECT_EQ(gen->host_pages_cached(), 0);
+}
+
+// Offloading makes room in the host store like any other request: the least recently used idle
+// session there is dropped. A turn whose KV the store cannot hold at all stays in the KV pool.
+TEST(SessionTest, OffloadDropsTheLeastRecentlyUsedHostSessionOrStaysInThePool) {
+  // 12 pages per layer and KV head: two sessions of 5 (80 tokens, no tail) fit, not three.
+  auto gen = Generator::Create(TestModelDir(AllTestModels().front()),
+                               Options(false, false, 8192, 12 * kPage))
+                 .value();
+  RunAlone(*gen, InSession(Tokens(79, 1), 2, "old"));  // 80 tokens of KV
+  RunAlone(*gen, InSession(Tokens(79, 2), 2, "mid"));
+  RunAlone(*gen, InSession(Tokens(79, 3), 2, "new"));
+  std::vector<SessionInfo> left = gen->ListSessions();
+  ASSERT_EQ(left.size(), 2u);
+  EXPECT_EQ(left[0].id, "mid");
+  EXPECT_EQ(left[1].id, "new");
+  EXPECT_TRUE(left[0].in_host && left[1].in_host);
+  EXPECT_EQ(gen->prefix_cache_counters()
+                .evicted_pages[static_cast<int>(EvictionReason::kSessionDropped)],
+            5 * gen->host_store()->num_layers() * gen->host_store()->num_kv_heads());
+  EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
+  // 15 blocks of KV: more than the whole store.
+  RunAlone(*gen, InSession(Tokens(239, 5), 2, "huge"));
+  left = gen->ListSessions();
+  ASSERT_EQ(left.size(), 1u);  // the store was emptied trying, then the pool kept it
+  EXPECT_EQ(left[0].id, "huge");
+  EXPECT_FALSE(left[0].in_host);
+  EXPECT_EQ(left[0].tokens, 240);
+  EXPECT_EQ(gen->kv_blocks_used(), 15);
+  ASSERT_TRUE(gen->DeleteSession("huge").ok());
+  EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
+  EXPECT_EQ(gen->host_pages_used(), 0);
+}
+
+// A dense turn reusing host pages copies them into blocks of its own, so admission counts every
+// block it needs, cached or not: with 6 of 12 blocks held by a running request, the session's
+// next turn (100 tokens, 80 of them in the host store) needs 7 and waits.
+TEST(SessionTest, ADenseTurnReloadingHostPagesNeedsBlocksForThemToo) {
+  auto gen = Generator::Create(TestModelDir(AllTestModels().front()),
+                               Options(false, false, 12 * kPage, 4096))
+                 .value();
+  const std::vector<int32_t> first = Tokens(79, 1);
+  const Turn turn1 = RunAlone(*gen, InSession(first, 2, "s"));  // 80 tokens kept, in the host
+  ASSERT_TRUE(gen->ListSessions()[0].in_host);
+  auto big = gen->Add(Greedy(Tokens(80, 2), 100)).value();
+  std::vector<SequenceOutput> outputs;
+  ASSERT_TRUE(gen->Step(&outputs).ok());
+  ASSERT_TRUE(gen->Step(&outputs).ok());
+  ASSERT_EQ(gen->kv_blocks_used(), 6);
+  const std::vector<int32_t> next = Concat(Concat(first, turn1.tokens), Tokens(19, 3));
+  ASSERT_EQ(next.size(), 100u);
+  EXPECT_FALSE(gen->HasRoomFor(InSession(next, 4, "s")));
+  SequenceOutput cancelled;
+  ASSERT_TRUE(gen->Cancel(big, &cancelled).ok());
+  EXPECT_TRUE(gen->HasRoomFor(InSession(next, 4, "s")));
+  EXPECT_EQ(RunAlone(*gen, InSession(next, 4, "s")).cached, 80);
+  ASSERT_TRUE(gen->DeleteSession("s").ok());
+  EXPECT_EQ(gen->host_pages_used(), 0);
+}
 
 TEST(SessionTest, DeleteIsNotFoundForAnUnknownIdAndRefusedWhileRunning) {
   auto gen = Generator::Create(TestModelDir(AllTestModels().front()), Options(false)).value();

@@ -342,6 +342,32 @@ TEST(SparseGenerationTest, BadSparseRequestsAreRejected) {
   EXPECT_NE(s.message().find("host_capacity_tokens"), std::string::npos) << s;
 }
 
+// kv_cache.host_capacity_tokens: -1 gives sparse.enabled its default store and a dense-only
+// engine none; sparse.enabled with none (0), or a value out of range, fails naming the key.
+TEST(SparseGenerationTest, TheHostStoreIsSizedByKvCacheHostCapacityTokens) {
+  GeneratorOptions o = Options(true, SpeculationMode::kNone, MissPolicy::kFetch, 32);
+  o.host_capacity_tokens = -1;
+  auto sparse = Generator::Create(TestModelDir("llama3-f32"), o).value();
+  const ModelConfig& c = sparse->model_config();
+  EXPECT_EQ(sparse->host_pages_capacity(), GeneratorOptions::kDefaultHostCapacityTokens /
+                                               o.page_size * c.num_hidden_layers *
+                                               c.num_key_value_heads);
+  o.sparse.enabled = false;
+  auto dense = Generator::Create(TestModelDir("llama3-f32"), o).value();
+  EXPECT_EQ(dense->host_store(), nullptr);
+  EXPECT_EQ(dense->host_pages_capacity(), 0);
+  o.host_capacity_tokens = 512;
+  EXPECT_EQ(Generator::Create(TestModelDir("llama3-f32"), o).value()->host_pages_capacity(),
+            512 / o.page_size * c.num_hidden_layers * c.num_key_value_heads);
+  for (int64_t bad : {int64_t{0}, int64_t{-2}, (int64_t{1} << 30) + 1}) {
+    o.sparse.enabled = bad == 0;
+    o.host_capacity_tokens = bad;
+    const absl::Status s = Generator::Create(TestModelDir("llama3-f32"), o).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("kv_cache.host_capacity_tokens"), std::string::npos) << s;
+  }
+}
+
 TEST(SparseGenerationTest, FullHostStoreIsResourceExhaustedAtAdmission) {
   GeneratorOptions o = Options(true, SpeculationMode::kNone, MissPolicy::kFetch, 32);
   o.host_capacity_tokens = 256;

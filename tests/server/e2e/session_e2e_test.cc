@@ -9,6 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/engine/generate/session_kv.h"
 #include "tests/server/e2e/test_server.h"
 #include "tests/server/prometheus_scrape.h"
 
@@ -21,7 +22,8 @@ constexpr int kPage = 16;
 
 // Sparse requests run with a working set far smaller than the prompts (sinks 1 page + recent
 // 1 page + budget 2 pages), so reused pages are selected and prefetched like computed ones.
-void SessionConfig(ServerConfig& c, bool sparse) {
+void SessionConfig(ServerConfig& c, SessionKv kind) {
+  const bool sparse = kind == SessionKv::kSparse;
   c.server.metrics_listen = "127.0.0.1:0";
   c.kv_cache.page_size = kPage;
   c.kv_cache.prefix_cache = false;  // session-less requests are computed from scratch
@@ -30,7 +32,11 @@ void SessionConfig(ServerConfig& c, bool sparse) {
   c.sparse.options.sink_tokens = 16;
   c.sparse.options.recent_tokens = 16;
   c.sparse.options.min_context_tokens = 0;
-  c.kv_cache.host_capacity_tokens = 65536;
+  c.kv_cache.host_capacity_tokens = kind == SessionKv::kDensePool ? 0 : 65536;
+}
+
+void SessionConfig(ServerConfig& c, bool sparse) {
+  SessionConfig(c, sparse ? SessionKv::kSparse : SessionKv::kDensePool);
 }
 
 std::vector<int32_t> Text(int n, int seed) {
@@ -53,12 +59,15 @@ Exposition IdleMetrics(Server& server) {
   return m;
 }
 
-class SessionE2eTest : public ::testing::TestWithParam<bool> {};  // dense / sparse
+class SessionE2eTest : public ::testing::TestWithParam<SessionKv> {};
 
 // Four turns of an agent: each prompt is the last prompt, the model's answer and a tool result.
+// An offloaded dense session holds host memory between turns and no KV-cache block.
 TEST_P(SessionE2eTest, TurnsReuseTheConversationsKvAndAnswerAsWithoutTheSession) {
-  const bool sparse = GetParam();
-  auto server = StartServer([&](ServerConfig& c) { SessionConfig(c, sparse); });
+  const SessionKv kind = GetParam();
+  const bool sparse = kind == SessionKv::kSparse;
+  const bool in_host = kind != SessionKv::kDensePool;
+  auto server = StartServer([&](ServerConfig& c) { SessionConfig(c, kind); });
   ASSERT_NE(server, nullptr);
   auto stub = Connect(server->address());
   v1::ModelInfo info;
@@ -100,9 +109,9 @@ TEST_P(SessionE2eTest, TurnsReuseTheConversationsKvAndAnswerAsWithoutTheSession)
     const v1::Session& s = list.sessions(0);
     EXPECT_EQ(s.session_id(), "agent-7");
     EXPECT_EQ(s.cached_tokens(), static_cast<uint64_t>(kept));
-    EXPECT_EQ(sparse ? s.host_bytes() : s.kv_cache_bytes(),
+    EXPECT_EQ(in_host ? s.host_bytes() : s.kv_cache_bytes(),
               kept_pages * kPage * kv_bytes_per_token);
-    EXPECT_EQ(sparse ? s.kv_cache_bytes() : s.host_bytes(), 0u);
+    EXPECT_EQ(in_host ? s.kv_cache_bytes() : s.host_bytes(), 0u);
     EXPECT_FALSE(s.running());
     EXPECT_GT(s.last_use_unix_ms(), absl::ToUnixMillis(absl::Now() - absl::Minutes(1)));
   }
@@ -111,6 +120,10 @@ TEST_P(SessionE2eTest, TurnsReuseTheConversationsKvAndAnswerAsWithoutTheSession)
   EXPECT_EQ(m.Get("specula_prefix_cache_hit_tokens_total"), static_cast<double>(reused));
   EXPECT_EQ(m.Get("specula_sessions"), 1);
   EXPECT_GT(m.Get("specula_session_kv_bytes"), 0);
+  if (in_host) {
+    EXPECT_EQ(m.Get("specula_kv_cache_blocks_used"), 0);
+    EXPECT_GT(m.Get("specula_kv_host_pages_used"), 0);
+  }
 
   v1::DeleteSessionRequest del;
   del.set_session_id("agent-7");
@@ -352,8 +365,7 @@ TEST(SessionE2eTest, AFullHostStorePreemptsSparseRequestsAndEveryStreamAnswersEx
   EXPECT_EQ(m.Get("specula_kv_cache_blocks_used"), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(DenseAndSparse, SessionE2eTest, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "sparse" : "dense"; });
+INSTANTIATE_TEST_SUITE_P(WhereSessionsLive, SessionE2eTest, AllSessionKvs(), SessionKvName);
 
 }  // namespace
 }  // namespace specula::testing
