@@ -55,6 +55,7 @@ struct ModeResult {
   double wall_seconds = 0;
   int64_t peak_kv_bytes = 0;  // KV pool + host store pages held, cached ones included
   int64_t session_bytes = 0;  // at the end
+  int64_t pool_bytes_at_end = 0;  // KV-pool blocks held at the end (sessions in the pool)
 };
 
 class AgentRun {
@@ -68,7 +69,7 @@ class AgentRun {
       convs_[c].prompt = system;
       const std::vector<int32_t> user = Ids(o.user_tokens, 100 + c);
       convs_[c].prompt.insert(convs_[c].prompt.end(), user.begin(), user.end());
-      if (mode == "session") convs_[c].session = absl::StrCat("agent-", c);
+      if (mode != "none" && mode != "prefix") convs_[c].session = absl::StrCat("agent-", c);
       convs_[c].ready = Clock::now();
     }
   }
@@ -85,6 +86,8 @@ class AgentRun {
     }
     result_.wall_seconds = Seconds(Clock::now() - start);
     result_.session_bytes = g_.prefix_cache_counters().session_bytes;
+    result_.pool_bytes_at_end =
+        static_cast<int64_t>(g_.kv_pool().used_blocks()) * g_.kv_pool().bytes_per_block();
     return result_;
   }
 
@@ -156,8 +159,8 @@ class AgentRun {
   int64_t HeldBytes() const {
     int64_t bytes =
         static_cast<int64_t>(g_.kv_pool().used_blocks()) * g_.kv_pool().bytes_per_block();
-    if (SparseKvCache* s = const_cast<Generator&>(g_).sparse_cache()) {
-      bytes += static_cast<int64_t>(s->store().used_pages()) * s->store().page_bytes();
+    if (const HostKvStore* host = g_.host_store()) {
+      bytes += static_cast<int64_t>(host->used_pages()) * static_cast<int64_t>(host->page_bytes());
     }
     return bytes;
   }
@@ -181,6 +184,8 @@ absl::StatusOr<ModeResult> RunMode(const std::string& model_dir, const AgentBenc
   go.max_running = o.conversations;
   go.prefill_chunk_tokens = 512;
   go.prefix_cache.cache_sessionless = mode == "prefix";
+  // Sessions offloaded to a host store as large as the pool, the pool left to running turns.
+  if (mode == "offload") go.host_capacity_tokens = go.kv_cache_tokens;
   absl::StatusOr<std::unique_ptr<Generator>> g = Generator::Create(model_dir, go);
   if (!g.ok()) return g.status();
   return AgentRun(**g, o, mode).Run();
@@ -213,16 +218,16 @@ void Print(const AgentBenchOptions& o, const std::map<std::string, ModeResult>& 
   }
   std::cout << "\n| mode | TTFT turn " << o.turns
             << " / turn 1 | prefix hit ratio | wall s | peak KV held MB | session KV MB at end "
-               "|\n|---|---|---|---|---|---|\n";
+               "| KV-pool MB at end |\n|---|---|---|---|---|---|---|\n";
   for (const std::string& m : o.modes) {
     const ModeResult& r = results.at(m);
     int64_t prompt = 0, cached = 0;
     for (const TurnStats& s : r.turns) prompt += s.prompt_tokens, cached += s.cached_tokens;
     std::cout << absl::StrFormat(
-        "| %s | %.2f | %.3f | %.2f | %.1f | %.1f |\n", m,
+        "| %s | %.2f | %.3f | %.2f | %.1f | %.1f | %.1f |\n", m,
         Mean(r.turns.back().ttft) / Mean(r.turns.front().ttft),
         prompt > 0 ? static_cast<double>(cached) / prompt : 0.0, r.wall_seconds,
-        r.peak_kv_bytes / 1e6, r.session_bytes / 1e6);
+        r.peak_kv_bytes / 1e6, r.session_bytes / 1e6, r.pool_bytes_at_end / 1e6);
   }
 }
 
@@ -231,9 +236,9 @@ void Print(const AgentBenchOptions& o, const std::map<std::string, ModeResult>& 
 int RunAgentBench(const AgentBenchOptions& o) {
   namespace fs = std::filesystem;
   for (const std::string& m : o.modes) {
-    if (m != "none" && m != "prefix" && m != "session") {
+    if (m != "none" && m != "prefix" && m != "session" && m != "offload") {
       std::cerr << "specula-bench agent: --modes: unknown mode '" << m
-                << "' (none|prefix|session)\n";
+                << "' (none|prefix|session|offload)\n";
       return 2;
     }
   }

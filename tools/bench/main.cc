@@ -89,7 +89,8 @@ ABSL_FLAG(int32_t, output_tokens, 32, "agent: answer tokens per turn");
 ABSL_FLAG(int32_t, think_ms, 0, "agent: pause between a turn's end and the next turn");
 ABSL_FLAG(std::vector<std::string>, modes,
           std::vector<std::string>({"none", "prefix", "session"}),
-          "agent: none (no reuse), prefix (kv_cache.prefix_cache), session (session_id)");
+          "agent: none (no reuse), prefix (kv_cache.prefix_cache), session (session_id), "
+          "offload (session_id with a host store: sessions wait in host memory)");
 
 namespace {
 
