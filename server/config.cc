@@ -587,6 +587,9 @@ absl::Status ParseHostPort(absl::string_view host_port, std::string* host, int* 
 
 int64_t HostCapacityTokens(const ServerConfig& c) {
   if (c.kv_cache.host_capacity_tokens >= 0) return c.kv_cache.host_capacity_tokens;
+  // The old key sized the store of the sparse cache only: a config that set it with the cache
+  // off (as the reference file did) does not get pinned memory it never asked for.
+  if (!c.sparse.options.enabled) return -1;
   return c.sparse.host_capacity_tokens.value_or(-1);
 }
 

@@ -116,7 +116,7 @@ absl::StatusOr<ServerConfig> ParseConfigYaml(absl::string_view yaml_text,
 absl::StatusOr<ServerConfig> LoadConfigFile(const std::string& path);
 
 // kv_cache.host_capacity_tokens, or its old name sparse.host_capacity_tokens when only that is
-// set (-1 when neither is).
+// set and sparse.enabled (the old key sized the sparse cache's store only); -1 otherwise.
 int64_t HostCapacityTokens(const ServerConfig& config);
 
 // Checks every value and the relations between them; INVALID_ARGUMENT names the key path.

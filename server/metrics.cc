@@ -215,11 +215,12 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                                    "Bytes copied host -> device synchronously on misses.");
   kv_host_pages_used_ = AddGauge(r, "specula_kv_host_pages_used",
                                  "Host KV store pages (one layer's and KV head's "
-                                 "kv_cache.page_size tokens) held by sparse requests.");
+                                 "kv_cache.page_size tokens) held by sparse requests and "
+                                 "sessions.");
   kv_host_pages_capacity_ =
       AddGauge(r, "specula_kv_host_pages_capacity",
                "Host KV store pages in total (kv_cache.host_capacity_tokens per layer and KV head); "
-               "0 when sparse.enabled is false.");
+               "0 without a host store.");
   kv_device_slots_used_ = AddGauge(r, "specula_kv_device_slots_used",
                                    "KV cache pages on the device held by sparse working sets "
                                    "(selected pages, sinks, recent window, prefetch slots).");

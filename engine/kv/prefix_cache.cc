@@ -86,6 +86,9 @@ PrefixCache::HitMatch PrefixCache::BestMatch(bool sparse, absl::Span<const int32
 PrefixCache::Peek PrefixCache::PeekHit(bool sparse, absl::Span<const int32_t> prompt,
                                        const std::string& session_id, bool always) const {
   Peek peek;
+  // Without a hit, the index whose pages the request's own KV takes (a sparse one's host
+  // pages leave every reclaimable pool block reclaimable).
+  peek.host = sparse;
   if (sparse && host_tree_ == nullptr) return peek;
   peek.reclaimable_after = tree_or_null(sparse)->reclaimable_pages();
   if (!always && !Caches(session_id)) return peek;
@@ -199,6 +202,13 @@ std::unique_ptr<PrefixCache::Offload> PrefixCache::BeginOffload(
   const bool tail = static_cast<int64_t>(tokens.size()) > blocks * t.page_size();
   offload->end_block = blocks + (tail ? 1 : 0);
   const int64_t new_blocks = offload->end_block - offload->first_block;
+  // A turn that cannot fit even with every idle session dropped stays in the pool, and the
+  // sessions stay too.
+  const int64_t already = t.UnrunPathPages(offload->present);
+  if (new_blocks * t.pages_per_block() >
+      host_->free_pages() + t.reclaimable_pages() - already) {
+    return nullptr;
+  }
   // Kept while room is made: the blocks already there are not copied again.
   t.Lock(offload->present, PrefixTree::LockKind::kRunning);
   absl::StatusOr<HostKvSequence> pages = absl::ResourceExhaustedError("no room");
@@ -241,8 +251,8 @@ void PrefixCache::EndTurn(PrefixHit& hit, PrefixTree::Node* cached, bool host, a
   PrefixTree& t = tree(hit.host);
   t.Unlock(hit.node, PrefixTree::LockKind::kRunning);
   // A request that does not cache can still have hit pages it parked when preempted: they go
-  // with it (unless something else holds them).
-  if (!Caches(hit.session_id)) t.EvictPath(hit.node);
+  // with it (unless something else holds them). A hit in the other index is not its own.
+  if (!Caches(hit.session_id) && hit.host == hit.sparse) t.EvictPath(hit.node);
   hit.node = nullptr;
   if (!hit.session_id.empty()) {
     auto it = sessions_.find(hit.session_id);

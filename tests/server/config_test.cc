@@ -428,11 +428,18 @@ TEST(ConfigTest, SparseValuesAreTheEnginesRules) {
 }
 
 // kv_cache.host_capacity_tokens took over sparse.host_capacity_tokens: the old name is still
-// read, alone; both, disagreeing, is an error; sparse.enabled without a host store is one too.
+// read, alone and with sparse.enabled; both, disagreeing, is an error; sparse.enabled without a
+// host store is one too.
 TEST(ConfigTest, HostCapacityHasOneNameAndAnOldOne) {
-  absl::StatusOr<ServerConfig> old = ParseConfigYaml("sparse:\n  host_capacity_tokens: 4096\n", "t");
+  absl::StatusOr<ServerConfig> old =
+      ParseConfigYaml("sparse:\n  enabled: true\n  host_capacity_tokens: 4096\n", "t");
   ASSERT_TRUE(old.ok()) << old.status();
   EXPECT_EQ(HostCapacityTokens(*old), 4096);
+  // With the sparse cache off the old key sized nothing, and still does.
+  absl::StatusOr<ServerConfig> off_old =
+      ParseConfigYaml("sparse:\n  enabled: false\n  host_capacity_tokens: 262144\n", "t");
+  ASSERT_TRUE(off_old.ok()) << off_old.status();
+  EXPECT_EQ(HostCapacityTokens(*off_old), -1);
   absl::StatusOr<ServerConfig> both = ParseConfigYaml(
       "kv_cache:\n  host_capacity_tokens: 4096\nsparse:\n  host_capacity_tokens: 4096\n", "t");
   ASSERT_TRUE(both.ok()) << both.status();

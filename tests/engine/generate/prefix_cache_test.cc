@@ -203,7 +203,8 @@ TEST(SessionTest, ATurnOfTheOtherKindReusesTheConversationsKv) {
 }
 
 // Offloading makes room in the host store like any other request: the least recently used idle
-// session there is dropped. A turn whose KV the store cannot hold at all stays in the KV pool.
+// session there is dropped. A turn whose KV the store cannot hold even so stays in the KV pool,
+// and drops no session trying.
 TEST(SessionTest, OffloadDropsTheLeastRecentlyUsedHostSessionOrStaysInThePool) {
   // 12 pages per layer and KV head: two sessions of 5 (80 tokens, no tail) fit, not three.
   auto gen = Generator::Create(TestModelDir(AllTestModels().front()),
@@ -224,12 +225,16 @@ TEST(SessionTest, OffloadDropsTheLeastRecentlyUsedHostSessionOrStaysInThePool) {
   // 15 blocks of KV: more than the whole store.
   RunAlone(*gen, InSession(Tokens(239, 5), 2, "huge"));
   left = gen->ListSessions();
-  ASSERT_EQ(left.size(), 1u);  // the store was emptied trying, then the pool kept it
+  ASSERT_EQ(left.size(), 3u);
   EXPECT_EQ(left[0].id, "huge");
   EXPECT_FALSE(left[0].in_host);
   EXPECT_EQ(left[0].tokens, 240);
+  EXPECT_TRUE(left[1].in_host && left[2].in_host);
   EXPECT_EQ(gen->kv_blocks_used(), 15);
-  ASSERT_TRUE(gen->DeleteSession("huge").ok());
+  EXPECT_EQ(gen->prefix_cache_counters()
+                .evicted_pages[static_cast<int>(EvictionReason::kSessionDropped)],
+            5 * gen->host_store()->num_layers() * gen->host_store()->num_kv_heads());
+  for (const char* id : {"huge", "mid", "new"}) ASSERT_TRUE(gen->DeleteSession(id).ok());
   EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
   EXPECT_EQ(gen->host_pages_used(), 0);
 }
@@ -258,6 +263,59 @@ TEST(SessionTest, ADenseTurnReloadingHostPagesNeedsBlocksForThemToo) {
   EXPECT_EQ(RunAlone(*gen, InSession(next, 4, "s")).cached, 80);
   ASSERT_TRUE(gen->DeleteSession("s").ok());
   EXPECT_EQ(gen->host_pages_used(), 0);
+}
+
+// A dense session turn that reloads host pages can be preempted like any dense sequence: its
+// blocks are parked in the pool's index and the host hit unlocked; it resumes and answers as
+// alone. A 12-block pool: A (20 + 100 tokens, 8 blocks at the end) runs; S, the session's next
+// turn (100 tokens, 80 reloaded from the host store, + 30: 9 blocks), starts second, so it is
+// the one preempted when A grows.
+TEST(PreemptionTest, ADenseTurnReloadedFromHostIsPreemptedAndResumedExactly) {
+  const std::string model = TestModelDir(AllTestModels().front());
+  auto gen = Generator::Create(model, Options(false, false, 12 * kPage, 4096)).value();
+  const std::vector<int32_t> first = Tokens(79, 1);
+  const Turn turn1 = RunAlone(*gen, InSession(first, 2, "s"));
+  ASSERT_TRUE(gen->ListSessions()[0].in_host);
+  const GenerationRequest a = Greedy(Tokens(20, 2), 100);
+  const GenerationRequest s_turn =
+      InSession(Concat(Concat(first, turn1.tokens), Tokens(19, 3)), 30, "s");
+  auto results = gen->GenerateAll({a, s_turn});
+  ASSERT_TRUE(results.ok()) << results.status();
+  EXPECT_GT(gen->preemptions(), 0);
+  const GenerationRequest requests[] = {a, s_turn};
+  for (int i = 0; i < 2; ++i) {
+    GenerationRequest alone_request = requests[i];
+    alone_request.session_id.clear();
+    auto alone = Generator::Create(model, Options(false)).value();
+    EXPECT_EQ((*results)[i].tokens, alone->GenerateAll({alone_request}).value()[0].tokens) << i;
+  }
+  ASSERT_TRUE(gen->ListSessions()[0].in_host);
+  ASSERT_TRUE(gen->DeleteSession("s").ok());
+  EXPECT_EQ(gen->kv_blocks_used(), 0);
+  EXPECT_EQ(gen->host_pages_used(), 0);
+}
+
+// A sparse request's device slots come from the KV pool; host pages cached by idle sparse
+// sessions are no pool blocks, so they do not make room for them. With the pool held by a dense
+// request, a session-less sparse request (kv_cache.prefix_cache off) has no room.
+TEST(SessionTest, CachedHostPagesAreNotCountedAsFreePoolBlocks) {
+  GeneratorOptions o = Options(true, false, 12 * kPage);
+  auto gen = Generator::Create(TestModelDir(AllTestModels().front()), o).value();
+  RunAlone(*gen, InSession(Tokens(150, 1), 2, "idle"));  // ~9 blocks of host pages per head
+  ASSERT_GT(gen->ListSessions()[0].tokens, 0);
+  GenerationRequest dense = Greedy(Tokens(150, 2), 20);
+  dense.sparse.mode = SparseMode::kDense;
+  auto id = gen->Add(dense).value();
+  std::vector<SequenceOutput> outputs;
+  ASSERT_TRUE(gen->Step(&outputs).ok());
+  ASSERT_GE(gen->kv_blocks_used(), 10);
+  const GenerationRequest sparse = Greedy(Tokens(100, 3), 8);
+  EXPECT_FALSE(gen->HasRoomFor(sparse));
+  EXPECT_EQ(gen->Add(sparse).status().code(), absl::StatusCode::kResourceExhausted);
+  SequenceOutput cancelled;
+  ASSERT_TRUE(gen->Cancel(id, &cancelled).ok());
+  EXPECT_TRUE(gen->HasRoomFor(sparse));
+  ASSERT_TRUE(gen->DeleteSession("idle").ok());
 }
 
 TEST(SessionTest, DeleteIsNotFoundForAnUnknownIdAndRefusedWhileRunning) {
