@@ -5,6 +5,7 @@
 
 #include "engine/common/check.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/dot.h"
 
 namespace specula {
 namespace {
@@ -43,10 +44,7 @@ void AttendPages(const float* qv, int32_t n_pages, PageFn page, int32_t hd, int3
   for (int32_t i = 0; i < n_pages; ++i) {
     const auto [keys, tokens] = page(i);
     for (int32_t t = 0; t < tokens; ++t) {
-      const T* k = keys + static_cast<int64_t>(t) * hd;
-      float dot = 0.0f;
-      for (int32_t c = 0; c < hd; ++c) dot += qv[c] * ToF32(k[c]);
-      scores->push_back(dot * scale);
+      scores->push_back(Dot(qv, keys + static_cast<int64_t>(t) * hd, hd) * scale);
       max_score = std::max(max_score, scores->back());
     }
   }
@@ -58,8 +56,7 @@ void AttendPages(const float* qv, int32_t n_pages, PageFn page, int32_t hd, int3
     for (int32_t t = 0; t < tokens; ++t, ++j) {
       const float p = std::exp((*scores)[j] - max_score);
       denom += p;
-      const T* v = keys + (static_cast<int64_t>(ps) + t) * hd;
-      for (int32_t c = 0; c < hd; ++c) (*acc)[c] += p * ToF32(v[c]);
+      AddScaled(p, keys + (static_cast<int64_t>(ps) + t) * hd, acc->data(), hd);
     }
   }
   const float inv = static_cast<float>(1.0 / denom);

@@ -11,6 +11,7 @@
 
 #include "engine/common/check.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/dot.h"
 #include "engine/cpu/top_pages.h"
 
 namespace specula {
@@ -202,10 +203,7 @@ float ExactScore(const float* queries, int32_t group, int32_t hd, int32_t tokens
   for (int32_t t = 0; t < tokens; ++t) {
     const T* k = keys + static_cast<size_t>(t) * hd;
     for (int32_t g = 0; g < group; ++g) {
-      const float* q = queries + static_cast<size_t>(g) * hd;
-      float dot = 0.0f;
-      for (int32_t c = 0; c < hd; ++c) dot += q[c] * ToF32(k[c]);
-      best = std::max(best, dot);
+      best = std::max(best, Dot(queries + static_cast<size_t>(g) * hd, k, hd));
     }
   }
   return best;

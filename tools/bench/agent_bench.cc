@@ -191,6 +191,80 @@ absl::StatusOr<ModeResult> RunMode(const std::string& model_dir, const AgentBenc
   return AgentRun(**g, o, mode).Run();
 }
 
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// TTFT of `repeats` requests run alone, each a cached `context` followed by `suffix` new tokens
+// (their own, so only the context is reused): the median, in seconds.
+absl::StatusOr<double> SuffixTtft(Generator& g, int context, int suffix, int repeats) {
+  const std::vector<int32_t> prefix = Ids(context, 7);
+  std::vector<SequenceOutput> outputs;
+  auto first_token = [&](std::vector<int32_t> prompt) -> absl::StatusOr<double> {
+    GenerationRequest r;
+    r.prompt = std::move(prompt);
+    r.stopping.max_tokens = 1;
+    r.stopping.ignore_eos = true;
+    const Clock::time_point start = Clock::now();
+    absl::StatusOr<uint64_t> id = g.Add(std::move(r));
+    if (!id.ok()) return id.status();
+    while (g.HasWork()) {
+      outputs.clear();
+      if (absl::Status s = g.Step(&outputs); !s.ok()) return s;
+    }
+    return Seconds(Clock::now() - start);
+  };
+  if (context > 0) {
+    // Caches the context (kv_cache.prefix_cache), as an earlier turn would have.
+    if (absl::StatusOr<double> warm = first_token(prefix); !warm.ok()) return warm.status();
+  }
+  std::vector<double> ttft;
+  for (int i = 0; i < repeats; ++i) {
+    std::vector<int32_t> prompt = prefix;
+    const std::vector<int32_t> own = Ids(suffix, 100 + i);
+    prompt.insert(prompt.end(), own.begin(), own.end());
+    absl::StatusOr<double> t = first_token(std::move(prompt));
+    if (!t.ok()) return t.status();
+    ttft.push_back(*t);
+  }
+  return Median(std::move(ttft));
+}
+
+int RunSuffixProbe(const std::string& model_dir, const AgentBenchOptions& o) {
+  const int first = o.system_tokens + o.user_tokens;
+  const int last = first + (o.turns - 1) * (o.output_tokens + o.tool_tokens);
+  const int suffix = o.tool_tokens + 1;  // a turn's new tokens: the tool result, the last answer
+  GeneratorOptions go;
+  go.threads = o.threads;
+  go.kv_cache_tokens = 4 * (last + suffix);
+  go.prefill_chunk_tokens = 512;
+  go.prefix_cache.cache_sessionless = true;
+  absl::StatusOr<std::unique_ptr<Generator>> g = Generator::Create(model_dir, go);
+  if (!g.ok()) {
+    std::cerr << "specula-bench agent: suffix probe: " << g.status() << "\n";
+    return 1;
+  }
+  std::cout << absl::StrFormat(
+      "\nTTFT of %d new tokens after a cached prefix, one request at a time (median of %d):\n\n"
+      "| cached prefix tokens | TTFT ms | / no prefix |\n|---|---|---|\n",
+      suffix, o.suffix_probe_repeats);
+  double base = 0;
+  std::vector<int> contexts = {0, first};
+  if (last != first) contexts.push_back(last);
+  for (int context : contexts) {
+    absl::StatusOr<double> t = SuffixTtft(**g, context, suffix, o.suffix_probe_repeats);
+    if (!t.ok()) {
+      std::cerr << "specula-bench agent: suffix probe: " << t.status() << "\n";
+      return 1;
+    }
+    if (context == 0) base = *t;
+    std::cout << absl::StrFormat("| %d | %.1f | %.2f |\n", context, *t * 1e3, *t / base);
+  }
+  return 0;
+}
+
 double Mean(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
@@ -243,7 +317,7 @@ int RunAgentBench(const AgentBenchOptions& o) {
     }
   }
   if (o.conversations < 1 || o.turns < 1 || o.system_tokens < 0 || o.user_tokens < 1 ||
-      o.tool_tokens < 0 || o.output_tokens < 1 || o.think_ms < 0) {
+      o.tool_tokens < 0 || o.output_tokens < 1 || o.think_ms < 0 || o.suffix_probe_repeats < 0) {
     std::cerr << "specula-bench agent: --conversations, --turns, --user-tokens and "
                  "--output-tokens must be >= 1, the others >= 0\n";
     return 2;
@@ -280,6 +354,7 @@ int RunAgentBench(const AgentBenchOptions& o) {
     results[m] = *std::move(r);
   }
   if (rc == 0) Print(o, results);
+  if (rc == 0 && o.suffix_probe_repeats > 0) rc = RunSuffixProbe(model_dir, o);
   if (o.work_dir.empty()) fs::remove_all(work);
   return rc;
 }

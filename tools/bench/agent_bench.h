@@ -24,6 +24,10 @@ struct AgentBenchOptions {
   // none: every turn prefilled whole; prefix: kv_cache.prefix_cache without sessions;
   // session: session_id per conversation.
   std::vector<std::string> modes = {"none", "prefix", "session"};
+  // The issue-12 target, measured alone: TTFT of a request whose cached prefix is 0 tokens (a
+  // first turn), the first turn's context, and the last turn's, each followed by the same
+  // tool_tokens + 1 new tokens; the median of this many requests per context (0 = skip).
+  int suffix_probe_repeats = 5;
 };
 
 // Prints Markdown tables to stdout; returns a process exit code.
