@@ -177,6 +177,7 @@ absl::StatusOr<ModeResult> RunMode(const std::string& model_dir, const AgentBenc
                                    const std::string& mode) {
   GeneratorOptions go;
   go.threads = o.threads;
+  go.device = o.device;
   const int64_t context = o.system_tokens + o.user_tokens +
                           int64_t{o.turns} * (o.output_tokens + o.tool_tokens);
   // Room for every conversation's turn and its cached last turn twice over.
@@ -238,6 +239,7 @@ int RunSuffixProbe(const std::string& model_dir, const AgentBenchOptions& o) {
   const int suffix = o.tool_tokens + 1;  // a turn's new tokens: the tool result, the last answer
   GeneratorOptions go;
   go.threads = o.threads;
+  go.device = o.device;
   go.kv_cache_tokens = 4 * (last + suffix);
   go.prefill_chunk_tokens = 512;
   go.prefix_cache.cache_sessionless = true;
@@ -338,9 +340,9 @@ int RunAgentBench(const AgentBenchOptions& o) {
     model_dir = t.out_dir;
   }
   std::cout << absl::StrFormat(
-      "model %s; %d conversations x %d turns; system %d + user %d tokens, then %d output + %d "
-      "tool tokens per turn; think %d ms; TTFT is the mean over conversations\n\n",
-      o.model_dir.empty() ? "100m (generated)" : model_dir, o.conversations, o.turns,
+      "model %s on %s; %d conversations x %d turns; system %d + user %d tokens, then %d output "
+      "+ %d tool tokens per turn; think %d ms; TTFT is the mean over conversations\n\n",
+      o.model_dir.empty() ? "100m (generated)" : model_dir, o.device, o.conversations, o.turns,
       o.system_tokens, o.user_tokens, o.output_tokens, o.tool_tokens, o.think_ms);
   std::map<std::string, ModeResult> results;
   int rc = 0;

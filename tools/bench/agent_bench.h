@@ -21,6 +21,7 @@ struct AgentBenchOptions {
   int output_tokens = 32;       // per turn (greedy, EOS ignored)
   int think_ms = 0;             // between a turn's end and the next turn
   int threads = 0;
+  std::string device = "cpu";  // model.device
   // none: every turn prefilled whole; prefix: kv_cache.prefix_cache without sessions;
   // session: session_id per conversation.
   std::vector<std::string> modes = {"none", "prefix", "session"};

@@ -87,6 +87,7 @@ ABSL_FLAG(int32_t, user_tokens, 64, "agent: each conversation's first user messa
 ABSL_FLAG(int32_t, tool_tokens, 64, "agent: tool result appended after each answer");
 ABSL_FLAG(int32_t, output_tokens, 32, "agent: answer tokens per turn");
 ABSL_FLAG(int32_t, think_ms, 0, "agent: pause between a turn's end and the next turn");
+ABSL_FLAG(std::string, device, "cpu", "agent: model.device of the engine (cpu | cuda | auto)");
 ABSL_FLAG(int32_t, suffix_probe_repeats, 5,
           "agent: afterwards, TTFT of a turn's new tokens after a cached prefix of 0, the first "
           "turn's and the last turn's context, one request at a time: the median of this many "
@@ -114,6 +115,7 @@ int RunAgent() {
   o.output_tokens = absl::GetFlag(FLAGS_output_tokens);
   o.think_ms = absl::GetFlag(FLAGS_think_ms);
   o.suffix_probe_repeats = absl::GetFlag(FLAGS_suffix_probe_repeats);
+  o.device = absl::GetFlag(FLAGS_device);
   o.threads = absl::GetFlag(FLAGS_threads);
   o.modes = absl::GetFlag(FLAGS_modes);
   return specula::RunAgentBench(o);

@@ -66,6 +66,11 @@ server_check() {
 }
 run server server_check
 
+# Issue 12's target on the GPU: sessions in the KV pool and offloaded to pinned host memory, and
+# the TTFT of a turn's new tokens after 0, 576 and 1440 cached tokens (the log has the tables).
+run agent "$bundle/bin/specula-bench" agent --device cuda --modes=session,offload \
+  --suffix-probe-repeats=9 --work_dir /tmp/specula-agent-work
+
 {
   echo "# specula GPU check, $(date -u +%Y-%m-%dT%H:%MZ)"
   echo
