@@ -37,15 +37,10 @@ absl::StatusOr<std::unique_ptr<HostKvStore>> CreateHostStore(const GeneratorOpti
         options.host_capacity_tokens, GeneratorOptions::kDefaultHostCapacityTokens));
   }
   if (tokens == 0) return nullptr;
-  HostKvStoreOptions host;
-  host.num_layers = pool.options().num_layers;
-  host.num_kv_heads = pool.options().num_kv_heads;
-  host.head_dim = pool.options().head_dim;
-  host.page_size = pool.page_size();
-  host.capacity_tokens = tokens;
-  host.dtype = pool.dtype();  // pages move between host and device as bytes
-  absl::StatusOr<std::unique_ptr<HostKvStore>> store = HostKvStore::Create(
-      host, [&backend](size_t bytes) { return backend.AllocatePinnedHost(bytes); });
+  absl::StatusOr<std::unique_ptr<HostKvStore>> store =
+      HostKvStore::Create(pool.HostStoreOptions(tokens), [&backend](size_t bytes) {
+        return backend.AllocatePinnedHost(bytes);
+      });
   if (!store.ok()) {
     return absl::Status(store.status().code(),
                         absl::StrFormat("kv_cache.host_capacity_tokens = %d: %s", tokens,

@@ -109,6 +109,17 @@ void KvPool::CopyFromHost(Stream& stream, const PagePoolView& host,
   stream.CopyPages(HostCopies(blocks, host, host_pages, /*to_host=*/false), host.page_bytes());
 }
 
+HostKvStoreOptions KvPool::HostStoreOptions(int64_t capacity_tokens) const {
+  HostKvStoreOptions host;
+  host.num_layers = options_.num_layers;
+  host.num_kv_heads = options_.num_kv_heads;
+  host.head_dim = options_.head_dim;
+  host.page_size = options_.page_size;
+  host.capacity_tokens = capacity_tokens;
+  host.dtype = options_.dtype;
+  return host;
+}
+
 KvLayerView KvPool::Layer(int32_t layer) const {
   KvLayerView v;
   v.dtype = options_.dtype;

@@ -13,6 +13,7 @@
 #include "absl/types/span.h"
 #include "engine/backend.h"
 #include "engine/common/ceil_div.h"
+#include "engine/kv/host_kv_store.h"
 
 namespace specula {
 
@@ -56,6 +57,9 @@ class KvPool {
   void CopyFromHost(Stream& stream, const PagePoolView& host,
                     absl::Span<const int32_t> host_pages, absl::Span<const int32_t> blocks) const;
   const KvPoolOptions& options() const { return options_; }
+  // A host store whose pages are this pool's (layers, KV heads, head_dim, page size, dtype), so
+  // pages move between them as bytes; `capacity_tokens` per layer and KV head.
+  HostKvStoreOptions HostStoreOptions(int64_t capacity_tokens) const;
   int32_t page_size() const { return options_.page_size; }
   DType dtype() const { return options_.dtype; }
   int32_t num_blocks() const { return options_.num_blocks; }

@@ -114,7 +114,9 @@ TEST_P(SessionTest, NextTurnReusesTheLastTurnAndGeneratesTheSame) {
     const Turn want = RunAlone(*fresh, Greedy(prompt, 20));
     EXPECT_EQ(got.tokens, want.tokens) << "turn " << turn;
     EXPECT_EQ(want.cached, 0);
-    if (turn > 0) EXPECT_GT(got.cached, 0);
+    if (turn > 0) {
+      EXPECT_GT(got.cached, 0);
+    }
     const std::vector<int32_t> next =
         Concat(Concat(prompt, got.tokens), Tokens(11 + turn * 9, turn + 2));
     const int64_t kv_written = static_cast<int64_t>(prompt.size() + got.tokens.size()) - 1;
@@ -190,7 +192,9 @@ TEST(SessionTest, ATurnOfTheOtherKindReusesTheConversationsKv) {
     auto fresh = Generator::Create(model, o).value();
     const Turn want = RunAlone(*fresh, InSessionAs(kinds[turn], prompt, 12, "other"));
     EXPECT_EQ(got.tokens, want.tokens) << "turn " << turn;
-    if (turn > 0) EXPECT_GE(got.cached, PageFloor(static_cast<int64_t>(prompt.size()) - 30));
+    if (turn > 0) {
+      EXPECT_GE(got.cached, PageFloor(static_cast<int64_t>(prompt.size()) - 30));
+    }
     const std::vector<SessionInfo> sessions = gen->ListSessions();
     ASSERT_EQ(sessions.size(), 1u);
     EXPECT_TRUE(sessions[0].in_host);

@@ -26,14 +26,7 @@ TEST(SparseKvCacheTest, ABudgetNeedingMoreSlotsThanTheDeviceSelectsIsRefused) {
   o.budget_tokens = 64;  // 4 pages + 2 extra: 6 slots, the most it holds
   o.sink_tokens = 16;
   o.recent_tokens = 16;
-  HostKvStoreOptions host;
-  host.num_layers = 1;
-  host.num_kv_heads = 1;
-  host.head_dim = 16;
-  host.page_size = 16;
-  host.capacity_tokens = 8192;
-  host.dtype = pool.dtype();
-  auto store = HostKvStore::Create(host).value();
+  auto store = HostKvStore::Create(pool.HostStoreOptions(8192)).value();
   auto cache =
       SparseKvCache::Create(o, SparseModelShape{1, 2, 1, 16}, backend, pool, *store).value();
   EXPECT_TRUE(cache->CheckCapacity(4096, 0).ok());

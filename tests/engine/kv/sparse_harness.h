@@ -49,14 +49,7 @@ class SparseHarness {
     p.page_size = shape.page_size;
     p.num_blocks = shape.device_blocks;
     pool_ = KvPool::Create(*backend_, p).value();
-    HostKvStoreOptions h;
-    h.num_layers = shape.layers;
-    h.num_kv_heads = shape.kv_heads;
-    h.head_dim = shape.head_dim;
-    h.page_size = shape.page_size;
-    h.capacity_tokens = shape.host_tokens;
-    h.dtype = pool_.dtype();
-    store_ = HostKvStore::Create(h).value();
+    store_ = HostKvStore::Create(pool_.HostStoreOptions(shape.host_tokens)).value();
     SparseModelShape m{shape.layers, shape.heads, shape.kv_heads, shape.head_dim};
     cache_ = SparseKvCache::Create(options, m, *backend_, pool_, *store_).value();
   }
