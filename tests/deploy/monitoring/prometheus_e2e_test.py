@@ -163,14 +163,33 @@ class PrometheusE2eTest(unittest.TestCase):
         path = os.path.join(cls.tmp, "prometheus.yml")
         with open(path, "w") as f:
             yaml.safe_dump(config, f)
-        cls.prom = f"127.0.0.1:{free_port()}"
-        log = cls.open_log("prometheus.log")
-        cls.procs.append(subprocess.Popen(
-            [PROMETHEUS, f"--config.file={path}", f"--storage.tsdb.path={cls.tmp}/data",
-             f"--web.listen-address={cls.prom}"], stdout=log, stderr=subprocess.STDOUT))
+        # A port free when chosen may be taken before Prometheus binds it (a test running beside
+        # this one binds port 0): Prometheus then exits, and another port is tried. Until it is
+        # ready, what answers on the port may be that other server, so nothing is asked before.
+        for attempt in range(5):
+            cls.prom = f"127.0.0.1:{free_port()}"
+            proc = subprocess.Popen(
+                [PROMETHEUS, f"--config.file={path}", f"--storage.tsdb.path={cls.tmp}/data",
+                 f"--web.listen-address={cls.prom}"],
+                stdout=cls.open_log(f"prometheus-{attempt}.log"), stderr=subprocess.STDOUT)
+            wait_for(lambda: proc.poll() is not None or cls.ready(), "Prometheus to start",
+                     timeout=120)
+            if proc.poll() is None:
+                cls.procs.append(proc)
+                break
+        else:
+            raise AssertionError("Prometheus exited on 5 ports in a row (see prometheus-*.log)")
         # Three scrapes of the server, so rate() over the window has samples to work with.
         wait_for(lambda: cls.value('count_over_time(up{job="specula"}[5m])') >= 3,
                  "three scrapes of specula-server", timeout=120)
+
+    @classmethod
+    def ready(cls):
+        try:
+            with urllib.request.urlopen(f"http://{cls.prom}/-/ready", timeout=10) as r:
+                return r.status == 200 and b"Prometheus" in r.read()
+        except OSError:  # refused, or an HTTP error status
+            return False
 
     @classmethod
     def api(cls, path, **params):
