@@ -381,8 +381,8 @@ bool Generator::OffloadToHost(Sequence& seq, absl::Span<const int32_t> tokens, i
                  offload->block_major);
   if (sparse_ != nullptr) {
     // A later sparse turn of the session scores these pages (a tail it never uses).
-    const size_t summarized = (static_cast<size_t>(blocks) - std::min<size_t>(first, blocks)) *
-                              host_->num_layers() * host_->num_kv_heads();
+    const size_t summarized = (static_cast<size_t>(blocks) - first) * host_->num_layers() *
+                              host_->num_kv_heads();
     sparse_->SummarizeLater(absl::MakeConstSpan(offload->block_major).first(summarized));
   }
   prefix_->FinishOffload(seq.prefix_hit(), *offload, tokens, blocks, absl::Now());
@@ -399,13 +399,8 @@ void Generator::CacheKv(Sequence& seq, bool kv_valid, bool park) {
   std::vector<int32_t> block_pages;
   auto pages_of = [&](int64_t block) -> absl::Span<const int32_t> {
     if (seq.sparse_kv() == nullptr) return absl::MakeConstSpan(&seq.blocks()[block], 1);
-    const HostKvSequence& host = seq.sparse_kv()->host();
     block_pages.clear();
-    for (int32_t layer = 0; layer < host_->num_layers(); ++layer) {
-      for (int32_t head = 0; head < host_->num_kv_heads(); ++head) {
-        block_pages.push_back(host.page(layer, head, static_cast<int32_t>(block)));
-      }
-    }
+    seq.sparse_kv()->host().AppendBlockPages(static_cast<int32_t>(block), &block_pages);
     return block_pages;
   };
   if (park) {
@@ -452,11 +447,9 @@ void Generator::ResumePreempted(std::vector<SequenceOutput>* outputs) {
     if (absl::Status attached = AttachKv(s, /*resume=*/true); !attached.ok()) {
       // Room was there, so this is an allocation failure (a device buffer, an injected fault):
       // the sequence fails alone. AttachKv has given back what it took and closed its hit.
-      SequenceOutput out;
-      out.id = it->first;
-      out.error = absl::Status(attached.code(), absl::StrCat("resuming after preemption: ",
-                                                             attached.message()));
-      outputs->push_back(std::move(out));
+      outputs->push_back(FailedOutput(
+          s, absl::Status(attached.code(),
+                          absl::StrCat("resuming after preemption: ", attached.message()))));
       it = running_.erase(it);
       continue;
     }

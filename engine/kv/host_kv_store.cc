@@ -59,6 +59,12 @@ PageId HostKvSequence::page(int32_t layer, int32_t head, int32_t index) const {
   return pages(layer, head)[index];
 }
 
+void HostKvSequence::AppendBlockPages(int32_t index, std::vector<PageId>* out) const {
+  for (int32_t layer = 0; layer < num_layers_; ++layer) {
+    for (int32_t head = 0; head < num_kv_heads_; ++head) out->push_back(page(layer, head, index));
+  }
+}
+
 absl::StatusOr<std::unique_ptr<HostKvStore>> HostKvStore::Create(const HostKvStoreOptions& options,
                                                                  const Allocator& allocate) {
   if (options.num_layers <= 0 || options.num_kv_heads <= 0 || options.head_dim <= 0 ||

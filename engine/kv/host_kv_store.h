@@ -71,6 +71,9 @@ class HostKvSequence {
   // The page table of (layer, head), in position order (kNoPage past the allocated pages).
   absl::Span<const PageId> pages(int32_t layer, int32_t head) const;
   PageId page(int32_t layer, int32_t head, int32_t index) const;  // an allocated one
+  // Appends page `index` of every (layer, KV head), layer-major: one block in the block-major
+  // order the prefix cache keeps pages in (ReserveWithSharedPages takes them back).
+  void AppendBlockPages(int32_t index, std::vector<PageId>* out) const;
 
  private:
   friend class HostKvStore;

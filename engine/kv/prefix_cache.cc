@@ -222,12 +222,7 @@ std::unique_ptr<PrefixCache::Offload> PrefixCache::BeginOffload(
   offload->pages = *std::move(pages);
   offload->block_major.reserve(new_blocks * t.pages_per_block());
   for (int64_t b = 0; b < new_blocks; ++b) {
-    for (int32_t layer = 0; layer < host_->num_layers(); ++layer) {
-      for (int32_t head = 0; head < host_->num_kv_heads(); ++head) {
-        offload->block_major.push_back(
-            offload->pages.page(layer, head, static_cast<int32_t>(b)));
-      }
-    }
+    offload->pages.AppendBlockPages(static_cast<int32_t>(b), &offload->block_major);
   }
   return offload;
 }

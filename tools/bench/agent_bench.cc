@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/generate/generator.h"
+#include "tools/bench/serve_stats.h"
 #include "tools/make_tiny_model/tiny_model_writer.h"
 
 namespace specula {
@@ -192,12 +193,6 @@ absl::StatusOr<ModeResult> RunMode(const std::string& model_dir, const AgentBenc
   return AgentRun(**g, o, mode).Run();
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // TTFT of `repeats` requests run alone, each a cached `context` followed by `suffix` new tokens
 // (their own, so only the context is reused): the median, in seconds.
 absl::StatusOr<double> SuffixTtft(Generator& g, int context, int suffix, int repeats) {
@@ -355,7 +350,7 @@ int RunAgentBench(const AgentBenchOptions& o) {
     }
     results[m] = *std::move(r);
   }
-  if (rc == 0) Print(o, results);
+  if (rc == 0 && !o.modes.empty()) Print(o, results);
   if (rc == 0 && o.suffix_probe_repeats > 0) rc = RunSuffixProbe(model_dir, o);
   if (o.work_dir.empty()) fs::remove_all(work);
   return rc;

@@ -23,7 +23,8 @@ struct AgentBenchOptions {
   int threads = 0;
   std::string device = "cpu";  // model.device
   // none: every turn prefilled whole; prefix: kv_cache.prefix_cache without sessions;
-  // session: session_id per conversation.
+  // session: session_id per conversation; offload: sessions with a host store, so they wait in
+  // host memory between turns. Empty: only the suffix probe.
   std::vector<std::string> modes = {"none", "prefix", "session"};
   // The issue-12 target, measured alone: TTFT of a request whose cached prefix is 0 tokens (a
   // first turn), the first turn's context, and the last turn's, each followed by the same

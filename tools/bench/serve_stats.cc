@@ -17,6 +17,11 @@ double Percentile(const std::vector<double>& sorted, double p) {
   return sorted[lo] + (sorted[hi] - sorted[lo]) * frac;
 }
 
+double Median(std::vector<double> values) {
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
+}
+
 Distribution Summarize(std::vector<double> values) {
   Distribution d;
   if (values.empty()) return d;

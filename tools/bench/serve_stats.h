@@ -15,6 +15,10 @@ namespace specula {
 // the figures compare with vllm's. `sorted` ascending and non-empty; p in [0, 100].
 double Percentile(const std::vector<double>& sorted, double p);
 
+// The middle value (the upper one of the two middles for an even count), as the sparse and
+// agent benches report a timing's median. `values` non-empty.
+double Median(std::vector<double> values);
+
 struct Distribution {
   size_t count = 0;  // 0: no samples, every figure below is 0
   double mean = 0;

@@ -20,6 +20,7 @@
 #include "engine/common/status_macros.h"
 #include "engine/generate/generator.h"
 #include "tools/bench/retrieval_eval.h"
+#include "tools/bench/serve_stats.h"
 #include "tools/make_tiny_model/tiny_model_writer.h"
 
 namespace specula {
@@ -316,11 +317,6 @@ absl::Status TimeStep(LongRun& run) {
   RETURN_IF_ERROR(run.gen->Step(&outs));
   run.step_ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - t0).count());
   return absl::OkStatus();
-}
-
-double Median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
 }
 
 // One context of the cost table in one KV dtype: the dense row, then a sparse row per budget.
