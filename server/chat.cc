@@ -6,6 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "engine/common/log.h"
+#include "engine/common/status_macros.h"
 
 namespace specula {
 
@@ -65,7 +68,8 @@ bool HasToolNamed(const OrderedJson& tools, absl::string_view name) {
 
 absl::Status NoChatTemplateError() {
   return absl::FailedPreconditionError(
-      "this model has no chat template (its tokenizer_config.json has none): send prompt or "
+      "this model has no chat template (no chat_template.jinja, and its tokenizer_config.json "
+      "has none; or only named ones and no default): send prompt or "
       "prompt_token_ids, or start the server with model.chat_template naming a template file");
 }
 
@@ -152,17 +156,30 @@ ChatDelta ChatStream::Push(absl::string_view text, bool end) {
   return out;
 }
 
+absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatModel::Compile(const ChatTemplates& templates,
+                                                                 const std::string& name,
+                                                                 const Tokenizer& tokenizer) {
+  auto it = templates.by_name.find(name);
+  if (it == templates.by_name.end()) return std::unique_ptr<ChatTemplate>();
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> parsed =
+      ChatTemplate::Create(it->second, SpecialTokensOf(tokenizer));
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(templates.origin, " (", name, "): ", parsed.status().message()));
+  }
+  return parsed;
+}
+
 absl::StatusOr<std::unique_ptr<ChatModel>> ChatModel::Load(const Tokenizer& tokenizer,
                                                            const std::string& template_file,
                                                            absl::string_view tool_call_syntax) {
   auto model = std::make_unique<ChatModel>();
-  std::string source = tokenizer.chat_template();
-  std::string origin = "the tokenizer_config.json chat_template";
+  ChatTemplates templates = tokenizer.chat_templates();
   if (!template_file.empty()) {
     absl::StatusOr<std::string> text = ReadTemplateFile(template_file);
     if (!text.ok()) return text.status();
-    source = *std::move(text);
-    origin = absl::StrCat("model.chat_template '", template_file, "'");
+    templates.by_name = {{"default", *std::move(text)}};
+    templates.origin = absl::StrCat("model.chat_template '", template_file, "'");
   }
   absl::StatusOr<std::optional<ToolCallSyntax>> syntax =
       ParseToolCallSyntax(std::string_view(tool_call_syntax.data(), tool_call_syntax.size()));
@@ -170,14 +187,20 @@ absl::StatusOr<std::unique_ptr<ChatModel>> ChatModel::Load(const Tokenizer& toke
     return absl::InvalidArgumentError(
         absl::StrCat("model.tool_call_parser: ", syntax.status().message()));
   }
-  if (source.empty()) return model;
-  absl::StatusOr<std::unique_ptr<ChatTemplate>> parsed =
-      ChatTemplate::Create(source, SpecialTokensOf(tokenizer));
-  if (!parsed.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(origin, ": ", parsed.status().message()));
+  ASSIGN_OR_RETURN(model->chat_template_, Compile(templates, "default", tokenizer));
+  ASSIGN_OR_RETURN(model->tool_template_, Compile(templates, "tool_use", tokenizer));
+  std::string sources;  // the output format is read off every template used
+  std::vector<std::string> names;
+  for (const auto& [name, source] : templates.by_name) {
+    names.push_back(name);
+    if (name == "default" || name == "tool_use") absl::StrAppend(&sources, source);
   }
-  model->chat_template_ = *std::move(parsed);
-  model->format_ = DetectChatOutputFormat(source);
+  if (!templates.empty()) {
+    Log(LogLevel::kInfo, "chat_template_loaded",
+        {{"source", templates.origin}, {"templates", absl::StrJoin(names, ",")}});
+  }
+  if (!model->has_template()) return model;
+  model->format_ = DetectChatOutputFormat(sources);
   if (syntax->has_value()) model->format_.tool_calls = **syntax;
   return model;
 }
@@ -199,9 +222,13 @@ std::string ChatModel::ForcedPrefix(const ToolChoice& choice) const {
 }
 
 absl::StatusOr<RenderedChat> ChatModel::Render(const ChatRequest& request) const {
-  if (chat_template_ == nullptr) return NoChatTemplateError();
   const bool tools_shown = request.tools.is_array() && !request.tools.empty() &&
                            request.tool_choice.kind != ToolChoice::Kind::kNone;
+  // As transformers' apply_chat_template: the `tool_use` template when tools are given and the
+  // model has one, else the default.
+  const ChatTemplate* chat_template =
+      tools_shown && tool_template_ != nullptr ? tool_template_.get() : chat_template_.get();
+  if (chat_template == nullptr) return NoChatTemplateError();
   const bool forced = request.tool_choice.kind == ToolChoice::Kind::kRequired ||
                       request.tool_choice.kind == ToolChoice::Kind::kFunction;
   if (forced && format_.tool_calls == ToolCallSyntax::kNone) {
@@ -210,7 +237,7 @@ absl::StatusOr<RenderedChat> ChatModel::Render(const ChatRequest& request) const
         "model.tool_call_parser)");
   }
   absl::StatusOr<std::string> text =
-      chat_template_->Render(request.messages, tools_shown ? request.tools : OrderedJson(),
+      chat_template->Render(request.messages, tools_shown ? request.tools : OrderedJson(),
                              request.kwargs, request.add_generation_prompt);
   if (!text.ok()) return text.status();
   RenderedChat rendered;

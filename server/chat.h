@@ -110,7 +110,8 @@ std::string NewToolCallId();
 // The model's chat template and its answer format; one per server, used from any thread.
 class ChatModel {
  public:
-  // `template_file`: model.chat_template ("" = the tokenizer_config.json's template, if any).
+  // `template_file`: model.chat_template ("" = the model's own templates, if any: its template
+  // files, else tokenizer_config.json's; engine/tokenizer/chat_templates.h).
   // `tool_call_syntax`: model.tool_call_parser ("auto" detects it from the template). Errors
   // (an unreadable file, a template using what the interpreter does not implement) name the
   // config key or file and the construct.
@@ -118,7 +119,7 @@ class ChatModel {
                                                          const std::string& template_file,
                                                          absl::string_view tool_call_syntax);
 
-  bool has_template() const { return chat_template_ != nullptr; }
+  bool has_template() const { return chat_template_ != nullptr || tool_template_ != nullptr; }
   const ChatOutputFormat& output_format() const { return format_; }
 
   // FAILED_PRECONDITION when the model has no template; INVALID_ARGUMENT when the template
@@ -129,7 +130,13 @@ class ChatModel {
   // The text that starts a call for `choice` in this model's tool-call syntax.
   std::string ForcedPrefix(const ToolChoice& choice) const;
 
-  std::unique_ptr<ChatTemplate> chat_template_;
+  // The named template of `templates`, compiled; null when it has none of that name.
+  static absl::StatusOr<std::unique_ptr<ChatTemplate>> Compile(const ChatTemplates& templates,
+                                                               const std::string& name,
+                                                               const Tokenizer& tokenizer);
+
+  std::unique_ptr<ChatTemplate> chat_template_;  // "default"
+  std::unique_ptr<ChatTemplate> tool_template_;  // "tool_use", for requests with tools
   ChatOutputFormat format_;
 };
 

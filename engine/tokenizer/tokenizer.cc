@@ -208,15 +208,21 @@ absl::Status HfTokenizer::LoadConfigJson(std::string_view json_text, const std::
   }
   const json& tmpl = FieldOrNull(config, "chat_template");
   if (tmpl.is_string()) {
-    chat_template_ = tmpl.get<std::string>();
+    chat_templates_.by_name["default"] = tmpl.get<std::string>();
   } else if (tmpl.is_array()) {
-    // Named templates: prefer "default", else the first.
+    // Named templates, as transformers reads them: {name: template}; the one used is picked
+    // per request (ChatTemplates::Pick).
     for (const json& t : tmpl) {
-      if (chat_template_.empty() || t.value("name", std::string()) == "default") {
-        chat_template_ = t.at("template").get<std::string>();
+      const json& name = FieldOrNull(t, "name");
+      const json& text = FieldOrNull(t, "template");
+      if (!name.is_string() || !text.is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            file, ": chat_template: each entry needs a string name and template"));
       }
+      chat_templates_.by_name[name.get<std::string>()] = text.get<std::string>();
     }
   }
+  if (!chat_templates_.empty()) chat_templates_.origin = absl::StrCat(file, " chat_template");
   return absl::OkStatus();
 }
 
@@ -385,6 +391,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::s
   ASSIGN_OR_RETURN(auto tok,
                    tokenizer_internal::HfTokenizer::Create(tok_json, cfg_json, tok_path.string(),
                                                            cfg_path.string(), max_vocab_size));
+  ASSIGN_OR_RETURN(ChatTemplates files, ReadChatTemplateFiles(root));
+  if (!files.empty()) tok->ReplaceChatTemplates(std::move(files));
   return std::unique_ptr<Tokenizer>(std::move(tok));
 }
 

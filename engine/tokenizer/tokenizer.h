@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/tokenizer/chat_templates.h"
 #include "absl/types/span.h"
 
 namespace specula {
@@ -84,8 +85,15 @@ class Tokenizer {
   virtual std::optional<TokenId> bos_token_id() const = 0;
   // From tokenizer_config.json's eos_token.
   virtual std::optional<TokenId> eos_token_id() const = 0;
-  // The chat template string from tokenizer_config.json, if any.
-  virtual const std::string& chat_template() const = 0;
+  // The model's chat templates (engine/tokenizer/chat_templates.h): the template files of the
+  // directory if it has any, else tokenizer_config.json's `chat_template`.
+  virtual const ChatTemplates& chat_templates() const = 0;
+  // The default template, or empty.
+  const std::string& chat_template() const {
+    static const std::string kNone;
+    const std::string* t = chat_templates().Pick(/*with_tools=*/false);
+    return t != nullptr ? *t : kNone;
+  }
 
   // The raw bytes a single token stands for after decoding (byte-level: the bytes; SentencePiece:
   // "▁" → space, <0xNN> → the byte). Used by the streaming detokenizer and stop-string matching.

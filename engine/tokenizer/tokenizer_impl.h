@@ -42,7 +42,9 @@ class HfTokenizer final : public Tokenizer {
   bool IsSpecial(TokenId id) const override;
   std::optional<TokenId> bos_token_id() const override { return bos_id_; }
   std::optional<TokenId> eos_token_id() const override { return eos_id_; }
-  const std::string& chat_template() const override { return chat_template_; }
+  const ChatTemplates& chat_templates() const override { return chat_templates_; }
+  // Template files found beside the tokenizer replace tokenizer_config.json's templates.
+  void ReplaceChatTemplates(ChatTemplates templates) { chat_templates_ = std::move(templates); }
   std::string TokenBytes(TokenId id) const override;
 
   // Leading characters the decoder strips from the start of the decoded text (SentencePiece's
@@ -83,7 +85,7 @@ class HfTokenizer final : public Tokenizer {
 
   std::optional<TokenId> bos_id_, eos_id_;
   std::optional<bool> add_bos_, add_eos_;  // tokenizer_config.json, SentencePiece-style only
-  std::string chat_template_;
+  ChatTemplates chat_templates_;
   // The BPE model turns every character of a pre-token into ids of its own (BpeModel::
   // KeepsEveryCharacter), and no vocabulary string is longer than longest_vocab_bytes_: a
   // pre-token of L bytes then yields at least L / longest_vocab_bytes_ ids.

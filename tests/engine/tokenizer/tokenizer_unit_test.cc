@@ -1,5 +1,7 @@
 // Small cases with hand-written tokenizer.json files: errors, and a tiny byte-level tokenizer
 // structured like the project's tiny model (and Llama 3).
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -444,6 +446,91 @@ TEST(TokenizerSplit, BehavioursOnATinySentencePieceStyleModel) {
   EXPECT_EQ(*t.Decode(*ids, true), "a béab");
   // The decoder's leading-space strip only applies when the text starts with a space.
   EXPECT_EQ(*t.Decode(*ids, false), "<unk> a bé<X>ab");
+}
+
+// A model directory with the tiny byte-level tokenizer and the given files.
+std::filesystem::path ModelDirWith(const std::string& name,
+                                   const std::vector<std::pair<std::string, std::string>>& files,
+                                   const json& config) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "additional_chat_templates");
+  std::ofstream(dir / "tokenizer.json") << TinyByteLevel().dump();
+  std::ofstream(dir / "tokenizer_config.json") << config.dump();
+  for (const auto& [file, text] : files) std::ofstream(dir / file) << text;
+  return dir;
+}
+
+// transformers 5 saves templates to chat_template.jinja and additional_chat_templates/; when
+// present they replace tokenizer_config.json's (from_pretrained: "If independent chat template
+// file(s) exist, they take priority over template entries in the tokenizer config").
+TEST(ChatTemplateFiles, TemplateFilesReplaceTheConfigTemplate) {
+  const json config = {{"chat_template", "old {{ messages }}"}};
+  auto tok = Tokenizer::FromDirectory(
+      ModelDirWith("tpl_files", {{"chat_template.jinja", "new {{ messages }}"},
+                                 {"additional_chat_templates/tool_use.jinja", "tools {{ tools }}"}},
+                   config)
+          .string());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->chat_template(), "new {{ messages }}");
+  const ChatTemplates& t = (*tok)->chat_templates();
+  EXPECT_EQ(*t.Pick(/*with_tools=*/true), "tools {{ tools }}");
+  EXPECT_EQ(*t.Pick(/*with_tools=*/false), "new {{ messages }}");
+  EXPECT_THAT(t.origin, HasSubstr("chat_template.jinja"));
+  EXPECT_THAT(t.origin, HasSubstr("additional_chat_templates"));
+}
+
+TEST(ChatTemplateFiles, ConfigTemplateWhenNoFiles) {
+  auto tok = Tokenizer::FromDirectory(
+      ModelDirWith("tpl_config", {}, {{"chat_template", "old {{ messages }}"}}).string());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->chat_template(), "old {{ messages }}");
+  EXPECT_THAT((*tok)->chat_templates().origin, HasSubstr("tokenizer_config.json"));
+}
+
+TEST(ChatTemplateFiles, NamedTemplatesPickToolUseOnlyWithTools) {
+  const json config = {{"chat_template", json::array({{{"name", "tool_use"}, {"template", "T"}},
+                                                      {{"name", "default"}, {"template", "D"}},
+                                                      {{"name", "rag"}, {"template", "R"}}})}};
+  auto tok = Tokenizer::FromJson(TinyByteLevel().dump(), config.dump());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const ChatTemplates& t = (*tok)->chat_templates();
+  EXPECT_EQ(*t.Pick(true), "T");
+  EXPECT_EQ(*t.Pick(false), "D");
+  EXPECT_EQ(t.by_name.size(), 3u);
+  // No default: transformers refuses to guess; so does specula (without tools).
+  const json no_default = {{"chat_template", json::array({{{"name", "tool_use"}, {"template", "T"}}})}};
+  tok = Tokenizer::FromJson(TinyByteLevel().dump(), no_default.dump());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->chat_templates().Pick(false), nullptr);
+  EXPECT_EQ((*tok)->chat_template(), "");
+  const json bad = {{"chat_template", json::array({{{"name", 3}, {"template", "T"}}})}};
+  EXPECT_THAT(Msg(Tokenizer::FromJson(TinyByteLevel().dump(), bad.dump()).status()),
+              HasSubstr("chat_template"));
+}
+
+TEST(ChatTemplateFiles, OnlyNamedFilesStillReplaceTheConfigTemplate) {
+  auto tok = Tokenizer::FromDirectory(
+      ModelDirWith("tpl_named", {{"additional_chat_templates/tool_use.jinja", "T"}},
+                   {{"chat_template", "old"}})
+          .string());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->chat_template(), "");
+  EXPECT_EQ(*(*tok)->chat_templates().Pick(true), "T");
+}
+
+TEST(ChatTemplateFiles, UnreadableTemplateFilesAreErrorsNamingThem) {
+  const std::filesystem::path dir = ModelDirWith("tpl_bad", {}, json::object());
+  std::filesystem::create_directories(dir / "chat_template.jinja");  // a directory, not a file
+  auto tok = Tokenizer::FromDirectory(dir.string());
+  ASSERT_FALSE(tok.ok());
+  EXPECT_THAT(Msg(tok.status()), HasSubstr("chat_template.jinja: not a regular file"));
+  std::filesystem::remove_all(dir / "chat_template.jinja");
+  std::ofstream(dir / "chat_template.jinja")
+      << std::string(kMaxChatTemplateFileBytes + 1, 'x');
+  tok = Tokenizer::FromDirectory(dir.string());
+  ASSERT_FALSE(tok.ok());
+  EXPECT_THAT(Msg(tok.status()), HasSubstr("larger than"));
 }
 
 }  // namespace
