@@ -17,10 +17,14 @@ struct BackendOptions {
 
 // "cpu": the CPU backend. "cuda": the CUDA backend on the first visible GPU; FAILED_PRECONDITION
 // when this build has none or no GPU is usable (a silent CPU run would hide the
-// misconfiguration). "auto": the CPU for now: the CUDA backend compiles in CI but has not yet
-// passed its check on a GPU (tools/gpu/check.sh, issue 16), and auto will pick it once it has.
-// Anything else: INVALID_ARGUMENT. Messages start with "model.device: ".
+// misconfiguration). "auto": CUDA when this build has it and a GPU is visible (it passed its
+// check on an H200, tools/gpu/check.sh), the CPU otherwise. Anything else: INVALID_ARGUMENT.
+// Messages start with "model.device: ". Logs the choice and its reason (`backend_selected`).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);
+
+// Whether `auto` picks CUDA: OK, or why not ("this build has no CUDA backend", "no usable CUDA
+// device (...)").
+absl::Status CudaUsableForAuto();
 
 // Whether this build has the CUDA backend (SPECULA_CUDA was on).
 bool CudaBackendBuilt();

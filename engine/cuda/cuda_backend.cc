@@ -275,14 +275,20 @@ void CudaBackend::SparseDecodeAttention(const Mat& q, const SparseAttentionBatch
 
 }  // namespace cuda_internal
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend() {
+absl::Status CudaDeviceVisible() {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0) {
-    cudaGetLastError();
+  if (e == cudaSuccess && count > 0) return absl::OkStatus();
+  cudaGetLastError();
+  return absl::FailedPreconditionError(
+      absl::StrFormat("no usable CUDA device (%s)",
+                      e == cudaSuccess ? "none visible" : cudaGetErrorString(e)));
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend() {
+  if (absl::Status visible = CudaDeviceVisible(); !visible.ok()) {
     return absl::FailedPreconditionError(
-        absl::StrFormat("model.device: cuda: no usable CUDA device (%s)",
-                        e == cudaSuccess ? "none visible" : cudaGetErrorString(e)));
+        absl::StrCat("model.device: cuda: ", visible.message()));
   }
   auto backend = std::make_unique<cuda_internal::CudaBackend>();
   RETURN_IF_ERROR(backend->Init());

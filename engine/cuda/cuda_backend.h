@@ -19,4 +19,8 @@ namespace specula {
 // per-thread cudaSetDevice to forget. FAILED_PRECONDITION when no device is usable.
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend();
 
+// OK when the CUDA runtime sees at least one device; FAILED_PRECONDITION saying why not (no
+// driver, none visible, ...) otherwise. Creates no context.
+absl::Status CudaDeviceVisible();
+
 }  // namespace specula

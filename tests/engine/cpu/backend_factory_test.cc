@@ -1,5 +1,10 @@
 #include "engine/backend_factory.h"
 
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/common/log.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -8,17 +13,36 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TEST(BackendFactoryTest, CpuAndAutoGiveTheCpuBackend) {
-  for (const char* device : {"cpu", "auto"}) {
-    BackendOptions options;
-    options.device = device;
-    options.threads = 1;
-    absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(options);
-    ASSERT_TRUE(backend.ok()) << device << ": " << backend.status();
-    EXPECT_EQ((*backend)->name(), "cpu");
-    // It is a working backend: it allocates.
-    EXPECT_TRUE((*backend)->Allocate(64).ok());
-  }
+TEST(BackendFactoryTest, CpuGivesTheCpuBackend) {
+  BackendOptions options;
+  options.device = "cpu";
+  options.threads = 1;
+  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(options);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ((*backend)->name(), "cpu");
+  // It is a working backend: it allocates.
+  EXPECT_TRUE((*backend)->Allocate(64).ok());
+}
+
+// auto is CUDA exactly when the build has it and a GPU is visible (on the GPU machine), the CPU
+// otherwise, and the log line says which and why.
+TEST(BackendFactoryTest, AutoPicksTheGpuWhenOneIsUsableAndSaysWhy) {
+  std::vector<std::string> lines;
+  SetLogSinkForTesting([&](absl::string_view line) { lines.emplace_back(line); });
+  BackendOptions options;
+  options.device = "auto";
+  options.threads = 1;
+  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(options);
+  SetLogSinkForTesting(nullptr);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  const absl::Status gpu = CudaUsableForAuto();
+  EXPECT_EQ((*backend)->name(), gpu.ok() ? "cuda" : "cpu");
+  if (!CudaBackendBuilt()) EXPECT_THAT(std::string(gpu.message()), HasSubstr("no CUDA backend"));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0], HasSubstr("event=backend_selected"));
+  EXPECT_THAT(lines[0], HasSubstr(absl::StrCat("device=", (*backend)->name())));
+  EXPECT_THAT(lines[0], HasSubstr("requested=auto"));
+  if (!gpu.ok()) EXPECT_THAT(lines[0], HasSubstr(std::string(gpu.message())));
 }
 
 // Without a CUDA build or a visible GPU, cuda is a clear startup error, never a silent CPU run;
