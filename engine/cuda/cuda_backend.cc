@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/common/ceil_div.h"
 #include "engine/common/status_macros.h"
