@@ -70,8 +70,9 @@ inline PagePoolView PagesOf(const KvLayerView& layer) {
   return PagePoolView{layer.base, layer.dtype, layer.page_size, layer.head_dim};
 }
 
-// Softmax scale of scaled dot-product attention, 1/sqrt(head_dim): the one definition every
-// attention path (dense, sparse, recall probes) uses.
+// Softmax scale of plain scaled dot-product attention, 1/sqrt(head_dim). A model's own scale
+// also carries its rotary attention factor (ModelConfig::softmax_scale); the attention paths
+// (dense, sparse, recall probes) are handed that one.
 inline float AttentionScale(int32_t head_dim) {
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
 }

@@ -110,13 +110,13 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
     shape.heads = static_cast<int32_t>(c.num_attention_heads);
     shape.kv_heads = kv.num_kv_heads;
     shape.head_dim = kv.head_dim;
+    shape.softmax_scale = c.softmax_scale();
     ASSIGN_OR_RETURN(g->sparse_,
                      SparseKvCache::Create(options.sparse, shape, *g->backend_, g->kv_, *g->host_));
   }
   g->plan_ = std::make_unique<StepPlan>(*g->backend_);
   g->dense_attention_ = std::make_unique<DenseKvAttention>(
-      *g->backend_, g->kv_, static_cast<int32_t>(c.num_attention_heads),
-      static_cast<int32_t>(c.head_dim));
+      *g->backend_, g->kv_, static_cast<int32_t>(c.num_attention_heads), c.softmax_scale());
   g->prefix_ = std::make_unique<PrefixCache>(options.prefix_cache, g->kv_, g->host_.get());
   // The largest step: every running sequence decodes while a full prefill chunk runs.
   if (absl::Status s = g->model_->Reserve(

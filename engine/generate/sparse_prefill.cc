@@ -34,7 +34,7 @@ class SparsePrefill::LayerKv : public KvAttention {
     batch.blocks = plan.Device(job_.identity_);
     batch.max_keys = static_cast<int32_t>(u.end);
     batch.num_heads = job_.cache_.shape().heads;
-    batch.scale = AttentionScale(job_.cache_.shape().head_dim);
+    batch.scale = job_.cache_.shape().softmax_scale;
     job_.backend_.PagedAttention(q, batch, job_.layer_view_, out);
     if (u.end == job_.prompt_tokens()) job_.EndLayer(layer, q.Rows(batch.rows - 1, 1));
   }

@@ -63,7 +63,7 @@ void DenseKvAttention::Attend(int32_t layer, const Mat& q, const Mat& k, const M
   batch.blocks = d_blocks_;
   batch.max_keys = max_keys_;
   batch.num_heads = num_heads_;
-  batch.scale = AttentionScale(head_dim_);
+  batch.scale = softmax_scale_;
   backend_.PagedAttention(q, batch, view, out);
 }
 

@@ -25,8 +25,9 @@ struct DenseSeqRows {
 
 class DenseKvAttention : public KvAttention {
  public:
-  DenseKvAttention(Backend& backend, KvPool& pool, int32_t num_heads, int32_t head_dim)
-      : backend_(backend), pool_(pool), num_heads_(num_heads), head_dim_(head_dim) {}
+  // `softmax_scale`: ModelConfig::softmax_scale().
+  DenseKvAttention(Backend& backend, KvPool& pool, int32_t num_heads, float softmax_scale)
+      : backend_(backend), pool_(pool), num_heads_(num_heads), softmax_scale_(softmax_scale) {}
 
   // Plans the step's dense sequences; they must tile rows [0, n) in order.
   void Plan(absl::Span<const DenseSeqRows> seqs, StepPlan& plan);
@@ -39,7 +40,7 @@ class DenseKvAttention : public KvAttention {
   Backend& backend_;
   KvPool& pool_;
   int32_t num_heads_;
-  int32_t head_dim_;
+  float softmax_scale_;
   int32_t rows_ = 0;
   int32_t max_keys_ = 0;
   PlanSlice<int32_t> write_blocks_, write_offsets_, row_keys_, row_begin_, blocks_;

@@ -162,7 +162,7 @@ void SparseDecodeKv::Attend(int32_t layer, const Mat& q, const Mat& k, const Mat
   batch.max_pages = max_list_;
   batch.num_heads = shape_.heads;
   batch.num_kv_heads = shape_.kv_heads;
-  batch.scale = AttentionScale(shape_.head_dim);
+  batch.scale = shape_.softmax_scale;
   backend_.SparseDecodeAttention(q, batch, PagesOf(dev), store_.pool(), out);
   if (observer_) Observe(layer, /*after=*/true);
 }
@@ -236,7 +236,7 @@ void SparseDecodeKv::MeasureRecall(int32_t layer, const Mat& q) {
   const int32_t ps = device_.page_size();
   const int32_t hd = shape_.head_dim;
   const int32_t group = shape_.heads / shape_.kv_heads;
-  const float scale = AttentionScale(hd);
+  const float scale = shape_.softmax_scale;
   const PagePoolView dev = PagesOf(device_.Layer(layer));
   const PagePoolView host = store_.pool();
   auto append_keys = [&](const void* page, int32_t n, std::vector<float>* out) {

@@ -34,6 +34,7 @@ struct SparseModelShape {
   int32_t heads = 0;
   int32_t kv_heads = 0;
   int32_t head_dim = 0;
+  float softmax_scale = 0;  // ModelConfig::softmax_scale()
 };
 
 // A sparse sequence decoding one token in this step: batch row `q_row`, position `pos`.

@@ -1,5 +1,6 @@
 #include "engine/model/model_config.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -8,115 +9,19 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/common/log.h"
 #include "engine/common/status_macros.h"
+#include "engine/model/config_keys.h"
+#include "engine/model/config_reader.h"
+#include "engine/model/rope_config.h"
 #include "nlohmann/json.hpp"
 
 namespace specula {
 namespace {
 
-using Json = nlohmann::json;
-
-// Reads keys of one JSON object, producing errors that name the file and the key. Null counts
-// as absent throughout: HF configs write `"head_dim": null`, `"rope_scaling": null`, etc.
-class ConfigReader {
- public:
-  ConfigReader(const Json& obj, const std::string& source) : obj_(obj), source_(source) {}
-
-  absl::Status Error(absl::string_view key, absl::string_view msg) const {
-    return absl::InvalidArgumentError(absl::StrCat(source_, ": ", key, ": ", msg));
-  }
-
-  const Json* Get(const std::string& key) const {
-    auto it = obj_.find(key);
-    return (it == obj_.end() || it->is_null()) ? nullptr : &*it;
-  }
-
-  absl::StatusOr<std::optional<int64_t>> OptInt(const std::string& key) const {
-    const Json* v = Get(key);
-    if (v == nullptr) return std::optional<int64_t>();
-    if (!v->is_number_integer() || (v->is_number_unsigned() && v->get<uint64_t>() > INT64_MAX)) {
-      return Error(key, "must be an integer");
-    }
-    return std::optional<int64_t>(v->get<int64_t>());
-  }
-
-  // A size in [1, max]; `fallback` when absent, required when no fallback. Sizes are int32 in
-  // kernels and the API, so the default bound is INT32_MAX: a larger value is refused, never cut.
-  absl::StatusOr<int64_t> PositiveInt(const std::string& key,
-                                      std::optional<int64_t> fallback = std::nullopt,
-                                      int64_t max = std::numeric_limits<int32_t>::max()) const {
-    ASSIGN_OR_RETURN(std::optional<int64_t> v, OptInt(key));
-    if (!v.has_value()) {
-      if (fallback.has_value()) return *fallback;
-      return Error(key, "required key is missing");
-    }
-    if (*v <= 0) return Error(key, absl::StrCat("must be positive, got ", *v));
-    if (*v > max) return Error(key, absl::StrCat("must be at most ", max, ", got ", *v));
-    return *v;
-  }
-
-  absl::StatusOr<std::optional<double>> OptNumber(const std::string& key) const {
-    const Json* v = Get(key);
-    if (v == nullptr) return std::optional<double>();
-    if (!v->is_number()) return Error(key, "must be a number");
-    return std::optional<double>(v->get<double>());
-  }
-
-  absl::StatusOr<double> PositiveNumber(const std::string& key,
-                                        std::optional<double> fallback) const {
-    ASSIGN_OR_RETURN(std::optional<double> v, OptNumber(key));
-    if (!v.has_value()) {
-      if (fallback.has_value()) return *fallback;
-      return Error(key, "required key is missing");
-    }
-    if (!(*v > 0)) return Error(key, absl::StrCat("must be positive, got ", *v));
-    return *v;
-  }
-
-  absl::StatusOr<std::optional<bool>> OptBool(const std::string& key) const {
-    const Json* v = Get(key);
-    if (v == nullptr) return std::optional<bool>();
-    if (!v->is_boolean()) return Error(key, "must be true or false");
-    return std::optional<bool>(v->get<bool>());
-  }
-
-  absl::StatusOr<std::optional<std::string>> OptString(const std::string& key) const {
-    const Json* v = Get(key);
-    if (v == nullptr) return std::optional<std::string>();
-    if (!v->is_string()) return Error(key, "must be a string");
-    return std::optional<std::string>(v->get<std::string>());
-  }
-
-  // `eos_token_id`: an int or a list of ints.
-  absl::StatusOr<std::vector<int64_t>> IntOrList(const std::string& key) const {
-    std::vector<int64_t> out;
-    const Json* v = Get(key);
-    if (v == nullptr) return out;
-    if (v->is_array()) {
-      for (const Json& e : *v) {
-        if (!e.is_number_integer() || e.get<int64_t>() < 0) {
-          return Error(key, "must be a non-negative integer or a list of them");
-        }
-        out.push_back(e.get<int64_t>());
-      }
-      return out;
-    }
-    ASSIGN_OR_RETURN(std::optional<int64_t> one, OptInt(key));
-    if (*one < 0) return Error(key, "must be non-negative");
-    out.push_back(*one);
-    return out;
-  }
-
-  absl::StatusOr<std::optional<int64_t>> OptTokenId(const std::string& key) const {
-    ASSIGN_OR_RETURN(std::optional<int64_t> v, OptInt(key));
-    if (v.has_value() && *v < 0) return Error(key, "must be non-negative");
-    return v;
-  }
-
- private:
-  const Json& obj_;
-  const std::string& source_;
-};
+using model_internal::ConfigReader;
+using model_internal::Json;
 
 absl::StatusOr<Json> ParseObject(const std::string& text, const std::string& source) {
   Json json;
@@ -133,58 +38,198 @@ absl::StatusOr<Json> ParseObject(const std::string& text, const std::string& sou
   return json;
 }
 
-absl::StatusOr<RopeScaling> ParseRopeScaling(const Json& root, const ConfigReader& top) {
-  RopeScaling rs;
-  auto it = root.find("rope_scaling");
-  if (it == root.end() || it->is_null()) return rs;
-  if (!it->is_object()) return top.Error("rope_scaling", "must be an object or null");
-  std::optional<std::string> type;
-  for (const char* key : {"rope_type", "type"}) {
-    auto t = it->find(key);
-    if (t != it->end() && !t->is_null()) {
-      if (!t->is_string()) return top.Error("rope_scaling", absl::StrCat(key, " must be a string"));
-      type = t->get<std::string>();
+
+// The first architecture of `architectures`, which must list exactly one.
+absl::StatusOr<Architecture> ReadArchitecture(const ConfigReader& r) {
+  const Json* archs = r.Get("architectures");
+  if (archs == nullptr) return r.Error("architectures", "required key is missing");
+  if (!archs->is_array() || archs->size() != 1 || !(*archs)[0].is_string()) {
+    return r.Error("architectures", "must be a list of exactly one name");
+  }
+  auto arch = ParseArchitecture((*archs)[0].get<std::string>());
+  if (!arch.ok()) return r.Error("architectures", arch.status().message());
+  return *arch;
+}
+
+// Keys whose presence asks for something the forward pass does not implement.
+absl::Status RefuseUnsupportedFeatures(const ConfigReader& r) {
+  ASSIGN_OR_RETURN(std::optional<std::string> act, r.OptString("hidden_act"));
+  if (act.has_value() && *act != "silu") {
+    return r.Error("hidden_act", absl::StrCat("unsupported activation '", *act, "' (only silu)"));
+  }
+  if (r.Get("quantization_config") != nullptr) {
+    return r.Error("quantization_config", "quantized models are not supported");
+  }
+  if (r.Get("auto_map") != nullptr) {
+    return r.Error("auto_map", "models with their own modeling code are not supported");
+  }
+  ASSIGN_OR_RETURN(std::optional<bool> enc_dec, r.OptBool("is_encoder_decoder"));
+  if (enc_dec.value_or(false)) {
+    return r.Error("is_encoder_decoder", "encoder-decoder models are not supported");
+  }
+  return absl::OkStatus();
+}
+
+// Sizes and heads, with each architecture's defaults as in transformers' config classes: an
+// absent num_key_value_heads is num_attention_heads for Llama, 8 for Mistral and 32 for
+// Qwen2/Qwen3; an absent head_dim is hidden_size / num_attention_heads, but 128 for Qwen3.
+absl::Status ReadShape(const ConfigReader& r, ModelConfig* c) {
+  ASSIGN_OR_RETURN(c->hidden_size, r.PositiveInt("hidden_size"));
+  ASSIGN_OR_RETURN(c->intermediate_size, r.PositiveInt("intermediate_size"));
+  ASSIGN_OR_RETURN(c->num_hidden_layers, r.PositiveInt("num_hidden_layers"));
+  ASSIGN_OR_RETURN(c->num_attention_heads, r.PositiveInt("num_attention_heads"));
+  int64_t default_kv_heads = c->num_attention_heads;
+  if (c->architecture == Architecture::kMistral) default_kv_heads = 8;
+  if (c->architecture == Architecture::kQwen2 || c->architecture == Architecture::kQwen3) {
+    default_kv_heads = 32;
+  }
+  ASSIGN_OR_RETURN(c->num_key_value_heads, r.PositiveInt("num_key_value_heads", default_kv_heads));
+  if (c->num_attention_heads % c->num_key_value_heads != 0) {
+    return r.Error("num_key_value_heads",
+                   absl::StrCat(c->num_key_value_heads, " does not divide num_attention_heads ",
+                                c->num_attention_heads));
+  }
+  ASSIGN_OR_RETURN(std::optional<int64_t> head_dim, r.OptInt("head_dim"));
+  if (!head_dim.has_value() && c->architecture == Architecture::kQwen3) head_dim = 128;
+  if (head_dim.has_value()) {
+    if (*head_dim <= 0 || *head_dim > 65536) return r.Error("head_dim", "must be in [1, 65536]");
+    c->head_dim = *head_dim;
+  } else {
+    if (c->hidden_size % c->num_attention_heads != 0) {
+      return r.Error(
+          "num_attention_heads",
+          absl::StrCat("does not divide hidden_size ", c->hidden_size, " and no head_dim is given"));
+    }
+    c->head_dim = c->hidden_size / c->num_attention_heads;
+  }
+  if (c->head_dim % 2 != 0) return r.Error("head_dim", "must be even for rotary embeddings");
+  ASSIGN_OR_RETURN(c->vocab_size, r.PositiveInt("vocab_size"));
+  // Defaults as in the transformers config classes; 2^30 positions is far past any model, and
+  // prompt + max_tokens sums are computed in int64.
+  int64_t default_max_pos = 2048;
+  if (c->architecture == Architecture::kMistral) default_max_pos = 4096 * 32;
+  if (c->architecture == Architecture::kQwen2 || c->architecture == Architecture::kQwen3) {
+    default_max_pos = 32768;
+  }
+  ASSIGN_OR_RETURN(c->max_position_embeddings,
+                   r.PositiveInt("max_position_embeddings", default_max_pos, kMaxContextTokens));
+  return absl::OkStatus();
+}
+
+// Which biases the modeling code creates (transformers 5): Llama's attention_bias covers
+// q/k/v/o and mlp_bias gate/up/down; Qwen3's attention_bias covers q/k/v/o; Qwen2 always has
+// q/k/v biases and nothing else; Mistral has none. The keys an architecture ignores are read
+// (so a bad type is still an error) and change nothing.
+absl::Status ReadBiases(const ConfigReader& r, ModelConfig* c) {
+  ASSIGN_OR_RETURN(std::optional<bool> attention, r.OptBool("attention_bias"));
+  ASSIGN_OR_RETURN(std::optional<bool> mlp, r.OptBool("mlp_bias"));
+  switch (c->architecture) {
+    case Architecture::kLlama:
+      c->attention_bias = c->o_proj_bias = attention.value_or(false);
+      c->mlp_bias = mlp.value_or(false);
       break;
+    case Architecture::kQwen3:
+      c->attention_bias = c->o_proj_bias = attention.value_or(false);
+      break;
+    case Architecture::kQwen2:
+      c->attention_bias = true;
+      break;
+    case Architecture::kMistral:
+      break;
+  }
+  return absl::OkStatus();
+}
+
+// `layer_types` as given, or as Qwen2/Qwen3's config derives it: layers from max_window_layers
+// on are sliding when a window is enabled. Entries must be full_attention or sliding_attention.
+absl::StatusOr<std::vector<std::string>> LayerTypes(const ConfigReader& r, const ModelConfig& c,
+                                                    bool window_enabled) {
+  std::vector<std::string> types;
+  if (const Json* given = r.Get("layer_types")) {
+    if (!given->is_array() || static_cast<int64_t>(given->size()) != c.num_hidden_layers) {
+      return r.Error("layer_types", "must be a list of num_hidden_layers names");
+    }
+    for (const Json& t : *given) {
+      if (!t.is_string() || (t != "full_attention" && t != "sliding_attention")) {
+        return r.Error("layer_types", absl::StrCat(t.dump(), " is not supported (full_attention "
+                                                             "or sliding_attention)"));
+      }
+      types.push_back(t.get<std::string>());
+    }
+    return types;
+  }
+  ASSIGN_OR_RETURN(std::optional<int64_t> max_window_layers, r.OptInt("max_window_layers"));
+  if (max_window_layers.value_or(0) < 0) return r.Error("max_window_layers", "must be >= 0");
+  const bool qwen = c.architecture == Architecture::kQwen2 || c.architecture == Architecture::kQwen3;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const bool sliding = window_enabled && qwen && i >= max_window_layers.value_or(28);
+    types.push_back(sliding ? "sliding_attention" : "full_attention");
+  }
+  return types;
+}
+
+// Sliding-window attention as transformers 5 applies it: Mistral on every layer (window 4096
+// when the key is absent, none when null); Qwen2/Qwen3 on the layers `layer_types` marks (by
+// default those from max_window_layers on), only with use_sliding_window. Llama's modeling code
+// reads no window; one given anyway is treated as Mistral's, which refuses rather than guesses.
+// A window at least as long as the context (a query at position p sees keys after p - window)
+// is plain causal attention; a shorter one is refused until windowed attention exists.
+absl::Status CheckSlidingWindow(const ConfigReader& r, const ModelConfig& c) {
+  const bool qwen = c.architecture == Architecture::kQwen2 || c.architecture == Architecture::kQwen3;
+  ASSIGN_OR_RETURN(std::optional<bool> use_sw, r.OptBool("use_sliding_window"));
+  ASSIGN_OR_RETURN(std::optional<int64_t> window, r.OptInt("sliding_window"));
+  if (window.has_value() && *window <= 0) return r.Error("sliding_window", "must be positive");
+  if (c.architecture == Architecture::kMistral && !r.Contains("sliding_window")) {
+    window = 4096;  // MistralConfig's default; an explicit null disables it
+  }
+  if (qwen && !use_sw.value_or(false)) window.reset();
+  ASSIGN_OR_RETURN(std::vector<std::string> types, LayerTypes(r, c, window.has_value()));
+  for (size_t i = 0; i < types.size(); ++i) {
+    const bool sliding = !qwen || types[i] == "sliding_attention";
+    if (sliding && window.has_value() && *window < c.max_position_embeddings) {
+      return r.Error("sliding_window",
+                     absl::StrCat("sliding-window attention (window ", *window, " < "
+                                  "max_position_embeddings ", c.max_position_embeddings,
+                                  ", layer ", i, ") is not supported"));
     }
   }
-  if (!type.has_value()) return top.Error("rope_scaling", "missing rope_type");
-  // Numbers inside rope_scaling are reported as "rope_scaling.<key>".
-  auto number = [&](const char* key, std::optional<double> fallback) -> absl::StatusOr<double> {
-    auto v = it->find(key);
-    if (v == it->end() || v->is_null()) {
-      if (fallback.has_value()) return *fallback;
-      return top.Error(absl::StrCat("rope_scaling.", key), "required key is missing");
-    }
-    if (!v->is_number() || !(v->get<double>() > 0)) {
-      return top.Error(absl::StrCat("rope_scaling.", key), "must be a positive number");
-    }
-    return v->get<double>();
-  };
-  if (*type == "default") return rs;
-  if (*type == "linear") {
-    rs.type = RopeScaling::Type::kLinear;
-    ASSIGN_OR_RETURN(rs.factor, number("factor", std::nullopt));
-    return rs;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DType> ParseDtypeName(const ConfigReader& r, const char* key,
+                                     const std::string& name) {
+  if (name == "float32") return DType::kF32;
+  if (name == "float16") return DType::kF16;
+  if (name == "bfloat16") return DType::kBF16;
+  return r.Error(key, absl::StrCat("unsupported dtype '", name, "' (float32, float16 or bfloat16)"));
+}
+
+// transformers 5 writes `dtype`, older versions `torch_dtype`; both present must agree.
+absl::Status ReadDtype(const ConfigReader& r, ModelConfig* c) {
+  ASSIGN_OR_RETURN(std::optional<std::string> dtype, r.OptString("dtype"));
+  ASSIGN_OR_RETURN(std::optional<std::string> torch_dtype, r.OptString("torch_dtype"));
+  if (dtype.has_value() && torch_dtype.has_value() && *dtype != *torch_dtype) {
+    return r.Error("dtype", absl::StrCat("\"", *dtype, "\" disagrees with torch_dtype = \"",
+                                         *torch_dtype, "\""));
   }
-  if (*type == "llama3") {
-    rs.type = RopeScaling::Type::kLlama3;
-    ASSIGN_OR_RETURN(rs.factor, number("factor", std::nullopt));
-    ASSIGN_OR_RETURN(rs.low_freq_factor, number("low_freq_factor", std::nullopt));
-    ASSIGN_OR_RETURN(rs.high_freq_factor, number("high_freq_factor", std::nullopt));
-    auto orig = it->find("original_max_position_embeddings");
-    if (orig == it->end() || !orig->is_number_integer() || orig->get<int64_t>() <= 0) {
-      return top.Error("rope_scaling.original_max_position_embeddings",
-                       "must be a positive integer");
-    }
-    rs.original_max_position_embeddings = orig->get<int64_t>();
-    // The smoothing between the two bands divides by (high - low).
-    if (!(rs.high_freq_factor > rs.low_freq_factor)) {
-      return top.Error("rope_scaling.high_freq_factor", "must exceed low_freq_factor");
-    }
-    return rs;
+  if (dtype.has_value()) {
+    ASSIGN_OR_RETURN(c->torch_dtype, ParseDtypeName(r, "dtype", *dtype));
+  } else if (torch_dtype.has_value()) {
+    ASSIGN_OR_RETURN(c->torch_dtype, ParseDtypeName(r, "torch_dtype", *torch_dtype));
   }
-  return top.Error("rope_scaling",
-                   absl::StrCat("unsupported rope_type '", *type, "' (supported: linear, llama3)"));
+  return absl::OkStatus();
+}
+
+absl::Status ReadSpecialTokens(const ConfigReader& r, ModelConfig* c) {
+  ASSIGN_OR_RETURN(c->bos_token_id, r.OptTokenId("bos_token_id"));
+  ASSIGN_OR_RETURN(c->eos_token_ids, r.IntOrList("eos_token_id"));
+  for (int64_t id : c->eos_token_ids) {
+    if (id >= c->vocab_size) return r.Error("eos_token_id", "id outside the vocabulary");
+  }
+  if (c->bos_token_id.has_value() && *c->bos_token_id >= c->vocab_size) {
+    return r.Error("bos_token_id", "id outside the vocabulary");
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -221,126 +266,47 @@ absl::StatusOr<Architecture> ParseArchitecture(const std::string& name) {
       "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)"));
 }
 
+
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
                                              const std::string& source) {
   ASSIGN_OR_RETURN(Json root, ParseObject(json_text, source));
   ConfigReader r(root, source);
   ModelConfig c;
-
-  const Json* archs = r.Get("architectures");
-  if (archs == nullptr) return r.Error("architectures", "required key is missing");
-  if (!archs->is_array() || archs->size() != 1 || !(*archs)[0].is_string()) {
-    return r.Error("architectures", "must be a list of exactly one name");
-  }
-  {
-    auto arch = ParseArchitecture((*archs)[0].get<std::string>());
-    if (!arch.ok()) return r.Error("architectures", arch.status().message());
-    c.architecture = *arch;
-  }
-
-  // Keys the forward pass does not implement are refused rather than silently ignored.
-  ASSIGN_OR_RETURN(std::optional<std::string> act, r.OptString("hidden_act"));
-  if (act.has_value() && *act != "silu") {
-    return r.Error("hidden_act", absl::StrCat("unsupported activation '", *act, "' (only silu)"));
-  }
-  if (r.Get("quantization_config") != nullptr) {
-    return r.Error("quantization_config", "quantized models are not supported");
-  }
-  ASSIGN_OR_RETURN(std::optional<bool> mlp_bias, r.OptBool("mlp_bias"));
-  if (mlp_bias.value_or(false)) return r.Error("mlp_bias", "MLP biases are not supported");
-
-  ASSIGN_OR_RETURN(c.hidden_size, r.PositiveInt("hidden_size"));
-  ASSIGN_OR_RETURN(c.intermediate_size, r.PositiveInt("intermediate_size"));
-  ASSIGN_OR_RETURN(c.num_hidden_layers, r.PositiveInt("num_hidden_layers"));
-  ASSIGN_OR_RETURN(c.num_attention_heads, r.PositiveInt("num_attention_heads"));
-  ASSIGN_OR_RETURN(c.num_key_value_heads,
-                   r.PositiveInt("num_key_value_heads", c.num_attention_heads));
-  if (c.num_attention_heads % c.num_key_value_heads != 0) {
-    return r.Error("num_key_value_heads",
-                   absl::StrCat(c.num_key_value_heads, " does not divide num_attention_heads ",
-                                c.num_attention_heads));
-  }
-  ASSIGN_OR_RETURN(std::optional<int64_t> head_dim, r.OptInt("head_dim"));
-  if (head_dim.has_value()) {
-    if (*head_dim <= 0 || *head_dim > 65536) return r.Error("head_dim", "must be in [1, 65536]");
-    c.head_dim = *head_dim;
-  } else {
-    if (c.hidden_size % c.num_attention_heads != 0) {
-      return r.Error(
-          "num_attention_heads",
-          absl::StrCat("does not divide hidden_size ", c.hidden_size, " and no head_dim is given"));
-    }
-    c.head_dim = c.hidden_size / c.num_attention_heads;
-  }
-  if (c.head_dim % 2 != 0) return r.Error("head_dim", "must be even for rotary embeddings");
-  ASSIGN_OR_RETURN(c.vocab_size, r.PositiveInt("vocab_size"));
-
-  // Defaults as in the transformers config classes.
-  int64_t default_max_pos = 2048;
-  if (c.architecture == Architecture::kMistral) default_max_pos = 4096 * 32;
-  if (c.architecture == Architecture::kQwen2 || c.architecture == Architecture::kQwen3) {
-    default_max_pos = 32768;
-  }
-  // 2^30 positions: far past any model; prompt + max_tokens sums are computed in int64.
-  ASSIGN_OR_RETURN(c.max_position_embeddings,
-                   r.PositiveInt("max_position_embeddings", default_max_pos, kMaxContextTokens));
+  ASSIGN_OR_RETURN(c.architecture, ReadArchitecture(r));
+  RETURN_IF_ERROR(RefuseUnsupportedFeatures(r));
+  RETURN_IF_ERROR(ReadShape(r, &c));
   ASSIGN_OR_RETURN(c.rms_norm_eps, r.PositiveNumber("rms_norm_eps", 1e-6));
-  ASSIGN_OR_RETURN(c.rope_theta, r.PositiveNumber("rope_theta", 10000.0));
-  ASSIGN_OR_RETURN(c.rope_scaling, ParseRopeScaling(root, r));
-
-  // A window that is disabled (Qwen's use_sliding_window=false) or at least as long as the
-  // context is plain full attention; anything else needs windowed attention we do not do.
-  ASSIGN_OR_RETURN(std::optional<bool> use_sw, r.OptBool("use_sliding_window"));
-  ASSIGN_OR_RETURN(std::optional<int64_t> sliding_window, r.OptInt("sliding_window"));
-  const bool window_enabled = use_sw.value_or(c.architecture != Architecture::kQwen2 &&
-                                              c.architecture != Architecture::kQwen3);
-  if (window_enabled && sliding_window.has_value() && *sliding_window < c.max_position_embeddings) {
-    return r.Error("sliding_window", absl::StrCat("sliding-window attention (window ",
-                                                  *sliding_window, " < max_position_embeddings ",
-                                                  c.max_position_embeddings, ") is not supported"));
-  }
-
+  ASSIGN_OR_RETURN(model_internal::RopeSettings rope,
+                   model_internal::ParseRopeSettings(root, r, c.max_position_embeddings));
+  c.rope_theta = rope.theta;
+  c.rope_scaling = rope.scaling;
+  RETURN_IF_ERROR(CheckSlidingWindow(r, c));
   ASSIGN_OR_RETURN(std::optional<bool> tie, r.OptBool("tie_word_embeddings"));
   c.tie_word_embeddings = tie.value_or(false);
-  ASSIGN_OR_RETURN(std::optional<bool> bias, r.OptBool("attention_bias"));
-  c.attention_bias = c.architecture == Architecture::kQwen2 || bias.value_or(false);
+  RETURN_IF_ERROR(ReadBiases(r, &c));
   c.qk_norm = c.architecture == Architecture::kQwen3;
-
-  // Newer transformers write `dtype`, older `torch_dtype`.
-  ASSIGN_OR_RETURN(std::optional<std::string> dtype, r.OptString("torch_dtype"));
-  const char* dtype_key = "torch_dtype";
-  if (!dtype.has_value()) {
-    ASSIGN_OR_RETURN(dtype, r.OptString("dtype"));
-    dtype_key = "dtype";
-  }
-  if (dtype.has_value()) {
-    if (*dtype == "float32") {
-      c.torch_dtype = DType::kF32;
-    } else if (*dtype == "float16") {
-      c.torch_dtype = DType::kF16;
-    } else if (*dtype == "bfloat16") {
-      c.torch_dtype = DType::kBF16;
-    } else {
-      return r.Error(dtype_key, absl::StrCat("unsupported dtype '", *dtype,
-                                             "' (float32, float16 or bfloat16)"));
-    }
-  }
-
-  ASSIGN_OR_RETURN(c.bos_token_id, r.OptTokenId("bos_token_id"));
-  ASSIGN_OR_RETURN(c.eos_token_ids, r.IntOrList("eos_token_id"));
-  for (int64_t id : c.eos_token_ids) {
-    if (id >= c.vocab_size) return r.Error("eos_token_id", "id outside the vocabulary");
-  }
-  if (c.bos_token_id.has_value() && *c.bos_token_id >= c.vocab_size) {
-    return r.Error("bos_token_id", "id outside the vocabulary");
-  }
+  RETURN_IF_ERROR(ReadDtype(r, &c));
+  RETURN_IF_ERROR(ReadSpecialTokens(r, &c));
+  c.unrecognized_keys = UnrecognizedConfigKeys(root);
   return c;
+}
+
+float ModelConfig::softmax_scale() const {
+  const double factor = rope_scaling.attention_factor;
+  return static_cast<float>(factor * factor / std::sqrt(static_cast<double>(head_dim)));
 }
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
   const std::string path = (std::filesystem::path(model_dir) / "config.json").string();
   ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  return ParseModelConfig(text, path);
+  ASSIGN_OR_RETURN(ModelConfig c, ParseModelConfig(text, path));
+  if (!c.unrecognized_keys.empty()) {
+    Log(LogLevel::kWarning, "model_config_unrecognized_keys",
+        {{"file", path},
+         {"keys", absl::StrJoin(c.unrecognized_keys, ",")},
+         {"meaning", "not read by specula; assumed not to change the computation"}});
+  }
+  return c;
 }
 
 absl::StatusOr<GenerationConfig> ParseGenerationConfig(const std::string& json_text,

@@ -113,12 +113,12 @@ void Transformer::ForwardLayer(int32_t layer, Mat* x, DeviceSpan<const int32_t> 
   ProjectQkv(layer, *x, positions, &h, &qkv, /*keys=*/true);
   attention.Attend(layer, qkv.Cols(0, c.q_dim()), qkv.Cols(c.q_dim(), c.kv_dim()),
                    qkv.Cols(c.q_dim() + c.kv_dim(), c.kv_dim()), &attn);
-  backend_.Gemm(attn, w.o, Weight{}, &h);
+  backend_.Gemm(attn, w.o, w.o_bias, &h);
   backend_.Add(x, h);
   backend_.RmsNorm(*x, w.post_attn_norm, eps, &h);
-  backend_.Gemm(h, w.gate_up, Weight{}, &gate_up);
+  backend_.Gemm(h, w.gate_up, w.gate_up_bias, &gate_up);
   backend_.SwiGlu(gate_up, &act);
-  backend_.Gemm(act, w.down, Weight{}, &h);
+  backend_.Gemm(act, w.down, w.down_bias, &h);
   backend_.Add(x, h);
 }
 

@@ -51,7 +51,8 @@ size_t ModelWeights::bytes() const {
   size_t total = embed.buffer.bytes() + final_norm.buffer.bytes() + lm_head.buffer.bytes();
   for (const LayerWeights& l : layers) {
     for (const Weight* w : {&l.input_norm, &l.qkv, &l.qkv_bias, &l.q_norm, &l.k_norm, &l.o,
-                            &l.post_attn_norm, &l.gate_up, &l.down}) {
+                            &l.o_bias, &l.post_attn_norm, &l.gate_up, &l.gate_up_bias, &l.down,
+                            &l.down_bias}) {
       total += w->buffer.bytes();
     }
   }
@@ -94,6 +95,9 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const WeightFiles& files, const Mo
     }
     ASSIGN_OR_RETURN(l.o,
                      LoadMatrix(files, backend, p + "self_attn.o_proj.weight", hidden, c.q_dim()));
+    if (c.o_proj_bias) {
+      ASSIGN_OR_RETURN(l.o_bias, LoadVector(files, backend, p + "self_attn.o_proj.bias", hidden));
+    }
     ASSIGN_OR_RETURN(l.post_attn_norm,
                      LoadVector(files, backend, p + "post_attention_layernorm.weight", hidden));
     ASSIGN_OR_RETURN(l.gate_up, LoadConcat(files, backend,
@@ -102,6 +106,13 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const WeightFiles& files, const Mo
                                            hidden));
     ASSIGN_OR_RETURN(l.down, LoadMatrix(files, backend, p + "mlp.down_proj.weight", hidden,
                                         c.intermediate_size));
+    if (c.mlp_bias) {
+      ASSIGN_OR_RETURN(l.gate_up_bias, LoadConcat(files, backend,
+                                                  {{p + "mlp.gate_proj.bias", c.intermediate_size},
+                                                   {p + "mlp.up_proj.bias", c.intermediate_size}},
+                                                  0));
+      ASSIGN_OR_RETURN(l.down_bias, LoadVector(files, backend, p + "mlp.down_proj.bias", hidden));
+    }
     w.layers.push_back(std::move(l));
   }
   return w;

@@ -19,9 +19,12 @@ struct LayerWeights {
   Weight q_norm;         // [1, head_dim] or empty (Qwen3)
   Weight k_norm;         // [1, head_dim] or empty
   Weight o;              // [hidden, q_dim]
+  Weight o_bias;         // [1, hidden] or empty (Llama, Qwen3 with attention_bias)
   Weight post_attn_norm; // [1, hidden]
   Weight gate_up;        // [2 intermediate, hidden]
+  Weight gate_up_bias;   // [1, 2 intermediate] or empty (Llama with mlp_bias)
   Weight down;           // [hidden, intermediate]
+  Weight down_bias;      // [1, hidden] or empty
 };
 
 struct ModelWeights {

@@ -171,7 +171,10 @@ def parse_config(cfg):
     except KeyError as e:
         raise ReferenceError_("config.json lacks required key %s" % e)
     kv = cfg.get("num_key_value_heads")
-    c.num_kv_heads = int(kv) if kv is not None else c.num_heads
+    # The config classes' defaults: Mistral 8, Qwen2/Qwen3 32, Llama num_attention_heads.
+    default_kv = {"MistralForCausalLM": 8, "Qwen2ForCausalLM": 32,
+                  "Qwen3ForCausalLM": 32}.get(arch, c.num_heads)
+    c.num_kv_heads = int(kv) if kv is not None else default_kv
     if c.num_heads % c.num_kv_heads != 0:
         raise ReferenceError_("num_attention_heads %d not divisible by num_key_value_heads %d"
                               % (c.num_heads, c.num_kv_heads))
@@ -213,7 +216,7 @@ def parse_config(cfg):
     c.rope_scaling = None
     if scaling:
         rtype = scaling.get("rope_type", scaling.get("type", "default"))
-        if rtype not in ("default", "linear", "llama3"):
+        if rtype not in ("default", "linear", "llama3", "yarn"):
             raise ReferenceError_("unsupported rope_scaling type %r" % rtype)
         if rtype != "default":
             c.rope_scaling = dict(scaling)
@@ -252,7 +255,8 @@ def load_config(model_dir):
 # RoPE
 # --------------------------------------------------------------------------
 
-def rope_inv_freq(head_dim, theta, rope_scaling=None, partial_rotary_factor=1.0):
+def rope_inv_freq(head_dim, theta, rope_scaling=None, partial_rotary_factor=1.0,
+                  max_position_embeddings=None):
     """inv_freq (float64, length dim/2) following HF modeling_rope_utils."""
     dim = int(head_dim * partial_rotary_factor)
     inv_freq = 1.0 / (float(theta) ** (np.arange(0, dim, 2, dtype=np.int64).astype(np.float64) / dim))
@@ -279,7 +283,43 @@ def rope_inv_freq(head_dim, theta, rope_scaling=None, partial_rotary_factor=1.0)
         smoothed = (1.0 - smooth) * out / factor + smooth * out
         medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
         return np.where(medium, smoothed, out)
+    if rtype == "yarn":
+        # transformers 5, modeling_rope_utils.py, _compute_yarn_parameters.
+        factor = float(rope_scaling["factor"])
+        orig = float(rope_scaling.get("original_max_position_embeddings") or max_position_embeddings)
+        beta_fast = float(rope_scaling.get("beta_fast") or 32)
+        beta_slow = float(rope_scaling.get("beta_slow") or 1)
+
+        def correction_dim(rotations):
+            return dim * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+        low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+        if rope_scaling.get("truncate", True):
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)
+        if low == high:
+            high += 0.001
+        ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+        extrapolation = 1 - ramp
+        return (inv_freq / factor) * (1 - extrapolation) + inv_freq * extrapolation
     raise ReferenceError_("unsupported rope type %r" % rtype)
+
+
+def rope_attention_factor(rope_scaling):
+    """What transformers multiplies cos and sin by: yarn's attention factor, else 1."""
+    if not rope_scaling or rope_scaling.get("rope_type", rope_scaling.get("type")) != "yarn":
+        return 1.0
+    if rope_scaling.get("attention_factor") is not None:
+        return float(rope_scaling["attention_factor"])
+    factor = float(rope_scaling["factor"])
+
+    def get_mscale(scale, mscale=1.0):
+        return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+    mscale, mscale_all_dim = rope_scaling.get("mscale"), rope_scaling.get("mscale_all_dim")
+    if mscale and mscale_all_dim:
+        return get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
+    return get_mscale(factor)
 
 
 def rope_cos_sin(positions, inv_freq):
@@ -393,7 +433,8 @@ class Model(object):
                 L["k_norm"] = get(p + "self_attn.k_norm.weight", (c.head_dim,))
             self.layers.append(L)
         self.inv_freq = rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling,
-                                      c.partial_rotary_factor)
+                                      c.partial_rotary_factor, c.max_position_embeddings)
+        self.attention_factor = rope_attention_factor(c.rope_scaling)
 
     @staticmethod
     def _lin(x, w, b):
@@ -444,6 +485,7 @@ class Model(object):
             raise ReferenceError_("token id out of range [0, %d)" % c.vocab_size)
         h = self.embed[ids]
         cos, sin = rope_cos_sin(np.arange(ids.size), self.inv_freq)
+        cos, sin = cos * self.attention_factor, sin * self.attention_factor
         for li, L in enumerate(self.layers):
             h = h + self.attention(L, rms_norm(h, L["in_norm"], c.rms_norm_eps), cos, sin,
                                    c.layer_sliding[li])

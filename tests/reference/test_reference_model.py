@@ -294,7 +294,18 @@ class TestRope(unittest.TestCase):
     def test_unsupported_rope_type(self):
         with self.assertRaises(rm.ReferenceError_):
             rm.parse_config(base_config("LlamaForCausalLM",
-                                        rope_scaling={"type": "yarn", "factor": 2.0}))
+                                        rope_scaling={"type": "dynamic", "factor": 2.0}))
+
+    def test_yarn_follows_transformers(self):
+        # Qwen3's 128K setting; values from _compute_yarn_parameters evaluated by hand (the same
+        # ones tests/engine/model/rope_test.cc checks the engine against).
+        sc = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+        inv = rm.rope_inv_freq(128, 1e6, sc)
+        self.assertAlmostEqual(inv[23], 0.006978305848598663, delta=1e-15)
+        self.assertAlmostEqual(inv[24], 0.005375321490790102, delta=1e-15)
+        self.assertAlmostEqual(inv[40], 4.445698525097307e-05, delta=1e-17)
+        self.assertAlmostEqual(rm.rope_attention_factor(sc), 0.1 * math.log(4.0) + 1.0)
+        self.assertEqual(rm.rope_attention_factor({"rope_type": "linear", "factor": 4.0}), 1.0)
 
 
 class TestModel(TmpDirCase):

@@ -23,6 +23,11 @@ ABSL_FLAG(int64_t, head_dim, 0, "override head_dim (0: preset, or hidden/heads)"
 ABSL_FLAG(int64_t, intermediate, 0, "override intermediate_size (0: preset)");
 ABSL_FLAG(int64_t, max_position_embeddings, 0, "override max_position_embeddings (0: preset)");
 ABSL_FLAG(int64_t, vocab, 0, "override vocab_size, >= the tokenizer's 512 (0: preset)");
+ABSL_FLAG(bool, biases, false, "every bias attention_bias / mlp_bias can switch on (llama*, qwen3)");
+ABSL_FLAG(std::string, rope, "", "rope scaling instead of the architecture's: yarn");
+ABSL_FLAG(std::string, config_form, "v4",
+          "config.json as transformers 4 (v4: rope_theta, rope_scaling, torch_dtype) or 5 (v5: "
+          "rope_parameters, dtype) saves it");
 ABSL_FLAG(std::string, script, "",
           "write a scripted model instead (tools/make_tiny_model/scripted_model.h): its greedy "
           "answer is this text after its first token; needs --tokenizer_dir");
@@ -77,6 +82,9 @@ int main(int argc, char** argv) {
   o.intermediate = absl::GetFlag(FLAGS_intermediate);
   o.max_position_embeddings = absl::GetFlag(FLAGS_max_position_embeddings);
   o.vocab = absl::GetFlag(FLAGS_vocab);
+  o.biases = absl::GetFlag(FLAGS_biases);
+  o.rope = absl::GetFlag(FLAGS_rope);
+  o.config_form = absl::GetFlag(FLAGS_config_form);
   const absl::Status status = specula::WriteTinyModel(o);
   if (!status.ok()) {
     std::fprintf(stderr, "make-tiny-model: %s\n", status.ToString().c_str());

@@ -108,6 +108,7 @@ TensorToWrite MakeTensor(const std::string& name, std::vector<int64_t> shape, In
 }
 
 bool Tied(TinyArch a) { return a != TinyArch::kLlama && a != TinyArch::kMistral; }
+bool IsLlama(TinyArch a) { return a == TinyArch::kLlama || a == TinyArch::kLlama3; }
 
 // Scales chosen so activations stay O(1) through the layers and the logits have a standard
 // deviation of about 4: greedy decoding is then decided by clear margins, not rounding noise.
@@ -155,13 +156,14 @@ std::vector<TensorToWrite> MakeWeights(const TinyModelOptions& o, const Shape& s
     linear(p + "self_attn.q_proj.weight", q_dim, s.hidden);
     linear(p + "self_attn.k_proj.weight", kv_dim, s.hidden);
     linear(p + "self_attn.v_proj.weight", kv_dim, s.hidden);
-    if (o.arch == TinyArch::kQwen2) {
+    if (o.arch == TinyArch::kQwen2 || o.biases) {
       // Large enough that dropping a bias changes the logits visibly.
       vec(p + "self_attn.q_proj.bias", q_dim, Init::kBias, 0.5);
       vec(p + "self_attn.k_proj.bias", kv_dim, Init::kBias, 0.5);
       vec(p + "self_attn.v_proj.bias", kv_dim, Init::kBias, 0.5);
     }
     linear(p + "self_attn.o_proj.weight", s.hidden, q_dim);
+    if (o.biases) vec(p + "self_attn.o_proj.bias", s.hidden, Init::kBias, 0.5);
     if (o.arch == TinyArch::kQwen3) {
       vec(p + "self_attn.q_norm.weight", s.head_dim, Init::kNorm, 0.1);
       vec(p + "self_attn.k_norm.weight", s.head_dim, Init::kNorm, 0.1);
@@ -170,6 +172,11 @@ std::vector<TensorToWrite> MakeWeights(const TinyModelOptions& o, const Shape& s
     linear(p + "mlp.gate_proj.weight", s.intermediate, s.hidden);
     linear(p + "mlp.up_proj.weight", s.intermediate, s.hidden);
     linear(p + "mlp.down_proj.weight", s.hidden, s.intermediate);
+    if (o.biases && IsLlama(o.arch)) {
+      vec(p + "mlp.gate_proj.bias", s.intermediate, Init::kBias, 0.5);
+      vec(p + "mlp.up_proj.bias", s.intermediate, Init::kBias, 0.5);
+      vec(p + "mlp.down_proj.bias", s.hidden, Init::kBias, 0.5);
+    }
   }
   vec("model.norm.weight", s.hidden, Init::kNorm, 0.1);
   if (!Tied(o.arch)) {
@@ -215,6 +222,45 @@ absl::Status WriteWeights(const TinyModelOptions& o, std::vector<TensorToWrite> 
   return WriteText(dir / "model.safetensors.index.json", index.dump(2) + "\n");
 }
 
+OJson RopeScalingJson(const TinyModelOptions& o) {
+  // Short original contexts make the scaling touch every frequency band of the tiny model.
+  const int64_t original_context = o.preset == "tiny" ? 64 : 1024;
+  if (o.rope == "yarn") {
+    return {{"factor", 4.0},
+            {"original_max_position_embeddings", original_context},
+            {"rope_type", "yarn"}};
+  }
+  if (o.arch == TinyArch::kLlama3) {
+    return {{"factor", 8.0},
+            {"high_freq_factor", 4.0},
+            {"low_freq_factor", 1.0},
+            {"original_max_position_embeddings", original_context},
+            {"rope_type", "llama3"}};
+  }
+  return nullptr;
+}
+
+// What transformers 5's save_pretrained writes for the same model: rope_theta and rope_scaling
+// folded into rope_parameters, `dtype` for `torch_dtype`.
+OJson ToTransformers5Form(OJson c) {
+  OJson out;
+  for (auto& [key, value] : c.items()) {
+    if (key == "rope_theta" || key == "rope_scaling") continue;
+    if (key == "torch_dtype") {
+      out["dtype"] = value;
+      continue;
+    }
+    out[key] = value;
+  }
+  OJson rope = {{"rope_theta", c["rope_theta"]}, {"rope_type", "default"}};
+  if (!c["rope_scaling"].is_null()) {
+    for (auto& [key, value] : c["rope_scaling"].items()) rope[key] = value;
+  }
+  out["rope_parameters"] = rope;
+  out["transformers_version"] = "5.0.0";
+  return out;
+}
+
 OJson ModelConfigJson(const TinyModelOptions& o, const Shape& s, const TinyBpeVocab& vocab) {
   static constexpr const char* kDtypeNames[] = {"float32", "float16", "bfloat16"};
   const bool qwen = o.arch == TinyArch::kQwen2 || o.arch == TinyArch::kQwen3;
@@ -226,8 +272,8 @@ OJson ModelConfigJson(const TinyModelOptions& o, const Shape& s, const TinyBpeVo
                                                                       : Architecture::kLlama)};
   c["model_type"] = kModelTypes[static_cast<int>(o.arch)];
   c["attention_dropout"] = 0.0;
-  if (o.arch != TinyArch::kQwen2) c["attention_bias"] = false;
-  if (o.arch == TinyArch::kLlama || o.arch == TinyArch::kLlama3) c["mlp_bias"] = false;
+  if (o.arch != TinyArch::kQwen2) c["attention_bias"] = o.biases;
+  if (IsLlama(o.arch)) c["mlp_bias"] = o.biases;
   c["hidden_act"] = "silu";
   c["hidden_size"] = s.hidden;
   c["intermediate_size"] = s.intermediate;
@@ -245,16 +291,7 @@ OJson ModelConfigJson(const TinyModelOptions& o, const Shape& s, const TinyBpeVo
   c["rope_theta"] = o.arch == TinyArch::kLlama    ? 10000.0
                     : o.arch == TinyArch::kLlama3 ? 500000.0
                                                   : 1000000.0;
-  if (o.arch == TinyArch::kLlama3) {
-    // A short original context makes the scaling touch all three frequency bands.
-    c["rope_scaling"] = {{"factor", 8.0},
-                         {"high_freq_factor", 4.0},
-                         {"low_freq_factor", 1.0},
-                         {"original_max_position_embeddings", o.preset == "tiny" ? 64 : 1024},
-                         {"rope_type", "llama3"}};
-  } else {
-    c["rope_scaling"] = nullptr;
-  }
+  c["rope_scaling"] = RopeScalingJson(o);
   if (o.arch == TinyArch::kMistral) c["sliding_window"] = nullptr;
   if (qwen) {
     c["use_sliding_window"] = false;
@@ -278,7 +315,7 @@ OJson ModelConfigJson(const TinyModelOptions& o, const Shape& s, const TinyBpeVo
     c["eos_token_id"] = ids.eos;
   }
   c["transformers_version"] = "4.51.0";
-  return c;
+  return o.config_form == "v5" ? ToTransformers5Form(std::move(c)) : c;
 }
 
 OJson GenerationConfigJson(const TinyModelOptions& o, const TinyBpeVocab& vocab) {
@@ -327,6 +364,16 @@ absl::StatusOr<Shape> ResolveShape(const TinyModelOptions& o) {
         absl::StrCat("vocab ", s.vocab, " is smaller than the tokenizer's ", kTokenizerVocab));
   }
   if (o.shards < 1) return absl::InvalidArgumentError("--shards must be >= 1");
+  if (o.biases && o.arch != TinyArch::kQwen3 && !IsLlama(o.arch)) {
+    return absl::InvalidArgumentError("--biases: only llama, llama3 and qwen3 have bias switches");
+  }
+  if (!o.rope.empty() && o.rope != "yarn") {
+    return absl::InvalidArgumentError(absl::StrCat("unknown --rope '", o.rope, "' (yarn)"));
+  }
+  if (o.config_form != "v4" && o.config_form != "v5") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown --config_form '", o.config_form, "' (v4|v5)"));
+  }
   return s;
 }
 

@@ -36,6 +36,15 @@ struct TinyModelOptions {
   int64_t intermediate = 0;
   int64_t max_position_embeddings = 0;
   int64_t vocab = 0;  // must be >= the tokenizer's size
+  // Every bias the architecture's attention_bias / mlp_bias can switch on (llama, llama3: q/k/v/o
+  // and gate/up/down; qwen3: q/k/v/o), large enough that dropping one changes the logits.
+  bool biases = false;
+  // "" keeps the architecture's rope; "yarn": yarn scaling (factor 4, a short original context
+  // so the ramp crosses the frequencies, transformers' default betas and attention factor).
+  std::string rope;
+  // "v4": top-level rope_theta + rope_scaling and torch_dtype, as transformers 4 saves;
+  // "v5": rope_parameters and dtype, as transformers 5 saves. The weights are the same.
+  std::string config_form = "v4";
 };
 
 // Writes config.json, model.safetensors (or `shards` files + model.safetensors.index.json),
@@ -47,6 +56,7 @@ struct TinyModelOptions {
 //   mistral: MistralForCausalLM, sliding_window null, untied.
 //   qwen2:   Qwen2ForCausalLM, random nonzero q/k/v biases, tied embeddings, ChatML tokens.
 //   qwen3:   Qwen3ForCausalLM, q_norm/k_norm, head_dim != hidden/heads, tied, ChatML tokens.
+// Options `biases`, `rope` and `config_form` vary one thing each.
 absl::Status WriteTinyModel(const TinyModelOptions& options);
 
 // Writes `text` to `path` (replacing it); INTERNAL naming the path when that fails.

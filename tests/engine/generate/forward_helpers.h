@@ -29,6 +29,12 @@ inline const std::vector<std::string>& AllTestModels() {
   return names;
 }
 
+// Models that vary one config feature of a family (tests/CMakeLists.txt): biases, yarn rope.
+inline const std::vector<std::string>& ConfigVariantModels() {
+  static const std::vector<std::string> names = {"llama-bias", "qwen3-bias", "qwen3-yarn"};
+  return names;
+}
+
 // gtest parameter names may not contain '-' (model names do).
 inline std::string GtestSafeName(std::string name) {
   for (char& c : name) {
@@ -54,7 +60,7 @@ class SingleSequenceRunner {
     blocks_ = pool_.Allocate(pool_.num_blocks()).value();
     attention_ = std::make_unique<DenseKvAttention>(backend_, pool_,
                                                     static_cast<int32_t>(c.num_attention_heads),
-                                                    static_cast<int32_t>(c.head_dim));
+                                                    c.softmax_scale());
   }
 
   const ModelConfig& config() const { return model_->config(); }

@@ -84,6 +84,9 @@ TEST_P(ReferenceParityTest, GreedyContinuationIsIdentical) {
   EXPECT_EQ(results[0].tokens, ref["generated"].get<std::vector<int32_t>>());
 }
 
+INSTANTIATE_TEST_SUITE_P(ConfigVariants, ReferenceParityTest,
+                         ::testing::ValuesIn(::specula::testing::ConfigVariantModels()),
+                         ModelParamName);
 INSTANTIATE_TEST_SUITE_P(AllFamilies, ReferenceParityTest, ::testing::ValuesIn(AllTestModels()),
                          ModelParamName);
 

@@ -28,7 +28,7 @@ TEST(SparseKvCacheTest, ABudgetNeedingMoreSlotsThanTheDeviceSelectsIsRefused) {
   o.recent_tokens = 16;
   auto store = HostKvStore::Create(pool.HostStoreOptions(8192)).value();
   auto cache =
-      SparseKvCache::Create(o, SparseModelShape{1, 2, 1, 16}, backend, pool, *store).value();
+      SparseKvCache::Create(o, SparseModelShape{1, 2, 1, 16, AttentionScale(16)}, backend, pool, *store).value();
   EXPECT_TRUE(cache->CheckCapacity(4096, 0).ok());
   const absl::Status s = cache->CheckCapacity(4096, 128);  // 8 + 4 slots
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

@@ -50,7 +50,8 @@ class SparseHarness {
     p.num_blocks = shape.device_blocks;
     pool_ = KvPool::Create(*backend_, p).value();
     store_ = HostKvStore::Create(pool_.HostStoreOptions(shape.host_tokens)).value();
-    SparseModelShape m{shape.layers, shape.heads, shape.kv_heads, shape.head_dim};
+    SparseModelShape m{shape.layers, shape.heads, shape.kv_heads, shape.head_dim,
+                       AttentionScale(shape.head_dim)};
     cache_ = SparseKvCache::Create(options, m, *backend_, pool_, *store_).value();
   }
 

@@ -2,7 +2,10 @@
 // LoadModelConfig with the shapes and features of its family, and output is deterministic.
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
 
 #include "engine/model/model_config.h"
@@ -272,8 +275,59 @@ TEST(TinyModelTest, RejectsBadOptions) {
   o = Options(dir.str(), TinyArch::kLlama);
   o.shards = 1000;
   EXPECT_THAT(WriteTinyModel(o).message(), HasSubstr("shards"));
+  o = Options(dir.str(), TinyArch::kMistral);
+  o.biases = true;
+  EXPECT_THAT(WriteTinyModel(o).message(), HasSubstr("--biases"));
+  o = Options(dir.str(), TinyArch::kLlama);
+  o.rope = "dynamic";
+  EXPECT_THAT(WriteTinyModel(o).message(), HasSubstr("--rope"));
+  o = Options(dir.str(), TinyArch::kLlama);
+  o.config_form = "v6";
+  EXPECT_THAT(WriteTinyModel(o).message(), HasSubstr("--config_form"));
   EXPECT_FALSE(ParseTinyArch("gpt2").ok());
   for (TinyArch a : kAllArchs) EXPECT_EQ(*ParseTinyArch(TinyArchName(a)), a);
+}
+
+// The transformers 5 form of a config carries the same settings under rope_parameters and dtype,
+// and the same weights.
+TEST(TinyModelTest, Transformers5FormHasTheSameSettingsAndWeights) {
+  ScratchDir classic_dir, v5_dir;
+  TinyModelOptions o = Options(classic_dir.str(), TinyArch::kLlama3);
+  ASSERT_TRUE(WriteTinyModel(o).ok());
+  o.out_dir = v5_dir.str();
+  o.config_form = "v5";
+  ASSERT_TRUE(WriteTinyModel(o).ok());
+  const nlohmann::json v5 = nlohmann::json::parse(std::ifstream(v5_dir.str() + "/config.json"));
+  EXPECT_FALSE(v5.contains("rope_theta"));
+  EXPECT_FALSE(v5.contains("rope_scaling"));
+  EXPECT_FALSE(v5.contains("torch_dtype"));
+  EXPECT_EQ(v5["rope_parameters"]["rope_type"], "llama3");
+  EXPECT_EQ(v5["rope_parameters"]["rope_theta"], 500000.0);
+  EXPECT_EQ(v5["dtype"], "float32");
+  auto a = LoadModelConfig(classic_dir.str());
+  auto b = LoadModelConfig(v5_dir.str());
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->rope_theta, b->rope_theta);
+  EXPECT_EQ(a->rope_scaling.factor, b->rope_scaling.factor);
+  std::ifstream wa(classic_dir.str() + "/model.safetensors", std::ios::binary);
+  std::ifstream wb(v5_dir.str() + "/model.safetensors", std::ios::binary);
+  EXPECT_TRUE(std::equal(std::istreambuf_iterator<char>(wa), std::istreambuf_iterator<char>(),
+                         std::istreambuf_iterator<char>(wb)));
+}
+
+TEST(TinyModelTest, BiasesAreWrittenWhereTheConfigSwitchesThemOn) {
+  ScratchDir dir;
+  TinyModelOptions o = Options(dir.str(), TinyArch::kLlama);
+  o.biases = true;
+  ASSERT_TRUE(WriteTinyModel(o).ok());
+  auto c = LoadModelConfig(dir.str());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->attention_bias && c->o_proj_bias && c->mlp_bias);
+  auto w = WeightFiles::OpenDirectory(dir.str());
+  ASSERT_TRUE(w.ok());
+  for (const char* name : {"self_attn.o_proj.bias", "mlp.gate_proj.bias", "mlp.down_proj.bias"}) {
+    EXPECT_NE((*w)->Find(std::string("model.layers.1.") + name), nullptr) << name;
+  }
 }
 
 }  // namespace
