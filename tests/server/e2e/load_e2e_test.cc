@@ -3,8 +3,10 @@
 // is queued or running, and the process's resident memory is within 10% of its level after the
 // warm-up rounds: nothing accumulates per request. A sample of the completed streams is checked
 // token for token against the offline engine.
+#include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -20,12 +22,20 @@ constexpr int kStreams = 256;
 // measured, resident memory grows by ~8% over the first 10 rounds and then by ~3% over the next
 // 150 while the heap in use stays flat (fragmentation settling, not a leak).
 constexpr int kWarmupRounds = 10;
+constexpr int64_t kResidentSlackBytes = int64_t{32} << 20;
 constexpr int kMinRounds = 4;                        // after the warm-up,
 constexpr absl::Duration kLoadTime = absl::Seconds(10);  // and rounds until this long
 
 enum class Kind { kComplete, kCancel, kDeadline };
 Kind KindOf(int i) { return i % 8 == 3 ? Kind::kCancel : i % 8 == 5 ? Kind::kDeadline : Kind::kComplete; }
 int MaxTokensOf(int i) { return KindOf(i) == Kind::kComplete ? 4 + i % 29 : 3000; }
+
+// Bytes the program holds on the heap (glibc's count of allocated chunks and mmapped blocks):
+// unlike resident memory, blind to freed memory the allocator keeps in its arenas.
+int64_t HeapInUseBytes() {
+  const struct mallinfo2 info = mallinfo2();
+  return static_cast<int64_t>(info.uordblks + info.hblkhd);
+}
 
 int64_t ResidentBytes() {
   std::ifstream statm("/proc/self/statm");
@@ -90,6 +100,7 @@ TEST(LoadE2eTest, RoundsOf256StreamsWithCancelsAndDeadlinesLeaveNothingBehind) {
   ASSERT_NE(server, nullptr);
   for (int i = 0; i < kWarmupRounds; ++i) Round(*server);
   const int64_t warm = ResidentBytes();
+  const int64_t warm_heap = HeapInUseBytes();
   std::vector<StreamResult> last;
   int rounds = 0;
   for (const absl::Time end = absl::Now() + kLoadTime; rounds < kMinRounds || absl::Now() < end;
@@ -97,15 +108,23 @@ TEST(LoadE2eTest, RoundsOf256StreamsWithCancelsAndDeadlinesLeaveNothingBehind) {
     last = Round(*server);
   }
   const int64_t after = ResidentBytes();
+  const int64_t after_heap = HeapInUseBytes();
   std::cout << rounds << " rounds of " << kStreams << " streams; resident " << warm << " -> "
-            << after << " bytes\n";
+            << after << " bytes, heap in use " << warm_heap << " -> " << after_heap << "\n";
 
   const EngineLoad load = server->engine().load();
   EXPECT_EQ(load.kv_blocks_used, 0);
   EXPECT_EQ(load.running, 0);
   EXPECT_EQ(load.waiting, 0);
-  EXPECT_LE(after, warm + warm / 10) << "resident memory grew from " << warm << " to " << after
-                                     << " bytes over " << rounds << " rounds";
+  // A leak shows in the heap in use. Resident memory also carries the allocator's arenas, which
+  // grow by a machine-dependent ~8-15 MB under 256 threads while the heap stays flat
+  // (docs/HARDENING.md, "Load"): it gets the looser bound.
+  EXPECT_LE(after_heap, warm_heap + warm_heap / 10)
+      << "heap in use grew from " << warm_heap << " to " << after_heap << " bytes over " << rounds
+      << " rounds";
+  EXPECT_LE(after, warm + std::max(warm / 10, kResidentSlackBytes))
+      << "resident memory grew from " << warm << " to " << after << " bytes over " << rounds
+      << " rounds";
   for (int i = 0; i < kStreams; i += 37) {
     if (KindOf(i) != Kind::kComplete) continue;
     EXPECT_EQ(last[i].tokens, Offline(PromptFor(i), MaxTokensOf(i)).tokens) << i;
