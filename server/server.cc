@@ -122,6 +122,10 @@ absl::StatusOr<std::unique_ptr<Generator>> LoadGenerator(const ServerConfig& con
         static_cast<int64_t>(g.kv_pool().num_blocks()) * g.kv_pool().page_size()},
        {"kv_dtype", std::string(KvDtypeName(g.kv_dtype()))},
        {"sparse", config.sparse.options.enabled},
+       {"weights_gb", static_cast<double>(g.model().weights().bytes()) / 1e9},
+       {"backend_seconds", g.load_timings().backend_seconds},
+       {"weights_seconds", g.load_timings().weights_seconds},
+       {"kv_seconds", g.load_timings().kv_seconds},
        {"seconds", absl::ToDoubleSeconds(absl::Now() - load_start)}});
   return generator;
 }

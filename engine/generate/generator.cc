@@ -1,6 +1,7 @@
 #include "engine/generate/generator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <deque>
 #include <limits>
@@ -19,6 +20,21 @@
 namespace specula {
 
 namespace {
+
+// Seconds between calls to Lap (the first counts from construction): the load timings.
+class Stopwatch {
+ public:
+  double Lap() {
+    const auto now = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+    return seconds;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
 // Host pages a sparse sequence takes beyond what it has written, at admission and each time
 // decode reaches its last allocated page (tokens; rounded up to whole pages).
 constexpr int64_t kSparseGrowthTokens = 256;
@@ -66,8 +82,12 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
   BackendOptions backend;
   backend.device = options.device;
   backend.threads = options.threads;
+  Stopwatch clock;
   ASSIGN_OR_RETURN(g->backend_, CreateBackend(backend));
+  g->load_timings_.backend_seconds = clock.Lap();
   ASSIGN_OR_RETURN(g->model_, Transformer::Load(model_dir, *g->backend_));
+  g->load_timings_.weights_seconds = g->model_->weights_seconds();
+  clock.Lap();
   // The model's vocabulary bounds the tokenizer's ids before anything is sized by them.
   ASSIGN_OR_RETURN(g->tokenizer_,
                    Tokenizer::FromDirectory(model_dir, g->model_->config().vocab_size));
@@ -104,6 +124,7 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
   }
   g->kv_ = *std::move(pool);
   ASSIGN_OR_RETURN(g->host_, CreateHostStore(options, g->kv_, *g->backend_));
+  g->load_timings_.kv_seconds = clock.Lap();
   if (options.sparse.enabled) {
     SparseModelShape shape;
     shape.layers = kv.num_layers;

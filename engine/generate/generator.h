@@ -77,6 +77,13 @@ class Generator {
 
   const ModelConfig& model_config() const { return model_->config(); }
   const Transformer& model() const { return *model_; }
+  // Where Create's time went: the model_loaded log line reports each.
+  struct LoadTimings {
+    double backend_seconds = 0;  // creating the backend (CUDA initialisation on a GPU)
+    double weights_seconds = 0;  // reading the weights and placing them on the backend
+    double kv_seconds = 0;       // the KV pool and the host store (pinning it, on a GPU)
+  };
+  const LoadTimings& load_timings() const { return load_timings_; }
   // The backend's name ("cpu"), as model.device resolved to.
   std::string backend_name() const { return backend_->name(); }
   // The backend's synchronization and readback counts (tests, benchmarks).
@@ -246,6 +253,7 @@ class Generator {
   int64_t resumed_cached_tokens_ = 0;
   std::unique_ptr<StepPlan> plan_;  // the step's metadata, uploaded once per step
   std::unique_ptr<DenseKvAttention> dense_attention_;
+  LoadTimings load_timings_;
   // Layer-major prefills of sparse sequences, by sequence id (engine/generate/sparse_prefill.h).
   std::map<uint64_t, std::unique_ptr<SparsePrefill>> sparse_prefills_;
   StepStats last_step_;

@@ -2,6 +2,7 @@
 // draining with and without enough grace, and the daemon's SIGTERM exit.
 #include <signal.h>
 
+#include <algorithm>
 #include <mutex>
 #include <thread>
 
@@ -57,6 +58,33 @@ bool Eventually(const std::function<bool()>& condition) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return condition();
+}
+
+// The model_loaded line gives the load's phases apart (backend creation, weights, KV and host
+// store) besides the total, so a slow start says where its time went.
+TEST(LifecycleE2eTest, ModelLoadedLineGivesTheLoadPhasesApart) {
+  std::mutex lines_mu;
+  std::vector<std::string> lines;
+  SetLogSinkForTesting([&](absl::string_view line) {
+    std::lock_guard lock(lines_mu);
+    lines.emplace_back(line);
+  });
+  absl::Cleanup restore_log = [] { SetLogSinkForTesting(nullptr); };
+  auto server = StartServer([](ServerConfig&) {});
+  ASSERT_NE(server, nullptr);
+  std::lock_guard lock(lines_mu);
+  const auto loaded = std::find_if(lines.begin(), lines.end(), [](const std::string& line) {
+    return line.find("event=model_loaded") != std::string::npos;
+  });
+  ASSERT_NE(loaded, lines.end());
+  for (const char* field : {" weights_gb=", " backend_seconds=", " weights_seconds=",
+                            " kv_seconds=", " seconds="}) {
+    EXPECT_NE(loaded->find(field), std::string::npos) << field << " in " << *loaded;
+  }
+  const Generator::LoadTimings& t = server->engine().generator().load_timings();
+  EXPECT_GT(t.weights_seconds, 0);
+  EXPECT_GE(t.backend_seconds, 0);
+  EXPECT_GE(t.kv_seconds, 0);
 }
 
 // server.stall_seconds: with a request queued and no step for that long, both health services
