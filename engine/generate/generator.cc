@@ -86,8 +86,7 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
   ASSIGN_OR_RETURN(g->backend_, CreateBackend(backend));
   g->load_timings_.backend_seconds = clock.Lap();
   ASSIGN_OR_RETURN(g->model_, Transformer::Load(model_dir, *g->backend_));
-  g->load_timings_.weights_seconds = g->model_->weights_seconds();
-  clock.Lap();
+  g->load_timings_.weights_seconds = clock.Lap();
   // The model's vocabulary bounds the tokenizer's ids before anything is sized by them.
   ASSIGN_OR_RETURN(g->tokenizer_,
                    Tokenizer::FromDirectory(model_dir, g->model_->config().vocab_size));
@@ -115,6 +114,7 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
         absl::StrCat("kv_cache.dtype: ", kv_dtype.status().message()));
   }
   kv.dtype = *kv_dtype;
+  clock.Lap();  // the tokenizer and generation config are not the KV's time
   absl::StatusOr<KvPool> pool = KvPool::Create(*g->backend_, kv);
   if (!pool.ok()) {
     return absl::Status(pool.status().code(),

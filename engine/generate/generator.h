@@ -80,7 +80,7 @@ class Generator {
   // Where Create's time went: the model_loaded log line reports each.
   struct LoadTimings {
     double backend_seconds = 0;  // creating the backend (CUDA initialisation on a GPU)
-    double weights_seconds = 0;  // reading the weights and placing them on the backend
+    double weights_seconds = 0;  // config.json and the weights, read and placed on the backend
     double kv_seconds = 0;       // the KV pool and the host store (pinning it, on a GPU)
   };
   const LoadTimings& load_timings() const { return load_timings_; }

@@ -1,7 +1,6 @@
 #include "engine/model/transformer.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "engine/common/check.h"
 #include "engine/common/status_macros.h"
@@ -13,13 +12,9 @@ namespace specula {
 absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const std::string& model_dir,
                                                                Backend& backend) {
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
-  const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(std::unique_ptr<WeightFiles> files, WeightFiles::OpenDirectory(model_dir));
   ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(*files, config, backend));
-  const double weights_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::unique_ptr<Transformer> t(new Transformer(std::move(config), std::move(weights), backend));
-  t->weights_seconds_ = weights_seconds;
   const std::vector<float> inv_freq = RopeInverseFrequencies(t->config_);
   ASSIGN_OR_RETURN(t->inv_freq_, backend.Allocate(inv_freq.size() * sizeof(float)));
   backend.CopyToDevice(t->inv_freq_.data(), inv_freq.data(), inv_freq.size() * sizeof(float));

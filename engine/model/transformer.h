@@ -35,8 +35,6 @@ class Transformer {
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   Backend& backend() const { return backend_; }
-  // How long Load took to read the weights and place them on the backend.
-  double weights_seconds() const { return weights_seconds_; }
 
   // Sizes the scratch memory for up to `rows` rows per pass and `logit_rows` logit rows, so that
   // the calls below never allocate (and so never fail for memory mid-request).
@@ -73,8 +71,7 @@ class Transformer {
   ModelConfig config_;
   ModelWeights weights_;
   Backend& backend_;
-  DeviceBuffer inv_freq_;
-  double weights_seconds_ = 0;  // RoPE inverse frequencies, head_dim / 2 floats
+  DeviceBuffer inv_freq_;  // RoPE inverse frequencies, head_dim / 2 floats
   int64_t reserved_rows_ = 0;
   int64_t reserved_logit_rows_ = 0;
   DeviceBuffer workspace_;
