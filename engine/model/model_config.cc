@@ -39,6 +39,8 @@ absl::StatusOr<Json> ParseObject(const std::string& text, const std::string& sou
 }
 
 
+bool IsQwen(Architecture a) { return a == Architecture::kQwen2 || a == Architecture::kQwen3; }
+
 // The first architecture of `architectures`, which must list exactly one.
 absl::StatusOr<Architecture> ReadArchitecture(const ConfigReader& r) {
   const Json* archs = r.Get("architectures");
@@ -80,9 +82,7 @@ absl::Status ReadShape(const ConfigReader& r, ModelConfig* c) {
   ASSIGN_OR_RETURN(c->num_attention_heads, r.PositiveInt("num_attention_heads"));
   int64_t default_kv_heads = c->num_attention_heads;
   if (c->architecture == Architecture::kMistral) default_kv_heads = 8;
-  if (c->architecture == Architecture::kQwen2 || c->architecture == Architecture::kQwen3) {
-    default_kv_heads = 32;
-  }
+  if (IsQwen(c->architecture)) default_kv_heads = 32;
   ASSIGN_OR_RETURN(c->num_key_value_heads, r.PositiveInt("num_key_value_heads", default_kv_heads));
   if (c->num_attention_heads % c->num_key_value_heads != 0) {
     return r.Error("num_key_value_heads",
@@ -108,9 +108,7 @@ absl::Status ReadShape(const ConfigReader& r, ModelConfig* c) {
   // prompt + max_tokens sums are computed in int64.
   int64_t default_max_pos = 2048;
   if (c->architecture == Architecture::kMistral) default_max_pos = 4096 * 32;
-  if (c->architecture == Architecture::kQwen2 || c->architecture == Architecture::kQwen3) {
-    default_max_pos = 32768;
-  }
+  if (IsQwen(c->architecture)) default_max_pos = 32768;
   ASSIGN_OR_RETURN(c->max_position_embeddings,
                    r.PositiveInt("max_position_embeddings", default_max_pos, kMaxContextTokens));
   return absl::OkStatus();
@@ -160,9 +158,9 @@ absl::StatusOr<std::vector<std::string>> LayerTypes(const ConfigReader& r, const
   }
   ASSIGN_OR_RETURN(std::optional<int64_t> max_window_layers, r.OptInt("max_window_layers"));
   if (max_window_layers.value_or(0) < 0) return r.Error("max_window_layers", "must be >= 0");
-  const bool qwen = c.architecture == Architecture::kQwen2 || c.architecture == Architecture::kQwen3;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const bool sliding = window_enabled && qwen && i >= max_window_layers.value_or(28);
+    const bool sliding =
+        window_enabled && IsQwen(c.architecture) && i >= max_window_layers.value_or(28);
     types.push_back(sliding ? "sliding_attention" : "full_attention");
   }
   return types;
@@ -175,7 +173,7 @@ absl::StatusOr<std::vector<std::string>> LayerTypes(const ConfigReader& r, const
 // A window at least as long as the context (a query at position p sees keys after p - window)
 // is plain causal attention; a shorter one is refused until windowed attention exists.
 absl::Status CheckSlidingWindow(const ConfigReader& r, const ModelConfig& c) {
-  const bool qwen = c.architecture == Architecture::kQwen2 || c.architecture == Architecture::kQwen3;
+  const bool qwen = IsQwen(c.architecture);
   ASSIGN_OR_RETURN(std::optional<bool> use_sw, r.OptBool("use_sliding_window"));
   ASSIGN_OR_RETURN(std::optional<int64_t> window, r.OptInt("sliding_window"));
   if (window.has_value() && *window <= 0) return r.Error("sliding_window", "must be positive");

@@ -14,7 +14,13 @@ namespace {
 constexpr const char* kParameters = "rope_parameters";
 constexpr const char* kScaling = "rope_scaling";
 
-// The keys each rope type may carry, besides rope_type / type / rope_theta (transformers 5's
+// The keys every rope object may carry, whatever its type: the type itself (`type` is its older
+// name) and the base.
+bool IsCommonRopeKey(const std::string& key) {
+  return key == "rope_type" || key == "type" || key == "rope_theta";
+}
+
+// The keys each rope type may carry besides the common ones (transformers 5's
 // _validate_<type>_rope_parameters lists, modeling_rope_utils.py).
 const std::set<std::string>& KeysOf(RopeScaling::Type type) {
   static const std::set<std::string> kNone = {};
@@ -64,7 +70,7 @@ absl::StatusOr<std::string> TypeName(const Json& params, const ConfigReader& r) 
     if (name.has_value()) return *name;
   }
   for (const auto& [key, value] : params.items()) {
-    if (!value.is_null() && key != "rope_theta") return r.Error("rope_type", "missing");
+    if (!value.is_null() && !IsCommonRopeKey(key)) return r.Error("rope_type", "missing");
   }
   return std::string("default");
 }
@@ -87,7 +93,7 @@ absl::StatusOr<RopeScaling::Type> ParseType(const std::string& name, const Confi
 absl::Status RefuseUnknownKeys(const Json& params, RopeScaling::Type type, const ConfigReader& r) {
   const std::set<std::string>& allowed = KeysOf(type);
   for (const auto& [key, value] : params.items()) {
-    if (value.is_null() || key == "rope_type" || key == "type" || key == "rope_theta") continue;
+    if (value.is_null() || IsCommonRopeKey(key)) continue;
     if (key == "partial_rotary_factor") continue;  // checked with the top-level key
     if (!allowed.contains(key)) {
       return r.Error(key, "is not a parameter of this rope type (specula cannot honour it)");
@@ -114,6 +120,12 @@ absl::Status ReadLlama3(const ConfigReader& r, RopeScaling* s) {
     return r.Error("high_freq_factor", "must exceed low_freq_factor");
   }
   return absl::OkStatus();
+}
+
+// Yarn's attention factor when the config gives none (transformers' get_mscale): 1 for
+// factor <= 1, else 0.1 * mscale * ln(factor) + 1.
+double YarnMscale(double factor, double mscale) {
+  return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
 }
 
 // transformers 5, modeling_rope_utils.py, _compute_yarn_parameters: the attention factor is the
@@ -193,9 +205,7 @@ absl::Status CheckScalingAgrees(const Json& params, const Json& legacy, const Co
   std::set<std::string> keys;
   for (const Json* obj : {&params, &legacy}) {
     for (const auto& [key, value] : obj->items()) {
-      if (!value.is_null() && key != "rope_type" && key != "type" && key != "rope_theta") {
-        keys.insert(key);
-      }
+      if (!value.is_null() && !IsCommonRopeKey(key)) keys.insert(key);
     }
   }
   for (const std::string& key : keys) {
@@ -235,10 +245,6 @@ absl::Status RefusePartialRotary(const Json* params, const char* params_name,
 }
 
 }  // namespace
-
-double YarnMscale(double factor, double mscale) {
-  return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
-}
 
 absl::StatusOr<RopeSettings> ParseRopeSettings(const Json& root, const ConfigReader& top,
                                                int64_t max_position_embeddings) {

@@ -25,8 +25,4 @@ struct RopeSettings {
 absl::StatusOr<RopeSettings> ParseRopeSettings(const Json& root, const ConfigReader& top,
                                                int64_t max_position_embeddings);
 
-// Yarn's attention factor when the config gives none (transformers' get_mscale): 1 for
-// factor <= 1, else 0.1 * mscale * ln(factor) + 1.
-double YarnMscale(double factor, double mscale);
-
 }  // namespace specula::model_internal
