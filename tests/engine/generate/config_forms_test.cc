@@ -17,9 +17,7 @@ using ::specula::testing::TestModelDir;
 
 std::vector<float> PromptLogits(const std::string& model) {
   SingleSequenceRunner runner(TestModelDir(model));
-  const std::vector<int32_t> prompt = {1, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108,
-                                       100, 33, 32, 84, 104, 101, 32, 113, 117, 105, 99, 107};
-  return runner.Run(prompt, /*all_rows=*/true);
+  return runner.Run(::specula::testing::ParityPrompt(), /*all_rows=*/true);
 }
 
 struct FormPair {

@@ -35,6 +35,13 @@ inline const std::vector<std::string>& ConfigVariantModels() {
   return names;
 }
 
+// The prompt the logit comparisons run: 24 ids every tiny test model has.
+inline const std::vector<int32_t>& ParityPrompt() {
+  static const std::vector<int32_t> p = {1, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108,
+                                         100, 33, 32, 84, 104, 101, 32, 113, 117, 105, 99, 107};
+  return p;
+}
+
 // gtest parameter names may not contain '-' (model names do).
 inline std::string GtestSafeName(std::string name) {
   for (char& c : name) {

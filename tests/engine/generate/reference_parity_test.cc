@@ -27,11 +27,7 @@ using ::specula::testing::TestModelDir;
 
 constexpr int kNewTokens = 12;
 
-const std::vector<int32_t>& Prompt() {
-  static const std::vector<int32_t> p = {1, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108,
-                                         100, 33, 32, 84, 104, 101, 32, 113, 117, 105, 99, 107};
-  return p;
-}
+const std::vector<int32_t>& Prompt() { return ::specula::testing::ParityPrompt(); }
 
 nlohmann::json RunReference(const std::string& model_dir) {
   const std::string out =
