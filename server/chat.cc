@@ -1,14 +1,14 @@
 #include "server/chat.h"
 
-#include <fstream>
 #include <random>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "engine/common/bounded_file.h"
 #include "engine/common/log.h"
 #include "engine/common/status_macros.h"
+#include "engine/tokenizer/chat_templates.h"
 
 namespace specula {
 
@@ -46,13 +46,7 @@ ChatTemplateSpecialTokens SpecialTokensOf(const Tokenizer& tokenizer) {
 }
 
 absl::StatusOr<std::string> ReadTemplateFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("model.chat_template: cannot read '", path, "'"));
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return ReadBoundedFile(path, kMaxChatTemplateFileBytes, "model.chat_template");
 }
 
 bool HasToolNamed(const OrderedJson& tools, absl::string_view name) {

@@ -1,12 +1,6 @@
 #include "server/config.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <exception>
 #include <functional>
 #include <limits>
@@ -15,7 +9,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
@@ -23,7 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "engine/common/bounded_file.h"
 #include "engine/common/log.h"
+#include "engine/common/status_macros.h"
 #include "engine/kv/kv_dtype.h"
 #include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
@@ -681,55 +676,8 @@ absl::StatusOr<ServerConfig> ParseConfigYaml(absl::string_view yaml_text,
 }
 
 absl::StatusOr<ServerConfig> LoadConfigFile(const std::string& path) {
-  // O_NONBLOCK: opening a FIFO must not wait for a writer before fstat can refuse it.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    const int err = errno;
-    const std::string message =
-        absl::StrCat("cannot open config file '", path, "': ", std::strerror(err));
-    if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(message);
-    if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(message);
-    return absl::InvalidArgumentError(message);
-  }
-  absl::Cleanup close_fd = [fd] { ::close(fd); };
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot stat config file '", path, "': ", std::strerror(errno)));
-  }
-  if (S_ISDIR(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config file '", path, "' is a directory, expected a YAML file"));
-  }
-  // /dev/zero, a FIFO or a socket would be read without end.
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config file '", path, "' is not a regular file (a device, FIFO or socket?)"));
-  }
-  if (st.st_size > kMaxConfigFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("config file '", path, "' is ", st.st_size,
-                                                   " bytes, more than the limit of ",
-                                                   kMaxConfigFileBytes));
-  }
-  // Read at most one byte past the limit: a file growing while it is read is refused too.
-  std::string text(static_cast<size_t>(kMaxConfigFileBytes) + 1, '\0');
-  size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
-    if (n == 0) break;
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot read config file '", path, "': ", std::strerror(errno)));
-    }
-    got += static_cast<size_t>(n);
-  }
-  if (got > static_cast<size_t>(kMaxConfigFileBytes)) {
-    return absl::InvalidArgumentError(absl::StrCat("config file '", path,
-                                                   "' grew past the limit of ", kMaxConfigFileBytes,
-                                                   " bytes while read"));
-  }
-  text.resize(got);
+  ASSIGN_OR_RETURN(const std::string text,
+                   ReadBoundedFile(path, kMaxConfigFileBytes, "config file"));
   return ParseConfigYaml(text, path);
 }
 

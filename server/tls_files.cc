@@ -3,11 +3,10 @@
 #include <gnutls/gnutls.h>
 #include <sys/stat.h>
 
-#include <fstream>
-#include <sstream>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "engine/common/bounded_file.h"
 #include "server/gnutls_datum.h"
 
 namespace specula {
@@ -16,16 +15,7 @@ namespace {
 constexpr size_t kMaxPemBytes = 1 << 20;  // far beyond any certificate chain or CA bundle
 
 absl::StatusOr<std::string> ReadPem(const char* key, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(key, ": cannot read '", path, "'"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  std::string pem = std::move(text).str();
-  if (pem.size() > kMaxPemBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(key, ": '", path, "' is over ", kMaxPemBytes, " bytes: not a PEM file"));
-  }
-  return pem;
+  return ReadBoundedFile(path, kMaxPemBytes, key);
 }
 
 // The chain and key load together (GnuTLS checks that the key belongs to the leaf).

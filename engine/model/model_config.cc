@@ -2,13 +2,12 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/common/bounded_file.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/log.h"
 #include "engine/common/status_macros.h"
@@ -230,12 +229,11 @@ absl::Status ReadSpecialTokens(const ConfigReader& r, ModelConfig* c) {
   return absl::OkStatus();
 }
 
+// config.json and generation_config.json are a few KiB; the limit only refuses what is not one.
+constexpr int64_t kMaxModelJsonBytes = 16 << 20;
+
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in.is_open()) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read failed"));
-  return text;
+  return ReadBoundedFile(path, kMaxModelJsonBytes, "model file");
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "engine/common/bounded_file.h"
 #include "engine/common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -34,6 +35,8 @@ constexpr uint64_t kMaxHeaderBytes = 100u << 20;
 // nlohmann's DOM is freed recursively in some paths; deep nesting has no legitimate use in a
 // safetensors header (its depth is 3), so refuse it before parsing.
 constexpr int kMaxJsonDepth = 16;
+// An index lists one line per tensor: a few MiB for the largest models.
+constexpr int64_t kMaxIndexBytes = 64 << 20;
 
 std::string ShapeString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
@@ -320,9 +323,8 @@ absl::StatusOr<std::unique_ptr<WeightFiles>> WeightFiles::OpenDirectory(const st
     return absl::NotFoundError(
         absl::StrCat(dir, ": neither model.safetensors nor model.safetensors.index.json exists"));
   }
-  std::ifstream in(index_path, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) return FileError(index_path, "cannot read");
+  ASSIGN_OR_RETURN(const std::string text,
+                   ReadBoundedFile(index_path, kMaxIndexBytes, "safetensors index"));
   ASSIGN_OR_RETURN(Json index, ParseJsonStrict(text, index_path));
   if (!index.is_object()) return FileError(index_path, "not a JSON object");
   auto wm = index.find("weight_map");

@@ -1,10 +1,9 @@
 #include "engine/tokenizer/chat_templates.h"
 
-#include <fstream>
-#include <iterator>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/bounded_file.h"
 #include "engine/common/status_macros.h"
 
 namespace specula {
@@ -13,23 +12,7 @@ namespace {
 namespace fs = std::filesystem;
 
 absl::StatusOr<std::string> ReadTemplateFile(const fs::path& path) {
-  std::error_code ec;
-  const fs::file_status status = fs::status(path, ec);
-  if (ec || !fs::is_regular_file(status)) {
-    return absl::FailedPreconditionError(absl::StrCat(path.string(), ": not a regular file"));
-  }
-  const uintmax_t size = fs::file_size(path, ec);
-  if (ec || size > kMaxChatTemplateFileBytes) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path.string(), ": larger than ", kMaxChatTemplateFileBytes, " bytes, or unreadable"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::string text;
-  text.resize(size);
-  if (!in.read(text.data(), static_cast<std::streamsize>(size))) {
-    return absl::FailedPreconditionError(absl::StrCat(path.string(), ": read failed"));
-  }
-  return text;
+  return ReadBoundedFile(path.string(), kMaxChatTemplateFileBytes, "chat template");
 }
 
 }  // namespace

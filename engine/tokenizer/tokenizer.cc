@@ -2,10 +2,9 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/bounded_file.h"
 #include "engine/common/status_macros.h"
 #include "engine/tokenizer/tokenizer_impl.h"
 #include "engine/tokenizer/utf8.h"
@@ -55,13 +54,11 @@ bool IsWordByte(char c) {
          u == '_';
 }
 
+// The largest tokenizer.json in use is ~35 MB (Gemma 3's); the limit only refuses what is not one.
+constexpr int64_t kMaxTokenizerFileBytes = 256 << 20;
+
 absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path.string()));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return absl::InternalError(absl::StrCat("error reading ", path.string()));
-  return std::move(ss).str();
+  return ReadBoundedFile(path.string(), kMaxTokenizerFileBytes, "tokenizer file");
 }
 
 absl::Status TooManyTokens(int64_t max_tokens) {

@@ -524,13 +524,18 @@ TEST(ChatTemplateFiles, UnreadableTemplateFilesAreErrorsNamingThem) {
   std::filesystem::create_directories(dir / "chat_template.jinja");  // a directory, not a file
   auto tok = Tokenizer::FromDirectory(dir.string());
   ASSERT_FALSE(tok.ok());
-  EXPECT_THAT(Msg(tok.status()), HasSubstr("chat_template.jinja: not a regular file"));
+  EXPECT_THAT(Msg(tok.status()), HasSubstr("chat_template.jinja' is a directory"));
   std::filesystem::remove_all(dir / "chat_template.jinja");
   std::ofstream(dir / "chat_template.jinja")
       << std::string(kMaxChatTemplateFileBytes + 1, 'x');
   tok = Tokenizer::FromDirectory(dir.string());
   ASSERT_FALSE(tok.ok());
-  EXPECT_THAT(Msg(tok.status()), HasSubstr("larger than"));
+  EXPECT_THAT(Msg(tok.status()), HasSubstr("more than the limit of 1048576"));
+  std::filesystem::remove(dir / "chat_template.jinja");
+  std::filesystem::create_symlink("/dev/zero", dir / "chat_template.jinja");
+  tok = Tokenizer::FromDirectory(dir.string());
+  ASSERT_FALSE(tok.ok());
+  EXPECT_THAT(Msg(tok.status()), HasSubstr("not a regular file"));
 }
 
 }  // namespace

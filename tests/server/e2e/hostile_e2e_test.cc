@@ -448,6 +448,13 @@ TEST(HostileE2eTest, DaemonRefusesBadConfigsWithExitOneNamingTheKey) {
   };
   const std::vector<Case> cases = {
       {{"--config=/dev/zero"}, "not a regular file"},
+      {{"--config=" + WriteConfig("tokens", "server:\n  auth:\n    token_file: /dev/zero\n")},
+       "server.auth.token_file '/dev/zero' is not a regular file"},
+      {{"--config=" + WriteConfig("template", "model:\n  chat_template: /dev/zero\n")},
+       "model.chat_template '/dev/zero' is not a regular file"},
+      {{"--config=" + WriteConfig("cert", "server:\n  tls:\n    cert_file: /dev/zero\n"
+                                          "    key_file: /dev/zero\n")},
+       "'/dev/zero' is not a regular file"},
       {{"--config=" + WriteConfig("threads", "scheduler:\n  threads: 100000\n")},
        "scheduler.threads: must be <= 1024, got 100000"},
       {{"--config=" + WriteConfig("running", "scheduler:\n  max_running_requests: 2147483647\n")},
