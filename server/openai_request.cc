@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "engine/chat/template/chat_template.h"
 #include "engine/common/capacity_error.h"
 
 namespace specula {
@@ -348,6 +349,11 @@ Error ReadChat(const OrderedJson& body, ChatRequest* chat) {
   if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
     if (!body["chat_template_kwargs"].is_object()) {
       return WrongType("chat_template_kwargs", body["chat_template_kwargs"], "an object");
+    }
+    for (const auto& [key, value] : body["chat_template_kwargs"].items()) {
+      if (absl::Status s = CheckChatTemplateKwarg(key); !s.ok()) {
+        return OpenAiErrorFrom(s, absl::StrCat("chat_template_kwargs.", key));
+      }
     }
     chat->kwargs = body["chat_template_kwargs"];
   }

@@ -234,6 +234,11 @@ class ChatE2ETest(unittest.TestCase):
                          grpc.StatusCode.INVALID_ARGUMENT, "messages only")
         self.expect_code(pb.GenerateRequest(messages=messages, chat_template_kwargs="[1]"),
                          grpc.StatusCode.INVALID_ARGUMENT, "chat_template_kwargs")
+        # The template's own variables may not be replaced: a forged eos_token would be printed
+        # wherever the template prints it.
+        self.expect_code(pb.GenerateRequest(messages=messages,
+                                            chat_template_kwargs='{"eos_token": "<|eot_id|>"}'),
+                         grpc.StatusCode.INVALID_ARGUMENT, "chat_template_kwargs.eos_token")
         self.expect_code(pb.GenerateRequest(messages=messages, tools=[self.tool()],
                                             tool_choice="no_such_function"),
                          grpc.StatusCode.INVALID_ARGUMENT, "tool_choice")
@@ -318,6 +323,10 @@ class ChatE2ETest(unittest.TestCase):
                                "max_tokens")
         self.expect_http_error({"model": model, "messages": msgs, "frobnicate": 1}, 400,
                                "frobnicate")
+        for own in ("bos_token", "messages", "add_generation_prompt"):
+            self.expect_http_error({"model": model, "messages": msgs,
+                                    "chat_template_kwargs": {own: "x"}}, 400,
+                                   "chat_template_kwargs." + own)
         error = self.expect_http_error({"model": "gpt-4", "messages": msgs}, 404, "model")
         self.assertEqual(error["code"], "model_not_found")
         self.expect_http_error({"model": model, "prompt": 5}, 400, "prompt", "/v1/completions")

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "engine/chat/template/template.h"
 
 namespace specula {
@@ -12,10 +13,25 @@ namespace {
 using jinja::Value;
 using Variables = std::vector<std::pair<std::string, Value>>;
 
-bool IsReserved(std::string_view name) {
-  return name == "messages" || name == "tools" || name == "documents" ||
-         name == "add_generation_prompt";
+// The variables Render sets itself.
+constexpr std::string_view kOwnVariables[] = {
+    "messages",  "tools",     "documents", "add_generation_prompt",
+    "bos_token", "eos_token", "unk_token", "pad_token"};
+
+}  // namespace
+
+absl::Status CheckChatTemplateKwarg(std::string_view name) {
+  for (std::string_view own : kOwnVariables) {
+    if (name == own) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chat_template_kwargs.", std::string(name),
+          ": the server sets this template variable itself; it may not be overridden"));
+    }
+  }
+  return absl::OkStatus();
 }
+
+namespace {
 
 absl::Status AddJson(Variables& vars, std::string name, const nlohmann::ordered_json& json) {
   absl::StatusOr<Value> v = jinja::ValueFromJson(json);
@@ -60,7 +76,8 @@ absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& m
     return absl::InvalidArgumentError("chat template kwargs must be a JSON object");
   }
   // transformers: {**special_tokens_map, **kwargs}, then messages, tools, documents and
-  // add_generation_prompt. A token the model lacks is not in special_tokens_map: undefined.
+  // add_generation_prompt; specula refuses kwargs that would replace any of them. A token the
+  // model lacks is not in special_tokens_map: undefined.
   Variables vars;
   for (const auto& [name, token] :
        {std::pair<const char*, const std::string*>{"bos_token", &tokens_.bos_token},
@@ -71,7 +88,7 @@ absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& m
   }
   if (kwargs.is_object()) {
     for (const auto& [key, value] : kwargs.items()) {
-      if (IsReserved(key)) continue;
+      if (absl::Status s = CheckChatTemplateKwarg(key); !s.ok()) return s;
       if (absl::Status s = AddJson(vars, key, value); !s.ok()) return s;
     }
   }

@@ -28,6 +28,13 @@ struct ChatTemplateOptions {
   jinja::RenderOptions render;
 };
 
+// OK unless `name` is a variable ChatTemplate::Render sets itself (messages, tools, documents,
+// add_generation_prompt, bos/eos/unk/pad_token); then INVALID_ARGUMENT naming
+// chat_template_kwargs.<name>. A kwarg may not replace one: a forged bos_token or eos_token would
+// put control tokens wherever the template prints it (transformers allows it), and a replaced
+// conversation would not be the one the request sent (transformers drops it silently).
+absl::Status CheckChatTemplateKwarg(std::string_view name);
+
 class ChatTemplate {
  public:
   // Parses once at model load. Any syntax error, or any statement / filter / test / global /
@@ -42,7 +49,7 @@ class ChatTemplate {
 
   // Thread-safe. messages: JSON array of objects, passed through as given. tools: JSON array,
   // or null (the template sees None). kwargs: a JSON object (or null) whose keys become extra
-  // variables; they do not replace messages, tools, documents or add_generation_prompt. A
+  // variables; one CheckChatTemplateKwarg refuses is its error. A
   // raise_exception("...") is absl::InvalidArgumentError with exactly that message; other
   // errors read "chat template line N: ...".
   absl::StatusOr<std::string> Render(const nlohmann::ordered_json& messages,

@@ -69,21 +69,31 @@ TEST(ChatTemplate, SpecialTokensTheModelLacksAreUndefined) {
   EXPECT_EQ(Render(*t, kHello), "<s>|</s>|False|True");
 }
 
-TEST(ChatTemplate, KwargsAreVariablesButDoNotReplaceTheConversation) {
+TEST(ChatTemplate, KwargsAreExtraVariables) {
   auto t = Make(
       "{{ enable_thinking }} {{ enable_thinking is false }} {{ custom }} "
       "{{ messages|length }} {{ add_generation_prompt }} {{ tools }} {{ documents }} "
       "{{ bos_token }}",
       {.bos_token = "<s>", .eos_token = "", .unk_token = "", .pad_token = ""});
-  const json kwargs = {{"enable_thinking", false},
-                       {"custom", {{"b", 1.0}, {"a", 0.5}}},
-                       {"messages", "not these"},
-                       {"add_generation_prompt", false},
-                       {"tools", {1}},
-                       {"documents", "no"},
-                       {"bos_token", "<BOS>"}};  // transformers lets kwargs replace tokens
+  const json kwargs = {{"enable_thinking", false}, {"custom", {{"b", 1.0}, {"a", 0.5}}}};
   EXPECT_EQ(Render(*t, kHello, nullptr, kwargs, true),
-            "False True {'b': 1.0, 'a': 0.5} 1 True None None <BOS>");
+            "False True {'b': 1.0, 'a': 0.5} 1 True None None <s>");
+}
+
+// transformers lets kwargs replace the special tokens (one field forged 1,000 control tokens) and
+// silently drops the others; specula refuses each, naming it, whether or not the model has it.
+TEST(ChatTemplate, KwargsMayNotReplaceTheTemplatesOwnVariables) {
+  auto t = Make("{{ bos_token }}{{ messages|length }}",
+                {.bos_token = "<s>", .eos_token = "", .unk_token = "", .pad_token = ""});
+  for (const char* own : {"messages", "tools", "documents", "add_generation_prompt", "bos_token",
+                          "eos_token", "unk_token", "pad_token"}) {
+    const json kwargs = {{"enable_thinking", true}, {own, "<|eot_id|>"}};
+    absl::StatusOr<std::string> out = t->Render(kHello, nullptr, kwargs, true);
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument) << own;
+    EXPECT_THAT(std::string(out.status().message()),
+                HasSubstr(std::string("chat_template_kwargs.") + own + ": the server sets"))
+        << own;
+  }
 }
 
 TEST(ChatTemplate, ToJsonKeepsKeyOrderAndPythonNumbers) {
