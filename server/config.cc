@@ -39,6 +39,7 @@ constexpr int kMaxTokenizingRequests = 1024;
 // KV pages are counted in int32, and a page may hold one token.
 constexpr int64_t kMaxKvCacheTokens = std::numeric_limits<int32_t>::max();
 constexpr double kMaxSessionTtlSeconds = 30 * 24 * 3600;  // 30 days
+constexpr int64_t kMaxSessions = 1000000;
 // A config file is a page of YAML; anything bigger is a mistake (or /dev/zero).
 constexpr int64_t kMaxConfigFileBytes = 1 << 20;
 
@@ -270,6 +271,9 @@ std::optional<Violation> FindViolation(const ServerConfig& c) {
     return Violation{"kv_cache.session_ttl_seconds",
                      absl::StrFormat("must be in (0, %.0f], got %.15g", kMaxSessionTtlSeconds,
                                      kv.session_ttl_seconds)};
+  }
+  if (auto v = CheckRange<int64_t>("kv_cache.max_sessions", kv.max_sessions, 1, kMaxSessions)) {
+    return v;
   }
   if (auto v = HostCapacityViolation(c)) return v;
   // Checked whether or not sparse.enabled: a bad value should not wait for the day it is switched
@@ -511,6 +515,7 @@ absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
                             {"dtype", String(&kv.dtype)},
                             {"prefix_cache", Bool(&kv.prefix_cache)},
                             {"session_ttl_seconds", Double(&kv.session_ttl_seconds)},
+                            {"max_sessions", Int(&kv.max_sessions)},
                             {"host_capacity_tokens", Int(&kv.host_capacity_tokens)}})},
       {"sparse", Section({{"enabled", Bool(&sp.enabled)},
                           {"budget_tokens", Int(&sp.budget_tokens)},

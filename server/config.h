@@ -74,6 +74,7 @@ struct KvCacheSection {
   std::string dtype = "auto";       // auto | bf16 | f16 | f32 (engine's ResolveKvDtype)
   bool prefix_cache = true;         // reuse KV across requests without a session too
   double session_ttl_seconds = 900;  // (0, 30 days]: an idle session's KV is freed after this
+  int64_t max_sessions = 10000;  // [1, 1000000]: beyond it a new session drops the LRU idle one
   // The host KV store (sparse requests and sessions), token positions per layer and KV head;
   // [0, 2^30], or -1 = 262144 with sparse.enabled, else none (GeneratorOptions).
   int64_t host_capacity_tokens = -1;

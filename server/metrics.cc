@@ -159,7 +159,9 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                         .Name("specula_kv_cache_evictions_total")
                         .Help("Cached KV pages freed, by reason: capacity (least recently used, "
                               "for a request's room), session_ttl, session_deleted, "
-                              "session_dropped (an idle session dropped for room). A page is "
+                              "session_dropped (an idle session dropped for room), "
+                              "session_limit (for a new session past kv_cache.max_sessions). "
+                              "A page is "
                               "a KV cache block, or one layer's and KV head's host page.")
                         .Register(r);
   preemptions_ = AddCounter(r, "specula_preemptions_total",

@@ -40,6 +40,7 @@ GeneratorOptions ToGeneratorOptions(const ServerConfig& c) {
   o.kv_dtype = c.kv_cache.dtype;
   o.prefix_cache.cache_sessionless = c.kv_cache.prefix_cache;
   o.prefix_cache.session_ttl = absl::Seconds(c.kv_cache.session_ttl_seconds);
+  o.prefix_cache.max_sessions = c.kv_cache.max_sessions;
   o.host_capacity_tokens = HostCapacityTokens(c);
   o.prefill_chunk_tokens = c.scheduler.prefill_chunk_tokens;
   o.max_running = c.scheduler.max_running_requests;

@@ -98,10 +98,11 @@ absl::Status DetokenizeIds(const Tokenizer& tokenizer, const v1::DetokenizeReque
   return absl::OkStatus();
 }
 
-absl::Status ListSessionsOf(Engine& engine, v1::ListSessionsResponse* response) {
-  absl::StatusOr<std::vector<SessionInfo>> sessions = engine.ListSessions();
-  if (!sessions.ok()) return sessions.status();
-  for (const SessionInfo& s : *sessions) {
+constexpr uint32_t kDefaultSessionPage = 100;
+constexpr uint32_t kMaxSessionPage = 1000;
+
+void AddSessions(const PrefixCache::SessionPage& page, v1::ListSessionsResponse* response) {
+  for (const SessionInfo& s : page.sessions) {
     v1::Session* out = response->add_sessions();
     out->set_session_id(s.id);
     out->set_cached_tokens(static_cast<uint64_t>(s.tokens));
@@ -110,61 +111,74 @@ absl::Status ListSessionsOf(Engine& engine, v1::ListSessionsResponse* response) 
     out->set_running(s.running);
     if (s.last_use != absl::Time()) out->set_last_use_unix_ms(absl::ToUnixMillis(s.last_use));
   }
-  return absl::OkStatus();
+  // The token is the last id of the page: ids are printable ASCII, so it travels as it is.
+  if (page.more && !page.sessions.empty()) {
+    response->set_next_page_token(page.sessions.back().id);
+  }
 }
 
-// Parses and admits a unary request here, then runs `body` on the tokenizer queue (it waits for
-// the engine thread, which must not hold one of gRPC's threads) and answers from there.
-template <typename Request, typename Response, typename Body>
-grpc::ServerUnaryReactor* ServeOffThread(const char* method, CallEnv& env,
-                                         grpc::CallbackServerContext* ctx,
-                                         const grpc::ByteBuffer* bytes, grpc::ByteBuffer* out,
-                                         Body body) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  if (absl::Status s = CheckAuth(env, *ctx); !s.ok()) return Answer(method, reactor, s);
+// Auth, parsing and admission of a unary call, on gRPC's thread; the request when they pass,
+// else the call is answered.
+template <typename Request>
+std::shared_ptr<Request> AdmitUnary(const char* method, const CallEnv& env,
+                                    grpc::CallbackServerContext* ctx,
+                                    const grpc::ByteBuffer* bytes,
+                                    grpc::ServerUnaryReactor* reactor) {
+  absl::Status s = CheckAuth(env, *ctx);
   auto request = std::make_shared<Request>();
-  if (absl::Status s = ParseRequest(*bytes, request.get()); !s.ok()) {
-    return Answer(method, reactor, s);
-  }
-  if (absl::Status s = CheckAdmission(env, *request); !s.ok()) return Answer(method, reactor, s);
-  auto run = [method, reactor, request, out, body] {
-    Response response;
-    absl::Status s = body(*request, &response);
-    if (s.ok()) s = SerializeResponse(response, out);
-    Answer(method, reactor, s);
-  };
-  if (env.tokenizer_queue == nullptr) {
-    run();
-    return reactor;
-  }
-  absl::Status refusal;
-  if (!PostTokenization(env, run, &refusal)) return Answer(method, reactor, refusal);
-  return reactor;
+  if (s.ok()) s = ParseRequest(*bytes, request.get());
+  if (s.ok()) s = CheckAdmission(env, *request);
+  if (s.ok()) return request;
+  Answer(method, reactor, s);
+  return nullptr;
 }
 
 }  // namespace
 
+// Session calls wait for the engine thread without holding a thread: the engine answers them
+// between steps (Engine::ListSessions / DeleteSession).
 grpc::ServerUnaryReactor* SpeculaService::ListSessions(grpc::CallbackServerContext* ctx,
                                                        const grpc::ByteBuffer* request,
                                                        grpc::ByteBuffer* response) {
-  Engine* engine = env_->engine;
-  return ServeOffThread<v1::ListSessionsRequest, v1::ListSessionsResponse>(
-      "ListSessions", *env_, ctx, request, response,
-      [engine](const v1::ListSessionsRequest&, v1::ListSessionsResponse* out) {
-        return ListSessionsOf(*engine, out);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  auto parsed =
+      AdmitUnary<v1::ListSessionsRequest>("ListSessions", *env_, ctx, request, reactor);
+  if (parsed == nullptr) return reactor;
+  if (!parsed->page_token().empty()) {
+    if (absl::Status s = ValidateSessionId(parsed->page_token()); !s.ok()) {
+      return Answer("ListSessions", reactor,
+                    absl::InvalidArgumentError("page_token: not a token this server returned"));
+    }
+  }
+  const uint32_t size = parsed->page_size() == 0 ? kDefaultSessionPage
+                                                 : std::min(parsed->page_size(), kMaxSessionPage);
+  env_->engine->ListSessions(
+      parsed->page_token(), size,
+      [reactor, response](absl::StatusOr<PrefixCache::SessionPage> page) {
+        v1::ListSessionsResponse out;
+        absl::Status s = page.status();
+        if (s.ok()) AddSessions(*page, &out);
+        if (s.ok()) s = SerializeResponse(out, response);
+        Answer("ListSessions", reactor, s);
       });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* SpeculaService::DeleteSession(grpc::CallbackServerContext* ctx,
                                                         const grpc::ByteBuffer* request,
                                                         grpc::ByteBuffer* response) {
-  Engine* engine = env_->engine;
-  return ServeOffThread<v1::DeleteSessionRequest, v1::DeleteSessionResponse>(
-      "DeleteSession", *env_, ctx, request, response,
-      [engine](const v1::DeleteSessionRequest& r, v1::DeleteSessionResponse*) {
-        if (absl::Status s = ValidateSessionId(r.session_id()); !s.ok()) return s;
-        return engine->DeleteSession(r.session_id());
-      });
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  auto parsed =
+      AdmitUnary<v1::DeleteSessionRequest>("DeleteSession", *env_, ctx, request, reactor);
+  if (parsed == nullptr) return reactor;
+  if (absl::Status s = ValidateSessionId(parsed->session_id()); !s.ok()) {
+    return Answer("DeleteSession", reactor, s);
+  }
+  env_->engine->DeleteSession(parsed->session_id(), [reactor, response](absl::Status s) {
+    if (s.ok()) s = SerializeResponse(v1::DeleteSessionResponse(), response);
+    Answer("DeleteSession", reactor, s);
+  });
+  return reactor;
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* SpeculaService::Generate(

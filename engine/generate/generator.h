@@ -132,7 +132,10 @@ class Generator {
   // Sessions (docs/SESSIONS.md). Engine thread, like everything here.
   int ExpireSessions(absl::Time now) { return prefix_->ExpireSessions(now); }
   absl::Status DeleteSession(const std::string& id) { return prefix_->DeleteSession(id); }
-  std::vector<SessionInfo> ListSessions() const { return prefix_->ListSessions(); }
+  PrefixCache::SessionPage ListSessions(const std::string& after = "",
+                                        int64_t limit = INT64_MAX) const {
+    return prefix_->ListSessions(after, limit);
+  }
   absl::Time NextSessionExpiry() const { return prefix_->NextExpiry(); }
   const PrefixCacheCounters& prefix_cache_counters() const { return prefix_->counters(); }
   // Preemptions so far (cumulative).

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/common/check.h"
+#include "engine/common/status_macros.h"
 
 namespace specula {
 
@@ -18,6 +19,8 @@ const char* EvictionReasonName(EvictionReason reason) {
       return "session_deleted";
     case EvictionReason::kSessionDropped:
       return "session_dropped";
+    case EvictionReason::kSessionLimit:
+      return "session_limit";
   }
   return "?";
 }
@@ -110,7 +113,8 @@ absl::StatusOr<PrefixHit> PrefixCache::Begin(bool sparse, absl::Span<const int32
   hit.host = sparse;
   hit.session_id = session_id;
   if (!session_id.empty()) {
-    Session& s = sessions_[session_id];  // created on first use
+    ASSIGN_OR_RETURN(Sessions::iterator it, FindOrCreateSession(session_id));
+    Session& s = it->second;
     if (s.running) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "session '%s' has a request running; send its next turn after that one finishes",
@@ -120,6 +124,35 @@ absl::StatusOr<PrefixHit> PrefixCache::Begin(bool sparse, absl::Span<const int32
   }
   if (Caches(session_id)) MatchAndLock(prompt, &hit);
   return hit;
+}
+
+absl::StatusOr<PrefixCache::Sessions::iterator> PrefixCache::FindOrCreateSession(
+    const std::string& id) {
+  if (auto it = sessions_.find(id); it != sessions_.end()) return it;
+  if (static_cast<int64_t>(sessions_.size()) >= options_.max_sessions) {
+    auto oldest = LeastRecentlyUsedIdle([](const Session&) { return true; });
+    if (oldest == sessions_.end()) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "kv_cache.max_sessions (%d) sessions exist and each has a request running; retry "
+          "when one ends",
+          options_.max_sessions));
+    }
+    DropSession(oldest, EvictionReason::kSessionLimit);
+  }
+  auto it = sessions_.emplace(id, Session{}).first;
+  counters_.sessions = static_cast<int64_t>(sessions_.size());
+  return it;
+}
+
+template <typename Eligible>
+PrefixCache::Sessions::iterator PrefixCache::LeastRecentlyUsedIdle(Eligible eligible) {
+  auto oldest = sessions_.end();
+  for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+    const Session& s = it->second;
+    if (s.running || !eligible(s)) continue;
+    if (oldest == sessions_.end() || s.last_use < oldest->second.last_use) oldest = it;
+  }
+  return oldest;
 }
 
 void PrefixCache::MatchAndLock(absl::Span<const int32_t> tokens, PrefixHit* hit) {
@@ -257,6 +290,7 @@ void PrefixCache::EndTurn(PrefixHit& hit, PrefixTree::Node* cached, bool host, a
     s.last_use = now;
     // The new turn's KV replaces the last one's; a failed turn keeps the last one.
     if (cached != nullptr) {
+      counters_.session_bytes -= SessionBytes(s);
       tree(host).Lock(cached, PrefixTree::LockKind::kSession);
       if (s.node != nullptr) {
         tree(s.host).Unlock(s.node, PrefixTree::LockKind::kSession);
@@ -264,9 +298,9 @@ void PrefixCache::EndTurn(PrefixHit& hit, PrefixTree::Node* cached, bool host, a
       }
       s.node = cached;
       s.host = host;
+      counters_.session_bytes += SessionBytes(s);
     }
   }
-  UpdateSessionBytes();
 }
 
 void PrefixCache::Evict(bool host, int64_t pages, EvictionReason reason) {
@@ -284,12 +318,8 @@ bool PrefixCache::MakeRoom(int64_t blocks, int64_t host_pages) {
     Evict(host, short_of(host), EvictionReason::kCapacity);
     while (short_of(host) > 0) {
       // The least recently used idle session whose KV is there.
-      auto oldest = sessions_.end();
-      for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
-        const Session& s = it->second;
-        if (s.running || s.node == nullptr || s.host != host) continue;
-        if (oldest == sessions_.end() || s.last_use < oldest->second.last_use) oldest = it;
-      }
+      auto oldest = LeastRecentlyUsedIdle(
+          [host](const Session& s) { return s.node != nullptr && s.host == host; });
       if (oldest == sessions_.end()) return false;
       DropSession(oldest, EvictionReason::kSessionDropped);
       // Its pages may hang below pages only the cache holds: those go too if still short.
@@ -307,29 +337,31 @@ int64_t PrefixCache::evictable_host_pages() const {
   return host_tree_ == nullptr ? 0 : host_tree_->evictable_pages();
 }
 
-void PrefixCache::DropSession(absl::flat_hash_map<std::string, Session>::iterator it,
-                              EvictionReason reason) {
+PrefixCache::Sessions::iterator PrefixCache::DropSession(Sessions::iterator it,
+                                                        EvictionReason reason) {
   Session& s = it->second;
   CHECK(!s.running);
+  counters_.session_bytes -= SessionBytes(s);
   if (s.node != nullptr) {
     PrefixTree& t = tree(s.host);
     t.Unlock(s.node, PrefixTree::LockKind::kSession);
     // Pages only this session held are freed now; shared ones stay with their other holders.
     counters_.evicted_pages[static_cast<int>(reason)] += t.EvictPath(s.node);
   }
-  sessions_.erase(it);
-  UpdateSessionBytes();
+  it = sessions_.erase(it);
+  counters_.sessions = static_cast<int64_t>(sessions_.size());
+  return it;
 }
 
 int PrefixCache::ExpireSessions(absl::Time now) {
   int expired = 0;
   for (auto it = sessions_.begin(); it != sessions_.end();) {
-    auto next = std::next(it);
     if (!it->second.running && now - it->second.last_use >= options_.session_ttl) {
-      DropSession(it, EvictionReason::kSessionTtl);
+      it = DropSession(it, EvictionReason::kSessionTtl);
       ++expired;
+    } else {
+      ++it;
     }
-    it = next;
   }
   return expired;
 }
@@ -360,33 +392,26 @@ int64_t PrefixCache::BytesPerBlock(bool host) const {
                 : static_cast<int64_t>(pool_.bytes_per_block());
 }
 
-std::vector<SessionInfo> PrefixCache::ListSessions() const {
-  std::vector<SessionInfo> out;
-  out.reserve(sessions_.size());
-  for (const auto& [id, s] : sessions_) {
-    SessionInfo info;
-    info.id = id;
-    const int64_t blocks = PrefixTree::Depth(s.node);
+int64_t PrefixCache::SessionBytes(const Session& s) const {
+  const int64_t blocks = PrefixTree::Depth(s.node);
+  return blocks == 0 ? 0 : blocks * BytesPerBlock(s.host);
+}
+
+PrefixCache::SessionPage PrefixCache::ListSessions(const std::string& after, int64_t limit) const {
+  SessionPage page;
+  auto it = after.empty() ? sessions_.begin() : sessions_.upper_bound(after);
+  for (; it != sessions_.end() && static_cast<int64_t>(page.sessions.size()) < limit; ++it) {
+    const Session& s = it->second;
+    SessionInfo& info = page.sessions.emplace_back();
+    info.id = it->first;
     info.tokens = tree_or_null(s.host)->Tokens(s.node);
-    info.bytes = blocks == 0 ? 0 : blocks * BytesPerBlock(s.host);
+    info.bytes = SessionBytes(s);
     info.in_host = s.host;
     info.running = s.running;
     info.last_use = s.last_use;
-    out.push_back(std::move(info));
   }
-  std::sort(out.begin(), out.end(),
-            [](const SessionInfo& a, const SessionInfo& b) { return a.id < b.id; });
-  return out;
-}
-
-void PrefixCache::UpdateSessionBytes() {
-  counters_.sessions = static_cast<int64_t>(sessions_.size());
-  int64_t bytes = 0;
-  for (const auto& [id, s] : sessions_) {
-    const int64_t blocks = PrefixTree::Depth(s.node);
-    if (blocks > 0) bytes += blocks * BytesPerBlock(s.host);
-  }
-  counters_.session_bytes = bytes;
+  page.more = it != sessions_.end();
+  return page;
 }
 
 }  // namespace specula

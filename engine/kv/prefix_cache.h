@@ -21,9 +21,10 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/btree_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "engine/kv/host_kv_store.h"
@@ -37,11 +38,20 @@ struct PrefixCacheOptions {
   bool cache_sessionless = false;
   // kv_cache.session_ttl_seconds: an idle session's KV is freed after this long.
   absl::Duration session_ttl = absl::Minutes(15);
+  // kv_cache.max_sessions: a new session beyond this many drops the least recently used idle
+  // one, KV or not (sessions that hold no KV would otherwise pile up until their TTL).
+  int64_t max_sessions = 10000;
 };
 
 // Why cached pages left the cache (metrics label).
-enum class EvictionReason { kCapacity, kSessionTtl, kSessionDeleted, kSessionDropped };
-inline constexpr int kEvictionReasons = 4;
+enum class EvictionReason {
+  kCapacity,
+  kSessionTtl,
+  kSessionDeleted,
+  kSessionDropped,  // for a request's room
+  kSessionLimit,    // for a new session, past kv_cache.max_sessions
+};
+inline constexpr int kEvictionReasons = 5;
 const char* EvictionReasonName(EvictionReason reason);
 
 // What a running request reuses; locked until PrefixCache::Finish.
@@ -83,7 +93,8 @@ class PrefixCache {
   // The cached prefix of `prompt` for a request of `sparse` kind (BestMatch), locked: at most
   // prompt - 1 tokens (the last prompt token is always computed, for its logits). No hit when
   // the request has no session and sessionless caching is off. FAILED_PRECONDITION when the
-  // session already has a request running.
+  // session already has a request running; RESOURCE_EXHAUSTED when the session is new,
+  // max_sessions exist and every one has a request running.
   absl::StatusOr<PrefixHit> Begin(bool sparse, absl::Span<const int32_t> prompt,
                                   const std::string& session_id);
   // A preempted request comes back: the cached prefix of all its `tokens` (what Park left and
@@ -149,7 +160,13 @@ class PrefixCache {
   int ExpireSessions(absl::Time now);
   // NOT_FOUND for an unknown id; FAILED_PRECONDITION while a request of it runs.
   absl::Status DeleteSession(const std::string& id);
-  std::vector<SessionInfo> ListSessions() const;
+  // Up to `limit` sessions whose ids sort after `after` (all when empty), in id order; `more`
+  // when others follow.
+  struct SessionPage {
+    std::vector<SessionInfo> sessions;
+    bool more = false;
+  };
+  SessionPage ListSessions(const std::string& after, int64_t limit) const;
   // The soonest time a session can expire (InfiniteFuture when none is idle).
   absl::Time NextExpiry() const;
 
@@ -186,18 +203,25 @@ class PrefixCache {
   bool Caches(const std::string& session_id) const {
     return !session_id.empty() || options_.cache_sessionless;
   }
-  // Unlocks the session's KV and frees what nothing else holds; erases it.
-  void DropSession(absl::flat_hash_map<std::string, Session>::iterator it, EvictionReason reason);
+  using Sessions = absl::btree_map<std::string, Session>;  // ordered: ListSessions pages by id
+  // The session named `id`, created (dropping the least recently used idle one past
+  // max_sessions) when new.
+  absl::StatusOr<Sessions::iterator> FindOrCreateSession(const std::string& id);
+  // Unlocks the session's KV and frees what nothing else holds; erases it. Returns the next one.
+  Sessions::iterator DropSession(Sessions::iterator it, EvictionReason reason);
+  // The least recently used session without a running request that `eligible` accepts.
+  template <typename Eligible>
+  Sessions::iterator LeastRecentlyUsedIdle(Eligible eligible);
+  int64_t SessionBytes(const Session& s) const;
   void Evict(bool host, int64_t pages, EvictionReason reason);
   int64_t BytesPerBlock(bool host) const;
-  void UpdateSessionBytes();
 
   PrefixCacheOptions options_;
   KvPool& pool_;
   HostKvStore* host_;
   PrefixTree dense_;                        // KV-pool blocks
   std::unique_ptr<PrefixTree> host_tree_;  // host pages; null without a host store
-  absl::flat_hash_map<std::string, Session> sessions_;
+  Sessions sessions_;
   PrefixCacheCounters counters_;
 };
 

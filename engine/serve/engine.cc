@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <future>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -93,20 +92,17 @@ void Engine::Cancel(uint64_t handle, absl::Status reason) {
   wake_.notify_one();
 }
 
-bool Engine::RunOnEngineThread(std::function<void()> op) {
-  auto done = std::make_shared<std::promise<void>>();
-  std::future<void> ran = done->get_future();
-  {
-    std::lock_guard lock(mu_);
-    if (thread_done_) return false;
-    control_.push_back([op = std::move(op), done] {
-      op();
-      done->set_value();
-    });
-    wake_.notify_one();
+absl::Status Engine::PostControl(std::function<void()> op) {
+  std::lock_guard lock(mu_);
+  if (thread_done_) return absl::UnavailableError("the engine has stopped");
+  if (control_.size() >= kMaxPendingControlOps) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%d session calls are already waiting for the engine; retry later",
+        kMaxPendingControlOps));
   }
-  ran.wait();
-  return true;
+  control_.push_back(std::move(op));
+  wake_.notify_one();
+  return absl::OkStatus();
 }
 
 void Engine::RunControlOps(std::vector<std::function<void()>>& ops) {
@@ -114,32 +110,32 @@ void Engine::RunControlOps(std::vector<std::function<void()>>& ops) {
   ops.clear();
 }
 
-absl::StatusOr<std::vector<SessionInfo>> Engine::ListSessions() {
-  std::vector<SessionInfo> sessions;
-  if (!RunOnEngineThread([&] { sessions = generator_->ListSessions(); })) {
-    return absl::UnavailableError("the engine has stopped");
-  }
-  return sessions;
+void Engine::ListSessions(std::string after, int64_t limit, SessionPageDone done) {
+  auto shared_done = std::make_shared<SessionPageDone>(std::move(done));
+  absl::Status posted =
+      PostControl([this, after = std::move(after), limit, shared_done] {
+        (*shared_done)(generator_->ListSessions(after, limit));
+      });
+  if (!posted.ok()) (*shared_done)(posted);
 }
 
-absl::Status Engine::DeleteSession(const std::string& id) {
+void Engine::DeleteSession(std::string id, std::function<void(absl::Status)> done) {
   {
     std::lock_guard lock(mu_);
     if (busy_sessions_.contains(id)) {
-      return absl::FailedPreconditionError(absl::StrFormat(
+      return done(absl::FailedPreconditionError(absl::StrFormat(
           "session '%s' has a request queued or running; delete it after that request ends",
-          id));
+          id)));
     }
   }
-  absl::Status status;
-  // Load is published before the call returns, so gauges already show the freed KV.
-  if (!RunOnEngineThread([&] {
-        status = generator_->DeleteSession(id);
-        PublishLoad();
-      })) {
-    return absl::UnavailableError("the engine has stopped");
-  }
-  return status;
+  auto shared_done = std::make_shared<std::function<void(absl::Status)>>(std::move(done));
+  // Load is published before `done` runs, so gauges already show the freed KV.
+  absl::Status posted = PostControl([this, id = std::move(id), shared_done] {
+    absl::Status status = generator_->DeleteSession(id);
+    PublishLoad();
+    (*shared_done)(std::move(status));
+  });
+  if (!posted.ok()) (*shared_done)(posted);
 }
 
 absl::Time Engine::NextWake() const { return generator_->NextSessionExpiry(); }

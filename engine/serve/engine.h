@@ -68,11 +68,18 @@ class Engine {
   // Unknown or already finished handles are ignored (the request may have just finished).
   void Cancel(uint64_t handle, absl::Status reason);
 
-  // Sessions (docs/SESSIONS.md), answered by the engine thread between steps. UNAVAILABLE once
-  // the engine has stopped. DeleteSession: NOT_FOUND for an unknown id, FAILED_PRECONDITION
-  // while a request of the session is queued or running.
-  absl::StatusOr<std::vector<SessionInfo>> ListSessions();
-  absl::Status DeleteSession(const std::string& id);
+  // Sessions (docs/SESSIONS.md), answered by the engine thread between steps: `done` runs there
+  // (keep it short: the next step waits for it). No caller's thread waits for the engine, so a
+  // flood of these calls holds no worker thread and no place meant for prompts. `done` gets
+  // UNAVAILABLE once the engine has stopped, and RESOURCE_EXHAUSTED when kMaxPendingControlOps
+  // calls are already waiting, at once on the calling thread.
+  // ListSessions: up to `limit` sessions whose ids sort after `after`, in id order.
+  using SessionPageDone = std::function<void(absl::StatusOr<PrefixCache::SessionPage>)>;
+  void ListSessions(std::string after, int64_t limit, SessionPageDone done);
+  // DeleteSession: NOT_FOUND for an unknown id, FAILED_PRECONDITION while a request of the
+  // session is queued or running.
+  void DeleteSession(std::string id, std::function<void(absl::Status)> done);
+  static constexpr size_t kMaxPendingControlOps = 4096;
 
   // New submissions get UNAVAILABLE from now on; queued and running requests go on.
   void StopAccepting();
@@ -105,9 +112,10 @@ class Engine {
   void CancelRequest(uint64_t handle, const absl::Status& reason);
   void PublishLoad();
   static void Describe(const Request& r, const char* state, RequestBrief& out);
-  // Runs `op` on the engine thread between steps and waits for it; false when the engine stops
-  // first (op not run).
-  bool RunOnEngineThread(std::function<void()> op);
+  // Queues `op` for the engine thread, between steps; UNAVAILABLE once it has stopped (op not
+  // queued), RESOURCE_EXHAUSTED past kMaxPendingControlOps. Queued ops run even if the engine
+  // stops meanwhile.
+  absl::Status PostControl(std::function<void()> op);
   void RunControlOps(std::vector<std::function<void()>>& ops);
   // How long an idle loop may sleep: until the next session expiry.
   absl::Time NextWake() const;
@@ -122,7 +130,7 @@ class Engine {
   std::condition_variable idle_;   // WaitIdle
   std::vector<std::unique_ptr<Request>> submitted_;
   std::vector<std::pair<uint64_t, absl::Status>> cancels_;
-  std::vector<std::function<void()>> control_;  // RunOnEngineThread's ops
+  std::vector<std::function<void()>> control_;  // PostControl's ops
   // Sessions with a request queued or running: a second turn is refused at Submit.
   absl::flat_hash_set<std::string> busy_sessions_;
   uint64_t next_handle_ = 1;

@@ -165,6 +165,7 @@ kv_cache:
   dtype: bf16
   prefix_cache: false
   session_ttl_seconds: 30.5
+  max_sessions: 7
   host_capacity_tokens: 1048576
 sparse:
   enabled: true
@@ -216,6 +217,7 @@ sparse:
   EXPECT_EQ(c->kv_cache.dtype, "bf16");
   EXPECT_FALSE(c->kv_cache.prefix_cache);
   EXPECT_EQ(c->kv_cache.session_ttl_seconds, 30.5);
+  EXPECT_EQ(c->kv_cache.max_sessions, 7);
   const SparseOptions& s = c->sparse.options;
   EXPECT_TRUE(s.enabled);
   EXPECT_EQ(s.budget_tokens, 4096);
@@ -357,6 +359,8 @@ TEST(ConfigTest, InvalidValuesNameTheirKeyAndLine) {
       {"kv_cache:\n  session_ttl_seconds: .nan\n",
        "kv_cache.session_ttl_seconds: must be in (0, 2592000], got nan", 2},
       {"kv_cache:\n  prefix_cache: maybe\n", "kv_cache.prefix_cache:", 2},
+      {"kv_cache:\n  max_sessions: 0\n", "kv_cache.max_sessions: must be >= 1, got 0", 2},
+      {"kv_cache:\n  max_sessions: 1000001\n", "kv_cache.max_sessions: must be <= 1000000", 2},
       {"kv_cache:\n  page_size: 0\n",
        "kv_cache.page_size: must be a power of two in [1, 1024], got 0", 2},
       {"kv_cache:\n  page_size: 24\n", "kv_cache.page_size: must be a power of two", 2},

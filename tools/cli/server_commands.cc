@@ -263,22 +263,28 @@ int InfoRemote() {
   return 0;
 }
 
+// Every page, one after the other.
 int ListSessionsRemote() {
-  pb::ListSessionsResponse resp;
   auto conn = Connect();
   if (!conn.ok()) return Fail(conn.status());
-  auto ctx = conn->NewContext();
-  const grpc::Status status = pb::Specula::NewStub(conn->channel)->ListSessions(
-      ctx.get(), pb::ListSessionsRequest(), &resp);
-  if (!status.ok()) return Fail(status);
+  auto stub = pb::Specula::NewStub(conn->channel);
   std::cout << "session_id\tcached_tokens\thost_bytes\tkv_cache_bytes\trunning\tidle_s\n";
-  const int64_t now_ms = absl::ToUnixMillis(absl::Now());
-  for (const pb::Session& s : resp.sessions()) {
-    std::cout << absl::StrFormat(
-        "%s\t%d\t%d\t%d\t%s\t%.1f\n", s.session_id(), s.cached_tokens(), s.host_bytes(),
-        s.kv_cache_bytes(), s.running() ? "yes" : "no",
-        s.last_use_unix_ms() > 0 ? (now_ms - s.last_use_unix_ms()) / 1e3 : 0.0);
-  }
+  pb::ListSessionsRequest req;
+  req.set_page_size(1000);
+  do {
+    pb::ListSessionsResponse resp;
+    auto ctx = conn->NewContext();
+    const grpc::Status status = stub->ListSessions(ctx.get(), req, &resp);
+    if (!status.ok()) return Fail(status);
+    const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+    for (const pb::Session& s : resp.sessions()) {
+      std::cout << absl::StrFormat(
+          "%s\t%d\t%d\t%d\t%s\t%.1f\n", s.session_id(), s.cached_tokens(), s.host_bytes(),
+          s.kv_cache_bytes(), s.running() ? "yes" : "no",
+          s.last_use_unix_ms() > 0 ? (now_ms - s.last_use_unix_ms()) / 1e3 : 0.0);
+    }
+    req.set_page_token(resp.next_page_token());
+  } while (!req.page_token().empty());
   return 0;
 }
 

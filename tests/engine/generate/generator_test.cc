@@ -303,7 +303,7 @@ TEST(GeneratorTest, NonFiniteLogitsFailOnlyTheirRequestAndDiscardItsKv) {
   EXPECT_NE(bad_status.message().find("non-finite"), std::string::npos);
   auto clean = Generator::Create(TestModelDir("llama-f32"), GeneratorOptions{}).value();
   EXPECT_EQ(good_tokens, clean->GenerateAll({Greedy(good_prompt, 4)}).value()[0].tokens);
-  for (const SessionInfo& s : gen->ListSessions()) EXPECT_EQ(s.tokens, 0) << s.id;
+  for (const SessionInfo& s : gen->ListSessions().sessions) EXPECT_EQ(s.tokens, 0) << s.id;
   EXPECT_EQ(gen->kv_blocks_used(), 0);
   // GenerateAll reports the failure too.
   EXPECT_EQ(gen->GenerateAll({Greedy(bad_prompt, 2)}).status().code(),

@@ -121,7 +121,7 @@ TEST_P(SessionTest, NextTurnReusesTheLastTurnAndGeneratesTheSame) {
         Concat(Concat(prompt, got.tokens), Tokens(11 + turn * 9, turn + 2));
     const int64_t kv_written = static_cast<int64_t>(prompt.size() + got.tokens.size()) - 1;
     const int64_t reused = sparse ? PageFloor(kv_written) : kv_written;
-    const std::vector<SessionInfo> sessions = gen->ListSessions();
+    const std::vector<SessionInfo> sessions = gen->ListSessions().sessions;
     ASSERT_EQ(sessions.size(), 1u);
     EXPECT_EQ(sessions[0].id, "agent-1");
     EXPECT_EQ(sessions[0].tokens, reused);
@@ -158,7 +158,7 @@ TEST_P(SessionTest, ASharedSystemPromptIsReusedAcrossSessions) {
   EXPECT_EQ(b.cached, sparse ? PageFloor(50) : 50);
   // A request without a session neither reuses nor caches (kv_cache.prefix_cache off).
   EXPECT_EQ(RunAlone(*gen, Greedy(Concat(system, Tokens(5, 3)), 4)).cached, 0);
-  EXPECT_EQ(gen->ListSessions().size(), 2u);
+  EXPECT_EQ(gen->ListSessions().sessions.size(), 2u);
   ASSERT_TRUE(gen->DeleteSession("a").ok());
   ASSERT_TRUE(gen->DeleteSession("b").ok());
   EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
@@ -195,7 +195,7 @@ TEST(SessionTest, ATurnOfTheOtherKindReusesTheConversationsKv) {
     if (turn > 0) {
       EXPECT_GE(got.cached, PageFloor(static_cast<int64_t>(prompt.size()) - 30));
     }
-    const std::vector<SessionInfo> sessions = gen->ListSessions();
+    const std::vector<SessionInfo> sessions = gen->ListSessions().sessions;
     ASSERT_EQ(sessions.size(), 1u);
     EXPECT_TRUE(sessions[0].in_host);
     EXPECT_EQ(gen->kv_pool().used_blocks(), 0) << "turn " << turn;
@@ -217,7 +217,7 @@ TEST(SessionTest, OffloadDropsTheLeastRecentlyUsedHostSessionOrStaysInThePool) {
   RunAlone(*gen, InSession(Tokens(79, 1), 2, "old"));  // 80 tokens of KV
   RunAlone(*gen, InSession(Tokens(79, 2), 2, "mid"));
   RunAlone(*gen, InSession(Tokens(79, 3), 2, "new"));
-  std::vector<SessionInfo> left = gen->ListSessions();
+  std::vector<SessionInfo> left = gen->ListSessions().sessions;
   ASSERT_EQ(left.size(), 2u);
   EXPECT_EQ(left[0].id, "mid");
   EXPECT_EQ(left[1].id, "new");
@@ -228,7 +228,7 @@ TEST(SessionTest, OffloadDropsTheLeastRecentlyUsedHostSessionOrStaysInThePool) {
   EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
   // 15 blocks of KV: more than the whole store.
   RunAlone(*gen, InSession(Tokens(239, 5), 2, "huge"));
-  left = gen->ListSessions();
+  left = gen->ListSessions().sessions;
   ASSERT_EQ(left.size(), 3u);
   EXPECT_EQ(left[0].id, "huge");
   EXPECT_FALSE(left[0].in_host);
@@ -252,7 +252,7 @@ TEST(SessionTest, ADenseTurnReloadingHostPagesNeedsBlocksForThemToo) {
                  .value();
   const std::vector<int32_t> first = Tokens(79, 1);
   const Turn turn1 = RunAlone(*gen, InSession(first, 2, "s"));  // 80 tokens kept, in the host
-  ASSERT_TRUE(gen->ListSessions()[0].in_host);
+  ASSERT_TRUE(gen->ListSessions().sessions[0].in_host);
   auto big = gen->Add(Greedy(Tokens(80, 2), 100)).value();
   std::vector<SequenceOutput> outputs;
   ASSERT_TRUE(gen->Step(&outputs).ok());
@@ -279,7 +279,7 @@ TEST(PreemptionTest, ADenseTurnReloadedFromHostIsPreemptedAndResumedExactly) {
   auto gen = Generator::Create(model, Options(false, false, 12 * kPage, 4096)).value();
   const std::vector<int32_t> first = Tokens(79, 1);
   const Turn turn1 = RunAlone(*gen, InSession(first, 2, "s"));
-  ASSERT_TRUE(gen->ListSessions()[0].in_host);
+  ASSERT_TRUE(gen->ListSessions().sessions[0].in_host);
   const GenerationRequest a = Greedy(Tokens(20, 2), 100);
   const GenerationRequest s_turn =
       InSession(Concat(Concat(first, turn1.tokens), Tokens(19, 3)), 30, "s");
@@ -293,7 +293,7 @@ TEST(PreemptionTest, ADenseTurnReloadedFromHostIsPreemptedAndResumedExactly) {
     auto alone = Generator::Create(model, Options(false)).value();
     EXPECT_EQ((*results)[i].tokens, alone->GenerateAll({alone_request}).value()[0].tokens) << i;
   }
-  ASSERT_TRUE(gen->ListSessions()[0].in_host);
+  ASSERT_TRUE(gen->ListSessions().sessions[0].in_host);
   ASSERT_TRUE(gen->DeleteSession("s").ok());
   EXPECT_EQ(gen->kv_blocks_used(), 0);
   EXPECT_EQ(gen->host_pages_used(), 0);
@@ -306,7 +306,7 @@ TEST(SessionTest, CachedHostPagesAreNotCountedAsFreePoolBlocks) {
   GeneratorOptions o = Options(true, false, 12 * kPage);
   auto gen = Generator::Create(TestModelDir(AllTestModels().front()), o).value();
   RunAlone(*gen, InSession(Tokens(150, 1), 2, "idle"));  // ~9 blocks of host pages per head
-  ASSERT_GT(gen->ListSessions()[0].tokens, 0);
+  ASSERT_GT(gen->ListSessions().sessions[0].tokens, 0);
   GenerationRequest dense = Greedy(Tokens(150, 2), 20);
   dense.sparse.mode = SparseMode::kDense;
   auto id = gen->Add(dense).value();
@@ -320,6 +320,82 @@ TEST(SessionTest, CachedHostPagesAreNotCountedAsFreePoolBlocks) {
   ASSERT_TRUE(gen->Cancel(id, &cancelled).ok());
   EXPECT_TRUE(gen->HasRoomFor(sparse));
   ASSERT_TRUE(gen->DeleteSession("idle").ok());
+}
+
+std::vector<std::string> IdsOf(const PrefixCache::SessionPage& page) {
+  std::vector<std::string> ids;
+  for (const SessionInfo& s : page.sessions) ids.push_back(s.id);
+  return ids;
+}
+
+// What the session gauges must read: the sessions' count and the sum of their KV bytes.
+void ExpectCountersMatchTheSessions(const Generator& gen) {
+  const PrefixCache::SessionPage all = gen.ListSessions();
+  int64_t bytes = 0;
+  for (const SessionInfo& s : all.sessions) bytes += s.bytes;
+  EXPECT_EQ(gen.prefix_cache_counters().sessions, static_cast<int64_t>(all.sessions.size()));
+  EXPECT_EQ(gen.prefix_cache_counters().session_bytes, bytes);
+}
+
+// kv_cache.max_sessions: a new session past the limit drops the least recently used idle one
+// (sessions holding no KV once piled up until their TTL: 90,000 were kept); when every session
+// has a request running, the new one is refused.
+TEST(SessionTest, PastMaxSessionsANewSessionDropsTheLeastRecentlyUsedIdleOne) {
+  GeneratorOptions o = Options(false);
+  o.prefix_cache.max_sessions = 3;
+  auto gen = Generator::Create(TestModelDir(AllTestModels().front()), o).value();
+  int seed = 0;
+  for (const char* id : {"a", "b", "c"}) RunAlone(*gen, InSession(Tokens(40, ++seed), 4, id));
+  RunAlone(*gen, InSession(Tokens(40, ++seed), 4, "a"));  // b is now the least recently used
+  ExpectCountersMatchTheSessions(*gen);
+  RunAlone(*gen, InSession(Tokens(40, ++seed), 4, "d"));
+  EXPECT_THAT(IdsOf(gen->ListSessions()), ::testing::ElementsAre("a", "c", "d"));
+  EXPECT_GT(gen->prefix_cache_counters()
+                .evicted_pages[static_cast<int>(EvictionReason::kSessionLimit)],
+            0);
+  ExpectCountersMatchTheSessions(*gen);
+  // A turn of an existing session is no new session: nothing is dropped.
+  RunAlone(*gen, InSession(Tokens(40, ++seed), 4, "c"));
+  EXPECT_THAT(IdsOf(gen->ListSessions()), ::testing::ElementsAre("a", "c", "d"));
+
+  std::vector<uint64_t> running;
+  for (const char* id : {"a", "c", "d"}) {
+    running.push_back(gen->Add(InSession(Tokens(40, ++seed), 8, id)).value());
+  }
+  auto refused = gen->Add(InSession(Tokens(40, ++seed), 8, "e"));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::HasSubstr("kv_cache.max_sessions (3)"));
+  for (uint64_t id : running) {
+    SequenceOutput out;
+    ASSERT_TRUE(gen->Cancel(id, &out).ok());
+  }
+  for (const char* id : {"a", "c", "d"}) ASSERT_TRUE(gen->DeleteSession(id).ok());
+  ExpectCountersMatchTheSessions(*gen);
+  EXPECT_EQ(gen->prefix_cache_counters().session_bytes, 0);
+}
+
+// ListSessions comes in pages in id order; a page continues after the id it is given, whether
+// or not that session still exists.
+TEST(SessionTest, SessionsAreListedInPagesInIdOrder) {
+  auto gen = Generator::Create(TestModelDir(AllTestModels().front()), Options(false)).value();
+  for (const char* id : {"e", "a", "d", "b", "c"}) RunAlone(*gen, InSession(Tokens(20, 1), 2, id));
+  PrefixCache::SessionPage page = gen->ListSessions("", 2);
+  EXPECT_THAT(IdsOf(page), ::testing::ElementsAre("a", "b"));
+  EXPECT_TRUE(page.more);
+  ASSERT_TRUE(gen->DeleteSession("b").ok());
+  page = gen->ListSessions("b", 2);
+  EXPECT_THAT(IdsOf(page), ::testing::ElementsAre("c", "d"));
+  EXPECT_TRUE(page.more);
+  page = gen->ListSessions("d", 2);
+  EXPECT_THAT(IdsOf(page), ::testing::ElementsAre("e"));
+  EXPECT_FALSE(page.more);
+  page = gen->ListSessions("d", 1);
+  EXPECT_THAT(IdsOf(page), ::testing::ElementsAre("e"));
+  EXPECT_FALSE(page.more);  // nothing after the last one: no empty last page
+  EXPECT_THAT(IdsOf(gen->ListSessions("bb", 1)), ::testing::ElementsAre("c"));
+  EXPECT_TRUE(gen->ListSessions("e", 5).sessions.empty());
+  ExpectCountersMatchTheSessions(*gen);
 }
 
 TEST(SessionTest, DeleteIsNotFoundForAnUnknownIdAndRefusedWhileRunning) {
@@ -347,7 +423,7 @@ TEST(SessionTest, IdleSessionsExpireAfterTheirTtl) {
   EXPECT_LE(expiry, absl::Now() + absl::Seconds(60));
   EXPECT_EQ(gen->ExpireSessions(expiry - absl::Seconds(1)), 0);
   EXPECT_EQ(gen->ExpireSessions(expiry), 1);
-  EXPECT_TRUE(gen->ListSessions().empty());
+  EXPECT_TRUE(gen->ListSessions().sessions.empty());
   EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
   EXPECT_EQ(gen->prefix_cache_counters()
                 .evicted_pages[static_cast<int>(EvictionReason::kSessionTtl)],
@@ -366,7 +442,7 @@ TEST(SessionTest, IdleSessionsAreDroppedLeastRecentlyUsedFirstForRoom) {
   const GenerationRequest big = Greedy(Tokens(100, 3), 40);  // 140 tokens: 9 blocks
   EXPECT_TRUE(gen->HasRoomFor(big));
   RunAlone(*gen, big);
-  const std::vector<SessionInfo> left = gen->ListSessions();
+  const std::vector<SessionInfo> left = gen->ListSessions().sessions;
   ASSERT_EQ(left.size(), 1u);
   EXPECT_EQ(left[0].id, "new");
   EXPECT_EQ(gen->prefix_cache_counters()
@@ -422,7 +498,7 @@ TEST(PreemptionTest, APoolForTwoServesSixWithTheirSoloOutputs) {
   // The session's KV was kept, unless later requests needed its room (it was idle by then).
   const int64_t dropped = gen->prefix_cache_counters()
                               .evicted_pages[static_cast<int>(EvictionReason::kSessionDropped)];
-  if (gen->ListSessions().empty()) {
+  if (gen->ListSessions().sessions.empty()) {
     EXPECT_GT(dropped, 0);
   } else {
     ASSERT_TRUE(gen->DeleteSession("agent").ok());
@@ -475,7 +551,7 @@ TEST(PreemptionTest, ADenseRequestMidPrefillIsPreemptedAndResumedExactly) {
 TEST(SessionTest, ATurnShorterThanAPageCachesNothing) {
   auto gen = Generator::Create(TestModelDir(AllTestModels().front()), Options(false)).value();
   RunAlone(*gen, InSession(Tokens(5, 1), 3, "short"));
-  const std::vector<SessionInfo> sessions = gen->ListSessions();
+  const std::vector<SessionInfo> sessions = gen->ListSessions().sessions;
   ASSERT_EQ(sessions.size(), 1u);
   EXPECT_EQ(sessions[0].tokens, 0);
   EXPECT_EQ(gen->kv_pool().used_blocks(), 0);

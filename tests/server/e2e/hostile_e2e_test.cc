@@ -260,6 +260,18 @@ TEST(HostileE2eTest, LongPromptsWaitForTheTokenizerQueueNotOnGrpcThreads) {
   short_text.clear_prompt_token_ids();
   short_text.set_prompt("a short text prompt");
   EXPECT_TRUE(RunGenerate(*stub, short_text).status.ok());
+  // Session calls carry no prompt: they do not queue behind prompts (they once got
+  // RESOURCE_EXHAUSTED "... long prompts are already waiting to be tokenized").
+  {
+    grpc::ClientContext ctx;
+    v1::DeleteSessionRequest del;
+    del.set_session_id("no-such-session");
+    v1::DeleteSessionResponse ignored;
+    EXPECT_EQ(stub->DeleteSession(&ctx, del, &ignored).error_code(), grpc::StatusCode::NOT_FOUND);
+    grpc::ClientContext list_ctx;
+    v1::ListSessionsResponse sessions;
+    EXPECT_TRUE(stub->ListSessions(&list_ctx, v1::ListSessionsRequest(), &sessions).ok());
+  }
   second.join();
   EXPECT_EQ(abandoned.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
       << abandoned.status.error_message();

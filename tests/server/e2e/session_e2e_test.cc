@@ -265,6 +265,45 @@ std::vector<std::string> SessionIds(v1::Specula::Stub& stub) {
   return ids;
 }
 
+// ListSessions pages over gRPC: following next_page_token yields every session once, in id
+// order; kv_cache.max_sessions drops the least recently used one and counts it.
+TEST(SessionE2eTest, SessionsComeInPagesAndAreBoundedInNumber) {
+  auto server = StartServer([](ServerConfig& c) {
+    SessionConfig(c, false);
+    c.kv_cache.max_sessions = 5;
+  });
+  ASSERT_NE(server, nullptr);
+  auto stub = Connect(server->address());
+  int seed = 0;
+  for (const char* id : {"s0", "s1", "s2", "s3", "s4", "s5"}) {  // s0, the oldest, is dropped
+    ASSERT_TRUE(RunGenerate(*stub, InSession(Text(20, ++seed), 2, id)).status.ok());
+  }
+  std::vector<std::string> seen;
+  v1::ListSessionsRequest request;
+  request.set_page_size(2);
+  int pages = 0;
+  do {
+    v1::ListSessionsResponse page;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->ListSessions(&ctx, request, &page).ok());
+    EXPECT_LE(page.sessions_size(), 2);
+    for (const v1::Session& s : page.sessions()) seen.push_back(s.session_id());
+    request.set_page_token(page.next_page_token());
+    ASSERT_LT(++pages, 10);
+  } while (!request.page_token().empty());
+  EXPECT_EQ(pages, 3);
+  EXPECT_THAT(seen, ::testing::ElementsAre("s1", "s2", "s3", "s4", "s5"));
+  v1::ListSessionsResponse ignored;
+  grpc::ClientContext bad_ctx;
+  request.set_page_token("not a token");
+  const grpc::Status bad = stub->ListSessions(&bad_ctx, request, &ignored);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.error_message(), HasSubstr("page_token"));
+  const Exposition m = IdleMetrics(*server);
+  EXPECT_EQ(m.Get("specula_sessions"), 5);
+  EXPECT_GT(m.Get(R"(specula_kv_cache_evictions_total{reason="session_limit"})"), 0);
+}
+
 // kv_cache.session_ttl_seconds over gRPC: an idle session disappears from ListSessions on its
 // own (the engine wakes for the expiry), counted as a session_ttl eviction, its KV freed.
 TEST(SessionE2eTest, IdleSessionsExpireAfterTheirTtl) {

@@ -415,11 +415,17 @@ class SpeculaClient:
                                        timeout=self._timeout(timeout))
 
     def list_sessions(self, *, timeout=_DEFAULT) -> List[Session]:
-        """The sessions whose KV the server keeps, sorted by id."""
-        resp = self._stub.ListSessions(specula_pb2.ListSessionsRequest(),
-                                       timeout=self._timeout(timeout))
-        return [Session(s.session_id, s.cached_tokens, s.host_bytes, s.kv_cache_bytes, s.running,
-                        s.last_use_unix_ms) for s in resp.sessions]
+        """The sessions whose KV the server keeps, sorted by id (every page; `timeout` is per
+        page)."""
+        out: List[Session] = []
+        request = specula_pb2.ListSessionsRequest(page_size=1000)
+        while True:
+            resp = self._stub.ListSessions(request, timeout=self._timeout(timeout))
+            out.extend(Session(s.session_id, s.cached_tokens, s.host_bytes, s.kv_cache_bytes,
+                               s.running, s.last_use_unix_ms) for s in resp.sessions)
+            if not resp.next_page_token:
+                return out
+            request.page_token = resp.next_page_token
 
     def delete_session(self, session_id: str, *, timeout=_DEFAULT) -> None:
         """Frees the session's KV. grpc.RpcError: NOT_FOUND for an unknown id,
