@@ -241,7 +241,7 @@ std::optional<Violation> FindViolation(const ServerConfig& c) {
                            kMaxWaitingRequests)) ||
       (v = CheckRange<int>("scheduler.prefill_chunk_tokens", sc.prefill_chunk_tokens, 1,
                            kMaxPrefillChunkTokens)) ||
-      (v = CheckRange<int>("scheduler.default_max_tokens", sc.default_max_tokens, 1,
+      (v = CheckRange<int>("scheduler.default_max_tokens", sc.default_max_tokens, 0,
                            kMaxDefaultMaxTokens)) ||
       (v = CheckRange<int>("scheduler.threads", sc.threads, 0, kMaxThreads)) ||
       (v = CheckRange<int>("scheduler.max_tokenizing_requests", sc.max_tokenizing_requests, 1,

@@ -44,7 +44,7 @@ struct CallEnv {
   WorkQueue* tokenizer_queue = nullptr;  // tokenizes long prompts; null = on the calling thread
   size_t max_tokenizing = 16;            // scheduler.max_tokenizing_requests
   size_t inline_tokenize_bytes = kInlineTokenizeBytes;  // tests lower it
-  int32_t default_max_tokens = 256;
+  int32_t default_max_tokens = 0;  // scheduler.default_max_tokens: 0 = the remaining context
   TotalTokenLimits max_total_tokens;  // prompt + output, for the default output length
   int64_t max_request_bytes = 4 << 20;
   const ChatModel* chat = nullptr;  // renders messages; null = chat requests are refused

@@ -177,8 +177,7 @@ Error ReadStop(const OrderedJson& body, v1::StoppingCriteria* stop) {
   return std::nullopt;
 }
 
-Error ReadLength(const OrderedJson& body, OpenAiEndpoint endpoint, int32_t default_tokens,
-                 v1::StoppingCriteria* stop) {
+Error ReadLength(const OrderedJson& body, OpenAiEndpoint endpoint, v1::StoppingCriteria* stop) {
   std::optional<int64_t> n;
   const char* key = "max_tokens";
   Error e;
@@ -191,11 +190,9 @@ Error ReadLength(const OrderedJson& body, OpenAiEndpoint endpoint, int32_t defau
     key = "max_completion_tokens";
     if ((e = ReadInt(body, key, 1, std::numeric_limits<int32_t>::max(), &n))) return e;
   }
-  if (n) {
-    stop->set_max_tokens(static_cast<int32_t>(*n));
-  } else if (endpoint == OpenAiEndpoint::kCompletions) {
-    stop->set_max_tokens(default_tokens);
-  }
+  // Unset: the server's one rule for requests that name no length (ToEngineRequest), not
+  // OpenAI's 16 for completions, which would refuse long prompts for a length nobody chose.
+  if (n) stop->set_max_tokens(static_cast<int32_t>(*n));
   bool ignore_eos = false;
   if ((e = ReadBool(body, "ignore_eos", &ignore_eos))) return e;
   stop->set_ignore_eos(ignore_eos);
@@ -475,7 +472,6 @@ HttpResponse OpenAiErrorResponse(const OpenAiError& error) {
 
 std::optional<OpenAiError> ParseOpenAiRequest(OpenAiEndpoint endpoint, const std::string& body_text,
                                               const std::string& served_model,
-                                              int32_t default_completion_tokens,
                                               OpenAiRequest* out) {
   absl::StatusOr<OrderedJson> parsed = ParseRequestJson(body_text, "the request body");
   if (!parsed.ok()) return BadParam("", std::string(parsed.status().message()));
@@ -502,7 +498,7 @@ std::optional<OpenAiError> ParseOpenAiRequest(OpenAiEndpoint endpoint, const std
   if (Error e = CheckNeutral(body)) return e;
   if (Error e = ReadSampling(body, out->generate.mutable_sampling())) return e;
   if (Error e =
-          ReadLength(body, endpoint, default_completion_tokens, out->generate.mutable_stopping())) {
+          ReadLength(body, endpoint, out->generate.mutable_stopping())) {
     return e;
   }
   if (Error e = ReadStreamAndLogprobs(body, endpoint, out)) return e;

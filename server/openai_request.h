@@ -48,11 +48,10 @@ struct OpenAiRequest {
 // Parses a body for `endpoint`. `served_model` is the one model id accepted (404 otherwise).
 // Unsupported parameters (n > 1, response_format json, logit_bias, ...) are 400 naming them:
 // never silently ignored.
-// `default_completion_tokens` is max_tokens for a completion that sets none (OpenAI: 16); chat
-// requests without one get the server's scheduler.default_max_tokens. nullopt when valid.
+// A request without max_tokens leaves stopping.max_tokens unset: ToEngineRequest applies the
+// server's one rule for it. nullopt when valid.
 std::optional<OpenAiError> ParseOpenAiRequest(OpenAiEndpoint endpoint, const std::string& body,
                                               const std::string& served_model,
-                                              int32_t default_completion_tokens,
                                               OpenAiRequest* out);
 
 }  // namespace specula

@@ -22,9 +22,6 @@ bool Authorized(const CallEnv& env, const HttpRequest& request) {
   return header != nullptr && env.auth->Allows(*header);
 }
 
-// OpenAI's completions default length.
-constexpr int32_t kDefaultCompletionTokens = 16;
-
 // One HTTP generation: parsed, rendered and tokenized on the tokenizer queue, submitted to the
 // engine, and answered through the exchange as the engine produces (SSE) or at the end (JSON).
 class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
@@ -104,12 +101,8 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
   void Prepare() {
     if (Gone()) return Reject(absl::CancelledError("the client went away"));
     OpenAiRequest parsed;
-    // OpenAI's default completion length, within the operator's cap on max_tokens.
-    const int64_t cap = env_->max_total_tokens.max_output_tokens;
-    const int32_t default_tokens = static_cast<int32_t>(
-        cap > 0 ? std::min<int64_t>(kDefaultCompletionTokens, cap) : kDefaultCompletionTokens);
     if (std::optional<OpenAiError> e =
-            ParseOpenAiRequest(endpoint_, body_, *served_model_, default_tokens, &parsed)) {
+            ParseOpenAiRequest(endpoint_, body_, *served_model_, &parsed)) {
       return Reject(*e, e->http_status == 404 ? absl::StatusCode::kNotFound
                                               : absl::StatusCode::kInvalidArgument);
     }

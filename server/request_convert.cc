@@ -66,6 +66,29 @@ absl::Status ConvertSparse(const v1::SparseOptions& in, SparseRequestOptions* ou
   return absl::OkStatus();
 }
 
+// The length of a request that names none: the room its prompt leaves in the limit of the path it
+// runs on, capped by the operator's keys where set. At least 1: a prompt that leaves no room
+// gets the engine's refusal naming the limit it hit (the context, or the KV capacity key).
+int32_t DefaultLength(GenerationRequest& g, int32_t default_max_tokens,
+                      const TotalTokenLimits& limits) {
+  int64_t cap = std::numeric_limits<int32_t>::max();
+  if (default_max_tokens > 0) cap = std::min<int64_t>(cap, default_max_tokens);
+  if (limits.max_output_tokens > 0) cap = std::min(cap, limits.max_output_tokens);
+  const int64_t prompt = static_cast<int64_t>(g.prompt.size());
+  auto fit = [&](int64_t limit) {
+    return static_cast<int32_t>(std::clamp<int64_t>(limit - prompt, 1, cap));
+  };
+  g.stopping.max_tokens = fit(limits.dense);
+  if (limits.sparse > 0 && g.sparse.mode != SparseMode::kDense) {
+    // Sparse requests keep their KV in the host store, not the device cache: try the length
+    // that fits there, and keep it if that length is one the engine runs sparse.
+    const int32_t dense_tokens = g.stopping.max_tokens;
+    g.stopping.max_tokens = fit(limits.sparse);
+    if (!limits.uses_sparse(g)) g.stopping.max_tokens = dense_tokens;
+  }
+  return g.stopping.max_tokens;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<int32_t>> EncodePrompt(const Tokenizer& tokenizer,
@@ -173,23 +196,7 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
     }
     g.stopping.max_tokens = stop.max_tokens();
   } else {
-    if (limits.max_output_tokens > 0) {
-      default_max_tokens =
-          static_cast<int32_t>(std::min<int64_t>(default_max_tokens, limits.max_output_tokens));
-    }
-    // At least 1, so a prompt that fills the context still gets the context error.
-    auto fit = [&](int64_t limit) {
-      const int64_t room = limit - static_cast<int64_t>(g.prompt.size());
-      return static_cast<int32_t>(std::clamp<int64_t>(room, 1, default_max_tokens));
-    };
-    g.stopping.max_tokens = fit(limits.dense);
-    if (limits.sparse > 0 && g.sparse.mode != SparseMode::kDense) {
-      // Sparse requests keep their KV in the host store, not the device cache: try the length
-      // that fits there, and keep it if that length is one the engine runs sparse.
-      const int32_t dense_tokens = g.stopping.max_tokens;
-      g.stopping.max_tokens = fit(limits.sparse);
-      if (!limits.uses_sparse(g)) g.stopping.max_tokens = dense_tokens;
-    }
+    g.stopping.max_tokens = DefaultLength(g, default_max_tokens, limits);
   }
   g.stopping.stop.assign(stop.stop().begin(), stop.stop().end());
   if (absl::Status s = ConvertIds(stop.stop_token_ids(), "stopping.stop_token_ids",

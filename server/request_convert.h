@@ -42,11 +42,13 @@ struct TotalTokenLimits {
   int64_t max_output_tokens = 0;
 };
 
-// An empty request_id gets a fresh one. Without stopping.max_tokens the request may generate
-// `default_max_tokens`, cut to what fits after its prompt in the limit of the path it runs on
-// (`limits.sparse` if the engine runs it sparse with that length, else `limits.dense`): a client
-// that did not ask for a length is not refused for one it did not choose, and a sparse request
-// longer than the device KV cache is not cut to one token.
+// An empty request_id gets a fresh one. Without stopping.max_tokens (one rule for every API,
+// docs/SERVING.md) the request may generate what fits after its prompt in the limit of the path
+// it runs on (`limits.sparse` if the engine runs it sparse with that length, else
+// `limits.dense`), capped by `default_max_tokens` (scheduler.default_max_tokens; 0 = no cap) and
+// limits.max_output_tokens: a client that did not ask for a length is not refused for one it did
+// not choose, and a sparse request longer than the device KV cache is not cut to one token. A
+// prompt that leaves no room gets 1, so the engine refuses it naming the limit it hit.
 absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                               const Tokenizer& tokenizer,
                                               int32_t default_max_tokens,

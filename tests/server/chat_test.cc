@@ -191,7 +191,7 @@ TEST(ChatProtoTest, ApplyChatTemplateChecksTheInputs) {
 
 std::optional<OpenAiError> Parse(OpenAiEndpoint endpoint, const std::string& body,
                                  OpenAiRequest* out) {
-  return ParseOpenAiRequest(endpoint, body, "m", 16, out);
+  return ParseOpenAiRequest(endpoint, body, "m", out);
 }
 
 TEST(OpenAiRequestTest, ChatFieldsReachTheRequest) {
@@ -321,10 +321,12 @@ TEST(OpenAiRequestTest, RefusalsNameTheParameter) {
   EXPECT_EQ(Parse(OpenAiEndpoint::kCompletions, "{nope", &r)->http_status, 400);
 }
 
-TEST(OpenAiRequestTest, CompletionsDefaultToSixteenTokens) {
+// No fixed default (OpenAI's 16 for completions refused long prompts for a length nobody chose):
+// the length stays unset for the server's one rule (ToEngineRequest).
+TEST(OpenAiRequestTest, RequestsWithoutMaxTokensLeaveTheLengthToTheServersRule) {
   OpenAiRequest r;
   ASSERT_FALSE(Parse(OpenAiEndpoint::kCompletions, R"({"model": "m", "prompt": [1, 2, 3]})", &r));
-  EXPECT_EQ(r.generate.stopping().max_tokens(), 16);
+  EXPECT_FALSE(r.generate.stopping().has_max_tokens());
   EXPECT_EQ(r.generate.prompt_token_ids().ids_size(), 3);
   EXPECT_FALSE(r.chat.has_value());
 }

@@ -85,7 +85,7 @@ TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.scheduler.max_running_requests, 64);
   EXPECT_EQ(c.scheduler.max_waiting_requests, 1024);
   EXPECT_EQ(c.scheduler.prefill_chunk_tokens, 512);
-  EXPECT_EQ(c.scheduler.default_max_tokens, 256);
+  EXPECT_EQ(c.scheduler.default_max_tokens, 0);
   EXPECT_EQ(c.scheduler.threads, 0);
   EXPECT_EQ(c.kv_cache.page_size, 16);
   EXPECT_EQ(c.kv_cache.capacity_tokens, 65536);
@@ -321,8 +321,8 @@ TEST(ConfigTest, InvalidValuesNameTheirKeyAndLine) {
        "scheduler.max_waiting_requests: must be >= 0, got -1", 2},
       {"scheduler:\n  prefill_chunk_tokens: 0\n",
        "scheduler.prefill_chunk_tokens: must be >= 1, got 0", 2},
-      {"scheduler:\n  default_max_tokens: 0\n", "scheduler.default_max_tokens: must be >= 1, got 0",
-       2},
+      {"scheduler:\n  default_max_tokens: -1\n",
+       "scheduler.default_max_tokens: must be >= 0, got -1", 2},
       {"scheduler:\n  threads: -2\n", "scheduler.threads: must be >= 0, got -2", 2},
       {"scheduler:\n  threads: 3000000000\n",
        "scheduler.threads: must be <= 2147483647, got 3000000000", 2},

@@ -102,11 +102,32 @@ TEST_F(RequestConvertTest, DefaultMaxTokensFitsThePathTheRequestRunsOn) {
   EXPECT_EQ(max_tokens(600, v1::SPARSE_MODE_DEFAULT), 64);
   EXPECT_EQ(max_tokens(980, v1::SPARSE_MODE_DEFAULT), 20);
   EXPECT_EQ(max_tokens(50, v1::SPARSE_MODE_SPARSE), 64);
-  // Dense on request: the device cache, however long (the engine then refuses what cannot fit).
-  EXPECT_EQ(max_tokens(600, v1::SPARSE_MODE_DENSE), 1);
+  // Dense on request: the device cache, however long.
+  EXPECT_EQ(max_tokens(99, v1::SPARSE_MODE_DENSE), 1);
   // A server without a sparse cache: the device cache only.
   limits.sparse = 0;
-  EXPECT_EQ(max_tokens(600, v1::SPARSE_MODE_DEFAULT), 1);
+  EXPECT_EQ(max_tokens(99, v1::SPARSE_MODE_DEFAULT), 1);
+}
+
+// One rule for a request that names no length (every API goes through here): up to the room the
+// prompt leaves, capped only by the operator's keys.
+TEST_F(RequestConvertTest, WithoutMaxTokensARequestMayFillTheRemainingContext) {
+  TotalTokenLimits limits;
+  limits.dense = 4096;
+  auto convert = [&](int prompt_tokens, int32_t default_max_tokens) {
+    v1::GenerateRequest r;
+    for (int i = 0; i < prompt_tokens; ++i) r.mutable_prompt_token_ids()->add_ids(1);
+    return ToEngineRequest(r, *tokenizer_, default_max_tokens, limits);
+  };
+  EXPECT_EQ(convert(2, 0)->generation.stopping.max_tokens, 4094);     // no cap: all the room
+  EXPECT_EQ(convert(4095, 0)->generation.stopping.max_tokens, 1);     // once refused with 16
+  EXPECT_EQ(convert(2, 256)->generation.stopping.max_tokens, 256);    // the operator's cap
+  EXPECT_EQ(convert(4000, 256)->generation.stopping.max_tokens, 96);  // cut to the room
+  limits.max_output_tokens = 100;  // server.limits.max_tokens caps it too
+  EXPECT_EQ(convert(2, 0)->generation.stopping.max_tokens, 100);
+  EXPECT_EQ(convert(2, 50)->generation.stopping.max_tokens, 50);
+  // No room at all: 1, for the engine to refuse naming the limit the prompt hit.
+  EXPECT_EQ(convert(4096, 0)->generation.stopping.max_tokens, 1);
 }
 
 TEST_F(RequestConvertTest, FinalResponseCarriesKvStats) {

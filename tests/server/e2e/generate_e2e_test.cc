@@ -3,11 +3,16 @@
 #include <atomic>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/server/e2e/test_server.h"
+#include "tests/server/prometheus_scrape.h"
 
 namespace specula::testing {
 namespace {
+
+using ::testing::HasSubstr;
 
 void ExpectKvReturned(Server& server) {
   ASSERT_TRUE(server.engine().WaitIdle(absl::Now() + absl::Seconds(30)));
@@ -73,6 +78,32 @@ TEST(GenerateE2eTest, DefaultMaxTokensIsCutToTheContext) {
   // An explicit max_tokens that does not fit is still the client's error.
   req.mutable_stopping()->set_max_tokens(7);
   EXPECT_EQ(RunGenerate(*stub, req).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// The same rule over HTTP: a completion of 4,095 prompt tokens that names no max_tokens gets the
+// one token of room left (it was refused: "stopping.max_tokens (16) exceeds the model's
+// context"), and a short one is not cut to OpenAI's 16.
+TEST(GenerateE2eTest, HttpRequestsWithoutMaxTokensGetTheRemainingContext) {
+  auto server = StartServer([](ServerConfig& c) {
+    c.server.http_listen = "127.0.0.1:0";
+    c.scheduler.default_max_tokens = 40;
+  });
+  ASSERT_NE(server, nullptr);
+  const int http = std::stoi(server->http_address().substr(server->http_address().rfind(':') + 1));
+  auto completion = [&](int prompt_tokens) {
+    std::string ids;
+    for (int i = 0; i < prompt_tokens; ++i) absl::StrAppend(&ids, i ? "," : "", 7);
+    const std::string body = absl::StrCat(R"({"model": ")", server->served_model_name(),
+                                          R"(", "prompt": [)", ids, R"(], "ignore_eos": true})");
+    return HttpExchange(http, HttpRequestText("POST", "/v1/completions", body), 60);
+  };
+  const std::string full = completion(4095);
+  ASSERT_EQ(HttpStatus(full), 200) << full;
+  EXPECT_THAT(HttpBody(full), HasSubstr(R"("completion_tokens":1)"));
+  EXPECT_THAT(HttpBody(full), HasSubstr(R"("finish_reason":"length")"));
+  const std::string small = completion(3);
+  ASSERT_EQ(HttpStatus(small), 200) << small;
+  EXPECT_THAT(HttpBody(small), HasSubstr(R"("completion_tokens":40)"));  // the operator's cap
 }
 
 TEST(GenerateE2eTest, ThirtyTwoConcurrentStreamsEachMatchTheirSoloRun) {
