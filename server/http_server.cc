@@ -447,6 +447,37 @@ const HttpRoute* HttpServer::Match(const HttpRequest& request, HttpResponse* ref
   return route;
 }
 
+namespace {
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// libmicrohttpd's own unescaping turns %00 into a NUL, which ends the C string routes are matched
+// on: "/v1/models/<id>%00junk" answered as "/v1/models/<id>". This decodes the same escapes in
+// place, except that %00 stays as written (no route has it, so it is a 404).
+size_t UnescapeKeepingNul(void* /*cls*/, MHD_Connection* /*connection*/, char* s) {
+  char* out = s;
+  for (const char* in = s; *in != '\0';) {
+    if (in[0] == '%' && HexValue(in[1]) >= 0 && HexValue(in[2]) >= 0) {
+      const int byte = HexValue(in[1]) * 16 + HexValue(in[2]);
+      if (byte != 0) {
+        *out++ = static_cast<char>(byte);
+        in += 3;
+        continue;
+      }
+    }
+    *out++ = *in++;
+  }
+  *out = '\0';
+  return static_cast<size_t>(out - s);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& host_port,
                                                               std::vector<HttpRoute> routes,
                                                               const HttpServerOptions& options) {
@@ -491,6 +522,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
       MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(options.idle_timeout_seconds),
       MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned>(options.max_connections),
       MHD_OPTION_NOTIFY_COMPLETED, &HttpServerCallbacks::Completed, nullptr,
+      MHD_OPTION_UNESCAPE_CALLBACK, &UnescapeKeepingNul, nullptr,  //
       MHD_OPTION_THREAD_POOL_SIZE, static_cast<unsigned>(options.threads > 1 ? options.threads : 0),
       MHD_OPTION_ARRAY, tls_options.data(),  //
       MHD_OPTION_END);

@@ -59,16 +59,22 @@ const absl::flat_hash_set<std::string>& KnownKeys(OpenAiEndpoint endpoint) {
   return endpoint == OpenAiEndpoint::kChatCompletions ? kChat : kCompletions;
 }
 
+// An integer parameter accepted only at 1: a value of the wrong type is a type error, as for
+// every other parameter; another integer says what is supported.
+Error CheckOnlyOne(const OrderedJson& body, const std::string& key) {
+  if (!body.contains(key) || body[key].is_null()) return std::nullopt;
+  const OrderedJson& v = body[key];
+  if (!v.is_number_integer()) return WrongType(key, v, "an integer");
+  if (!(v.is_number_unsigned() ? v.get<uint64_t>() == 1 : v.get<int64_t>() == 1)) {
+    return BadParam(key, absl::StrCat("only ", key, " = 1 is supported"));
+  }
+  return std::nullopt;
+}
+
 // Parameters accepted only at their neutral value (so a client relying on them hears about it).
 Error CheckNeutral(const OrderedJson& body) {
-  if (body.contains("n") && !body["n"].is_null() &&
-      !(body["n"].is_number_integer() && body["n"].get<int64_t>() == 1)) {
-    return BadParam("n", "only n = 1 is supported");
-  }
-  if (body.contains("best_of") && !body["best_of"].is_null() &&
-      !(body["best_of"].is_number_integer() && body["best_of"].get<int64_t>() == 1)) {
-    return BadParam("best_of", "only best_of = 1 is supported");
-  }
+  if (Error e = CheckOnlyOne(body, "n")) return e;
+  if (Error e = CheckOnlyOne(body, "best_of")) return e;
   if (body.contains("echo") && !body["echo"].is_null() && body["echo"] != false) {
     return BadParam("echo", "echo is not supported");
   }
@@ -162,17 +168,23 @@ Error ReadSampling(const OrderedJson& body, v1::SamplingParams* s) {
   return std::nullopt;
 }
 
+// An empty stop string is refused, as over gRPC (the engine's rule): it would match before any
+// output, so no answer could honour it.
 Error ReadStop(const OrderedJson& body, v1::StoppingCriteria* stop) {
   if (!body.contains("stop") || body["stop"].is_null()) return std::nullopt;
   const OrderedJson& v = body["stop"];
-  if (v.is_string()) {
-    if (!v.get<std::string>().empty()) stop->add_stop(v.get<std::string>());
+  auto add = [stop](const OrderedJson& s) -> Error {
+    if (!s.is_string()) return BadParam("stop", "'stop' must hold strings only");
+    if (s.get_ref<const std::string&>().empty()) {
+      return BadParam("stop", "'stop' strings must not be empty");
+    }
+    stop->add_stop(s.get<std::string>());
     return std::nullopt;
-  }
+  };
+  if (v.is_string()) return add(v);
   if (!v.is_array()) return WrongType("stop", v, "a string or an array of strings");
   for (const OrderedJson& s : v) {
-    if (!s.is_string()) return BadParam("stop", "'stop' must hold strings only");
-    if (!s.get<std::string>().empty()) stop->add_stop(s.get<std::string>());
+    if (Error e = add(s)) return e;
   }
   return std::nullopt;
 }

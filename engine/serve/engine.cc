@@ -44,6 +44,9 @@ Engine::Engine(std::unique_ptr<Generator> generator, EngineOptions options,
   load_.kv_blocks_total = generator_->kv_pool().num_blocks();
   load_.kv_page_size = generator_->kv_pool().page_size();
   load_.host_pages_capacity = generator_->host_pages_capacity();
+  // The observer sees the capacities before the first request, not zero until then (the engine
+  // thread does not exist yet, so reading the generator here is safe).
+  PublishLoad();
   thread_ = std::thread([this] { Loop(); });
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "engine/common/capacity_error.h"
 #include "gtest/gtest.h"
@@ -258,6 +259,31 @@ TEST(OpenAiRequestTest, HostileBodiesAreRefusedNotFatal) {
                      R"({"model": "m", "prompt": "x", "n": null, "best_of": null, "echo": null})", &r));
 }
 
+// n and best_of: a wrong type is a type error like any other parameter's ("n": "1" was reported
+// as an unsupported value); another integer says only 1 is supported; 1 is accepted.
+TEST(OpenAiRequestTest, NAndBestOfTakeOnlyTheInteger1) {
+  struct Case {
+    std::string field;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{{R"("n": "1")", "'n' must be an integer, got a string"},
+                                         {R"("n": 1.0)", "'n' must be an integer, got a number"},
+                                         {R"("n": 2)", "only n = 1 is supported"},
+                                         {R"("best_of": true)", "'best_of' must be an integer"},
+                                         {R"("best_of": 3)", "only best_of = 1 is supported"}}) {
+    OpenAiRequest r;
+    std::optional<OpenAiError> e = Parse(
+        OpenAiEndpoint::kCompletions, absl::StrCat(R"({"model": "m", "prompt": "x", )", c.field, "}"),
+        &r);
+    ASSERT_TRUE(e.has_value()) << c.field;
+    EXPECT_EQ(e->http_status, 400) << c.field;
+    EXPECT_THAT(e->message, HasSubstr(c.message)) << c.field;
+  }
+  OpenAiRequest r;
+  EXPECT_FALSE(
+      Parse(OpenAiEndpoint::kCompletions, R"({"model": "m", "prompt": "x", "n": 1, "best_of": 1})", &r));
+}
+
 TEST(ChatProtoTest, DeeplyNestedSchemasAreInvalidArgument) {
   v1::GenerateRequest r;
   r.add_messages()->set_role("user");
@@ -323,6 +349,25 @@ TEST(OpenAiRequestTest, RefusalsNameTheParameter) {
 
 // No fixed default (OpenAI's 16 for completions refused long prompts for a length nobody chose):
 // the length stays unset for the server's one rule (ToEngineRequest).
+// One rule with gRPC (the engine refuses an empty stopping.stop string): an empty stop string is
+// a 400 naming `stop`, not silently dropped.
+TEST(OpenAiRequestTest, EmptyStopStringsAreRefusedAsOverGrpc) {
+  for (const char* stop : {R"("")", R"(["x", ""])"}) {
+    OpenAiRequest r;
+    std::optional<OpenAiError> e = Parse(
+        OpenAiEndpoint::kCompletions,
+        absl::StrCat(R"({"model": "m", "prompt": "a", "stop": )", stop, "}"), &r);
+    ASSERT_TRUE(e.has_value()) << stop;
+    EXPECT_EQ(e->http_status, 400);
+    EXPECT_EQ(e->param, "stop");
+    EXPECT_THAT(e->message, HasSubstr("must not be empty"));
+  }
+  OpenAiRequest r;
+  ASSERT_FALSE(Parse(OpenAiEndpoint::kCompletions,
+                     R"({"model": "m", "prompt": "a", "stop": ["x", "y"]})", &r));
+  EXPECT_EQ(r.generate.stopping().stop_size(), 2);
+}
+
 TEST(OpenAiRequestTest, RequestsWithoutMaxTokensLeaveTheLengthToTheServersRule) {
   OpenAiRequest r;
   ASSERT_FALSE(Parse(OpenAiEndpoint::kCompletions, R"({"model": "m", "prompt": [1, 2, 3]})", &r));

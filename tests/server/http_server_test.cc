@@ -62,6 +62,8 @@ TEST(HttpServerTest, ServesARouteAndHeadWithoutBody) {
   EXPECT_THAT(get, HasSubstr("X-Test: 1"));
   EXPECT_THAT(get, HasSubstr("\r\n\r\nhello from /hello\n"));
 
+  // Escapes are decoded before routing.
+  EXPECT_EQ(HttpStatus(HttpGet(server->port(), "/h%65llo")), 200);
   const std::string head = HttpExchange(server->port(), Request("HEAD", "/hello"));
   EXPECT_EQ(HttpStatus(head), 200) << head;
   EXPECT_THAT(head, Not(HasSubstr("hello from")));
@@ -73,7 +75,8 @@ TEST(HttpServerTest, UnknownPathsAre404AndWrongMethods405AndTheServerLives) {
   auto server = StartTestServer(options);
   ASSERT_NE(server, nullptr);
   const int port = server->port();
-  for (const char* path : {"/", "/favicon.ico", "/..", "/hello/", "/hello/x", "/%00", "//hello"}) {
+  for (const char* path : {"/", "/favicon.ico", "/..", "/hello/", "/hello/x", "/%00", "//hello",
+                           "/hello%00", "/hello%00x"}) {  // a NUL once cut the path short
     const std::string r = HttpExchange(port, Request("GET", path));
     EXPECT_EQ(HttpStatus(r), 404) << path << ": " << r;
   }

@@ -1,6 +1,6 @@
 // Errors inside the interpreter. They are C++ exceptions so that every value operation can fail
 // without threading a Status through each call; they never leave this module: Template::Parse and
-// Template::Render catch them and return absl::InvalidArgumentError.
+// Template::Render catch them and return a Status (template.cc: ToStatus).
 #pragma once
 
 #include <exception>

@@ -11,10 +11,15 @@
 namespace specula::jinja {
 namespace {
 
-absl::Status ToStatus(const TemplateError& e, const std::string& name) {
+// raise_exception is the template refusing the request: INVALID_ARGUMENT with its message as
+// is. Other errors are the template's own: INVALID_ARGUMENT while parsing (a load error), and
+// FAILED_PRECONDITION while rendering (the server's template could not render this request;
+// the client did nothing the API forbids).
+absl::Status ToStatus(const TemplateError& e, const std::string& name, bool rendering) {
   if (e.kind() == TemplateError::Kind::kRaised) return absl::InvalidArgumentError(e.message());
-  if (e.line() <= 0) return absl::InvalidArgumentError(Cat(name, ": ", e.message()));
-  return absl::InvalidArgumentError(Cat(name, " line ", e.line(), ": ", e.message()));
+  const std::string message = e.line() <= 0 ? Cat(name, ": ", e.message())
+                                            : Cat(name, " line ", e.line(), ": ", e.message());
+  return rendering ? absl::FailedPreconditionError(message) : absl::InvalidArgumentError(message);
 }
 
 void CheckUtf8(std::string_view s, std::string_view what) {
@@ -78,7 +83,7 @@ absl::StatusOr<std::unique_ptr<Template>> Template::Parse(std::string_view sourc
     StmtList body = ParseTemplate(source, options.lexer);
     return std::unique_ptr<Template>(new Template(std::move(body), std::move(options.name)));
   } catch (const TemplateError& e) {
-    return ToStatus(e, options.name);
+    return ToStatus(e, options.name, /*rendering=*/false);
   }
 }
 
@@ -107,7 +112,7 @@ absl::StatusOr<std::string> Template::Render(std::vector<std::pair<std::string, 
     return evaluator.Render(body_);
   } catch (TemplateError& e) {
     if (e.line() == 0) e.set_line(evaluator.line());
-    return ToStatus(e, name_);
+    return ToStatus(e, name_, /*rendering=*/true);
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(name_ + ": out of memory while rendering");
   }

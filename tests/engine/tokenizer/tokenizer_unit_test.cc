@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/utf8.h"
 #include "gmock/gmock.h"
@@ -259,6 +260,17 @@ TEST(TokenizerErrors, BadIdsAndInvalidUtf8) {
   auto ids = (*tok)->Encode("ok \xC0\xAF", false);  // overlong encoding of '/'
   EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Msg(ids.status()), HasSubstr("offset 3"));
+}
+
+// Two vocabulary tokens under one id: that id would decode as either of them.
+TEST(TokenizerErrors, VocabTokensSharingAnIdAreALoadError) {
+  json j = TinyByteLevel();
+  j["model"]["vocab"]["zz-dup"] = j["model"]["vocab"]["a"];
+  auto tok = Tokenizer::FromJson(j.dump(), "");
+  EXPECT_EQ(tok.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(tok.status()),
+              HasSubstr(absl::StrCat("vocab tokens \"a\" and \"zz-dup\" share id ",
+                                     j["model"]["vocab"]["a"].get<int>())));
 }
 
 TEST(TokenizerErrors, IdsBeyondTheVocabularyAreLoadErrorsNamingTheToken) {

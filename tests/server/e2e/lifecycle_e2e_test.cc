@@ -203,6 +203,12 @@ TEST(LifecycleE2eTest, ModelInfoDescribesTheModelAndLimits) {
 TEST(LifecycleE2eTest, MetricsCountWhatWasSent) {
   auto server = StartServer([](ServerConfig& c) { c.server.metrics_listen = "127.0.0.1:0"; });
   ASSERT_NE(server, nullptr);
+  {
+    // Before any request: capacities are known from the start (it read 0 until the first one).
+    const Exposition first = ScrapeMetrics(server->metrics().metrics_port());
+    EXPECT_EQ(first.Get("specula_kv_cache_blocks_capacity"), 65536 / 16);
+    EXPECT_EQ(first.Get("specula_kv_cache_blocks_used"), 0);
+  }
   auto stub = Connect(server->address());
   int64_t prompt_tokens = 0;
   for (int i = 0; i < 3; ++i) {

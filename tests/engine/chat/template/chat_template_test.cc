@@ -125,10 +125,14 @@ TEST(ChatTemplate, RaiseExceptionIsInvalidArgumentWithTheMessage) {
   EXPECT_EQ(Render(*t, kHello), "ok");
 }
 
-TEST(ChatTemplate, RuntimeErrorsNameTheLine) {
+// The template's own failures are the server's (FAILED_PRECONDITION), not the client's
+// INVALID_ARGUMENT: only raise_exception speaks for the template against the request.
+TEST(ChatTemplate, RuntimeErrorsNameTheLineAndAreTheServers) {
   auto t = Make("{% for m in messages %}\n{{ m.content + 1 }}\n{% endfor %}");
   EXPECT_EQ(Render(*t, kHello),
             "ERROR: chat template line 2: can only concatenate str (not \"int\") to str");
+  EXPECT_EQ(t->Render(kHello, nullptr, nullptr, false).status().code(),
+            absl::StatusCode::kFailedPrecondition);
   auto u = Make("{{ messages[0].content.strip() }}");
   EXPECT_EQ(Render(*u, json::array()), "ERROR: chat template line 1: list object has no element 0");
 }
