@@ -12,25 +12,6 @@
 
 namespace specula {
 
-absl::StatusOr<OrderedJson> ParseRequestJson(absl::string_view text, absl::string_view what) {
-  int deepest = 0;
-  OrderedJson value = OrderedJson::parse(
-      text.begin(), text.end(),
-      [&deepest](int depth, OrderedJson::parse_event_t event, OrderedJson&) {
-        if (event == OrderedJson::parse_event_t::object_start ||
-            event == OrderedJson::parse_event_t::array_start) {
-          deepest = std::max(deepest, depth + 1);
-        }
-        return true;
-      },
-      /*allow_exceptions=*/false);
-  if (value.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(what, " is not valid JSON"));
-  if (deepest > kMaxJsonDepth) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " nests arrays and objects ", deepest,
-                                                   " deep; at most ", kMaxJsonDepth, " allowed"));
-  }
-  return value;
-}
 namespace {
 
 // The special-token strings the template may print (bos_token, eos_token).

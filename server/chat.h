@@ -16,19 +16,9 @@
 #include "engine/generate/sequence.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "server/request_json.h"
 
 namespace specula {
-
-using OrderedJson = nlohmann::ordered_json;
-
-// The deepest nesting of arrays and objects a request's JSON may have (bodies, tool schemas,
-// arguments, kwargs). Copying a value and rendering a template recurse once per level, so a
-// body of a few MB nested a million deep would overflow the stack; real requests nest a handful.
-inline constexpr int kMaxJsonDepth = 64;
-
-// Parses request JSON (key order kept). INVALID_ARGUMENT naming `what` when `text` is not JSON
-// or nests deeper than kMaxJsonDepth (parsing itself does not recurse).
-absl::StatusOr<OrderedJson> ParseRequestJson(absl::string_view text, absl::string_view what);
 
 // Which tool the model must call, if any (OpenAI's tool_choice).
 struct ToolChoice {
