@@ -10,7 +10,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (specula::OpenAiEndpoint endpoint :
        {specula::OpenAiEndpoint::kChatCompletions, specula::OpenAiEndpoint::kCompletions}) {
     specula::OpenAiRequest out;
-    (void)specula::ParseOpenAiRequest(endpoint, body, "tiny", 16, &out);
+    (void)specula::ParseOpenAiRequest(endpoint, body, "tiny", &out);
   }
   return 0;
 }
