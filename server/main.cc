@@ -213,11 +213,15 @@ int Run(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError(absl::StrCat("unexpected argument: ", rest[1])));
   }
 
-  RaiseOpenFileLimit();
+  const OpenFileLimits files = RaiseOpenFileLimit();
   if (absl::Status s = InstallSignalHandlers(); !s.ok()) return Fail(s);
   absl::StatusOr<ServerConfig> config = ResolveConfig();
   if (!config.ok()) return Fail(config.status());
   SetLogLevel(*ParseLogLevel(config->server.log_level));  // validated by ValidateConfig
+  Log(LogLevel::kInfo, "open_file_limit",
+      {{"soft_before", static_cast<int64_t>(files.soft_before)},
+       {"soft", static_cast<int64_t>(files.soft)},
+       {"hard", static_cast<int64_t>(files.hard)}});
 
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(*config);
   if (!server.ok()) return Fail(server.status());

@@ -6,9 +6,11 @@
 
 namespace specula {
 
-void RaiseOpenFileLimit() {
+OpenFileLimits RaiseOpenFileLimit() {
+  OpenFileLimits out;
   rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return out;
+  out.soft_before = out.soft = limit.rlim_cur;
   rlim_t target = limit.rlim_max;
   if (target == RLIM_INFINITY) {
     // setrlimit refuses more than the kernel's per-process maximum.
@@ -16,9 +18,11 @@ void RaiseOpenFileLimit() {
     unsigned long long kernel_max = 0;
     target = (nr_open >> kernel_max) && kernel_max > 0 ? static_cast<rlim_t>(kernel_max) : 65536;
   }
-  if (limit.rlim_cur >= target) return;
+  out.hard = target;
+  if (limit.rlim_cur >= target) return out;
   limit.rlim_cur = target;
-  setrlimit(RLIMIT_NOFILE, &limit);
+  if (setrlimit(RLIMIT_NOFILE, &limit) == 0) out.soft = target;
+  return out;
 }
 
 }  // namespace specula

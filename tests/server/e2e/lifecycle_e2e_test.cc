@@ -1,6 +1,7 @@
 // End to end: model info, health, metrics that match the traffic,
 // draining with and without enough grace, and the daemon's SIGTERM exit.
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <mutex>
 #include <thread>
@@ -287,6 +288,25 @@ TEST(LifecycleE2eTest, RequestsStillRunningWhenGraceExpiresEndUnavailable) {
 
 // The real daemon: started as a process, answered, SIGTERMed mid-stream, exits 0 after the
 // stream completed.
+// The daemon raises its soft open-file limit to the hard one and logs both (a soft limit of 1024
+// let idle connections starve gRPC's listener of descriptors).
+TEST(LifecycleE2eTest, DaemonRaisesTheOpenFileLimitAndLogsIt) {
+  rlimit mine{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &mine), 0);
+  if (mine.rlim_max != RLIM_INFINITY && mine.rlim_max <= 256) GTEST_SKIP() << "hard limit too low";
+  rlimit lowered = mine;
+  lowered.rlim_cur = 256;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);  // the daemon inherits it
+  auto daemon = Daemon::Start({"--model=" + TestModelDir(), "--listen=127.0.0.1:0",
+                               "--metrics-listen=", "--device=cpu"});
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &mine), 0);
+  ASSERT_FALSE(daemon->address().empty()) << daemon->Log();
+  EXPECT_THAT(daemon->Log(), HasSubstr("event=open_file_limit soft_before=256 soft="));
+  EXPECT_THAT(daemon->Log(), ::testing::Not(HasSubstr("soft=256 ")));
+  kill(daemon->pid(), SIGTERM);
+  EXPECT_EQ(daemon->Wait(), 0) << daemon->Log();
+}
+
 TEST(LifecycleE2eTest, DaemonDrainsOnSigtermAndExitsZero) {
   auto daemon =
       Daemon::Start({"--model=" + TestModelDir(), "--listen=127.0.0.1:0",
