@@ -3,7 +3,6 @@
 #include <gnutls/gnutls.h>
 #include <sys/stat.h>
 
-
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "engine/common/bounded_file.h"

@@ -113,13 +113,20 @@ void Engine::RunControlOps(std::vector<std::function<void()>>& ops) {
   ops.clear();
 }
 
+template <typename Result>
+void Engine::AnswerOnEngineThread(std::function<Result()> work,
+                                  std::function<void(Result)> done) {
+  // Shared: if PostControl refuses, the op holding it is gone and `done` gets the refusal here.
+  auto shared_done = std::make_shared<std::function<void(Result)>>(std::move(done));
+  absl::Status posted = PostControl(
+      [work = std::move(work), shared_done] { (*shared_done)(work()); });
+  if (!posted.ok()) (*shared_done)(std::move(posted));
+}
+
 void Engine::ListSessions(std::string after, int64_t limit, SessionPageDone done) {
-  auto shared_done = std::make_shared<SessionPageDone>(std::move(done));
-  absl::Status posted =
-      PostControl([this, after = std::move(after), limit, shared_done] {
-        (*shared_done)(generator_->ListSessions(after, limit));
-      });
-  if (!posted.ok()) (*shared_done)(posted);
+  AnswerOnEngineThread<absl::StatusOr<PrefixCache::SessionPage>>(
+      [this, after = std::move(after), limit] { return generator_->ListSessions(after, limit); },
+      std::move(done));
 }
 
 void Engine::DeleteSession(std::string id, std::function<void(absl::Status)> done) {
@@ -131,14 +138,14 @@ void Engine::DeleteSession(std::string id, std::function<void(absl::Status)> don
           id)));
     }
   }
-  auto shared_done = std::make_shared<std::function<void(absl::Status)>>(std::move(done));
   // Load is published before `done` runs, so gauges already show the freed KV.
-  absl::Status posted = PostControl([this, id = std::move(id), shared_done] {
-    absl::Status status = generator_->DeleteSession(id);
-    PublishLoad();
-    (*shared_done)(std::move(status));
-  });
-  if (!posted.ok()) (*shared_done)(posted);
+  AnswerOnEngineThread<absl::Status>(
+      [this, id = std::move(id)] {
+        absl::Status status = generator_->DeleteSession(id);
+        PublishLoad();
+        return status;
+      },
+      std::move(done));
 }
 
 absl::Time Engine::NextWake() const { return generator_->NextSessionExpiry(); }

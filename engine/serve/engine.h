@@ -116,6 +116,10 @@ class Engine {
   // queued), RESOURCE_EXHAUSTED past kMaxPendingControlOps. Queued ops run even if the engine
   // stops meanwhile.
   absl::Status PostControl(std::function<void()> op);
+  // Runs `work` on the engine thread (PostControl) and hands its result to `done` there; when
+  // PostControl refuses, `done` gets the refusal at once on the calling thread.
+  template <typename Result>
+  void AnswerOnEngineThread(std::function<Result()> work, std::function<void(Result)> done);
   void RunControlOps(std::vector<std::function<void()>>& ops);
   // How long an idle loop may sleep: until the next session expiry.
   absl::Time NextWake() const;

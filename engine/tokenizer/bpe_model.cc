@@ -61,18 +61,18 @@ absl::StatusOr<BpeModel> BpeModel::FromJson(const json& model, const std::string
     m.vocab_[token] = static_cast<TokenId>(id);
     max_id = std::max<TokenId>(max_id, static_cast<TokenId>(id));
   }
-  // Two tokens under one id would decode that id as either of them.
-  std::vector<const std::string*> owner(static_cast<size_t>(max_id + 1), nullptr);
+  m.id_to_token_.resize(max_id + 1);
+  std::vector<bool> taken(static_cast<size_t>(max_id + 1), false);
   for (const auto& [token, id] : m.vocab_) {
-    if (owner[id] != nullptr) {
-      const auto& [first, second] = std::minmax(*owner[id], token);
+    // Two tokens under one id would decode that id as either of them.
+    if (taken[id]) {
+      const auto& [first, second] = std::minmax(m.id_to_token_[id], token);
       return Malformed(file, absl::StrCat("vocab tokens \"", first, "\" and \"", second,
                                           "\" share id ", id));
     }
-    owner[id] = &token;
+    taken[id] = true;
+    m.id_to_token_[id] = token;
   }
-  m.id_to_token_.resize(max_id + 1);
-  for (const auto& [token, id] : m.vocab_) m.id_to_token_[id] = token;
 
   const auto merges = model.find("merges");
   if (merges == model.end() || !merges->is_array()) return Malformed(file, "missing \"merges\"");
