@@ -89,6 +89,12 @@ struct AttentionBatch {
   int32_t max_keys = 0;  // the largest row_keys (host-known; sizes a GPU's split)
   int32_t num_heads = 0;
   float scale = 1.0f;
+  // The sequences, where the planner knows them: sequence s owns rows [seq_rows[s],
+  // seq_rows[s + 1]), all with one block table. A GPU attends a sequence's prefill chunk in tiles
+  // of rows that share each K/V load; without them (seqs 0) every row is attended alone.
+  DeviceSpan<const int32_t> seq_rows;  // [seqs + 1]
+  int32_t seqs = 0;
+  int32_t max_seq_rows = 0;  // the most rows of one sequence (host-known; sizes a GPU's grid)
 };
 
 // Decode attention of rows [first_row, first_row + rows) over chosen pages: row r and KV head h

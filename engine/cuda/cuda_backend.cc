@@ -16,6 +16,7 @@
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/kv_write.h"
+#include "kernels/prefill_attention.h"
 #include "kernels/sparse.h"
 
 namespace specula {
@@ -238,11 +239,48 @@ kernels::AttentionCommon CudaBackend::AttentionFor(const Mat& q, Mat* out, int32
   return c;
 }
 
+namespace {
+
+// Prefill chunks go to the tensor-core tile kernel when a sequence has enough rows to fill part
+// of a 64-row tile; decode rows and short chunks to the row kernel, which splits long lists
+// across the GPU and keeps Q and the softmax weights in fp32.
+constexpr int32_t kTileKernelMinRows = 16;
+
+bool UseTileKernel(const AttentionBatch& batch, const KvLayerView& layer) {
+  return batch.seqs > 0 && batch.max_seq_rows >= kTileKernelMinRows &&
+         kernels::PrefillAttentionSupports(layer.dtype, layer.head_dim);
+}
+
+}  // namespace
+
 void CudaBackend::PagedAttention(const Mat& q, const AttentionBatch& batch,
                                  const KvLayerView& layer, Mat* out) {
   if (batch.rows == 0) return;
   const Mat rows_q = q.Rows(batch.first_row, batch.rows);
   Mat rows_out = out->Rows(batch.first_row, batch.rows);
+  if (UseTileKernel(batch, layer)) {
+    kernels::PrefillAttentionParams p;
+    p.q = rows_q.data;
+    p.q_stride = rows_q.stride;
+    p.out = rows_out.data;
+    p.out_stride = rows_out.stride;
+    p.num_heads = batch.num_heads;
+    p.num_kv_heads = layer.num_kv_heads;
+    p.head_dim = layer.head_dim;
+    p.page_size = layer.page_size;
+    p.scale = batch.scale;
+    p.kv_base = layer.base;
+    p.dtype = layer.dtype;
+    p.row_keys = batch.row_keys.data();
+    p.row_block_begin = batch.row_block_begin.data();
+    p.blocks = batch.blocks.data();
+    p.seq_rows = batch.seq_rows.data();
+    p.seqs = batch.seqs;
+    p.max_seq_rows = batch.max_seq_rows;
+    p.sm_count = sm_count_;
+    CheckLaunch(kernels::PrefillAttention(p, stream()), "PrefillAttention");
+    return;
+  }
   kernels::PagedAttentionParams p;
   p.common =
       AttentionFor(rows_q, &rows_out, batch.rows, batch.num_heads, layer.num_kv_heads, batch.scale,

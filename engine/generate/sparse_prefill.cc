@@ -35,6 +35,9 @@ class SparsePrefill::LayerKv : public KvAttention {
     batch.max_keys = static_cast<int32_t>(u.end);
     batch.num_heads = job_.cache_.shape().heads;
     batch.scale = job_.cache_.shape().softmax_scale;
+    batch.seq_rows = plan.Device(u.seq_rows);
+    batch.seqs = 1;
+    batch.max_seq_rows = batch.rows;
     job_.backend_.PagedAttention(q, batch, job_.layer_view_, out);
     if (u.end == job_.prompt_tokens()) job_.EndLayer(layer, q.Rows(batch.rows - 1, 1));
   }
@@ -122,6 +125,8 @@ absl::Status SparsePrefill::Plan(int64_t layer_tokens, StepPlan& plan) {
       plan.Host(u.row_keys)[i] = pos + 1;
       plan.Host(u.row_begin)[i] = 0;
     }
+    const int32_t seq_rows[] = {0, static_cast<int32_t>(n)};  // the chunk is one sequence
+    u.seq_rows = plan.Add<int32_t>(seq_rows);
     units_.push_back(u);
     budget -= n;
     next_begin_ = u.end;

@@ -67,7 +67,8 @@ class SparsePrefill {
     int32_t layer = 0;
     int64_t begin = 0;  // prompt positions [begin, end)
     int64_t end = 0;
-    PlanSlice<int32_t> tokens, positions, write_blocks, write_offsets, row_keys, row_begin;
+    PlanSlice<int32_t> tokens, positions, write_blocks, write_offsets, row_keys, row_begin,
+        seq_rows;
   };
   SparsePrefill(Transformer& model, SparseKvCache& cache, WorkingSet& ws,
                 std::vector<int32_t> prompt, int64_t start, int32_t chunk_tokens);

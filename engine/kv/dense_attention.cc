@@ -10,12 +10,15 @@ namespace specula {
 void DenseKvAttention::Plan(absl::Span<const DenseSeqRows> seqs, StepPlan& plan) {
   rows_ = 0;
   max_keys_ = 0;
+  max_seq_rows_ = 0;
+  seqs_ = static_cast<int32_t>(seqs.size());
   size_t table = 0;
   for (const DenseSeqRows& s : seqs) {
     CHECK_EQ(s.q_begin, rows_) << "dense sequences tile the rows in order";
     rows_ += s.q_len;
     table += s.blocks.size();
     max_keys_ = std::max(max_keys_, s.kv_len);
+    max_seq_rows_ = std::max(max_seq_rows_, s.q_len);
   }
   if (rows_ == 0) return;
   write_blocks_ = plan.Reserve<int32_t>(rows_);
@@ -23,6 +26,9 @@ void DenseKvAttention::Plan(absl::Span<const DenseSeqRows> seqs, StepPlan& plan)
   row_keys_ = plan.Reserve<int32_t>(rows_);
   row_begin_ = plan.Reserve<int32_t>(rows_);
   blocks_ = plan.Reserve<int32_t>(std::max<size_t>(table, 1));
+  seq_rows_ = plan.Reserve<int32_t>(seqs.size() + 1);
+  for (size_t i = 0; i < seqs.size(); ++i) plan.Host(seq_rows_)[i] = seqs[i].q_begin;
+  plan.Host(seq_rows_)[seqs.size()] = rows_;
   const int32_t ps = pool_.page_size();
   int32_t* block_at = plan.Host(blocks_);
   int32_t table_begin = 0;
@@ -48,6 +54,7 @@ void DenseKvAttention::Bind(const StepPlan& plan) {
   d_row_keys_ = plan.Device(row_keys_);
   d_row_begin_ = plan.Device(row_begin_);
   d_blocks_ = plan.Device(blocks_);
+  d_seq_rows_ = plan.Device(seq_rows_);
 }
 
 void DenseKvAttention::Attend(int32_t layer, const Mat& q, const Mat& k, const Mat& v, Mat* out) {
@@ -64,6 +71,9 @@ void DenseKvAttention::Attend(int32_t layer, const Mat& q, const Mat& k, const M
   batch.max_keys = max_keys_;
   batch.num_heads = num_heads_;
   batch.scale = softmax_scale_;
+  batch.seq_rows = d_seq_rows_;
+  batch.seqs = seqs_;
+  batch.max_seq_rows = max_seq_rows_;
   backend_.PagedAttention(q, batch, view, out);
 }
 

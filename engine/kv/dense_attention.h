@@ -43,8 +43,11 @@ class DenseKvAttention : public KvAttention {
   float softmax_scale_;
   int32_t rows_ = 0;
   int32_t max_keys_ = 0;
-  PlanSlice<int32_t> write_blocks_, write_offsets_, row_keys_, row_begin_, blocks_;
-  DeviceSpan<const int32_t> d_write_blocks_, d_write_offsets_, d_row_keys_, d_row_begin_, d_blocks_;
+  int32_t seqs_ = 0;
+  int32_t max_seq_rows_ = 0;
+  PlanSlice<int32_t> write_blocks_, write_offsets_, row_keys_, row_begin_, blocks_, seq_rows_;
+  DeviceSpan<const int32_t> d_write_blocks_, d_write_offsets_, d_row_keys_, d_row_begin_, d_blocks_,
+      d_seq_rows_;
 };
 
 // The step's whole batch: dense rows first, then sparse decode rows; each part attends to its

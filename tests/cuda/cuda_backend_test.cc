@@ -312,6 +312,71 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(32, 64, 96, 128, 256), ::testing::Values(1, 4, 12)),
     KvParamName);
 
+// The tensor-core tile kernel (prefill chunks of >= 16 rows, bf16/f16 KV, head_dim 64/128) rounds
+// Q and the softmax weights to the KV dtype before each product, as flash kernels do: its error
+// against the CPU's fp32 is that rounding's, bounded here per (row, head) and over the whole
+// output. Output starts as NaN, so a row the kernel skips fails.
+class CudaTileAttentionTest : public CudaKvTest {
+ protected:
+  void ExpectRelativeError(const Twin& t, int64_t rows, int heads, double per_head, double whole) {
+    const std::vector<float> g = ReadGpu(t), c = ReadCpu(t);
+    double diff_all = 0, norm_all = 0;
+    int reported = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int h = 0; h < heads; ++h) {
+        double diff = 0, norm = 0;
+        for (int d = 0; d < head_dim(); ++d) {
+          const size_t i = (r * heads + h) * head_dim() + d;
+          diff += (static_cast<double>(g[i]) - c[i]) * (static_cast<double>(g[i]) - c[i]);
+          norm += static_cast<double>(c[i]) * c[i];
+        }
+        diff_all += diff;
+        norm_all += norm;
+        const double rel = std::sqrt(diff / norm);
+        if (!(rel <= per_head) && reported++ < 5) {
+          ADD_FAILURE() << "row " << r << " head " << h << ": relative error " << rel;
+        }
+      }
+    }
+    const double rel = std::sqrt(diff_all / norm_all);
+    EXPECT_LE(rel, whole) << "relative error of the whole output";
+  }
+};
+
+TEST_P(CudaTileAttentionTest, PrefillChunksMatchTheCpuWithinKvDtypeRounding) {
+  // (chunk rows, keys): fresh prompts of tile and non-tile lengths, chunks after cached
+  // prefixes, a decode row and a short chunk in the same launch. The 1100-row chunk makes the
+  // grid large enough for the 128-row tiles at groups 4 and 8 (on GPUs of up to 216 SMs; the
+  // H100 and H200 have 132); group 1 keeps the 64-row tiles.
+  const std::vector<std::pair<int, int>> seqs = {{100, 100}, {64, 101}, {1, 500},
+                                                 {130, 430}, {17, 17},  {1100, 1300}};
+  std::vector<int> lens;
+  for (const auto& [rows, keys] : seqs) lens.push_back(keys);
+  std::vector<std::vector<int32_t>> tables;
+  KvSetup s = Write(lens, &tables);
+  DenseBatch dense;
+  for (size_t i = 0; i < seqs.size(); ++i) dense.Add(seqs[i].first, seqs[i].second, tables[i]);
+  const int heads = s.kv_heads * group();
+  const int64_t width = static_cast<int64_t>(heads) * head_dim();
+  Twin q = Make(RandomVector(dense.rows * width, 8));
+  Twin out = Make(std::vector<float>(dense.rows * width, std::nanf("")));
+  for (int i = 0; i < 2; ++i) {
+    Mat om = Of(i == 0 ? out.cpu : out.gpu, dense.rows, width);
+    side(i).PagedAttention(Of(i == 0 ? q.cpu : q.gpu, dense.rows, width),
+                           dense.Batch(data(i), heads, AttentionScale(head_dim())),
+                           s.View(i == 0 ? s.pages.cpu : s.pages.gpu), &om);
+  }
+  // bf16 keeps 8 significant bits, f16 11.
+  const double unit = dtype() == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
+  ExpectRelativeError(out, dense.rows, heads, 8 * unit, 2 * unit);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    TileKernel, CudaTileAttentionTest,
+    ::testing::Combine(::testing::Values(DType::kBF16, DType::kF16), ::testing::Values(64, 128),
+                       ::testing::Values(1, 4, 8)),
+    KvParamName);
+
 // A sequence whose rows sit in the middle of the batch, its query heads a column block of q
 // (with the batch's row stride), over one-KV-head pages in pinned host memory read through their
 // mapping. Rows outside the sequence must keep what they held.

@@ -74,9 +74,10 @@ struct PageLists {
 
 // Dense paged attention metadata for sequences given as (q_begin, q_len, kv_len, block table).
 struct DenseBatch {
-  std::vector<int32_t> row_keys, row_begin, blocks;
+  std::vector<int32_t> row_keys, row_begin, blocks, seq_rows = {0};
   int32_t rows = 0;
   int32_t max_keys = 0;
+  int32_t max_seq_rows = 0;
   void Add(int32_t q_len, int32_t kv_len, const std::vector<int32_t>& table) {
     for (int32_t i = 0; i < q_len; ++i) {
       row_keys.push_back(kv_len - q_len + i + 1);
@@ -84,7 +85,9 @@ struct DenseBatch {
     }
     blocks.insert(blocks.end(), table.begin(), table.end());
     rows += q_len;
+    seq_rows.push_back(rows);
     max_keys = std::max(max_keys, kv_len);
+    max_seq_rows = std::max(max_seq_rows, q_len);
   }
   AttentionBatch Batch(DeviceData& data, int32_t heads, float scale, int32_t first_row = 0) const {
     AttentionBatch b;
@@ -96,6 +99,9 @@ struct DenseBatch {
     b.max_keys = max_keys;
     b.num_heads = heads;
     b.scale = scale;
+    b.seq_rows = data.Put(seq_rows);
+    b.seqs = static_cast<int32_t>(seq_rows.size()) - 1;
+    b.max_seq_rows = max_seq_rows;
     return b;
   }
 };
