@@ -8,6 +8,8 @@
 //   specula-bench agent [--model DIR] [--conversations 4] [--turns 10] [--system-tokens 512]
 //       [--user-tokens 64] [--tool-tokens 64] [--output-tokens 32] [--think-ms 0]
 //       [--modes none,prefix,session]
+//   specula-bench attention [--device cuda] [--contexts 1024,8192,32768] [--head-dims 64,128]
+//       [--chunk-rows 512]
 // Flags may be spelled with dashes or underscores.
 #include <algorithm>
 #include <cmath>
@@ -21,6 +23,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "tools/bench/agent_bench.h"
+#include "tools/bench/attention_bench.h"
 #include "tools/bench/cpu_bench.h"
 #include "tools/bench/serve_bench.h"
 #include "tools/bench/sparse_bench.h"
@@ -87,7 +90,8 @@ ABSL_FLAG(int32_t, user_tokens, 64, "agent: each conversation's first user messa
 ABSL_FLAG(int32_t, tool_tokens, 64, "agent: tool result appended after each answer");
 ABSL_FLAG(int32_t, output_tokens, 32, "agent: answer tokens per turn");
 ABSL_FLAG(int32_t, think_ms, 0, "agent: pause between a turn's end and the next turn");
-ABSL_FLAG(std::string, device, "cpu", "agent: model.device of the engine (cpu | cuda | auto)");
+ABSL_FLAG(std::string, device, "cpu",
+          "agent, attention: model.device of the engine (cpu | cuda | auto)");
 ABSL_FLAG(int32_t, suffix_probe_repeats, 5,
           "agent: afterwards, TTFT of a turn's new tokens after a cached prefix of 0, the first "
           "turn's and the last turn's context, one request at a time: the median of this many "
@@ -97,10 +101,15 @@ ABSL_FLAG(std::vector<std::string>, modes,
           "agent: none (no reuse), prefix (kv_cache.prefix_cache), session (session_id), "
           "offload (session_id with a host store: sessions wait in host memory)");
 
+// attention
+ABSL_FLAG(std::vector<std::string>, head_dims, std::vector<std::string>({"64", "128"}),
+          "attention: head sizes (64: the Llama-3.2-1B shape, 128: Llama-3.1-8B)");
+ABSL_FLAG(int32_t, chunk_rows, 512, "attention: rows of the last prefill chunk timed");
+
 namespace {
 
 constexpr char kUsage[] =
-    "specula-bench cpu|serve|sparse|agent [flags]; see --help. Results go to "
+    "specula-bench cpu|serve|sparse|agent|attention [flags]; see --help. Results go to "
     "docs/BENCHMARKS.md.";
 
 int RunAgent() {
@@ -161,6 +170,24 @@ int RunSparse() {
   o.threads = absl::GetFlag(FLAGS_threads);
   o.work_dir = absl::GetFlag(FLAGS_work_dir);
   return specula::RunSparseBench(o);
+}
+
+int RunAttention() {
+  specula::AttentionBenchOptions o;
+  o.device = absl::GetFlag(FLAGS_device);
+  std::vector<int> contexts, head_dims;
+  if (!ParseList("contexts", absl::GetFlag(FLAGS_contexts), &contexts) ||
+      !ParseList("head-dims", absl::GetFlag(FLAGS_head_dims), &head_dims)) {
+    return 2;
+  }
+  if (!contexts.empty()) o.contexts = contexts;
+  o.head_dims = head_dims;
+  o.chunk_rows = absl::GetFlag(FLAGS_chunk_rows);
+  if (o.chunk_rows < 1) {
+    std::cerr << "specula-bench: --chunk-rows must be at least 1\n";
+    return 2;
+  }
+  return specula::RunAttentionBench(o);
 }
 
 int RunCpu() {
@@ -233,6 +260,7 @@ int main(int argc, char** argv) {
   if (command == "serve") return RunServe();
   if (command == "sparse") return RunSparse();
   if (command == "agent") return RunAgent();
+  if (command == "attention") return RunAttention();
   std::cerr << kUsage << "\n";
   return 2;
 }

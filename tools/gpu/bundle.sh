@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
 # Builds a CUDA Release here (sm_90) and packs what tools/gpu/check.sh runs on the GPU machine
 # into one ignored folder (default .gpu-bundle/) as one xz archive under the device tool's 64 MiB
-# (about 27 MiB; unpacked it is about 130 MiB, mostly OpenBLAS and ICU): the server, CLI and bench, the
-# CUDA test binaries, the tiny test models, and every shared library they link that the GPU
-# machine lacks (found with ldd; glibc, the CUDA driver and the CUDA toolkit's libraries are the
-# machine's own). Then: run(command="tools/gpu/check.sh .gpu-bundle $OUT", carry=[".gpu-bundle"]).
+# (about 27 MiB; unpacked it is about 130 MiB, mostly OpenBLAS and ICU): the server, CLI and
+# bench, the CUDA test binaries, the tiny test models and their maker (prefill_bench.sh builds a
+# 1B-shaped model with it), and every shared library they link that the GPU machine lacks (found
+# with ldd; glibc, the CUDA driver and the CUDA toolkit's libraries are the machine's own).
+# Then: run(command="tools/gpu/check.sh .gpu-bundle $OUT", carry=[".gpu-bundle"]), and after it
+# tools/gpu/prefill_bench.sh in the same call.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-.gpu-bundle}
 
 cmake --preset gpu >/dev/null
 cmake --build --preset gpu -j "$(nproc)" --target specula-server specula-cli specula-bench \
-  cuda_backend_test cuda_generate_test cpu_backend_test specula_test_models
+  cuda_backend_test cuda_generate_test cpu_backend_test specula_test_models make-tiny-model
 
 rm -rf "$out"
 stage=$out/stage
 mkdir -p "$stage/bin" "$stage/lib"
 bins=(build-gpu/server/specula-server build-gpu/tools/specula-cli build-gpu/tools/specula-bench
       build-gpu/tests/cuda/cuda_backend_test build-gpu/tests/cuda/cuda_generate_test
-      build-gpu/tests/engine/cpu/cpu_backend_test)
+      build-gpu/tests/engine/cpu/cpu_backend_test build-gpu/tools/make_tiny_model/make-tiny-model)
 for b in "${bins[@]}"; do
   cp "$b" "$stage/bin/"
   strip --strip-debug "$stage/bin/$(basename "$b")"

@@ -12,13 +12,7 @@ bundle=/tmp/specula-gpu
 rm -rf "$bundle" && mkdir -p "$bundle"
 tar -C "$bundle" -xJf "$1/specula-gpu.tar.xz" || { echo "no bundle in $1" >&2; exit 2; }
 
-# The CUDA toolkit's cuBLAS and runtime are the machine's: find them.
-for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-           $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, "cu13", "lib") for p in nvidia.__path__))' 2>/dev/null); do
-  [[ -e "$dir/libcublas.so.13" ]] && cuda_lib=${cuda_lib:-$dir}
-done
-export LD_LIBRARY_PATH=$bundle/lib:${cuda_lib:-}:${LD_LIBRARY_PATH:-}
-export SPECULA_TEST_MODELS_DIR=$bundle/test_models
+source "$(dirname "$0")/env.sh"
 export SPECULA_CACHE_DIR=$report/cache
 
 declare -A result
@@ -41,9 +35,10 @@ run kernels "$bundle/bin/cuda_backend_test" --gtest_output="json:$report/kernels
 run generate "$bundle/bin/cuda_generate_test" --gtest_output="json:$report/generate.json"
 if command -v compute-sanitizer >/dev/null; then
   run memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
-    "$bundle/bin/cuda_backend_test" --gtest_filter='*F32_d64_g4*:CudaBackendTest.*:*CudaSparseOpsTest*-*LongLists*'
+    "$bundle/bin/cuda_backend_test" \
+    --gtest_filter='*F32_d64_g4*:*TileKernel*BF16_d64_g4*:*TileKernel*F16_d128_g8*:CudaBackendTest.*:*CudaSparseOpsTest*-*LongLists*'
   run racecheck compute-sanitizer --tool racecheck --error-exitcode 1 \
-    "$bundle/bin/cuda_backend_test" --gtest_filter='*BF16_d128_g4*:*CudaSparseOpsTest*'
+    "$bundle/bin/cuda_backend_test" --gtest_filter='*BF16_d128_g4*:*TileKernel*BF16_d64_g1*:*CudaSparseOpsTest*'
 fi
 
 # End to end: the server on the GPU answers a generation over gRPC.
