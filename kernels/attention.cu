@@ -228,11 +228,7 @@ cudaError_t LaunchTyped(const AttentionCommon& p, const Lists& lists, cudaStream
   } else {
     AttentionKernel<Lists, T, 8><<<grid, kWarps * 32, 0, stream>>>(p, lists, splits);
   }
-  if (splits > 1) {
-    const int threads = (hd + 31) / 32 * 32;
-    CombineSplitsKernel<<<static_cast<unsigned>(static_cast<int64_t>(p.rows) * p.num_heads),
-                          threads, 0, stream>>>(p, splits);
-  }
+  if (splits > 1) return CombineAttentionSplits(p, splits, stream);
   return LaunchStatus();
 }
 
@@ -250,6 +246,14 @@ cudaError_t Launch(const AttentionCommon& p, const Lists& lists, cudaStream_t st
 }
 
 }  // namespace
+
+cudaError_t CombineAttentionSplits(const AttentionCommon& p, int32_t splits,
+                                   cudaStream_t stream) {
+  const int threads = (p.head_dim + 31) / 32 * 32;
+  CombineSplitsKernel<<<static_cast<unsigned>(static_cast<int64_t>(p.rows) * p.num_heads), threads,
+                        0, stream>>>(p, splits);
+  return LaunchStatus();
+}
 
 size_t AttentionScratchFloats(int32_t rows, int32_t num_heads, int32_t head_dim, int32_t splits) {
   return static_cast<size_t>(rows) * num_heads * splits * (2 + static_cast<size_t>(head_dim));

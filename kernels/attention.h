@@ -65,6 +65,12 @@ struct SparseAttentionParams {
 };
 cudaError_t SparseDecodeAttention(const SparseAttentionParams& p, cudaStream_t stream);
 
+// Merges `splits` partial results per (row, query head) from p.scratch into p.out: slot
+// (row * num_heads + head) * splits + split of S = rows * num_heads * splits slots holds the
+// running max (natural-log units) at scratch[slot], the sum at scratch[S + slot] and the
+// unnormalized output at scratch[2 * S + slot * head_dim]. A max of -inf marks an empty split.
+cudaError_t CombineAttentionSplits(const AttentionCommon& p, int32_t splits, cudaStream_t stream);
+
 // Floats of split-K workspace for `rows` x `num_heads` with up to `splits` splits.
 size_t AttentionScratchFloats(int32_t rows, int32_t num_heads, int32_t head_dim, int32_t splits);
 

@@ -44,12 +44,25 @@ struct PrefillAttentionParams {
   const int32_t* seq_rows = nullptr;
   int32_t seqs = 0;
   int32_t max_seq_rows = 0;  // the most rows of any sequence (host-known: sizes the grid)
-  int32_t sm_count = 1;      // picks the tile size that still fills the GPU
+  int32_t sm_count = 1;      // picks the tile size and the splits that fill the GPU
+  // Split-K when the tiles cannot fill the GPU (a single chunk): each split of a tile's key
+  // range writes a partial result to `scratch` (null: no splits) and CombineAttentionSplits
+  // merges them.
+  int32_t rows = 0;  // rows of the batch
+  float* scratch = nullptr;
+};
+
+// What the launch decides with beside the kernel's parameters. (Kept out of the kernel's
+// parameter block: adding them there changed the register allocation, up to 88 bytes of spills.)
+struct PrefillAttentionLaunch {
+  PrefillAttentionParams params;
+  int32_t max_keys = 0;       // the most keys any row attends to
+  size_t scratch_floats = 0;  // of params.scratch: AttentionScratchFloats(rows, heads, dim, splits)
 };
 
 // Whether the kernel handles this KV dtype and head size (bf16 or f16; head_dim 64 or 128).
 bool PrefillAttentionSupports(DType dtype, int32_t head_dim);
 
-cudaError_t PrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream);
+cudaError_t PrefillAttention(const PrefillAttentionLaunch& launch, cudaStream_t stream);
 
 }  // namespace specula::kernels

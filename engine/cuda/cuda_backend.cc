@@ -253,32 +253,43 @@ bool UseTileKernel(const AttentionBatch& batch, const KvLayerView& layer) {
 
 }  // namespace
 
+// A batch with prefill chunks on the tensor-core tile kernel (kernels/prefill_attention.h).
+void CudaBackend::TileAttention(const Mat& q, const AttentionBatch& batch,
+                                const KvLayerView& layer, Mat* out) {
+  kernels::PrefillAttentionLaunch launch;
+  kernels::PrefillAttentionParams& p = launch.params;
+  p.q = q.data;
+  p.q_stride = q.stride;
+  p.out = out->data;
+  p.out_stride = out->stride;
+  p.num_heads = batch.num_heads;
+  p.num_kv_heads = layer.num_kv_heads;
+  p.head_dim = layer.head_dim;
+  p.page_size = layer.page_size;
+  p.scale = batch.scale;
+  p.kv_base = layer.base;
+  p.dtype = layer.dtype;
+  p.row_keys = batch.row_keys.data();
+  p.row_block_begin = batch.row_block_begin.data();
+  p.blocks = batch.blocks.data();
+  p.seq_rows = batch.seq_rows.data();
+  p.seqs = batch.seqs;
+  p.max_seq_rows = batch.max_seq_rows;
+  p.sm_count = sm_count_;
+  p.rows = batch.rows;
+  p.scratch = attention_scratch_.as<float>();
+  launch.max_keys = batch.max_keys;
+  launch.scratch_floats = attention_scratch_.bytes() / sizeof(float);
+  CheckLaunch(kernels::PrefillAttention(launch, stream()), "PrefillAttention");
+}
+
 void CudaBackend::PagedAttention(const Mat& q, const AttentionBatch& batch,
                                  const KvLayerView& layer, Mat* out) {
   if (batch.rows == 0) return;
   const Mat rows_q = q.Rows(batch.first_row, batch.rows);
   Mat rows_out = out->Rows(batch.first_row, batch.rows);
   if (UseTileKernel(batch, layer)) {
-    kernels::PrefillAttentionParams p;
-    p.q = rows_q.data;
-    p.q_stride = rows_q.stride;
-    p.out = rows_out.data;
-    p.out_stride = rows_out.stride;
-    p.num_heads = batch.num_heads;
-    p.num_kv_heads = layer.num_kv_heads;
-    p.head_dim = layer.head_dim;
-    p.page_size = layer.page_size;
-    p.scale = batch.scale;
-    p.kv_base = layer.base;
-    p.dtype = layer.dtype;
-    p.row_keys = batch.row_keys.data();
-    p.row_block_begin = batch.row_block_begin.data();
-    p.blocks = batch.blocks.data();
-    p.seq_rows = batch.seq_rows.data();
-    p.seqs = batch.seqs;
-    p.max_seq_rows = batch.max_seq_rows;
-    p.sm_count = sm_count_;
-    CheckLaunch(kernels::PrefillAttention(p, stream()), "PrefillAttention");
+    TileAttention(rows_q, batch, layer, &rows_out);
     return;
   }
   kernels::PagedAttentionParams p;

@@ -341,34 +341,46 @@ class CudaTileAttentionTest : public CudaKvTest {
     const double rel = std::sqrt(diff_all / norm_all);
     EXPECT_LE(rel, whole) << "relative error of the whole output";
   }
+
+
+  // Attends the sequences, given as (chunk rows, keys), on both backends and bounds the error.
+  void ExpectTileAttentionMatchesTheCpu(const std::vector<std::pair<int, int>>& seqs) {
+    std::vector<int> lens;
+    for (const auto& [rows, keys] : seqs) lens.push_back(keys);
+    std::vector<std::vector<int32_t>> tables;
+    KvSetup s = Write(lens, &tables);
+    DenseBatch dense;
+    for (size_t i = 0; i < seqs.size(); ++i) dense.Add(seqs[i].first, seqs[i].second, tables[i]);
+    const int heads = s.kv_heads * group();
+    const int64_t width = static_cast<int64_t>(heads) * head_dim();
+    Twin q = Make(RandomVector(dense.rows * width, 8));
+    Twin out = Make(std::vector<float>(dense.rows * width, std::nanf("")));
+    for (int i = 0; i < 2; ++i) {
+      Mat om = Of(i == 0 ? out.cpu : out.gpu, dense.rows, width);
+      side(i).PagedAttention(Of(i == 0 ? q.cpu : q.gpu, dense.rows, width),
+                             dense.Batch(data(i), heads, AttentionScale(head_dim())),
+                             s.View(i == 0 ? s.pages.cpu : s.pages.gpu), &om);
+    }
+    // bf16 keeps 8 significant bits, f16 11.
+    const double unit = dtype() == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
+    ExpectRelativeError(out, dense.rows, heads, 8 * unit, 2 * unit);
+  }
 };
 
 TEST_P(CudaTileAttentionTest, PrefillChunksMatchTheCpuWithinKvDtypeRounding) {
-  // (chunk rows, keys): fresh prompts of tile and non-tile lengths, chunks after cached
-  // prefixes, a decode row and a short chunk in the same launch. The 1100-row chunk makes the
-  // grid large enough for the 128-row tiles at groups 4 and 8 (on GPUs of up to 216 SMs; the
-  // H100 and H200 have 132); group 1 keeps the 64-row tiles.
-  const std::vector<std::pair<int, int>> seqs = {{100, 100}, {64, 101}, {1, 500},
-                                                 {130, 430}, {17, 17},  {1100, 1300}};
-  std::vector<int> lens;
-  for (const auto& [rows, keys] : seqs) lens.push_back(keys);
-  std::vector<std::vector<int32_t>> tables;
-  KvSetup s = Write(lens, &tables);
-  DenseBatch dense;
-  for (size_t i = 0; i < seqs.size(); ++i) dense.Add(seqs[i].first, seqs[i].second, tables[i]);
-  const int heads = s.kv_heads * group();
-  const int64_t width = static_cast<int64_t>(heads) * head_dim();
-  Twin q = Make(RandomVector(dense.rows * width, 8));
-  Twin out = Make(std::vector<float>(dense.rows * width, std::nanf("")));
-  for (int i = 0; i < 2; ++i) {
-    Mat om = Of(i == 0 ? out.cpu : out.gpu, dense.rows, width);
-    side(i).PagedAttention(Of(i == 0 ? q.cpu : q.gpu, dense.rows, width),
-                           dense.Batch(data(i), heads, AttentionScale(head_dim())),
-                           s.View(i == 0 ? s.pages.cpu : s.pages.gpu), &om);
-  }
-  // bf16 keeps 8 significant bits, f16 11.
-  const double unit = dtype() == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
-  ExpectRelativeError(out, dense.rows, heads, 8 * unit, 2 * unit);
+  // Fresh prompts of tile and non-tile lengths, chunks after cached prefixes, a decode row and a
+  // short chunk in the same launch. The 1100-row chunk makes the grid large enough for the
+  // 128-row tiles at groups 4 and 8 (on GPUs of up to 216 SMs; the H100 and H200 have 132);
+  // group 1 takes the 64-row tiles, at head_dim 64 with the keys split in two (the short
+  // sequences' second splits empty).
+  ExpectTileAttentionMatchesTheCpu(
+      {{100, 100}, {64, 101}, {1, 500}, {130, 430}, {17, 17}, {1100, 2100}});
+}
+
+TEST_P(CudaTileAttentionTest, OneChunkSplitOverItsKeys) {
+  // One 256-row chunk after 4096 cached keys gives 4 row tiles per head, too few blocks for the
+  // GPU: the key tiles are split 4 to 17 ways (by group and head size) and merged.
+  ExpectTileAttentionMatchesTheCpu({{256, 4352}});
 }
 
 INSTANTIATE_TEST_SUITE_P(
