@@ -548,7 +548,7 @@ cudaError_t PrefillAttention(const PrefillAttentionLaunch& l, cudaStream_t strea
   const PrefillAttentionParams& p = l.params;
   if (p.seqs == 0 || p.max_seq_rows == 0) return cudaSuccess;
   constexpr int kMinRows = 64;  // the small shapes' rows: the most tiles a launch can have
-  if (!PrefillAttentionSupports(p.dtype, p.head_dim) || p.num_kv_heads < 1 ||
+  if (!PrefillAttentionSupports(p.dtype, p.head_dim) || p.num_heads < 1 || p.num_kv_heads < 1 ||
       p.num_heads % p.num_kv_heads != 0 || p.page_size < 1 || p.seqs > 65535 ||
       p.num_heads > 65535 || (p.max_seq_rows + kMinRows - 1) / kMinRows > 65535) {
     return cudaErrorInvalidValue;

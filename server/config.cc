@@ -241,6 +241,8 @@ std::optional<Violation> FindViolation(const ServerConfig& c) {
                            kMaxWaitingRequests)) ||
       (v = CheckRange<int>("scheduler.prefill_chunk_tokens", sc.prefill_chunk_tokens, 1,
                            kMaxPrefillChunkTokens)) ||
+      (v = CheckRange<int>("scheduler.solo_prefill_chunk_tokens", sc.solo_prefill_chunk_tokens,
+                           0, kMaxPrefillChunkTokens)) ||
       (v = CheckRange<int>("scheduler.default_max_tokens", sc.default_max_tokens, 0,
                            kMaxDefaultMaxTokens)) ||
       (v = CheckRange<int>("scheduler.threads", sc.threads, 0, kMaxThreads)) ||
@@ -506,6 +508,7 @@ absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
       {"scheduler", Section({{"max_running_requests", Int(&sc.max_running_requests)},
                              {"max_waiting_requests", Int(&sc.max_waiting_requests)},
                              {"prefill_chunk_tokens", Int(&sc.prefill_chunk_tokens)},
+                             {"solo_prefill_chunk_tokens", Int(&sc.solo_prefill_chunk_tokens)},
                              {"default_max_tokens", Int(&sc.default_max_tokens)},
                              {"threads", Int(&sc.threads)},
                              {"max_tokenizing_requests", Int(&sc.max_tokenizing_requests)},

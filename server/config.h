@@ -61,6 +61,7 @@ struct SchedulerSection {
   int max_running_requests = 64;    // >= 1
   int max_waiting_requests = 1024;  // >= 0
   int prefill_chunk_tokens = 512;   // >= 1
+  int solo_prefill_chunk_tokens = 4096;  // 0 (= prefill_chunk_tokens) or >= 1
   int default_max_tokens = 0;       // 0 = up to the remaining context; else a cap, >= 1
   int threads = 0;                  // 0 = all cores
   int max_tokenizing_requests = 16;  // 1..1024: long text prompts waiting to be tokenized

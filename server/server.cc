@@ -43,6 +43,7 @@ GeneratorOptions ToGeneratorOptions(const ServerConfig& c) {
   o.prefix_cache.max_sessions = c.kv_cache.max_sessions;
   o.host_capacity_tokens = HostCapacityTokens(c);
   o.prefill_chunk_tokens = c.scheduler.prefill_chunk_tokens;
+  o.solo_prefill_chunk_tokens = c.scheduler.solo_prefill_chunk_tokens;
   o.max_running = c.scheduler.max_running_requests;
   o.threads = c.scheduler.threads;
   // Sparse pages are KV pool pages: page_size above is theirs too (ValidateConfig checked that

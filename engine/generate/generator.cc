@@ -70,12 +70,14 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
                                                              const GeneratorOptions& options) {
   if (options.page_size <= 0 || options.kv_cache_tokens < options.page_size ||
       options.kv_cache_tokens / options.page_size > std::numeric_limits<int32_t>::max() ||
-      options.prefill_chunk_tokens <= 0 || options.max_running <= 0) {
+      options.prefill_chunk_tokens <= 0 || options.max_running <= 0 ||
+      options.solo_prefill_chunk_tokens < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "generator options: page_size (%d), prefill_chunk_tokens (%d) and max_running (%d) must "
-        "be positive and kv_cache_tokens (%d) between one page and 2^31 pages",
+        "be positive, solo_prefill_chunk_tokens (%d) not negative and kv_cache_tokens (%d) "
+        "between one page and 2^31 pages",
         options.page_size, options.prefill_chunk_tokens, options.max_running,
-        options.kv_cache_tokens));
+        options.solo_prefill_chunk_tokens, options.kv_cache_tokens));
   }
   std::unique_ptr<Generator> g(new Generator());
   g->options_ = options;
@@ -139,15 +141,19 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
   g->dense_attention_ = std::make_unique<DenseKvAttention>(
       *g->backend_, g->kv_, static_cast<int32_t>(c.num_attention_heads), c.softmax_scale());
   g->prefix_ = std::make_unique<PrefixCache>(options.prefix_cache, g->kv_, g->host_.get());
-  // The largest step: every running sequence decodes while a full prefill chunk runs.
-  if (absl::Status s = g->model_->Reserve(
-          int64_t{options.prefill_chunk_tokens} + options.max_running, options.max_running);
-      !s.ok()) {
+  // The largest step: every running sequence decodes while a full prefill chunk runs, or one
+  // solo chunk runs alone.
+  const int64_t largest_step =
+      std::max<int64_t>(int64_t{options.prefill_chunk_tokens} + options.max_running,
+                        options.solo_prefill_chunk_tokens);
+  if (absl::Status s = g->model_->Reserve(largest_step, options.max_running); !s.ok()) {
     return absl::Status(
-        s.code(), absl::StrFormat("scheduler.prefill_chunk_tokens (%d) + "
-                                  "scheduler.max_running_requests (%d): the activations of the "
-                                  "largest step do not fit: %s",
-                                  options.prefill_chunk_tokens, options.max_running, s.message()));
+        s.code(),
+        absl::StrFormat("scheduler.prefill_chunk_tokens (%d) + scheduler.max_running_requests "
+                        "(%d), or scheduler.solo_prefill_chunk_tokens (%d): the activations of "
+                        "the largest step do not fit: %s",
+                        options.prefill_chunk_tokens, options.max_running,
+                        options.solo_prefill_chunk_tokens, s.message()));
   }
   return g;
 }
@@ -634,9 +640,17 @@ absl::Status Generator::Step(std::vector<SequenceOutput>* outputs) {
   return FinishStep(rows, outputs);
 }
 
+int64_t Generator::PrefillBudget() const {
+  for (const auto& [id, s] : running_) {
+    if (!s->preempted() && !s->in_prefill()) return options_.prefill_chunk_tokens;
+  }
+  return options_.solo_prefill_chunk_tokens > 0 ? options_.solo_prefill_chunk_tokens
+                                                : options_.prefill_chunk_tokens;
+}
+
 Generator::StepRows Generator::ChooseRows() {
   StepRows rows;
-  int64_t prefill_budget = options_.prefill_chunk_tokens;
+  int64_t prefill_budget = PrefillBudget();
   // Decode first: every running sequence gets its token each step, so TBT stays bounded while
   // long prompts are prefilled a chunk at a time. Prefills in admission order within the
   // budget; a sparse one (layer-major, engine/generate/sparse_prefill.h) takes what is left of

@@ -35,6 +35,9 @@ struct GeneratorOptions {
   int64_t kv_cache_tokens = 65536;     // capacity of the KV pool, in token positions
   std::string kv_dtype = "auto";       // kv_cache.dtype: auto | bf16 | f16 | f32 (ResolveKvDtype)
   int32_t prefill_chunk_tokens = 512;  // most prompt tokens per step (over all sequences)
+  // Most prompt tokens per step when no sequence is decoding (no time between tokens to keep
+  // short): long prompts then take larger chunks. 0: prefill_chunk_tokens.
+  int32_t solo_prefill_chunk_tokens = 0;
   int32_t max_running = 64;            // most sequences in one step
   int32_t threads = 0;                 // CPU threads, 0 = all cores
   std::string device = "cpu";          // model.device: cpu | cuda | auto (CreateBackend)
@@ -178,6 +181,9 @@ class Generator {
   };
   // Which sequences run this step and how: decode rows, prefill chunks within the budget.
   StepRows ChooseRows();
+  // Prompt tokens this step may prefill: prefill_chunk_tokens while a sequence decodes,
+  // solo_prefill_chunk_tokens (when set) while none does.
+  int64_t PrefillBudget() const;
   // Writes the step's metadata into plan_ (uploaded by the caller).
   absl::Status PlanStep(StepRows& rows);
   // Enqueues the step: the batched forward pass, then the layer-major prefill's units.

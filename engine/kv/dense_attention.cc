@@ -9,26 +9,36 @@ namespace specula {
 
 void DenseKvAttention::Plan(absl::Span<const DenseSeqRows> seqs, StepPlan& plan) {
   rows_ = 0;
-  max_keys_ = 0;
-  max_seq_rows_ = 0;
-  seqs_ = static_cast<int32_t>(seqs.size());
   size_t table = 0;
-  for (const DenseSeqRows& s : seqs) {
+  // The leading one-row sequences (the scheduler puts decode rows first) attend on their own,
+  // so that a GPU keeps them on its decode kernel when a prefill chunk shares the step.
+  size_t single = 0;
+  while (single < seqs.size() && seqs[single].q_len == 1) ++single;
+  decode_ = Part{};
+  chunks_ = Part{};
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const DenseSeqRows& s = seqs[i];
     CHECK_EQ(s.q_begin, rows_) << "dense sequences tile the rows in order";
     rows_ += s.q_len;
     table += s.blocks.size();
-    max_keys_ = std::max(max_keys_, s.kv_len);
-    max_seq_rows_ = std::max(max_seq_rows_, s.q_len);
+    Part& part = i < single ? decode_ : chunks_;
+    part.rows += s.q_len;
+    part.max_keys = std::max(part.max_keys, s.kv_len);
+    part.max_seq_rows = std::max(part.max_seq_rows, s.q_len);
   }
   if (rows_ == 0) return;
+  chunks_.first_row = decode_.rows;
+  chunks_.seqs = static_cast<int32_t>(seqs.size() - single);
   write_blocks_ = plan.Reserve<int32_t>(rows_);
   write_offsets_ = plan.Reserve<int32_t>(rows_);
   row_keys_ = plan.Reserve<int32_t>(rows_);
   row_begin_ = plan.Reserve<int32_t>(rows_);
   blocks_ = plan.Reserve<int32_t>(std::max<size_t>(table, 1));
-  seq_rows_ = plan.Reserve<int32_t>(seqs.size() + 1);
-  for (size_t i = 0; i < seqs.size(); ++i) plan.Host(seq_rows_)[i] = seqs[i].q_begin;
-  plan.Host(seq_rows_)[seqs.size()] = rows_;
+  seq_rows_ = plan.Reserve<int32_t>(chunks_.seqs + 1);  // relative to the chunks' first row
+  for (size_t i = single; i < seqs.size(); ++i) {
+    plan.Host(seq_rows_)[i - single] = seqs[i].q_begin - chunks_.first_row;
+  }
+  plan.Host(seq_rows_)[chunks_.seqs] = chunks_.rows;
   const int32_t ps = pool_.page_size();
   int32_t* block_at = plan.Host(blocks_);
   int32_t table_begin = 0;
@@ -62,18 +72,27 @@ void DenseKvAttention::Attend(int32_t layer, const Mat& q, const Mat& k, const M
   const KvLayerView view = pool_.Layer(layer);
   backend_.WriteKv(k.Rows(0, rows_), v.Rows(0, rows_), KvWrite{d_write_blocks_, d_write_offsets_},
                    view);
+  AttendPart(decode_, /*with_seqs=*/false, q, view, out);
+  AttendPart(chunks_, /*with_seqs=*/true, q, view, out);
+}
+
+void DenseKvAttention::AttendPart(const Part& part, bool with_seqs, const Mat& q,
+                                  const KvLayerView& view, Mat* out) {
+  if (part.rows == 0) return;
   AttentionBatch batch;
-  batch.first_row = 0;
-  batch.rows = rows_;
-  batch.row_keys = d_row_keys_;
-  batch.row_block_begin = d_row_begin_;
+  batch.first_row = part.first_row;
+  batch.rows = part.rows;
+  batch.row_keys = d_row_keys_.subspan(part.first_row, part.rows);
+  batch.row_block_begin = d_row_begin_.subspan(part.first_row, part.rows);
   batch.blocks = d_blocks_;
-  batch.max_keys = max_keys_;
+  batch.max_keys = part.max_keys;
   batch.num_heads = num_heads_;
   batch.scale = softmax_scale_;
-  batch.seq_rows = d_seq_rows_;
-  batch.seqs = seqs_;
-  batch.max_seq_rows = max_seq_rows_;
+  if (with_seqs) {
+    batch.seq_rows = d_seq_rows_;
+    batch.seqs = part.seqs;
+    batch.max_seq_rows = part.max_seq_rows;
+  }
   backend_.PagedAttention(q, batch, view, out);
 }
 

@@ -41,10 +41,20 @@ class DenseKvAttention : public KvAttention {
   KvPool& pool_;
   int32_t num_heads_;
   float softmax_scale_;
+  // Rows attended in one backend call: the leading decode rows (attended row by row), or the
+  // rest (the prefill chunks, with their sequences).
+  struct Part {
+    int32_t first_row = 0;
+    int32_t rows = 0;
+    int32_t max_keys = 0;
+    int32_t seqs = 0;
+    int32_t max_seq_rows = 0;
+  };
+  void AttendPart(const Part& part, bool with_seqs, const Mat& q, const KvLayerView& view,
+                  Mat* out);
+
   int32_t rows_ = 0;
-  int32_t max_keys_ = 0;
-  int32_t seqs_ = 0;
-  int32_t max_seq_rows_ = 0;
+  Part decode_, chunks_;
   PlanSlice<int32_t> write_blocks_, write_offsets_, row_keys_, row_begin_, blocks_, seq_rows_;
   DeviceSpan<const int32_t> d_write_blocks_, d_write_offsets_, d_row_keys_, d_row_begin_, d_blocks_,
       d_seq_rows_;

@@ -32,6 +32,7 @@ void ExpectDefaults(const ServerConfig& c) {
   EXPECT_EQ(c.scheduler.max_running_requests, d.scheduler.max_running_requests);
   EXPECT_EQ(c.scheduler.max_waiting_requests, d.scheduler.max_waiting_requests);
   EXPECT_EQ(c.scheduler.prefill_chunk_tokens, d.scheduler.prefill_chunk_tokens);
+  EXPECT_EQ(c.scheduler.solo_prefill_chunk_tokens, d.scheduler.solo_prefill_chunk_tokens);
   EXPECT_EQ(c.scheduler.default_max_tokens, d.scheduler.default_max_tokens);
   EXPECT_EQ(c.scheduler.threads, d.scheduler.threads);
   EXPECT_EQ(c.scheduler.max_tokenizing_requests, d.scheduler.max_tokenizing_requests);
@@ -85,6 +86,7 @@ TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.scheduler.max_running_requests, 64);
   EXPECT_EQ(c.scheduler.max_waiting_requests, 1024);
   EXPECT_EQ(c.scheduler.prefill_chunk_tokens, 512);
+  EXPECT_EQ(c.scheduler.solo_prefill_chunk_tokens, 4096);
   EXPECT_EQ(c.scheduler.default_max_tokens, 0);
   EXPECT_EQ(c.scheduler.threads, 0);
   EXPECT_EQ(c.kv_cache.page_size, 16);
@@ -155,6 +157,7 @@ scheduler:
   max_running_requests: 8
   max_waiting_requests: 0
   prefill_chunk_tokens: 1
+  solo_prefill_chunk_tokens: 0
   default_max_tokens: 4096
   threads: 3
   max_tokenizing_requests: 2
@@ -208,6 +211,7 @@ sparse:
   EXPECT_EQ(c->scheduler.max_running_requests, 8);
   EXPECT_EQ(c->scheduler.max_waiting_requests, 0);
   EXPECT_EQ(c->scheduler.prefill_chunk_tokens, 1);
+  EXPECT_EQ(c->scheduler.solo_prefill_chunk_tokens, 0);
   EXPECT_EQ(c->scheduler.default_max_tokens, 4096);
   EXPECT_EQ(c->scheduler.threads, 3);
   EXPECT_EQ(c->scheduler.max_tokenizing_requests, 2);
@@ -342,6 +346,10 @@ TEST(ConfigTest, InvalidValuesNameTheirKeyAndLine) {
        "scheduler.max_waiting_requests: must be <= 1048576, got 1048577", 2},
       {"scheduler:\n  prefill_chunk_tokens: 65537\n",
        "scheduler.prefill_chunk_tokens: must be <= 65536, got 65537", 2},
+      {"scheduler:\n  solo_prefill_chunk_tokens: -1\n",
+       "scheduler.solo_prefill_chunk_tokens: must be >= 0, got -1", 2},
+      {"scheduler:\n  solo_prefill_chunk_tokens: 65537\n",
+       "scheduler.solo_prefill_chunk_tokens: must be <= 65536, got 65537", 2},
       {"scheduler:\n  default_max_tokens: 1073741825\n",
        "scheduler.default_max_tokens: must be <= 1073741824, got 1073741825", 2},
       {"kv_cache:\n  capacity_tokens: 2147483648\n",

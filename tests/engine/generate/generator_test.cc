@@ -10,6 +10,10 @@
 #include <vector>
 
 #include "engine/common/capacity_error.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/kv/dense_attention.h"
+#include "engine/kv/kv_pool.h"
+#include "engine/step_plan.h"
 #include "gtest/gtest.h"
 #include "tests/engine/generate/forward_helpers.h"
 #include "tests/engine/generate/greedy_request.h"
@@ -383,6 +387,33 @@ TEST(GeneratorTest, CancelDuringPrefillFreesBlocks) {
   EXPECT_FALSE(gen->HasWork());
 }
 
+// While nothing decodes, a prompt takes solo_prefill_chunk_tokens a step; once a sequence
+// decodes, prompts share prefill_chunk_tokens with it, so its time between tokens stays short.
+TEST(GeneratorTest, PromptsTakeTheSoloBudgetOnlyWhileNothingDecodes) {
+  GeneratorOptions opt;
+  opt.prefill_chunk_tokens = 4;
+  opt.solo_prefill_chunk_tokens = 16;
+  auto gen = Generator::Create(TestModelDir("qwen3-f32"), opt).value();
+  // Steps until `id` has an output (its first token).
+  auto steps_to_first_token = [&](uint64_t id) {
+    for (int steps = 1; steps <= 100; ++steps) {
+      std::vector<SequenceOutput> out;
+      EXPECT_TRUE(gen->Step(&out).ok());
+      for (const SequenceOutput& o : out) {
+        if (o.id == id && !o.tokens.empty()) return steps;
+      }
+    }
+    return -1;
+  };
+  const uint64_t alone = gen->Add(Greedy(std::vector<int32_t>(20, 7), 100)).value();
+  EXPECT_EQ(steps_to_first_token(alone), 2);  // 16 + 4 prompt tokens
+  const uint64_t beside = gen->Add(Greedy(std::vector<int32_t>(20, 9), 1)).value();
+  EXPECT_EQ(steps_to_first_token(beside), 5);  // 4 a step beside the decoding sequence
+  SequenceOutput o;
+  EXPECT_TRUE(gen->Cancel(alone, &o).ok());
+  EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
+}
+
 TEST(GeneratorTest, GenerateAllLeavesCallerSequencesRunning) {
   auto gen = Generator::Create(TestModelDir("llama-f32"), GeneratorOptions{}).value();
   auto own = gen->Add(Greedy({1, 2}, 200)).value();
@@ -392,6 +423,52 @@ TEST(GeneratorTest, GenerateAllLeavesCallerSequencesRunning) {
   SequenceOutput o;
   EXPECT_TRUE(gen->Cancel(own, &o).ok());
   EXPECT_EQ(gen->kv_pool().used_blocks(), 0);
+}
+
+// The CPU backend, recording what each PagedAttention call was given.
+class RecordingBackend : public CpuBackend {
+ public:
+  RecordingBackend() : CpuBackend(1) {}
+  struct Call {
+    int32_t first_row, rows, seqs, max_seq_rows;
+    bool operator==(const Call&) const = default;
+  };
+  void PagedAttention(const Mat& q, const AttentionBatch& batch, const KvLayerView& layer,
+                      Mat* out) override {
+    calls.push_back({batch.first_row, batch.rows, batch.seqs, batch.max_seq_rows});
+    CpuBackend::PagedAttention(q, batch, layer, out);
+  }
+  std::vector<Call> calls;
+};
+
+// Decode rows attend in their own call, without sequences (a GPU keeps them on its decode
+// kernel); the prefill chunks after them in another, with their sequences (its tile kernel).
+TEST(DenseKvAttentionTest, DecodeRowsAndPrefillChunksAttendInSeparateCalls) {
+  RecordingBackend backend;
+  KvPool pool = KvPool::Create(backend, KvPoolOptions{1, 1, 4, 16, 16}).value();
+  DenseKvAttention attention(backend, pool, 1, 0.5f);
+  const std::vector<int32_t> a = {0}, b = {1}, c = {2, 3}, d = {4};
+  auto attend = [&](const std::vector<DenseSeqRows>& seqs) {
+    backend.calls.clear();
+    StepPlan plan(backend);
+    attention.Plan(seqs, plan);
+    EXPECT_TRUE(plan.Upload().ok());
+    attention.Bind(plan);
+    const int32_t rows = attention.rows();
+    DeviceBuffer buffer = backend.Allocate(4 * rows * 4 * sizeof(float)).value();
+    float* base = buffer.as<float>();
+    std::fill(base, base + 4 * rows * 4, 0.25f);
+    Mat q(base, rows, 4), k(base + rows * 4, rows, 4), v(base + 2 * rows * 4, rows, 4);
+    Mat out(base + 3 * rows * 4, rows, 4);
+    attention.Attend(0, q, k, v, &out);
+    return backend.calls;
+  };
+  using Call = RecordingBackend::Call;
+  // Two decode rows, a 20-row chunk after 5 cached keys, the last token of another prompt.
+  EXPECT_EQ(attend({{0, 1, 3, a}, {1, 1, 9, b}, {2, 20, 25, c}, {22, 1, 7, d}}),
+            (std::vector<Call>{{0, 2, 0, 0}, {2, 21, 2, 20}}));
+  EXPECT_EQ(attend({{0, 1, 3, a}, {1, 1, 9, b}}), (std::vector<Call>{{0, 2, 0, 0}}));
+  EXPECT_EQ(attend({{0, 20, 25, c}}), (std::vector<Call>{{0, 20, 1, 20}}));
 }
 
 // The dense planner's programmer-error checks: rows that do not tile the batch, or a block
