@@ -442,7 +442,7 @@ template <typename T, typename S, bool kSplit>
 cudaError_t LaunchKernel(const PrefillAttentionParams& p, int32_t splits, cudaStream_t stream) {
   if (cudaError_t e = Configure<T, S, kSplit>(); e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(p.num_heads * splits),
-                  static_cast<unsigned>((p.max_seq_rows + S::kRows - 1) / S::kRows),
+                  static_cast<unsigned>(CeilDiv(p.max_seq_rows, S::kRows)),
                   static_cast<unsigned>(p.seqs));
   PrefillKernel<T, S, kSplit><<<grid, kThreads, kSharedBytes<T, S>, stream>>>(p, splits);
   return LaunchStatus();
@@ -524,11 +524,11 @@ cudaError_t LaunchForHeadDim(const PrefillAttentionLaunch& l, cudaStream_t strea
   using Small = typename Shapes<D>::Small;
   const PrefillAttentionParams& p = l.params;
   const int64_t tiles = static_cast<int64_t>(p.num_heads) * p.seqs;
-  const int64_t large_blocks = tiles * ((p.max_seq_rows + Large::kRows - 1) / Large::kRows);
+  const int64_t large_blocks = tiles * CeilDiv(p.max_seq_rows, Large::kRows);
   if (large_blocks >= 2 * static_cast<int64_t>(p.sm_count)) {
     return LaunchKernel<T, Large, false>(p, 1, stream);
   }
-  const int64_t small_blocks = tiles * ((p.max_seq_rows + Small::kRows - 1) / Small::kRows);
+  const int64_t small_blocks = tiles * CeilDiv(p.max_seq_rows, Small::kRows);
   return LaunchSplit<T, Small>(p, ChooseSplits<T, Small>(l, small_blocks), stream);
 }
 
@@ -550,7 +550,7 @@ cudaError_t PrefillAttention(const PrefillAttentionLaunch& l, cudaStream_t strea
   constexpr int kMinRows = 64;  // the small shapes' rows: the most tiles a launch can have
   if (!PrefillAttentionSupports(p.dtype, p.head_dim) || p.num_heads < 1 || p.num_kv_heads < 1 ||
       p.num_heads % p.num_kv_heads != 0 || p.page_size < 1 || p.seqs > 65535 ||
-      p.num_heads > 65535 || (p.max_seq_rows + kMinRows - 1) / kMinRows > 65535) {
+      p.num_heads > 65535 || CeilDiv(p.max_seq_rows, kMinRows) > 65535) {
     return cudaErrorInvalidValue;
   }
   return p.dtype == DType::kBF16 ? LaunchForType<__nv_bfloat16>(l, stream)

@@ -63,9 +63,10 @@ class CudaBackend : public Backend {
 
  private:
   cudaStream_t stream() const { return compute_->raw(); }
-  // The kernels' common parameters: `rows` rows of q and out, over pages of `pool`.
+  // PagedAttention of a batch with prefill chunks, on the tensor-core tile kernel.
   void TileAttention(const Mat& q, const AttentionBatch& batch, const KvLayerView& layer,
                      Mat* out);
+  // The kernels' common parameters: `rows` rows of q and out, over pages of `pool`.
   kernels::AttentionCommon AttentionFor(const Mat& q, Mat* out, int32_t rows, int32_t num_heads,
                                         int32_t num_kv_heads, float scale, const PagePoolView& pool,
                                         int32_t max_pages) const;

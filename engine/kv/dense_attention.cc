@@ -72,12 +72,12 @@ void DenseKvAttention::Attend(int32_t layer, const Mat& q, const Mat& k, const M
   const KvLayerView view = pool_.Layer(layer);
   backend_.WriteKv(k.Rows(0, rows_), v.Rows(0, rows_), KvWrite{d_write_blocks_, d_write_offsets_},
                    view);
-  AttendPart(decode_, /*with_seqs=*/false, q, view, out);
-  AttendPart(chunks_, /*with_seqs=*/true, q, view, out);
+  AttendPart(decode_, q, view, out);
+  AttendPart(chunks_, q, view, out);
 }
 
-void DenseKvAttention::AttendPart(const Part& part, bool with_seqs, const Mat& q,
-                                  const KvLayerView& view, Mat* out) {
+void DenseKvAttention::AttendPart(const Part& part, const Mat& q, const KvLayerView& view,
+                                  Mat* out) {
   if (part.rows == 0) return;
   AttentionBatch batch;
   batch.first_row = part.first_row;
@@ -88,7 +88,7 @@ void DenseKvAttention::AttendPart(const Part& part, bool with_seqs, const Mat& q
   batch.max_keys = part.max_keys;
   batch.num_heads = num_heads_;
   batch.scale = softmax_scale_;
-  if (with_seqs) {
+  if (part.seqs > 0) {  // the chunks; the decode rows are attended without sequences
     batch.seq_rows = d_seq_rows_;
     batch.seqs = part.seqs;
     batch.max_seq_rows = part.max_seq_rows;

@@ -41,8 +41,8 @@ class DenseKvAttention : public KvAttention {
   KvPool& pool_;
   int32_t num_heads_;
   float softmax_scale_;
-  // Rows attended in one backend call: the leading decode rows (attended row by row), or the
-  // rest (the prefill chunks, with their sequences).
+  // Rows attended in one backend call: the leading decode rows (attended row by row: seqs 0),
+  // or the rest (the prefill chunks, with their sequences).
   struct Part {
     int32_t first_row = 0;
     int32_t rows = 0;
@@ -50,8 +50,7 @@ class DenseKvAttention : public KvAttention {
     int32_t seqs = 0;
     int32_t max_seq_rows = 0;
   };
-  void AttendPart(const Part& part, bool with_seqs, const Mat& q, const KvLayerView& view,
-                  Mat* out);
+  void AttendPart(const Part& part, const Mat& q, const KvLayerView& view, Mat* out);
 
   int32_t rows_ = 0;
   Part decode_, chunks_;

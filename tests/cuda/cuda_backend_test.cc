@@ -342,7 +342,6 @@ class CudaTileAttentionTest : public CudaKvTest {
     EXPECT_LE(rel, whole) << "relative error of the whole output";
   }
 
-
   // Attends the sequences, given as (chunk rows, keys), on both backends and bounds the error.
   void ExpectTileAttentionMatchesTheCpu(const std::vector<std::pair<int, int>>& seqs) {
     std::vector<int> lens;

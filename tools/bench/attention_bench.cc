@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
 #include "engine/backend_factory.h"
+#include "engine/common/ceil_div.h"
 
 namespace specula {
 namespace {
@@ -56,7 +57,7 @@ absl::StatusOr<Problem> MakeProblem(Backend& b, int head_dim, int keys) {
   Problem p;
   p.head_dim = head_dim;
   p.keys = keys;
-  const int num_blocks = (keys + kPageSize - 1) / kPageSize;
+  const auto num_blocks = static_cast<int>(CeilDiv(keys, kPageSize));
   p.layer = KvLayerView{nullptr, kKvDtype, kKvHeads, kPageSize, head_dim};
   auto pages = b.Allocate(static_cast<size_t>(num_blocks) * kKvHeads * p.layer.page_bytes());
   if (!pages.ok()) return pages.status();
