@@ -2,8 +2,9 @@
 
     attention_reference.py MODEL_DIR CONTEXTS
 
-Prints Markdown: the card's copy bandwidth and bf16 GEMM rate, PyTorch's flash SDPA (causal,
-GQA 32/8) TFLOP/s at head_dim 64 and 128 for each context, and transformers' time to first token
+Prints Markdown: the card's copy bandwidth and bf16 GEMM rate, PyTorch's flash SDPA (causal, 32
+query and 32 KV heads: the FLOPs of specula's 32/8 GQA shape, four times its K/V bytes) TFLOP/s
+at head_dim 64 and 128 for each context, and transformers' time to first token
 (one forward pass, logits of the last position) for the checkpoint in MODEL_DIR.
 """
 import sys

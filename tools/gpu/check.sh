@@ -46,11 +46,7 @@ server_check() {
   "$bundle/bin/specula-server" --device cuda --model "$bundle/test_models/llama3-bf16" \
     --listen 127.0.0.1:50151 --metrics-listen "" --log-level info &
   local pid=$!
-  for _ in $(seq 1 100); do
-    kill -0 "$pid" 2>/dev/null || return 1  # it exited: the log says why
-    "$bundle/bin/specula-cli" health --server 127.0.0.1:50151 >/dev/null 2>&1 && break
-    sleep 0.2
-  done
+  wait_healthy "$pid" 50151 || { kill -TERM "$pid" 2>/dev/null; return 1; }  # its log says why
   "$bundle/bin/specula-cli" info --server 127.0.0.1:50151 &&
     "$bundle/bin/specula-cli" generate --server 127.0.0.1:50151 --prompt_ids 1,2,3,4,5 \
       --max-tokens 16

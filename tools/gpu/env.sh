@@ -7,3 +7,14 @@ for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
 done
 export LD_LIBRARY_PATH=$bundle/lib:${cuda_lib:-}:${LD_LIBRARY_PATH:-}
 export SPECULA_TEST_MODELS_DIR=$bundle/test_models
+
+# wait_healthy PID PORT: waits (up to 60 s) until the server PID answers health on PORT; fails
+# at once if it exited (its log says why).
+wait_healthy() {
+  for _ in $(seq 1 300); do
+    kill -0 "$1" 2>/dev/null || return 1
+    "$bundle/bin/specula-cli" health --server "127.0.0.1:$2" >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  return 1
+}

@@ -6,7 +6,8 @@
 #    (tools/gpu/attention_reference.py);
 # 2. specula's attention kernels alone (`specula-bench attention --device cuda`);
 # 3. time to first token for a random-weight Llama-3.2-1B-shaped model (make-tiny-model): specula
-#    over gRPC (`specula-bench serve`, 1 output token) at each prefill chunk size, and
+#    over gRPC (`specula-bench serve`, 1 output token) at each prefill chunk size (alone and
+#    beside decode rows alike), and
 #    transformers' forward pass on the same checkpoint.
 set -uo pipefail
 report=$1
@@ -36,16 +37,13 @@ ttft() {  # ttft CHUNK: specula's TTFT at each context with prefill chunks of CH
   cat >"$report/server-$chunk.yaml" <<YAML
 model: {path: $model, device: cuda}
 server: {listen: "127.0.0.1:$port", metrics_listen: ""}
-scheduler: {prefill_chunk_tokens: $chunk}
+scheduler: {prefill_chunk_tokens: $chunk, solo_prefill_chunk_tokens: $chunk}
 kv_cache: {capacity_tokens: 40960}
 YAML
   "$bundle/bin/specula-server" --config "$report/server-$chunk.yaml" >"$report/server-$chunk.log" 2>&1 &
   local pid=$!
-  for _ in $(seq 1 300); do
-    "$bundle/bin/specula-cli" health --server 127.0.0.1:$port >/dev/null 2>&1 && break
-    kill -0 $pid 2>/dev/null || { echo "server exited"; tail -5 "$report/server-$chunk.log"; return 1; }
-    sleep 0.2
-  done
+  wait_healthy $pid $port ||
+    { echo "server not serving"; tail -5 "$report/server-$chunk.log"; kill $pid; return 1; }
   for n in ${contexts//,/ }; do
     echo "-- chunk $chunk, prompt $n"
     timeout 120 "$bundle/bin/specula-bench" serve --server 127.0.0.1:$port --input-len "$n" \
