@@ -10,12 +10,13 @@
 // - Metadata an operation reads (token ids, positions, block tables, page lists) is a DeviceSpan
 //   into backend memory, uploaded once per step (engine/step_plan.h), never a host pointer.
 // - Activations are fp32 matrices (Mat); weights are stored in the backend's format
-//   (UploadWeight converts); KV pages hold K and V in the view's dtype (f32, bf16 or f16) and
+//   (a WeightUploader converts); KV pages hold K and V in the view's dtype (f32, bf16 or f16) and
 //   attention computes in fp32.
 // - Threading: a Backend instance is used by one engine thread at a time; copy streams are each
 //   used by one thread at a time.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -29,10 +30,27 @@
 #include "engine/backend_types.h"
 #include "engine/common/buffer.h"
 #include "engine/common/dtype.h"
+#include "engine/common/weight_parts.h"
 #include "engine/sparse_ops.h"
 #include "engine/stream.h"
 
 namespace specula {
+
+// Puts a model's weights into backend memory, each converted once from the checkpoint's dtype
+// into the backend's weight format. Used by one thread; the weights are ready for operations
+// enqueued on the compute stream after Upload returns, and the parts' memory may be reused then.
+class WeightUploader {
+ public:
+  // Waits for the copies still reading the staging memory.
+  virtual ~WeightUploader() = default;
+  // A weight [out, in] holding the concatenation of `parts` (out * in elements in all). Vectors
+  // (norm weights, biases) are uploaded as [1, n].
+  virtual absl::StatusOr<Weight> Upload(absl::Span<const WeightPart> parts, int64_t out,
+                                        int64_t in) = 0;
+};
+
+// Host staging a weight upload may use: enough for copies to overlap the filling threads.
+inline constexpr size_t kWeightStagingBytes = size_t{64} << 20;
 
 // What a backend counts for tests and benchmarks: times the host thread blocked on device work
 // (a stream's or an event's Synchronize, and CopyToHost, which waits before it reads), and reads
@@ -77,8 +95,11 @@ class Backend {
   virtual std::unique_ptr<Stream> CreateStream() = 0;
   const BackendCounters& counters() const { return counters_; }
 
-  // `data` is fp32 [out, in] on the host; the backend keeps its own copy in its weight format.
-  virtual absl::StatusOr<Weight> UploadWeight(const float* data, int64_t out, int64_t in) = 0;
+  // For loading many weights: keeps its staging (pinned buffers, fill threads) until destroyed.
+  // `staging_bytes` bounds the host staging memory of a backend that needs some.
+  virtual std::unique_ptr<WeightUploader> CreateWeightUploader(size_t staging_bytes) = 0;
+  // One weight from fp32 [out, in] on the host (tests, small tables).
+  absl::StatusOr<Weight> UploadWeight(const float* data, int64_t out, int64_t in);
 
   // --- The forward pass (compute stream) ---
   // y = x · wᵀ (+ bias). x [m, w.in], y [m, w.out]; bias may be empty.
@@ -126,6 +147,12 @@ class Backend {
  protected:
   BackendCounters counters_;
 };
+
+inline absl::StatusOr<Weight> Backend::UploadWeight(const float* data, int64_t out, int64_t in) {
+  const WeightPart part{DType::kF32, data, out * in};
+  const size_t bytes = static_cast<size_t>(out * in) * sizeof(float);
+  return CreateWeightUploader(std::min(bytes, kWeightStagingBytes))->Upload({&part, 1}, out, in);
+}
 
 // Reads rows of `m` to the host in one CopyToHost (one synchronization): `host` receives the
 // span from row 0 to the end of the last row, so row r starts at host->data() + r * m.stride.

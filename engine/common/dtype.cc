@@ -1,5 +1,6 @@
 #include "engine/common/dtype.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace specula {
@@ -46,17 +47,40 @@ uint16_t FloatToF16(float f) {
 void ConvertToF32(DType src_type, const void* src, float* dst, size_t n) {
   VisitDType(src_type, [&](auto tag) {
     using T = decltype(tag);
-    const auto* s = static_cast<const T*>(src);
-    for (size_t i = 0; i < n; ++i) dst[i] = ToF32(s[i]);
+    // __restrict: without it the loop needs an alias check, and -O2 leaves it scalar.
+    const T* __restrict s = static_cast<const T*>(src);
+    float* __restrict d = dst;
+    for (size_t i = 0; i < n; ++i) d[i] = ToF32(s[i]);
   });
 }
 
 void ConvertFromF32(DType dst_type, const float* src, void* dst, size_t n) {
   VisitDType(dst_type, [&](auto tag) {
     using T = decltype(tag);
-    auto* d = static_cast<T*>(dst);
-    for (size_t i = 0; i < n; ++i) d[i] = FromF32<T>(src[i]);
+    const float* __restrict s = src;
+    T* __restrict d = static_cast<T*>(dst);
+    for (size_t i = 0; i < n; ++i) d[i] = FromF32<T>(s[i]);
   });
+}
+
+void ConvertDType(DType src_type, const void* src, DType dst_type, void* dst, size_t n) {
+  if (src_type == dst_type) {
+    std::memcpy(dst, src, n * DTypeSize(src_type));
+  } else if (dst_type == DType::kF32) {
+    ConvertToF32(src_type, src, static_cast<float*>(dst), n);
+  } else if (src_type == DType::kF32) {
+    ConvertFromF32(dst_type, static_cast<const float*>(src), dst, n);
+  } else {  // one half type to the other, a stack tile at a time
+    constexpr size_t kTile = 512;
+    float tile[kTile];
+    const auto* s = static_cast<const std::byte*>(src);
+    auto* d = static_cast<std::byte*>(dst);
+    for (size_t i = 0; i < n; i += kTile) {
+      const size_t m = std::min(kTile, n - i);
+      ConvertToF32(src_type, s + i * DTypeSize(src_type), tile, m);
+      ConvertFromF32(dst_type, tile, d + i * DTypeSize(dst_type), m);
+    }
+  }
 }
 
 }  // namespace specula

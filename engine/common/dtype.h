@@ -44,6 +44,9 @@ uint16_t FloatToF16(float f);
 void ConvertToF32(DType src_type, const void* src, float* dst, size_t n);
 // Converts `n` fp32 values to `dst_type` (round to nearest even).
 void ConvertFromF32(DType dst_type, const float* src, void* dst, size_t n);
+// Converts `n` elements of `src_type` to `dst_type`: a copy when the types are equal, otherwise
+// through fp32 (exact for a half type to fp32; round to nearest even towards a half type).
+void ConvertDType(DType src_type, const void* src, DType dst_type, void* dst, size_t n);
 
 // Element types for code templated on the storage type (bf16/f16 storage, fp32 compute). Both
 // half types are 16 bits, so they are distinct structs rather than uint16_t.

@@ -37,7 +37,10 @@ class CpuBackend : public Backend {
   void Memset(void* dst, int value, size_t bytes) override;
   Stream& compute_stream() override { return compute_; }
   std::unique_ptr<Stream> CreateStream() override;
-  absl::StatusOr<Weight> UploadWeight(const float* data, int64_t out, int64_t in) override;
+  // Weights are fp32, converted from the parts straight into their buffer by the thread pool.
+  std::unique_ptr<WeightUploader> CreateWeightUploader(size_t staging_bytes) override;
+  absl::StatusOr<Weight> UploadWeightParts(absl::Span<const WeightPart> parts, int64_t out,
+                                           int64_t in);
 
   void Gemm(const Mat& x, const Weight& w, const Weight& bias, Mat* y) override;
   void RmsNorm(const Mat& x, const Weight& weight, float eps, Mat* y) override;

@@ -13,6 +13,7 @@
 #include "engine/cuda/cuda_backend_impl.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/cuda_stream.h"
+#include "engine/cuda/cuda_weight_uploader.h"
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/kv_write.h"
@@ -166,24 +167,9 @@ void CudaBackend::WriteKv(const Mat& k, const Mat& v, const KvWrite& where,
   CheckLaunch(kernels::WriteKv(p, stream()), "WriteKv");
 }
 
-absl::StatusOr<Weight> CudaBackend::UploadWeight(const float* data, int64_t out, int64_t in) {
-  const size_t n = static_cast<size_t>(out) * in;
-  Weight w;
-  w.out = out;
-  w.in = in;
-  // Vectors (norm weights, biases; the model loader uploads them as [1, n]) stay fp32: they are
-  // tiny, and the kernels that read them compute in fp32. Matrices are bf16, the format of the
-  // checkpoints and of cuBLAS's fast path.
-  w.dtype = out == 1 ? DType::kF32 : DType::kBF16;
-  ASSIGN_OR_RETURN(w.buffer, Allocate(n * DTypeSize(w.dtype)));
-  if (w.dtype == DType::kF32) {
-    CopyToDevice(w.buffer.data(), data, n * sizeof(float));
-    return w;
-  }
-  std::vector<uint16_t> bf16(n);
-  ConvertFromF32(DType::kBF16, data, bf16.data(), n);
-  CopyToDevice(w.buffer.data(), bf16.data(), n * sizeof(uint16_t));
-  return w;
+std::unique_ptr<WeightUploader> CudaBackend::CreateWeightUploader(size_t staging_bytes) {
+  return std::make_unique<CudaWeightUploader>([this](size_t bytes) { return Allocate(bytes); },
+                                              stream(), staging_bytes);
 }
 
 void CudaBackend::Gemm(const Mat& x, const Weight& w, const Weight& bias, Mat* y) {

@@ -36,7 +36,7 @@ class CudaBackend : public Backend {
     return std::make_unique<CudaStream>(&counters_.host_syncs);
   }
 
-  absl::StatusOr<Weight> UploadWeight(const float* data, int64_t out, int64_t in) override;
+  std::unique_ptr<WeightUploader> CreateWeightUploader(size_t staging_bytes) override;
   void Gemm(const Mat& x, const Weight& w, const Weight& bias, Mat* y) override;
   void RmsNorm(const Mat& x, const Weight& weight, float eps, Mat* y) override;
   void Rope(Mat* x, int32_t num_heads, int32_t head_dim, DeviceSpan<const int32_t> positions,

@@ -2,6 +2,7 @@
 // direct, obviously-correct computation.
 #include "engine/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -221,6 +222,32 @@ TEST(KvPoolTest, AllocateFreeAndExhaustion) {
   EXPECT_EQ(pool.used_blocks(), 0);
   EXPECT_EQ(KvPool::Create(backend, KvPoolOptions{0, 2, 4, 16, 4}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A weight concatenated from tensors of three dtypes, large enough that the pool's threads each
+// convert a slice: every element lands at its place, exactly converted to fp32.
+TEST_F(CpuBackendTest, WeightUploaderConvertsEachPartIntoPlace) {
+  constexpr int64_t kIn = 1000, kRowsPerPart = 200;  // 600K elements: several pool slices
+  const DType types[] = {DType::kBF16, DType::kF32, DType::kF16};
+  std::vector<std::vector<uint8_t>> storage;
+  std::vector<WeightPart> parts;
+  std::vector<float> want;
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<float> v = RandomVector(kRowsPerPart * kIn, 40 + i);
+    storage.emplace_back(v.size() * DTypeSize(types[i]));
+    ConvertFromF32(types[i], v.data(), storage.back().data(), v.size());
+    std::vector<float> stored(v.size());
+    ConvertToF32(types[i], storage.back().data(), stored.data(), v.size());
+    want.insert(want.end(), stored.begin(), stored.end());
+    parts.push_back({types[i], storage.back().data(), kRowsPerPart * kIn});
+  }
+  auto uploader = backend_.CreateWeightUploader(kWeightStagingBytes);
+  Weight w = uploader->Upload(parts, 3 * kRowsPerPart, kIn).value();
+  EXPECT_EQ(w.dtype, DType::kF32);
+  EXPECT_EQ(w.out, 3 * kRowsPerPart);
+  EXPECT_EQ(w.in, kIn);
+  const float* got = w.buffer.as<float>();
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), got));
 }
 
 }  // namespace
