@@ -36,6 +36,8 @@ void RequestLog::OnFinished(const RequestSummary& s) {
                                   {"ttft_ms", ttft_ms},
                                   {"e2e_ms", s.e2e_seconds * 1e3},
                                   {"decode_tokens_per_s", decode_tps}};
+  // Every failure says why, in the server's words, whatever the client was told.
+  if (s.code != absl::StatusCode::kOk) fields.push_back({"error", s.error});
   if (s.kv_stats.has_value() && s.kv_stats->sparse) {
     const KvStats& k = *s.kv_stats;
     fields.insert(fields.end(), {{"sparse", true},

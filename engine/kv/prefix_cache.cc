@@ -146,10 +146,20 @@ absl::StatusOr<PrefixCache::Sessions::iterator> PrefixCache::FindOrCreateSession
 
 template <typename Eligible>
 PrefixCache::Sessions::iterator PrefixCache::LeastRecentlyUsedIdle(Eligible eligible) {
+  return LeastRecentlyUsed(/*running=*/false, eligible);
+}
+
+template <typename Eligible>
+PrefixCache::Sessions::iterator PrefixCache::LeastRecentlyUsedRunning(Eligible eligible) {
+  return LeastRecentlyUsed(/*running=*/true, eligible);
+}
+
+template <typename Eligible>
+PrefixCache::Sessions::iterator PrefixCache::LeastRecentlyUsed(bool running, Eligible eligible) {
   auto oldest = sessions_.end();
   for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
     const Session& s = it->second;
-    if (s.running || !eligible(s)) continue;
+    if (s.running != running || !eligible(s)) continue;
     if (oldest == sessions_.end() || s.last_use < oldest->second.last_use) oldest = it;
   }
   return oldest;
@@ -303,9 +313,10 @@ void PrefixCache::EndTurn(PrefixHit& hit, PrefixTree::Node* cached, bool host, a
   }
 }
 
-void PrefixCache::Evict(bool host, int64_t pages, EvictionReason reason) {
+int64_t PrefixCache::Evict(bool host, int64_t pages, EvictionReason reason) {
   const int64_t released = tree(host).Evict(pages);
   counters_.evicted_pages[static_cast<int>(reason)] += released;
+  return released;
 }
 
 bool PrefixCache::MakeRoom(int64_t blocks, int64_t host_pages) {
@@ -313,17 +324,30 @@ bool PrefixCache::MakeRoom(int64_t blocks, int64_t host_pages) {
     if (host) return host_ == nullptr ? 0 : host_pages - host_->free_pages();
     return blocks - pool_.free_blocks();
   };
+  // A page leaving the index frees its block only if nothing else holds it (a request keeps the
+  // tail it is about to copy): evict until the room is really there or nothing is left to evict.
+  auto evict_for = [&](bool host) {
+    while (short_of(host) > 0 && Evict(host, short_of(host), EvictionReason::kCapacity) > 0) {
+    }
+  };
   for (bool host : {false, true}) {
     if (short_of(host) <= 0) continue;
-    Evict(host, short_of(host), EvictionReason::kCapacity);
+    evict_for(host);
     while (short_of(host) > 0) {
-      // The least recently used idle session whose KV is there.
-      auto oldest = LeastRecentlyUsedIdle(
-          [host](const Session& s) { return s.node != nullptr && s.host == host; });
-      if (oldest == sessions_.end()) return false;
-      DropSession(oldest, EvictionReason::kSessionDropped);
+      // The least recently used idle session whose KV is there goes, or else the KV of a
+      // session whose turn runs. That KV is only a cache: a running turn keeps the pages it
+      // reuses locked by its hit, and a preempted turn resumes from whatever is still cached.
+      // Were it kept, preempted session turns could hold each other's room for good.
+      auto has_kv = [host](const Session& s) { return s.node != nullptr && s.host == host; };
+      if (auto idle = LeastRecentlyUsedIdle(has_kv); idle != sessions_.end()) {
+        DropSession(idle, EvictionReason::kSessionDropped);
+      } else if (auto busy = LeastRecentlyUsedRunning(has_kv); busy != sessions_.end()) {
+        ReleaseSessionKv(busy->second, EvictionReason::kSessionDropped);
+      } else {
+        return false;
+      }
       // Its pages may hang below pages only the cache holds: those go too if still short.
-      if (short_of(host) > 0) Evict(host, short_of(host), EvictionReason::kCapacity);
+      evict_for(host);
     }
   }
   return true;
@@ -339,18 +363,21 @@ int64_t PrefixCache::evictable_host_pages() const {
 
 PrefixCache::Sessions::iterator PrefixCache::DropSession(Sessions::iterator it,
                                                         EvictionReason reason) {
-  Session& s = it->second;
-  CHECK(!s.running);
-  counters_.session_bytes -= SessionBytes(s);
-  if (s.node != nullptr) {
-    PrefixTree& t = tree(s.host);
-    t.Unlock(s.node, PrefixTree::LockKind::kSession);
-    // Pages only this session held are freed now; shared ones stay with their other holders.
-    counters_.evicted_pages[static_cast<int>(reason)] += t.EvictPath(s.node);
-  }
+  CHECK(!it->second.running);
+  ReleaseSessionKv(it->second, reason);
   it = sessions_.erase(it);
   counters_.sessions = static_cast<int64_t>(sessions_.size());
   return it;
+}
+
+void PrefixCache::ReleaseSessionKv(Session& s, EvictionReason reason) {
+  counters_.session_bytes -= SessionBytes(s);
+  if (s.node == nullptr) return;
+  PrefixTree& t = tree(s.host);
+  t.Unlock(s.node, PrefixTree::LockKind::kSession);
+  // Pages only this session held are freed now; shared ones stay with their other holders.
+  counters_.evicted_pages[static_cast<int>(reason)] += t.EvictPath(s.node);
+  s.node = nullptr;
 }
 
 int PrefixCache::ExpireSessions(absl::Time now) {

@@ -212,8 +212,16 @@ class PrefixCache {
   // The least recently used session without a running request that `eligible` accepts.
   template <typename Eligible>
   Sessions::iterator LeastRecentlyUsedIdle(Eligible eligible);
+  // The least recently used session with a running turn that `eligible` accepts.
+  template <typename Eligible>
+  Sessions::iterator LeastRecentlyUsedRunning(Eligible eligible);
+  template <typename Eligible>
+  Sessions::iterator LeastRecentlyUsed(bool running, Eligible eligible);
+  // Lets go of the session's KV (its last turn's); pages others hold stay. The session stays.
+  void ReleaseSessionKv(Session& s, EvictionReason reason);
   int64_t SessionBytes(const Session& s) const;
-  void Evict(bool host, int64_t pages, EvictionReason reason);
+  // Evicts unlocked leaves for `pages` pages; returns the pages that left the index.
+  int64_t Evict(bool host, int64_t pages, EvictionReason reason);
   int64_t BytesPerBlock(bool host) const;
 
   PrefixCacheOptions options_;

@@ -408,6 +408,7 @@ void Engine::Finish(Request& r, absl::Status status, FinishReason finish) {
     s.cached_prompt_tokens = r.cached_prompt_tokens;
     s.finish = finish;
     s.code = status.code();
+    s.error = std::string(status.message());
     const absl::Time now = absl::Now();
     s.queue_seconds = r.queue_seconds >= 0 ? r.queue_seconds : Seconds(now - r.submitted);
     s.ttft_seconds = r.ttft_seconds;

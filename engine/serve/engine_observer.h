@@ -27,6 +27,7 @@ struct RequestSummary {
   int64_t cached_prompt_tokens = 0;  // of prompt_tokens, whose KV came from the prefix cache
   FinishReason finish = FinishReason::kNone;  // kNone when it failed or was never admitted
   absl::StatusCode code = absl::StatusCode::kOk;  // what the client's stream ends with
+  std::string error;  // the status message when `code` is not OK: why it failed
   double queue_seconds = 0;   // submit -> admission (or -> leaving, if never admitted)
   double ttft_seconds = -1;   // submit -> first token; -1 when no token was produced
   double e2e_seconds = 0;     // submit -> leaving
