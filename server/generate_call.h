@@ -50,6 +50,7 @@ struct CallEnv {
   const ChatModel* chat = nullptr;  // renders messages; null = chat requests are refused
   std::atomic<bool> draining{false};
   std::atomic<bool> stalled{false};  // the watchdog saw no progress (server.stall_seconds)
+  std::atomic<bool> failing{false};  // the server took its fatal path (Server::ReportFatal)
   // Calls whose client left (or whose deadline passed) before they reached the engine, as gRPC
   // reported it (OnCancel); tests wait on it.
   std::atomic<int64_t> gone_before_submit{0};

@@ -3,11 +3,13 @@
 // drains: health NOT_SERVING, new calls UNAVAILABLE, in-flight requests get
 // server.shutdown_grace_seconds to finish; exit code 0. A second signal exits at once (code 1).
 // SIGQUIT drains too; SIGHUP reloads the configuration (log level now, the rest at restart);
-// SIGUSR1 and SIGUSR2 log the engine's state.
+// SIGUSR1 and SIGUSR2 log the engine's state. A fatal condition (Server::ReportFatal) drains
+// with at most 5 s of grace and exits with code 1.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
@@ -103,6 +105,11 @@ void OnSignal(int sig) {
   errno = saved_errno;
 }
 
+// Written to the signal pipe by the server's fatal handler: not a signal number.
+constexpr char kFatalWake = 0;
+// The most a failing server waits for in-flight requests before it exits.
+constexpr absl::Duration kFatalGrace = absl::Seconds(5);
+
 int WaitForSignal() {
   char c = 0;
   while (read(signal_pipe[0], &c, 1) != 1) {
@@ -177,10 +184,12 @@ absl::Status InstallSignalHandlers() {
   return absl::OkStatus();
 }
 
-// Answers HUP, USR1 and USR2 until a stop signal arrives.
-void ServeUntilStopSignal(Server& server, ServerConfig running) {
+// Answers HUP, USR1 and USR2 until a stop signal arrives (false) or the server reports a fatal
+// condition (true).
+bool ServeUntilStopOrFatal(Server& server, ServerConfig running) {
   int sig = 0;
   while (!IsStopSignal(sig = WaitForSignal())) {
+    if (sig == kFatalWake) return true;
     Log(LogLevel::kInfo, "signal", {{"signal", SignalName(sig)}});
     if (sig == SIGHUP) {
       Reload(&running);
@@ -195,6 +204,7 @@ void ServeUntilStopSignal(Server& server, ServerConfig running) {
     }
   }
   Log(LogLevel::kInfo, "signal", {{"signal", SignalName(sig)}, {"action", "drain"}});
+  return false;
 }
 
 int Fail(const absl::Status& s) {
@@ -232,7 +242,11 @@ int Run(int argc, char** argv) {
     }
   }
 
-  ServeUntilStopSignal(**server, *config);
+  (*server)->SetFatalHandler([] {
+    const char c = kFatalWake;
+    (void)!write(signal_pipe[1], &c, 1);
+  });
+  const bool fatal = ServeUntilStopOrFatal(**server, *config);
   // A second stop signal while draining means "now". No Log here: its lock may be held by a
   // writer stuck on a blocked stderr, which is one reason an operator sends the second signal.
   std::thread impatient([] {
@@ -243,10 +257,12 @@ int Run(int argc, char** argv) {
     _exit(1);
   });
   impatient.detach();
-  (*server)->Shutdown(absl::Seconds(config->server.shutdown_grace_seconds));
+  // A failing server gives in-flight requests a short grace only: it is to be restarted.
+  const absl::Duration grace = absl::Seconds(config->server.shutdown_grace_seconds);
+  (*server)->Shutdown(fatal ? std::min(grace, kFatalGrace) : grace);
   server->reset();
   FlushAsyncLog();
-  return 0;
+  return fatal ? 1 : 0;
 }
 
 }  // namespace

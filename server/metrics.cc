@@ -183,6 +183,21 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
   for (const char* finish : {"stop", "length", "stop_sequence"}) {
     requests_->Add({{"finish_reason", finish}, {"code", "OK"}});
   }
+  grpc_refused_ = &prometheus::BuildCounter()
+                       .Name("specula_grpc_connections_refused_total")
+                       .Help("gRPC connections closed as soon as accepted, by reason: "
+                             "descriptor_reserve (the process is near its open-file limit) or "
+                             "accept_failed (accept failed; the listener pauses and retries).")
+                       .Register(r);
+  for (const char* reason : {"descriptor_reserve", "accept_failed"}) {
+    grpc_refused_->Add({{"reason", reason}});
+  }
+  fatal_ = &prometheus::BuildCounter()
+                .Name("specula_fatal_errors_total")
+                .Help("Conditions the server cannot recover from, by cause (e.g. "
+                      "grpc_listener_failed): health turned NOT_SERVING, in-flight requests "
+                      "ended, and the process exits with status 1 to be restarted.")
+                .Register(r);
 
   prefetch_hits_ = AddCounter(r, "specula_prefetch_hits_total",
                               "Selected KV pages (one layer's and KV head's page) that were on "
@@ -317,6 +332,14 @@ void ServerMetrics::OnLoad(const EngineLoad& load) {
 void ServerMetrics::RecordRejected(absl::StatusCode code) {
   requests_->Add({{"finish_reason", "none"}, {"code", std::string(StatusCodeName(code))}})
       .Increment();
+}
+
+void ServerMetrics::RecordGrpcConnectionRefused(const std::string& reason) {
+  grpc_refused_->Add({{"reason", reason}}).Increment();
+}
+
+void ServerMetrics::RecordFatal(const std::string& cause) {
+  fatal_->Add({{"cause", cause}}).Increment();
 }
 
 std::string ServerMetrics::Exposition() const {

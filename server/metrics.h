@@ -45,6 +45,11 @@ class ServerMetrics : public EngineObserver {
   // A request the server refused before it reached the engine (validation, full queue, ...):
   // counted in specula_requests_total{finish_reason="none", code=<code>}.
   void RecordRejected(absl::StatusCode code);
+  // A gRPC connection the server closed at once: `reason` is descriptor_reserve (the process is
+  // near its descriptor limit) or accept_failed (accept4 failed; the listener retries).
+  void RecordGrpcConnectionRefused(const std::string& reason);
+  // The server took its fatal path (Server::ReportFatal): counted by cause.
+  void RecordFatal(const std::string& cause);
 
   // Serves the registry at http://<host_port>/metrics ("HOST:PORT"; port 0 picks a free one) to
   // GET and HEAD; other paths get 404, other methods 405. INVALID_ARGUMENT for a malformed
@@ -84,6 +89,8 @@ class ServerMetrics : public EngineObserver {
   int64_t preemptions_seen_ = 0;
   prometheus::Counter* generation_tokens_;
   prometheus::Family<prometheus::Counter>* requests_;
+  prometheus::Family<prometheus::Counter>* grpc_refused_;
+  prometheus::Family<prometheus::Counter>* fatal_;
 
   // Sparse KV cache.
   prometheus::Counter* prefetch_hits_;

@@ -262,6 +262,7 @@ OrderedJson OpenAiService::ModelObject() const {
 }
 
 HttpResponse OpenAiService::Health() const {
+  if (env_->failing.load()) return Json(503, {{"status", "failing"}});
   if (env_->draining.load()) return Json(503, {{"status", "draining"}});
   if (env_->stalled.load()) return Json(503, {{"status", "stalled"}});
   return Json(200, {{"status", "ok"}});

@@ -19,6 +19,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
+#include "server/grpc_log_watch.h"
 #include "server/http_tls.h"
 #include "server/request_parse.h"
 #include "server/tls_files.h"
@@ -314,7 +315,19 @@ absl::Status Server::StartGrpc(const ServerConfig& config) {
   // server.reflection asks.
   if (!config.server.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   int port = 0;
-  builder.AddListeningPort(config.server.listen, GrpcCredentials(config.server), &port);
+  if (config.server.tls()) {
+    builder.AddListeningPort(config.server.listen, GrpcCredentials(config.server), &port);
+  } else {
+    // Plaintext: specula's own listener hands connections to gRPC (grpc_acceptor.h).
+    absl::StatusOr<std::unique_ptr<GrpcAcceptor>> acceptor =
+        GrpcAcceptor::Listen(config.server.listen);
+    if (!acceptor.ok()) {
+      engine_->Shutdown(absl::UnavailableError("startup failed"));
+      return acceptor.status();
+    }
+    grpc_acceptor_ = *std::move(acceptor);
+    port = grpc_acceptor_->port();
+  }
   // Twice our limit, so requests between the two reach CheckAdmission and get INVALID_ARGUMENT
   // naming the key; beyond that gRPC itself answers RESOURCE_EXHAUSTED without buffering them.
   builder.SetMaxReceiveMessageSize(
@@ -336,9 +349,50 @@ absl::Status Server::StartGrpc(const ServerConfig& config) {
   std::string host;
   if (absl::Status st = ParseHostPort(config.server.listen, &host); !st.ok()) return st;
   address_ = JoinHostPort(host, port);
+  if (grpc_acceptor_ != nullptr) {
+    GrpcAcceptor::Options options;
+    options.descriptor_ceiling = GrpcAcceptor::DefaultDescriptorCeiling();
+    options.on_refused = [m = metrics_.get()] { m->RecordGrpcConnectionRefused("descriptor_reserve"); };
+    options.on_accept_error = [m = metrics_.get()] { m->RecordGrpcConnectionRefused("accept_failed"); };
+    grpc_acceptor_->Start(grpc_server_.get(), std::move(options));
+  } else {
+    // gRPC's own TLS listener never accepts again after a failed accept: fatal.
+    WatchGrpcLogs([this](const std::string& message) {
+      ReportFatal("grpc_listener_failed", message);
+    });
+  }
   grpc_server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
   grpc_server_->GetHealthCheckService()->SetServingStatus("", true);
   return absl::OkStatus();
+}
+
+void Server::ReportFatal(const std::string& cause, const std::string& error) {
+  std::function<void()> handler;
+  {
+    std::lock_guard lock(fatal_mu_);
+    const bool first = fatal_cause_.empty();
+    Log(LogLevel::kError, "fatal",
+        {{"cause", cause},
+         {"error", error},
+         {"action", first ? "health NOT_SERVING; ending in-flight requests; exiting with status 1"
+                          : "already failing"}});
+    if (!first) return;
+    fatal_cause_ = cause;
+    metrics_->RecordFatal(cause);
+    env_.failing.store(true);
+    handler = fatal_handler_;
+  }
+  if (handler) handler();
+}
+
+void Server::SetFatalHandler(std::function<void()> handler) {
+  bool already;
+  {
+    std::lock_guard lock(fatal_mu_);
+    fatal_handler_ = handler;
+    already = !fatal_cause_.empty();
+  }
+  if (already && handler) handler();
 }
 
 namespace {
@@ -427,9 +481,17 @@ int Server::Shutdown(absl::Duration grace) {
     cut_off = left.running + left.waiting;
     Log(LogLevel::kWarning, "grace_expired", {{"cancelled_requests", cut_off}});
   }
+  std::string cause;
+  {
+    std::lock_guard fatal_lock(fatal_mu_);
+    cause = fatal_cause_;
+  }
   engine_->Shutdown(absl::UnavailableError(
-      "the server shut down before the request finished (server.shutdown_grace_seconds)"));
+      cause.empty()
+          ? "the server shut down before the request finished (server.shutdown_grace_seconds)"
+          : absl::StrCat("the server failed (", cause, ") and restarts; retry")));
   // Every Generate call finishes as its stream closes; Watch streams of health are cut at once.
+  if (grpc_acceptor_ != nullptr) grpc_acceptor_->Stop();
   grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   // Every HTTP request has its answer (the engine closed all streams); the listener closes the
   // connections. Its tasks on the send executor hold only weak references.
@@ -440,6 +502,7 @@ int Server::Shutdown(absl::Duration grace) {
 
 Server::~Server() {
   if (grpc_server_ != nullptr) Shutdown(absl::ZeroDuration());
+  if (grpc_acceptor_ == nullptr) StopWatchingGrpcLogs();  // its handler points here
 }
 
 }  // namespace specula

@@ -4,6 +4,7 @@
 // signals and the embedded-default model; tests start a Server in-process on port 0.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,6 +18,7 @@
 #include "server/config.h"
 #include "server/watchdog.h"
 #include "server/generate_call.h"
+#include "server/grpc_acceptor.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_service.h"
@@ -60,6 +62,19 @@ class Server {
   // Reads server.auth.token_file again (SIGHUP); on an error the tokens in use stay. Any thread.
   absl::Status ReloadAuthTokens();
 
+  // The fatal-condition path, for what the server cannot recover from (gRPC's TLS listener
+  // died, ...). Any thread, never calls into gRPC: logs `event=fatal`, counts
+  // specula_fatal_errors_total{cause}, turns HTTP /health to 503 "failing", and runs the fatal
+  // handler once. The handler's owner (main) then calls Shutdown with a short grace, which turns
+  // gRPC health NOT_SERVING and ends in-flight requests with UNAVAILABLE naming the cause, and
+  // exits with status 1 so the orchestrator restarts the process. Later reports only log.
+  void ReportFatal(const std::string& cause, const std::string& error);
+  // Runs on the reporting thread after the first ReportFatal (at once if one came already).
+  void SetFatalHandler(std::function<void()> handler);
+  bool failing() const { return env_.failing.load(); }
+  // The plaintext gRPC listener; null with TLS (gRPC's own listener then).
+  const GrpcAcceptor* grpc_acceptor() const { return grpc_acceptor_.get(); }
+
  private:
   // The environment every call shares (engine, limits, queues); after the engine exists.
   void InitCallEnv(const ServerConfig& config, const v1::ModelInfo& model_info);
@@ -94,10 +109,14 @@ class Server {
   std::unique_ptr<SpeculaService> service_;
   std::unique_ptr<OpenAiService> openai_;
   std::unique_ptr<grpc::Server> grpc_server_;  // destroyed after the HTTP listener
+  std::unique_ptr<GrpcAcceptor> grpc_acceptor_;  // plaintext only; stopped before grpc_server_
   std::unique_ptr<HttpServer> http_server_;    // destroyed first: its requests use the above
   std::unique_ptr<Watchdog> watchdog_;         // stopped first by Shutdown: it sets health
   std::mutex shutdown_mu_;
   bool shut_down_ = false;
+  std::mutex fatal_mu_;
+  std::string fatal_cause_;  // the first ReportFatal's; guarded by fatal_mu_
+  std::function<void()> fatal_handler_;  // guarded by fatal_mu_
 };
 
 }  // namespace specula

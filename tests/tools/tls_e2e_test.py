@@ -14,7 +14,9 @@ Environment (CTest sets it): SPECULA_SERVER, SPECULA_CLI and PYTHONPATH=<build>/
 import http.client
 import json
 import os
+import resource
 import shutil
+import socket
 import ssl
 import subprocess
 import tempfile
@@ -67,7 +69,7 @@ class Pki:
 
 
 class RunningServer:
-    def __init__(self, tmp, config_text, name):
+    def __init__(self, tmp, config_text, name, open_files=None):
         self.tmp = tmp
         ready = os.path.join(tmp, name + ".ready.json")
         config = os.path.join(tmp, name + ".yaml")
@@ -78,7 +80,11 @@ class RunningServer:
         self.proc = subprocess.Popen(
             [SERVER, "--config", config, "--listen", "127.0.0.1:0", "--metrics-listen", "",
              "--http-listen", "127.0.0.1:0", "--ready-file", ready, "--device", "cpu"],
-            stdout=self.log, stderr=subprocess.STDOUT)
+            stdout=self.log, stderr=subprocess.STDOUT,
+            # Soft and hard: the server raises its soft limit to the hard one at start.
+            preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_NOFILE,
+                                                   (open_files, open_files)))
+            if open_files else None)
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not os.path.exists(ready):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -90,10 +96,11 @@ class RunningServer:
         self.grpc = addresses["listen"]
         self.http_port = int(addresses["http_listen"].rsplit(":", 1)[1])
 
-    def output(self):
+    def output(self, tail=4000):
         self.log.flush()
         with open(self.log_path, "rb") as f:
-            return f.read().decode(errors="replace")[-4000:]
+            text = f.read().decode(errors="replace")
+        return text[-tail:] if tail else text
 
     def stop(self):
         if self.proc.poll() is None:
@@ -267,6 +274,34 @@ class MutualTlsE2ETest(TlsTestBase):
         status, body = https_get(port, "/v1/models", ca, cert=self.pki.path("client-ca1"),
                                  token=TOKEN)
         self.assertEqual(status, 200, body)
+
+
+class TlsListenerFailureTest(TlsTestBase):
+    """With TLS the gRPC listener is gRPC's own, which stops accepting for good after one failed
+    accept (issue 32; plaintext has specula's own listener, which recovers: see
+    FdExhaustionE2eTest). The server must take its fatal path, not answer health ok while
+    nobody can connect."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.make_pki()
+        cls.server = RunningServer(cls.tmp, tls_config(cls.pki), "fd", open_files=200)
+
+    def test_descriptor_exhaustion_takes_the_fatal_path(self):
+        host, port = self.server.grpc.rsplit(":", 1)
+        held = []
+        try:
+            for _ in range(250):  # more than the 200 descriptors the server may open
+                held.append(socket.create_connection((host, int(port)), timeout=10))
+            code = self.server.proc.wait(timeout=60)
+        finally:
+            for s in held:
+                s.close()
+        log = self.server.output(tail=None)
+        self.assertEqual(code, 1, log[-4000:])
+        self.assertIn("Failed accept4", log)
+        self.assertIn("event=fatal cause=grpc_listener_failed", log)
+        self.assertIn("event=stopped", log)
 
 
 class TlsStartupTest(unittest.TestCase):

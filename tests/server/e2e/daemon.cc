@@ -1,6 +1,7 @@
 #include "tests/server/e2e/daemon.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,7 +33,8 @@ std::string JsonString(const std::string& json, const std::string& key) {
 
 }  // namespace
 
-std::unique_ptr<Daemon> Daemon::Start(const std::vector<std::string>& args) {
+std::unique_ptr<Daemon> Daemon::Start(const std::vector<std::string>& args,
+                                      int open_file_limit) {
   static int counter = 0;
   std::unique_ptr<Daemon> d(new Daemon());
   const std::string stem = ::testing::TempDir() + "/specula-daemon-" + std::to_string(getpid()) +
@@ -52,6 +54,10 @@ std::unique_ptr<Daemon> Daemon::Start(const std::vector<std::string>& args) {
     if (log >= 0) {
       dup2(log, STDOUT_FILENO);
       dup2(log, STDERR_FILENO);
+    }
+    if (open_file_limit > 0) {
+      const rlimit limit{static_cast<rlim_t>(open_file_limit), static_cast<rlim_t>(open_file_limit)};
+      if (setrlimit(RLIMIT_NOFILE, &limit) != 0) _exit(126);
     }
     execv(binary.c_str(), argv.data());
     _exit(127);

@@ -14,7 +14,9 @@ class Daemon {
  public:
   // Starts specula-server with `args` and --ready-file; returns once the ready file names the
   // bound addresses, or once the process exited (then address() is empty). Gives up after 30 s.
-  static std::unique_ptr<Daemon> Start(const std::vector<std::string>& args);
+  // `open_file_limit` > 0 sets RLIMIT_NOFILE (soft and hard) for the process.
+  static std::unique_ptr<Daemon> Start(const std::vector<std::string>& args,
+                                       int open_file_limit = 0);
   // Kills the process if it is still running.
   ~Daemon();
   Daemon(const Daemon&) = delete;

@@ -1,0 +1,181 @@
+#include "server/grpc_acceptor.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "engine/common/log.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_posix.h"
+#include "server/config.h"
+
+namespace specula {
+namespace {
+
+// After a failed accept (out of descriptors) the loop waits this long before trying again.
+constexpr int kRetryPauseMs = 100;
+// Refusals and failures are logged at most this often (the counters keep the exact numbers).
+constexpr absl::Duration kLogEvery = absl::Seconds(10);
+
+absl::Status BindError(const std::string& host_port, const std::string& why) {
+  return absl::UnavailableError(absl::StrFormat(
+      "server.listen: cannot listen on %s (%s)", host_port, why));
+}
+
+// A bound, listening, non-blocking socket for the first address `host` resolves to.
+absl::StatusOr<int> BindAndListen(const std::string& host_port, const std::string& host,
+                                  int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (int e = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found);
+      e != 0) {
+    return BindError(host_port, gai_strerror(e));
+  }
+  std::string why = "no address";
+  int fd = -1;
+  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      why = std::strerror(errno);
+      continue;
+    }
+    // As gRPC's own listener: a restart may bind while old connections are in TIME_WAIT. No
+    // SO_REUSEPORT: a second daemon on the port must fail, not share the connections.
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
+      why = std::strerror(errno);
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(found);
+  if (fd < 0) return BindError(host_port, why);
+  return fd;
+}
+
+int BoundPort(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return 0;
+  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GrpcAcceptor>> GrpcAcceptor::Listen(const std::string& host_port) {
+  std::string host;
+  int port = 0;
+  if (absl::Status s = ParseHostPort(host_port, &host, &port); !s.ok()) return s;
+  absl::StatusOr<int> fd = BindAndListen(host_port, host, port);
+  if (!fd.ok()) return fd.status();
+  const int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake < 0) {
+    close(*fd);
+    return absl::InternalError(absl::StrCat("server.listen: eventfd: ", std::strerror(errno)));
+  }
+  return std::unique_ptr<GrpcAcceptor>(new GrpcAcceptor(*fd, wake, BoundPort(*fd)));
+}
+
+GrpcAcceptor::~GrpcAcceptor() {
+  Stop();
+  close(wake_fd_);
+}
+
+int GrpcAcceptor::DefaultDescriptorCeiling() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY ||
+      limit.rlim_cur > static_cast<rlim_t>(INT_MAX)) {
+    return INT_MAX;
+  }
+  const int soft = static_cast<int>(limit.rlim_cur);
+  return std::max(1, soft - std::max(64, soft / 8));
+}
+
+void GrpcAcceptor::Start(grpc::Server* server, Options options) {
+  server_ = server;
+  options_ = std::move(options);
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void GrpcAcceptor::Stop() {
+  if (stop_.exchange(true)) return;
+  const uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof(one));
+  if (thread_.joinable()) thread_.join();
+  close(listen_fd_);
+}
+
+void GrpcAcceptor::Loop() {
+  bool pause = false;
+  while (!stop_.load()) {
+    if (pause) {  // wait out the pause (the pending connection stays queued); Stop() ends it
+      pollfd wake = {wake_fd_, POLLIN, 0};
+      poll(&wake, 1, kRetryPauseMs);
+      pause = false;
+      continue;
+    }
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    if (poll(fds, 2, -1) <= 0 || stop_.load()) continue;
+    if (fds[0].revents & POLLIN) pause = !AcceptPending();
+  }
+}
+
+bool GrpcAcceptor::AcceptPending() {
+  while (!stop_.load()) {
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= options_.descriptor_ceiling) {
+      close(fd);
+      ++refused_;
+      if (options_.on_refused) options_.on_refused();
+      MaybeLog("grpc_connection_refused", "descriptors near the limit");
+      continue;
+    }
+    if (fd >= 0) {
+      const int one = 1;  // as gRPC's own listener: small frames go out at once
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      grpc::AddInsecureChannelFromFd(server_, fd);
+      continue;
+    }
+    const int e = errno;
+    if (e == EAGAIN || e == EWOULDBLOCK) return true;
+    if (e == EINTR || e == ECONNABORTED || e == EPROTO) continue;
+    ++accept_errors_;
+    if (options_.on_accept_error) options_.on_accept_error();
+    MaybeLog("grpc_accept_failed", std::strerror(e));
+    // Out of descriptors (EMFILE, ENFILE) or memory: pause, then accept again. Anything else
+    // too: a listener that stops for good is what this class exists to avoid.
+    return false;
+  }
+  return true;
+}
+
+void GrpcAcceptor::MaybeLog(const char* event, const std::string& why) {
+  const absl::Time now = absl::Now();
+  if (now - last_log_ < kLogEvery) return;
+  last_log_ = now;
+  Log(LogLevel::kWarning, event,
+      {{"error", why}, {"refused_total", refused_.load()},
+       {"accept_errors_total", accept_errors_.load()},
+       {"descriptor_ceiling", options_.descriptor_ceiling},
+       {"action", "closing new connections until descriptors are free; retrying accept"}});
+}
+
+}  // namespace specula
