@@ -1,6 +1,5 @@
 #include "server/grpc_acceptor.h"
 
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -20,6 +19,7 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_posix.h"
 #include "server/config.h"
+#include "server/listen_address.h"
 
 namespace specula {
 namespace {
@@ -34,39 +34,22 @@ absl::Status BindError(const std::string& host_port, const std::string& why) {
       "server.listen: cannot listen on %s (%s)", host_port, why));
 }
 
-// A bound, listening, non-blocking socket for the first address `host` resolves to.
-absl::StatusOr<int> BindAndListen(const std::string& host_port, const std::string& host,
-                                  int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string service = std::to_string(port);
-  if (int e = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found);
-      e != 0) {
-    return BindError(host_port, gai_strerror(e));
+// A bound, listening, non-blocking socket for the address `host_port` resolves to.
+absl::StatusOr<int> BindAndListen(const std::string& host_port) {
+  absl::StatusOr<sockaddr_storage> addr = ResolveListenAddress(host_port);
+  if (!addr.ok()) return BindError(host_port, std::string(addr.status().message()));
+  const int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return BindError(host_port, std::strerror(errno));
+  // As gRPC's own listener: a restart may bind while old connections are in TIME_WAIT. No
+  // SO_REUSEPORT: a second daemon on the port must fail, not share the connections.
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&*addr), AddressLength(*addr)) != 0 ||
+      listen(fd, SOMAXCONN) != 0) {
+    const std::string why = std::strerror(errno);
+    close(fd);
+    return BindError(host_port, why);
   }
-  std::string why = "no address";
-  int fd = -1;
-  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
-    fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) {
-      why = std::strerror(errno);
-      continue;
-    }
-    // As gRPC's own listener: a restart may bind while old connections are in TIME_WAIT. No
-    // SO_REUSEPORT: a second daemon on the port must fail, not share the connections.
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
-      why = std::strerror(errno);
-      close(fd);
-      fd = -1;
-    }
-  }
-  freeaddrinfo(found);
-  if (fd < 0) return BindError(host_port, why);
   return fd;
 }
 
@@ -81,10 +64,8 @@ int BoundPort(int fd) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GrpcAcceptor>> GrpcAcceptor::Listen(const std::string& host_port) {
-  std::string host;
-  int port = 0;
-  if (absl::Status s = ParseHostPort(host_port, &host, &port); !s.ok()) return s;
-  absl::StatusOr<int> fd = BindAndListen(host_port, host, port);
+  if (absl::Status s = ParseHostPort(host_port); !s.ok()) return s;
+  absl::StatusOr<int> fd = BindAndListen(host_port);
   if (!fd.ok()) return fd.status();
   const int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake < 0) {

@@ -22,6 +22,7 @@
 #include "server/config.h"
 #include "server/connection_watcher.h"
 #include "server/http_tls.h"
+#include "server/listen_address.h"
 
 namespace specula {
 
@@ -143,29 +144,6 @@ std::optional<size_t> ContentLength(MHD_Connection* connection) {
   return length;
 }
 
-// The socket address for HOST:PORT (ParseHostPort-checked); names are resolved.
-absl::StatusOr<sockaddr_storage> ResolveListenAddress(const std::string& host_port) {
-  std::string host;
-  int port = 0;
-  if (absl::Status s = ParseHostPort(host_port, &host, &port); !s.ok()) return s;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string service = std::to_string(port);
-  if (int err = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); err != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot resolve '", host, "': ", gai_strerror(err)));
-  }
-  sockaddr_storage addr{};
-  std::memcpy(&addr, found->ai_addr, found->ai_addrlen);
-  freeaddrinfo(found);
-  return addr;
-}
-
-}  // namespace
-
-namespace {
 
 void OnHangUp(const std::weak_ptr<HttpExchangeState>& weak);
 
