@@ -18,7 +18,6 @@
 #include "engine/common/log.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_posix.h"
-#include "server/config.h"
 #include "server/listen_address.h"
 
 namespace specula {
@@ -34,9 +33,11 @@ absl::Status BindError(const std::string& host_port, const std::string& why) {
       "server.listen: cannot listen on %s (%s)", host_port, why));
 }
 
-// A bound, listening, non-blocking socket for the address `host_port` resolves to.
+// A bound, listening, non-blocking socket for the address `host_port` resolves to. A malformed
+// address is INVALID_ARGUMENT (ParseHostPort's), any other failure UNAVAILABLE naming the key.
 absl::StatusOr<int> BindAndListen(const std::string& host_port) {
   absl::StatusOr<sockaddr_storage> addr = ResolveListenAddress(host_port);
+  if (absl::IsInvalidArgument(addr.status())) return addr.status();
   if (!addr.ok()) return BindError(host_port, std::string(addr.status().message()));
   const int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return BindError(host_port, std::strerror(errno));
@@ -64,7 +65,6 @@ int BoundPort(int fd) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GrpcAcceptor>> GrpcAcceptor::Listen(const std::string& host_port) {
-  if (absl::Status s = ParseHostPort(host_port); !s.ok()) return s;
   absl::StatusOr<int> fd = BindAndListen(host_port);
   if (!fd.ok()) return fd.status();
   const int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -153,8 +153,8 @@ void GrpcAcceptor::MaybeLog(const char* event, const std::string& why) {
   if (now - last_log_ < kLogEvery) return;
   last_log_ = now;
   Log(LogLevel::kWarning, event,
-      {{"error", why}, {"refused_total", refused_.load()},
-       {"accept_errors_total", accept_errors_.load()},
+      {{"error", why}, {"refused_total", refused_},
+       {"accept_errors_total", accept_errors_},
        {"descriptor_ceiling", options_.descriptor_ceiling},
        {"action", "closing new connections until descriptors are free; retrying accept"}});
 }

@@ -57,9 +57,6 @@ class GrpcAcceptor {
   // connections: max(64, limit / 8).
   static int DefaultDescriptorCeiling();
 
-  int64_t refused() const { return refused_.load(); }
-  int64_t accept_errors() const { return accept_errors_.load(); }
-
  private:
   GrpcAcceptor(int listen_fd, int wake_fd, int port)
       : listen_fd_(listen_fd), wake_fd_(wake_fd), port_(port) {}
@@ -76,9 +73,10 @@ class GrpcAcceptor {
   Options options_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
-  std::atomic<int64_t> refused_{0};
-  std::atomic<int64_t> accept_errors_{0};
-  absl::Time last_log_ = absl::InfinitePast();  // the acceptor thread's
+  // The acceptor thread's, for its log lines (the metrics count through the options).
+  int64_t refused_ = 0;
+  int64_t accept_errors_ = 0;
+  absl::Time last_log_ = absl::InfinitePast();
 };
 
 }  // namespace specula

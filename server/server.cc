@@ -352,8 +352,9 @@ absl::Status Server::StartGrpc(const ServerConfig& config) {
   if (grpc_acceptor_ != nullptr) {
     GrpcAcceptor::Options options;
     options.descriptor_ceiling = GrpcAcceptor::DefaultDescriptorCeiling();
-    options.on_refused = [m = metrics_.get()] { m->RecordGrpcConnectionRefused("descriptor_reserve"); };
-    options.on_accept_error = [m = metrics_.get()] { m->RecordGrpcConnectionRefused("accept_failed"); };
+    ServerMetrics* m = metrics_.get();
+    options.on_refused = [m] { m->RecordGrpcConnectionRefused("descriptor_reserve"); };
+    options.on_accept_error = [m] { m->RecordGrpcConnectionRefused("accept_failed"); };
     grpc_acceptor_->Start(grpc_server_.get(), std::move(options));
   } else {
     // gRPC's own TLS listener never accepts again after a failed accept: fatal.

@@ -71,9 +71,6 @@ class Server {
   void ReportFatal(const std::string& cause, const std::string& error);
   // Runs on the reporting thread after the first ReportFatal (at once if one came already).
   void SetFatalHandler(std::function<void()> handler);
-  bool failing() const { return env_.failing.load(); }
-  // The plaintext gRPC listener; null with TLS (gRPC's own listener then).
-  const GrpcAcceptor* grpc_acceptor() const { return grpc_acceptor_.get(); }
 
  private:
   // The environment every call shares (engine, limits, queues); after the engine exists.

@@ -150,11 +150,6 @@ PrefixCache::Sessions::iterator PrefixCache::LeastRecentlyUsedIdle(Eligible elig
 }
 
 template <typename Eligible>
-PrefixCache::Sessions::iterator PrefixCache::LeastRecentlyUsedRunning(Eligible eligible) {
-  return LeastRecentlyUsed(/*running=*/true, eligible);
-}
-
-template <typename Eligible>
 PrefixCache::Sessions::iterator PrefixCache::LeastRecentlyUsed(bool running, Eligible eligible) {
   auto oldest = sessions_.end();
   for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
@@ -341,7 +336,8 @@ bool PrefixCache::MakeRoom(int64_t blocks, int64_t host_pages) {
       auto has_kv = [host](const Session& s) { return s.node != nullptr && s.host == host; };
       if (auto idle = LeastRecentlyUsedIdle(has_kv); idle != sessions_.end()) {
         DropSession(idle, EvictionReason::kSessionDropped);
-      } else if (auto busy = LeastRecentlyUsedRunning(has_kv); busy != sessions_.end()) {
+      } else if (auto busy = LeastRecentlyUsed(/*running=*/true, has_kv);
+                 busy != sessions_.end()) {
         ReleaseSessionKv(busy->second, EvictionReason::kSessionDropped);
       } else {
         return false;

@@ -212,9 +212,7 @@ class PrefixCache {
   // The least recently used session without a running request that `eligible` accepts.
   template <typename Eligible>
   Sessions::iterator LeastRecentlyUsedIdle(Eligible eligible);
-  // The least recently used session with a running turn that `eligible` accepts.
-  template <typename Eligible>
-  Sessions::iterator LeastRecentlyUsedRunning(Eligible eligible);
+  // The least recently used session, with a running turn or without, that `eligible` accepts.
   template <typename Eligible>
   Sessions::iterator LeastRecentlyUsed(bool running, Eligible eligible);
   // Lets go of the session's KV (its last turn's); pages others hold stay. The session stays.

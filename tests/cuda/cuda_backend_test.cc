@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "tests/engine/cpu/device_data.h"
 #include "tests/engine/cpu/random_vector.h"
+#include "tests/engine/cpu/stored_parts.h"
 
 namespace specula {
 namespace {
@@ -23,7 +24,9 @@ namespace {
 using ::specula::testing::DenseBatch;
 using ::specula::testing::DeviceData;
 using ::specula::testing::PageLists;
+using ::specula::testing::MakeStoredParts;
 using ::specula::testing::RandomVector;
+using ::specula::testing::StoredParts;
 
 // Values a bf16 weight holds exactly, so the CPU (fp32 weights) and CUDA (bf16 weights) backends
 // multiply by the same numbers.
@@ -495,30 +498,19 @@ TEST_F(CudaBackendTest, CopyStreamGatherIsOrderedByItsEvent) {
 // buffers; a default one fills a large chunk on several threads. Matrices arrive as bf16 of the
 // stored values, vectors as fp32, bit for bit.
 TEST_F(CudaBackendTest, WeightUploaderStagesMixedDtypesInChunks) {
-  const DType types[] = {DType::kBF16, DType::kF32, DType::kF16};
   for (const auto& [staging, rows_per_part] : {std::pair<size_t, int64_t>{64 << 10, 97},
                                                 std::pair<size_t, int64_t>{kWeightStagingBytes,
                                                                            9000}}) {
     constexpr int64_t kIn = 384;
-    std::vector<std::vector<uint8_t>> storage;
-    std::vector<WeightPart> parts;
-    std::vector<float> stored;  // the concatenation's values, exact in fp32
-    for (int i = 0; i < 3; ++i) {
-      const std::vector<float> v = RandomVector(rows_per_part * kIn, 50 + i);
-      storage.emplace_back(v.size() * DTypeSize(types[i]));
-      ConvertFromF32(types[i], v.data(), storage.back().data(), v.size());
-      std::vector<float> f(v.size());
-      ConvertToF32(types[i], storage.back().data(), f.data(), v.size());
-      stored.insert(stored.end(), f.begin(), f.end());
-      parts.push_back({types[i], storage.back().data(), rows_per_part * kIn});
-    }
-    const int64_t n = static_cast<int64_t>(stored.size());
+    const StoredParts stored =
+        MakeStoredParts({DType::kBF16, DType::kF32, DType::kF16}, rows_per_part * kIn, 50);
+    const int64_t n = static_cast<int64_t>(stored.values.size());
     std::vector<uint16_t> want_bf16(n);
-    ConvertFromF32(DType::kBF16, stored.data(), want_bf16.data(), n);
+    ConvertFromF32(DType::kBF16, stored.values.data(), want_bf16.data(), n);
 
     auto uploader = gpu_->CreateWeightUploader(staging);
-    Weight matrix = uploader->Upload(parts, 3 * rows_per_part, kIn).value();
-    Weight vector = uploader->Upload(parts, 1, n).value();
+    Weight matrix = uploader->Upload(stored.parts, 3 * rows_per_part, kIn).value();
+    Weight vector = uploader->Upload(stored.parts, 1, n).value();
     uploader.reset();  // waits for the staged copies
     ASSERT_EQ(matrix.dtype, DType::kBF16);
     ASSERT_EQ(vector.dtype, DType::kF32);
@@ -527,7 +519,7 @@ TEST_F(CudaBackendTest, WeightUploaderStagesMixedDtypesInChunks) {
     EXPECT_EQ(got_bf16, want_bf16) << "staging " << staging;
     std::vector<float> got_f32(n);
     gpu_->CopyToHost(got_f32.data(), vector.buffer.data(), n * sizeof(float));
-    EXPECT_EQ(got_f32, stored) << "staging " << staging;
+    EXPECT_EQ(got_f32, stored.values) << "staging " << staging;
   }
 }
 

@@ -12,13 +12,16 @@
 #include "gtest/gtest.h"
 #include "tests/engine/cpu/device_data.h"
 #include "tests/engine/cpu/random_vector.h"
+#include "tests/engine/cpu/stored_parts.h"
 
 namespace specula {
 namespace {
 
 using ::specula::testing::DenseBatch;
 using ::specula::testing::DeviceData;
+using ::specula::testing::MakeStoredParts;
 using ::specula::testing::RandomVector;
+using ::specula::testing::StoredParts;
 
 class CpuBackendTest : public ::testing::Test {
  protected:
@@ -228,26 +231,15 @@ TEST(KvPoolTest, AllocateFreeAndExhaustion) {
 // convert a slice: every element lands at its place, exactly converted to fp32.
 TEST_F(CpuBackendTest, WeightUploaderConvertsEachPartIntoPlace) {
   constexpr int64_t kIn = 1000, kRowsPerPart = 200;  // 600K elements: several pool slices
-  const DType types[] = {DType::kBF16, DType::kF32, DType::kF16};
-  std::vector<std::vector<uint8_t>> storage;
-  std::vector<WeightPart> parts;
-  std::vector<float> want;
-  for (int i = 0; i < 3; ++i) {
-    const std::vector<float> v = RandomVector(kRowsPerPart * kIn, 40 + i);
-    storage.emplace_back(v.size() * DTypeSize(types[i]));
-    ConvertFromF32(types[i], v.data(), storage.back().data(), v.size());
-    std::vector<float> stored(v.size());
-    ConvertToF32(types[i], storage.back().data(), stored.data(), v.size());
-    want.insert(want.end(), stored.begin(), stored.end());
-    parts.push_back({types[i], storage.back().data(), kRowsPerPart * kIn});
-  }
+  const StoredParts stored =
+      MakeStoredParts({DType::kBF16, DType::kF32, DType::kF16}, kRowsPerPart * kIn, 40);
   auto uploader = backend_.CreateWeightUploader(kWeightStagingBytes);
-  Weight w = uploader->Upload(parts, 3 * kRowsPerPart, kIn).value();
+  Weight w = uploader->Upload(stored.parts, 3 * kRowsPerPart, kIn).value();
   EXPECT_EQ(w.dtype, DType::kF32);
   EXPECT_EQ(w.out, 3 * kRowsPerPart);
   EXPECT_EQ(w.in, kIn);
   const float* got = w.buffer.as<float>();
-  EXPECT_TRUE(std::equal(want.begin(), want.end(), got));
+  EXPECT_TRUE(std::equal(stored.values.begin(), stored.values.end(), got));
 }
 
 }  // namespace
