@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <fstream>
 #include <optional>
+#include <semaphore>
 #include <string>
 #include <thread>
 #include <vector>
@@ -109,6 +110,8 @@ void OnSignal(int sig) {
 constexpr char kFatalWake = 0;
 // The most a failing server waits for in-flight requests before it exits.
 constexpr absl::Duration kFatalGrace = absl::Seconds(5);
+// Held from startup and released by the fatal handler, for the exit of a server out of them.
+constexpr int kFatalPathDescriptors = 16;
 
 int WaitForSignal() {
   char c = 0;
@@ -207,6 +210,24 @@ bool ServeUntilStopOrFatal(Server& server, ServerConfig running) {
   return false;
 }
 
+// A second stop signal while draining means "now". The thread that honours it starts before
+// serving and waits on the returned semaphore until the drain begins: a failing server (out of
+// descriptors or threads) must not need a new thread then. No Log in the thread: its lock may be
+// held by a writer stuck on a blocked stderr, which is one reason an operator sends the second
+// signal.
+std::binary_semaphore& StartSecondSignalWatcher() {
+  static std::binary_semaphore draining{0};
+  std::thread([] {
+    draining.acquire();
+    while (!IsStopSignal(WaitForSignal())) {
+    }
+    static constexpr char kMessage[] = "specula-server: second signal, exiting now\n";
+    (void)!write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+    _exit(1);
+  }).detach();
+  return draining;
+}
+
 int Fail(const absl::Status& s) {
   Log(LogLevel::kError, "startup_failed",
       {{"status", StatusCodeName(s.code())}, {"error", s.message()}});
@@ -232,6 +253,7 @@ int Run(int argc, char** argv) {
       {{"soft_before", static_cast<int64_t>(files.soft_before)},
        {"soft", static_cast<int64_t>(files.soft)},
        {"hard", static_cast<int64_t>(files.hard)}});
+  static DescriptorReserve reserve(kFatalPathDescriptors);  // before any listener takes them
 
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(*config);
   if (!server.ok()) return Fail(server.status());
@@ -243,20 +265,13 @@ int Run(int argc, char** argv) {
   }
 
   (*server)->SetFatalHandler([] {
+    reserve.Release();
     const char c = kFatalWake;
     (void)!write(signal_pipe[1], &c, 1);
   });
+  std::binary_semaphore& draining = StartSecondSignalWatcher();
   const bool fatal = ServeUntilStopOrFatal(**server, *config);
-  // A second stop signal while draining means "now". No Log here: its lock may be held by a
-  // writer stuck on a blocked stderr, which is one reason an operator sends the second signal.
-  std::thread impatient([] {
-    while (!IsStopSignal(WaitForSignal())) {
-    }
-    static constexpr char kMessage[] = "specula-server: second signal, exiting now\n";
-    (void)!write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
-    _exit(1);
-  });
-  impatient.detach();
+  draining.release();
   // A failing server gives in-flight requests a short grace only: it is to be restarted.
   const absl::Duration grace = absl::Seconds(config->server.shutdown_grace_seconds);
   (*server)->Shutdown(fatal ? std::min(grace, kFatalGrace) : grace);

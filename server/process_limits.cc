@@ -1,6 +1,8 @@
 #include "server/process_limits.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <fstream>
 
@@ -23,6 +25,27 @@ OpenFileLimits RaiseOpenFileLimit() {
   limit.rlim_cur = target;
   if (setrlimit(RLIMIT_NOFILE, &limit) == 0) out.soft = target;
   return out;
+}
+
+DescriptorReserve::DescriptorReserve(int count) {
+  for (int i = 0; i < count; ++i) {
+    const int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) break;
+    fds_.push_back(fd);
+  }
+}
+
+DescriptorReserve::~DescriptorReserve() { Release(); }
+
+int DescriptorReserve::held() const {
+  std::lock_guard lock(mu_);
+  return static_cast<int>(fds_.size());
+}
+
+void DescriptorReserve::Release() {
+  std::lock_guard lock(mu_);
+  for (int fd : fds_) close(fd);
+  fds_.clear();
 }
 
 }  // namespace specula

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
+#include <vector>
 
 namespace specula {
 
@@ -17,5 +19,24 @@ struct OpenFileLimits {
 // of 1024 would let the first starve the second. Best effort: failures leave the limit as it was.
 // Returns the limits before and after, for the startup log.
 OpenFileLimits RaiseOpenFileLimit();
+
+// Descriptors held back from startup so that a server out of descriptors can still end cleanly:
+// its fatal path releases them first. Logging to a file, shutting listeners down and, under the
+// sanitizers, every first check of a type (UBSan probes memory through a pipe) may need one, and
+// a server whose clients hold every descriptor would otherwise have none left for its own exit.
+class DescriptorReserve {
+ public:
+  explicit DescriptorReserve(int count);  // opens /dev/null `count` times (fewer if refused)
+  ~DescriptorReserve();
+  DescriptorReserve(const DescriptorReserve&) = delete;
+  DescriptorReserve& operator=(const DescriptorReserve&) = delete;
+
+  int held() const;
+  void Release();  // closes them; safe from any thread, more than once
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<int> fds_;
+};
 
 }  // namespace specula
