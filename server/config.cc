@@ -117,6 +117,10 @@ std::optional<Violation> CheckConnections(const ServerSection& s) {
                         2147483))) {
     return v;
   }
+  if ((v = CheckSeconds("server.connections.grpc_handshake_seconds", s.grpc_handshake_seconds,
+                        0.1, 3600))) {
+    return v;
+  }
   if ((v = CheckRange<int64_t>("server.connections.http_idle_seconds", s.http_idle_seconds, 1,
                                3600))) {
     return v;
@@ -486,6 +490,7 @@ absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
                           {"auth", Section({{"token_file", String(&s.auth_token_file)}})},
                           {"connections",
                            Section({{"grpc_max_idle_seconds", Double(&s.grpc_max_idle_seconds)},
+                                    {"grpc_handshake_seconds", Double(&s.grpc_handshake_seconds)},
                                     {"http_idle_seconds", Int(&s.http_idle_seconds)},
                                     {"http_max_connections", Int(&s.http_max_connections)},
                                     {"min_ping_interval_seconds",

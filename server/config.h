@@ -36,6 +36,7 @@ struct ServerSection {
   bool tls() const { return !tls_cert_file.empty(); }
   // server.connections: what a connection may do before it is closed.
   double grpc_max_idle_seconds = 3600;    // [0, 2147483]: no call for this long; 0 = never
+  double grpc_handshake_seconds = 10;     // [0.1, 3600]: TLS handshake unfinished this long
   int http_idle_seconds = 10;             // [1, 3600]: an HTTP connection with no traffic
   int http_max_connections = 1024;        // [1, 65536]: open HTTP connections at once
   double min_ping_interval_seconds = 10;  // [0.001, 86400]: client pings closer are strikes

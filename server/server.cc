@@ -268,8 +268,12 @@ int Milliseconds(double seconds) {
 // server.connections: a client pinging more often than min_ping_interval_seconds (without data
 // between) collects a strike per ping; past max_ping_strikes gRPC sends GOAWAY (too_many_pings)
 // and closes that connection only. Connections with no call for grpc_max_idle_seconds are closed
-// with GOAWAY too (clients reconnect on their next call).
+// with GOAWAY too (clients reconnect on their next call). A connection on gRPC's TLS listener
+// whose handshake has not finished grpc_handshake_seconds after accept is closed (gRPC's default,
+// 120 s, lets half-open handshakes pile up memory and descriptors).
 void ApplyConnectionLimits(const ServerSection& s, grpc::ServerBuilder& builder) {
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             Milliseconds(s.grpc_handshake_seconds));
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                              Milliseconds(s.min_ping_interval_seconds));
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, s.max_ping_strikes);

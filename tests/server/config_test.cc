@@ -77,6 +77,7 @@ TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.server.tls_reload_seconds, 60);
   EXPECT_EQ(c.server.stall_seconds, 120);
   EXPECT_EQ(c.server.grpc_max_idle_seconds, 3600);
+  EXPECT_EQ(c.server.grpc_handshake_seconds, 10);
   EXPECT_EQ(c.server.http_idle_seconds, 10);
   EXPECT_EQ(c.server.min_ping_interval_seconds, 10);
   EXPECT_EQ(c.server.max_ping_strikes, 2);
@@ -136,6 +137,7 @@ server:
   reflection: true
   connections:
     grpc_max_idle_seconds: 0
+    grpc_handshake_seconds: 2.5
     http_idle_seconds: 30
     http_max_connections: 64
     min_ping_interval_seconds: 0.5
@@ -194,6 +196,7 @@ sparse:
   EXPECT_EQ(c->server.send_priority, "normal");
   EXPECT_TRUE(c->server.reflection);
   EXPECT_EQ(c->server.grpc_max_idle_seconds, 0);
+  EXPECT_EQ(c->server.grpc_handshake_seconds, 2.5);
   EXPECT_EQ(c->server.http_idle_seconds, 30);
   EXPECT_EQ(c->server.http_max_connections, 64);
   EXPECT_EQ(c->server.min_ping_interval_seconds, 0.5);
@@ -296,6 +299,8 @@ TEST(ConfigTest, InvalidValuesNameTheirKeyAndLine) {
        "server.limits.max_requests_per_client: must be >= 0, got -1", 3},
       {"server:\n  connections:\n    grpc_max_idle_seconds: -1\n",
        "server.connections.grpc_max_idle_seconds: must be in [0, 2147483], got -1", 3},
+      {"server:\n  connections:\n    grpc_handshake_seconds: 0\n",
+       "server.connections.grpc_handshake_seconds: must be in [0.1, 3600], got 0", 3},
       {"server:\n  connections:\n    http_idle_seconds: 0\n",
        "server.connections.http_idle_seconds: must be >= 1, got 0", 3},
       {"server:\n  connections:\n    http_max_connections: 65537\n",

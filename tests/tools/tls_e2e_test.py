@@ -276,6 +276,40 @@ class MutualTlsE2ETest(TlsTestBase):
         self.assertEqual(status, 200, body)
 
 
+class TlsHandshakeTimeoutTest(TlsTestBase):
+    """server.connections.grpc_handshake_seconds (issue 32): a connection that never finishes its
+    TLS handshake is closed by the server; one that finished it is kept past that deadline."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.make_pki()
+        config = tls_config(cls.pki) + "  connections:\n    grpc_handshake_seconds: 1\n"
+        cls.server = RunningServer(cls.tmp, config, "handshake")
+
+    def test_a_silent_connection_is_closed_after_the_handshake_deadline(self):
+        host, port = self.server.grpc.rsplit(":", 1)
+        silent = socket.create_connection((host, int(port)), timeout=15)
+        half = socket.create_connection((host, int(port)), timeout=15)
+        half.sendall(b"\x16\x03\x01\x00\xc8")  # a TLS record header promising a ClientHello
+        try:
+            for s in (silent, half):
+                start = time.monotonic()
+                try:
+                    self.assertEqual(s.recv(1), b"")  # the server closed it
+                except ConnectionResetError:
+                    pass
+                self.assertLess(time.monotonic() - start, 10)
+        finally:
+            silent.close()
+            half.close()
+
+    def test_an_established_connection_outlives_the_handshake_deadline(self):
+        c = self.client(ca_file=self.pki.path("ca1.pem"), token=TOKEN)
+        self.assertTrue(c.generate_text("Hello", max_tokens=2))
+        time.sleep(2)  # twice the handshake deadline, on the same channel
+        self.assertTrue(c.generate_text("Hello", max_tokens=2))
+
+
 class TlsListenerFailureTest(TlsTestBase):
     """With TLS the gRPC listener is gRPC's own, which stops accepting for good after one failed
     accept (issue 32; plaintext has specula's own listener, which recovers: see
