@@ -27,6 +27,7 @@
 #include "engine/common/log.h"
 #include "nlohmann/json.hpp"
 #include "server/config.h"
+#include "server/memory_trimmer.h"
 #include "server/process_limits.h"
 #include "server/server.h"
 #include "server/status.h"
@@ -112,6 +113,8 @@ constexpr char kFatalWake = 0;
 constexpr absl::Duration kFatalGrace = absl::Seconds(5);
 // Held from startup and released by the fatal handler, for the exit of a server out of them.
 constexpr int kFatalPathDescriptors = 16;
+// How often freed heap pages go back to the kernel (server/memory_trimmer.h).
+constexpr absl::Duration kMemoryTrimPeriod = absl::Seconds(10);
 
 int WaitForSignal() {
   char c = 0;
@@ -270,6 +273,7 @@ int Run(int argc, char** argv) {
     (void)!write(signal_pipe[1], &c, 1);
   });
   std::binary_semaphore& draining = StartSecondSignalWatcher();
+  MemoryTrimmer trimmer(kMemoryTrimPeriod);
   const bool fatal = ServeUntilStopOrFatal(**server, *config);
   draining.release();
   // A failing server gives in-flight requests a short grace only: it is to be restarted.

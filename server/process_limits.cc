@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <string>
 
 namespace specula {
 
@@ -25,6 +26,14 @@ OpenFileLimits RaiseOpenFileLimit() {
   limit.rlim_cur = target;
   if (setrlimit(RLIMIT_NOFILE, &limit) == 0) out.soft = target;
   return out;
+}
+
+int64_t ResidentBytes(int pid) {
+  std::ifstream statm(pid == 0 ? std::string("/proc/self/statm")
+                               : "/proc/" + std::to_string(pid) + "/statm");
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
 }
 
 DescriptorReserve::DescriptorReserve(int count) {

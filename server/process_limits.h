@@ -20,6 +20,10 @@ struct OpenFileLimits {
 // Returns the limits before and after, for the startup log.
 OpenFileLimits RaiseOpenFileLimit();
 
+// The resident size of process `pid` (this process by default), from /proc/PID/statm; 0 if
+// unreadable.
+int64_t ResidentBytes(int pid = 0);
+
 // Descriptors held back from startup so that a server out of descriptors can still end cleanly:
 // its fatal path releases them first. Logging to a file, shutting listeners down and, under the
 // sanitizers, every first check of a type (UBSan probes memory through a pipe) may need one, and

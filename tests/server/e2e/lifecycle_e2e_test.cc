@@ -314,19 +314,6 @@ TEST(LifecycleE2eTest, DaemonRaisesTheOpenFileLimitAndLogsIt) {
   EXPECT_EQ(daemon->Wait(), 0) << daemon->Log();
 }
 
-// Opens a TCP connection to "127.0.0.1:PORT"; -1 when it cannot.
-int ConnectTcp(const std::string& address) {
-  const int port = std::stoi(address.substr(address.rfind(':') + 1));
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
-  if (fd >= 0) close(fd);
-  return -1;
-}
-
 // Issue 32: gRPC's own listener stopped accepting for good after one accept4 failed with EMFILE,
 // while health kept answering ok. Plaintext gRPC now has specula's listener: under an open-file
 // limit of 200, 250 idle connections get the ones past the reserve closed at once (counted), and

@@ -1,5 +1,10 @@
 #include "tests/server/e2e/test_server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -23,6 +28,25 @@ std::unique_ptr<Server> StartServer(const std::function<void(ServerConfig&)>& tw
 
 std::unique_ptr<v1::Specula::Stub> Connect(const std::string& address) {
   return v1::Specula::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
+
+int ConnectTcp(const std::string& address, const std::string& source) {
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (inet_pton(AF_INET, source.c_str(), &from.sin_addr) == 1 &&
+      bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) == 0 &&
+      connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) == 0) {
+    return fd;
+  }
+  close(fd);
+  return -1;
 }
 
 StreamResult RunGenerate(

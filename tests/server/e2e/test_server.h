@@ -25,6 +25,11 @@ std::unique_ptr<Server> StartServer(const std::function<void(ServerConfig&)>& tw
 
 std::unique_ptr<v1::Specula::Stub> Connect(const std::string& address);
 
+// Opens a bare TCP connection to "127.0.0.1:PORT" from loopback address `source` (127.0.0.1 by
+// default; others spread many connections over more ports than one address has); -1 when it
+// cannot.
+int ConnectTcp(const std::string& address, const std::string& source = "127.0.0.1");
+
 // What one Generate stream delivered.
 struct StreamResult {
   grpc::Status status;
