@@ -21,6 +21,7 @@
 #include "engine/common/log.h"
 #include "server/config.h"
 #include "server/connection_watcher.h"
+#include "server/http_framing.h"
 #include "server/http_tls.h"
 #include "server/listen_address.h"
 
@@ -74,10 +75,20 @@ std::string PeerAddress(MHD_Connection* connection) {
   return host;
 }
 
-MHD_Result CollectHeader(void* cls, MHD_ValueKind, const char* key, const char* value) {
+// With their lengths, so a NUL inside a value is seen (and refused by CheckRequestHead).
+MHD_Result CollectHeader(void* cls, MHD_ValueKind, const char* key, size_t key_size,
+                         const char* value, size_t value_size) {
   auto* headers = static_cast<std::vector<std::pair<std::string, std::string>>*>(cls);
-  headers->emplace_back(absl::AsciiStrToLower(key), value == nullptr ? "" : value);
+  headers->emplace_back(absl::AsciiStrToLower(std::string(key, key_size)),
+                        value == nullptr ? "" : std::string(value, value_size));
   return MHD_YES;
+}
+
+// The answer to a request whose head is refused: the connection closes after it, since where the
+// next request would begin is unknown.
+HttpResponse Closing(HttpResponse response) {
+  response.headers.emplace_back(MHD_HTTP_HEADER_CONNECTION, "close");
+  return response;
 }
 
 // Queues `response` (owned: released here) with the status and headers of `r`.
@@ -302,7 +313,7 @@ const std::string* HttpRequest::header(std::string_view lower_case_name) const {
 // libmicrohttpd's C callbacks; a struct so HttpServer can befriend them.
 struct HttpServerCallbacks {
   static MHD_Result Access(void* cls, MHD_Connection* connection, const char* url,
-                           const char* method, const char* /*version*/, const char* upload_data,
+                           const char* method, const char* version, const char* upload_data,
                            size_t* upload_data_size, void** state) {
     const auto* server = static_cast<const HttpServer*>(cls);
     auto* pending = static_cast<PendingRequest*>(*state);
@@ -317,11 +328,14 @@ struct HttpServerCallbacks {
       pending->request.method = method;
       pending->request.path = url;
       pending->request.peer = PeerAddress(connection);
+      MHD_get_connection_values_n(connection, MHD_HEADER_KIND, &CollectHeader,
+                                  &pending->request.headers);
+      if (auto refusal = CheckRequestHead(version, pending->request.headers)) {
+        return Send(connection, Closing(server->Refusal(refusal->status, refusal->reason)));
+      }
       if (absl::Status s = server->CheckClientCertificate(connection); !s.ok()) {
         return Send(connection, server->Refusal(403, std::string(s.message())));
       }
-      MHD_get_connection_values(connection, MHD_HEADER_KIND, &CollectHeader,
-                                &pending->request.headers);
       HttpResponse refusal;
       pending->route = server->Match(pending->request, &refusal);
       if (pending->route == nullptr) return Send(connection, refusal);
@@ -415,8 +429,10 @@ const HttpRoute* HttpServer::Match(const HttpRequest& request, HttpResponse* ref
     *refusal = Refusal(404, absl::StrCat("no such path: ", request.path));
     return nullptr;
   }
-  if (std::find(route->methods.begin(), route->methods.end(), request.method) ==
-      route->methods.end()) {
+  // HEAD is GET without the body (libmicrohttpd leaves it out).
+  const std::string_view method =
+      request.method == "HEAD" ? std::string_view("GET") : std::string_view(request.method);
+  if (std::find(route->methods.begin(), route->methods.end(), method) == route->methods.end()) {
     *refusal =
         Refusal(405, absl::StrCat("method ", request.method, " is not allowed on ", request.path));
     refusal->headers.emplace_back("Allow", absl::StrJoin(route->methods, ", "));

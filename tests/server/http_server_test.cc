@@ -120,6 +120,58 @@ TEST(HttpServerTest, ReadsBodiesUpToTheLimit) {
   EXPECT_THAT(chunked, Not(HasSubstr("POST 16")));
 }
 
+// Issue 33: request smuggling. A head whose body framing is ambiguous or unknown gets one answer
+// (400, or 501 for an unknown transfer coding) and the connection closes, so the bytes after it
+// are never read as a second request; a request that names no Host is refused too.
+int Responses(const std::string& raw) {
+  int n = 0;
+  for (size_t at = raw.find("\r\nDate: "); at != std::string::npos;
+       at = raw.find("\r\nDate: ", at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+TEST(HttpServerTest, AmbiguousOrUnknownBodyFramingIsRefusedAndTheConnectionClosed) {
+  auto server = StartTestServer();
+  ASSERT_NE(server, nullptr);
+  const std::string smuggled = "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n";
+  const struct {
+    std::string head;
+    int status;
+  } cases[] = {
+      {"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 38\r\nTransfer-Encoding: chunked\r\n\r\n"
+       "0\r\n\r\n",
+       400},
+      {"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nContent-Length: 40\r\n\r\n{}", 400},
+      {"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding : chunked\r\nContent-Length: 5\r\n\r\n"
+       "0\r\n\r\n",
+       400},
+      {"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n",
+       501},
+      {"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n", 501},
+      {"GET /hello HTTP/1.1\r\n\r\n", 400},
+  };
+  for (const auto& c : cases) {
+    // An unanswered head would wait for the 10 s idle timeout: 5 s is a failure.
+    const std::string r = HttpExchange(server->port(), c.head + smuggled, /*timeout_seconds=*/5);
+    EXPECT_EQ(HttpStatus(r), c.status) << c.head << "\n" << r;
+    EXPECT_EQ(Responses(r), 1) << c.head << "\n" << r;
+    EXPECT_THAT(r, HasSubstr("Connection: close")) << c.head;
+    EXPECT_THAT(r, Not(HasSubstr("hello from"))) << c.head;
+  }
+  // HTTP/1.0 needs no Host.
+  EXPECT_EQ(HttpStatus(HttpExchange(server->port(), "GET /hello HTTP/1.0\r\n\r\n")), 200);
+}
+
+// HEAD is GET without the body on every GET route, not a 405 where the route lists only GET.
+TEST(HttpServerTest, HeadReachesAGetOnlyRoute) {
+  auto server = StartTestServer();
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(HttpStatus(HttpExchange(server->port(), Request("HEAD", "/throw"))), 500);
+  EXPECT_EQ(HttpStatus(HttpExchange(server->port(), Request("HEAD", "/echo"))), 405);
+}
+
 TEST(HttpServerTest, AThrowingHandlerIsA500AndTheServerLives) {
   auto server = StartTestServer();
   ASSERT_NE(server, nullptr);
