@@ -31,14 +31,28 @@ TEST(DescriptorReserveTest, HoldsItsDescriptorsUntilReleased) {
   EXPECT_EQ(OpenDescriptors(), before);
 }
 
+// Lowers this process's soft open-file limit to `spare` above what is open now, for one test.
+class SpareDescriptors {
+ public:
+  explicit SpareDescriptors(int spare) {
+    getrlimit(RLIMIT_NOFILE, &saved_);
+    rlimit low = saved_;
+    low.rlim_cur = OpenDescriptors() + spare;
+    lowered_ = setrlimit(RLIMIT_NOFILE, &low) == 0;
+  }
+  ~SpareDescriptors() { setrlimit(RLIMIT_NOFILE, &saved_); }
+  bool lowered() const { return lowered_; }
+
+ private:
+  rlimit saved_{};
+  bool lowered_ = false;
+};
+
 // The situation it exists for: clients took every other descriptor; releasing the reserve lets
 // the process open a pipe again.
 TEST(DescriptorReserveTest, ReleaseGivesAnExhaustedProcessDescriptorsBack) {
-  rlimit saved{};
-  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
-  rlimit low = saved;
-  low.rlim_cur = OpenDescriptors() + 32;
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  SpareDescriptors limit(32);
+  ASSERT_TRUE(limit.lowered());
   DescriptorReserve reserve(4);
   ASSERT_EQ(reserve.held(), 4);
   std::vector<int> taken;
@@ -49,22 +63,15 @@ TEST(DescriptorReserveTest, ReleaseGivesAnExhaustedProcessDescriptorsBack) {
   const bool piped = pipe(p) == 0;
   if (piped) taken.insert(taken.end(), {p[0], p[1]});
   for (int fd : taken) close(fd);
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
   EXPECT_TRUE(piped);
 }
 
 TEST(DescriptorReserveTest, StopsAtTheLimitInsteadOfFailing) {
-  rlimit saved{};
-  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
-  rlimit low = saved;
-  low.rlim_cur = OpenDescriptors() + 3;
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
-  {
-    DescriptorReserve reserve(16);
-    EXPECT_GE(reserve.held(), 1);
-    EXPECT_LT(reserve.held(), 16);
-  }
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  SpareDescriptors limit(3);
+  ASSERT_TRUE(limit.lowered());
+  DescriptorReserve reserve(16);
+  EXPECT_GE(reserve.held(), 1);
+  EXPECT_LT(reserve.held(), 16);
 }
 
 }  // namespace
