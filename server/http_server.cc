@@ -56,10 +56,14 @@ struct HttpExchangeState {
 
 namespace {
 
+// How much of a chunked body past the limit is read (and dropped) to answer it with 413.
+constexpr size_t kMaxDiscardedBodyBytes = 16 << 20;
+
 // What one request has read so far, kept between libmicrohttpd's calls of the access handler.
 struct PendingRequest {
   HttpRequest request;
   const HttpRoute* route = nullptr;
+  size_t discarded = 0;  // bytes of a chunked body past the limit, read and dropped
   std::shared_ptr<HttpExchangeState> exchange;  // an asynchronous route's, once its handler ran
 };
 
@@ -345,21 +349,31 @@ struct HttpServerCallbacks {
       }
       return MHD_YES;
     }
-    if (*upload_data_size > 0) {
-      const size_t room = server->options_.max_body_bytes - pending->request.body.size();
-      // A chunked body that grows past the limit: libmicrohttpd cannot answer in the middle of a
-      // body, so the connection is closed.
-      if (*upload_data_size > room) return MHD_NO;
-      pending->request.body.append(upload_data, *upload_data_size);
-      *upload_data_size = 0;
-      return MHD_YES;
-    }
+    if (*upload_data_size > 0) return ReadBody(server, pending, upload_data, upload_data_size);
+    // A chunked body that outgrew the limit was read to its end: now the 413 can be sent.
+    if (pending->discarded > 0) return Send(connection, Closing(server->TooLarge()));
     if (pending->route->async_handler) return StartAsync(server, connection, pending);
     HttpResponse response;
     if (!RunGuarded(pending->request, [&] { response = pending->route->handler(pending->request); })) {
       response = server->Refusal(500, "internal error");
     }
     return Send(connection, response);
+  }
+
+  // A chunked body that grows past the limit cannot be answered mid-body (libmicrohttpd queues a
+  // response only once the body is read), so the rest is read and dropped and the 413 follows;
+  // past kMaxDiscardedBodyBytes more the connection is closed without one.
+  static MHD_Result ReadBody(const HttpServer* server, PendingRequest* pending, const char* data,
+                             size_t* size) {
+    const size_t room = server->options_.max_body_bytes - pending->request.body.size();
+    if (pending->discarded > 0 || *size > room) {
+      pending->discarded += *size;
+      *size = 0;
+      return pending->discarded <= kMaxDiscardedBodyBytes ? MHD_YES : MHD_NO;
+    }
+    pending->request.body.append(data, *size);
+    *size = 0;
+    return MHD_YES;
   }
 
   // A new connection: its TLS session learns which certificate to present.

@@ -95,7 +95,8 @@ struct HttpServerOptions {
   // Polling threads (each owns an epoll set and a share of the connections).
   int threads = 1;
   // Largest request body read: a larger declared Content-Length gets 413 before the body is read;
-  // a chunked body that grows past it has its connection closed.
+  // a chunked body that grows past it is read on and dropped, then gets 413 and the connection
+  // closes (past 16 MiB more, it closes without an answer).
   size_t max_body_bytes = 64 * 1024;
   // The body of the server's own refusals (404, 405, 413); plain text when unset. The OpenAI
   // listener answers in OpenAI's JSON error format.
