@@ -340,6 +340,7 @@ struct HttpServerCallbacks {
       if (absl::Status s = server->CheckClientCertificate(connection); !s.ok()) {
         return Send(connection, server->Refusal(403, std::string(s.message())));
       }
+      if (auto refusal = server->Authenticate(pending->request)) return Send(connection, *refusal);
       HttpResponse refusal;
       pending->route = server->Match(pending->request, &refusal);
       if (pending->route == nullptr) return Send(connection, refusal);
@@ -433,6 +434,14 @@ struct HttpServerCallbacks {
     if (on_gone) on_gone();
   }
 };
+
+std::optional<HttpResponse> HttpServer::Authenticate(const HttpRequest& request) const {
+  const std::vector<std::string>& open = options_.open_paths;
+  if (!options_.authenticate || std::find(open.begin(), open.end(), request.path) != open.end()) {
+    return std::nullopt;
+  }
+  return options_.authenticate(request);
+}
 
 const HttpRoute* HttpServer::Match(const HttpRequest& request, HttpResponse* refusal) const {
   const HttpRoute* route = nullptr;

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -98,6 +99,11 @@ struct HttpServerOptions {
   // a chunked body that grows past it is read on and dropped, then gets 413 and the connection
   // closes (past 16 MiB more, it closes without an answer).
   size_t max_body_bytes = 64 * 1024;
+  // Checked on every request's head before routing, except for `open_paths`: a refusal is sent
+  // as it is, so without credentials unknown paths and methods cannot be told from known ones,
+  // and no body is read. Unset: no check.
+  std::function<std::optional<HttpResponse>(const HttpRequest&)> authenticate;
+  std::vector<std::string> open_paths;
   // The body of the server's own refusals (404, 405, 413); plain text when unset. The OpenAI
   // listener answers in OpenAI's JSON error format.
   std::function<HttpResponse(int status, const std::string& message)> error_response;
@@ -129,6 +135,8 @@ class HttpServer {
   // The route that serves `request`, or null with `refusal` set to a 404 (unknown path) or a 405
   // naming the allowed methods.
   const HttpRoute* Match(const HttpRequest& request, HttpResponse* refusal) const;
+  // options_.authenticate's refusal of `request`, unless its path is open.
+  std::optional<HttpResponse> Authenticate(const HttpRequest& request) const;
   // OK unless the listener requires client certificates and this connection has no valid one.
   absl::Status CheckClientCertificate(MHD_Connection* connection) const;
   // The 413 for a body over options_.max_body_bytes.

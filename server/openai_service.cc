@@ -34,7 +34,6 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
         body_(request.body),
         exchange_(std::move(exchange)) {
     if (const std::string* session = request.header(kSessionIdMetadata)) session_id_ = *session;
-    authorized_ = Authorized(*env, request);
     if (const std::string* authorization = request.header("authorization")) {
       authorization_ = *authorization;
     }
@@ -46,7 +45,6 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
     exchange_->OnClientGone([weak] {
       if (auto call = weak.lock()) call->ClientGone();
     });
-    if (!authorized_) return Reject(absl::UnauthenticatedError(kUnauthenticatedMessage));
     if (env_->draining.load()) {
       return Reject(
           absl::UnavailableError("the server is shutting down; retry on another replica"));
@@ -211,7 +209,6 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
   const OpenAiEndpoint endpoint_;
   std::string body_;
   std::string session_id_;
-  bool authorized_ = false;
   std::string authorization_;  // the header, for the per-client limit
   std::string peer_;
   ClientLimiter::Lease client_place_;  // given back as the answer ends
@@ -268,6 +265,13 @@ HttpResponse OpenAiService::Health() const {
   return Json(200, {{"status", "ok"}});
 }
 
+std::optional<HttpResponse> OpenAiService::Authenticate(const HttpRequest& request) const {
+  if (Authorized(*env_, request)) return std::nullopt;
+  return OpenAiErrorResponse(OpenAiErrorFrom(absl::UnauthenticatedError(kUnauthenticatedMessage)));
+}
+
+std::vector<std::string> OpenAiService::OpenPaths() { return {"/health"}; }
+
 std::vector<HttpRoute> OpenAiService::Routes() {
   auto generation = [this](OpenAiEndpoint endpoint) {
     return [this, endpoint](const HttpRequest& request, std::shared_ptr<HttpExchange> exchange) {
@@ -283,21 +287,13 @@ std::vector<HttpRoute> OpenAiService::Routes() {
   completions.async_handler = generation(OpenAiEndpoint::kCompletions);
   routes.push_back(std::move(chat));
   routes.push_back(std::move(completions));
-  // The model routes need a token too; /health answers without one (orchestrator probes).
-  auto unauthorized = [] {
-    return OpenAiErrorResponse(
-        OpenAiErrorFrom(absl::UnauthenticatedError(kUnauthenticatedMessage)));
-  };
-  routes.push_back({"/v1/models", {"GET"}, [this, unauthorized](const HttpRequest& r) {
-                      if (!Authorized(*env_, r)) return unauthorized();
+  // Every route but /health needs a token (Authenticate, run by the listener before routing).
+  routes.push_back({"/v1/models", {"GET"}, [this](const HttpRequest&) {
                       return Json(200, {{"object", "list"},
                                         {"data", OrderedJson::array({ModelObject()})}});
                     }});
   routes.push_back({"/v1/models/" + served_model_, {"GET"},
-                    [this, unauthorized](const HttpRequest& r) {
-                      if (!Authorized(*env_, r)) return unauthorized();
-                      return Json(200, ModelObject());
-                    }});
+                    [this](const HttpRequest&) { return Json(200, ModelObject()); }});
   routes.push_back({"/health", {"GET", "HEAD"}, [this](const HttpRequest&) { return Health(); }});
   return routes;
 }

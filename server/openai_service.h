@@ -5,6 +5,7 @@
 // A client that closes its connection cancels its request.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,11 @@ class OpenAiService {
   OpenAiService(CallEnv* env, std::string served_model, int64_t max_context_tokens);
 
   std::vector<HttpRoute> Routes();
+  // The listener's check before routing (HttpServerOptions::authenticate): 401 in OpenAI's
+  // format without a valid bearer token when server.auth is on; OpenPaths() need none (the
+  // health probe).
+  std::optional<HttpResponse> Authenticate(const HttpRequest& request) const;
+  static std::vector<std::string> OpenPaths();
 
   // The error format of the listener's own refusals (404, 405, 413).
   static HttpResponse ErrorResponse(int status, const std::string& message);

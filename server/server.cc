@@ -429,6 +429,10 @@ absl::Status Server::StartHttp(const ServerConfig& config, const v1::ModelInfo& 
   options.idle_timeout_seconds = config.server.http_idle_seconds;
   options.max_connections = config.server.http_max_connections;
   options.error_response = &OpenAiService::ErrorResponse;
+  options.authenticate = [service = openai_.get()](const HttpRequest& r) {
+    return service->Authenticate(r);
+  };
+  options.open_paths = OpenAiService::OpenPaths();
   options.threads = 2;
   absl::StatusOr<std::unique_ptr<HttpServer>> http =
       HttpServer::Start(config.server.http_listen, openai_->Routes(), options);

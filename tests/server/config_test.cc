@@ -555,7 +555,7 @@ TEST(ConfigTest, MalformedYamlNamesSourceAndLine) {
 // Found by fuzz_config_yaml: yaml-cpp's LoadAll never returns on these (it makes empty documents
 // forever without reading on). They must be errors, at once.
 TEST(ConfigTest, TextThatHangsYamlCppsLoadAllIsAnError) {
-  for (const std::string yaml : {std::string(","), std::string(", x"), std::string(",\t&"),
+  for (const std::string& yaml : {std::string(","), std::string(", x"), std::string(",\t&"),
                                  std::string("\0\0\0,\0\0\0\t&", 9),
                                  std::string("server:\n  listen: 127.0.0.1:1\n,\n")}) {
     const absl::Status s = ParseError(yaml);

@@ -104,6 +104,16 @@ TEST(AuthE2eTest, OnlyABearerTokenGetsInButHealthAnswersEveryone) {
                                                           completion))),
             200);
   EXPECT_EQ(HttpStatus(HttpExchange(http, HttpRequestWith("GET", "/health", ""))), 200);
+  // Issue 33: authentication comes before routing, so paths and methods cannot be enumerated
+  // without a token (and no body is read).
+  EXPECT_EQ(HttpStatus(HttpExchange(http, HttpRequestWith("GET", "/v1/nothing", ""))), 401);
+  EXPECT_EQ(HttpStatus(HttpExchange(http, HttpRequestWith("DELETE", models, ""))), 401);
+  EXPECT_EQ(HttpStatus(HttpExchange(
+                http, HttpRequestWith("GET", "/v1/nothing", std::string("Bearer ") + kToken))),
+            404);
+  EXPECT_EQ(HttpStatus(HttpExchange(
+                http, HttpRequestWith("DELETE", models, std::string("Bearer ") + kToken))),
+            405);
   std::remove(tokens.c_str());
 }
 
