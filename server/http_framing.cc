@@ -1,7 +1,5 @@
 #include "server/http_framing.h"
 
-#include <cstdint>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"

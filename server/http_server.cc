@@ -79,7 +79,9 @@ std::string PeerAddress(MHD_Connection* connection) {
   return host;
 }
 
-// With their lengths, so a NUL inside a value is seen (and refused by CheckRequestHead).
+// With their lengths, so that a NUL inside a value would reach CheckRequestHead and be refused.
+// (libmicrohttpd 0.9.75 itself ends a value at a NUL, so today the rest is dropped, not refused:
+// docs/SERVING.md, "Request framing and the stack question".)
 MHD_Result CollectHeader(void* cls, MHD_ValueKind, const char* key, size_t key_size,
                          const char* value, size_t value_size) {
   auto* headers = static_cast<std::vector<std::pair<std::string, std::string>>*>(cls);

@@ -20,7 +20,7 @@ MemoryTrimmer::~MemoryTrimmer() {
     std::lock_guard lock(mu_);
     stop_ = true;
   }
-  changed_.notify_all();
+  wake_.notify_all();
   thread_.join();
 }
 
@@ -31,7 +31,7 @@ uint64_t MemoryTrimmer::trims() const {
 
 void MemoryTrimmer::Loop(absl::Duration period) {
   std::unique_lock lock(mu_);
-  while (!changed_.wait_for(lock, absl::ToChronoNanoseconds(period), [this] { return stop_; })) {
+  while (!wake_.wait_for(lock, absl::ToChronoNanoseconds(period), [this] { return stop_; })) {
     lock.unlock();
     const int64_t before = ResidentBytes();
     const absl::Time start = absl::Now();
@@ -44,7 +44,6 @@ void MemoryTrimmer::Loop(absl::Duration period) {
     }
     lock.lock();
     ++trims_;
-    changed_.notify_all();
   }
 }
 

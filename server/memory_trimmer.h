@@ -28,9 +28,9 @@ class MemoryTrimmer {
   void Loop(absl::Duration period);
 
   mutable std::mutex mu_;
-  std::condition_variable changed_;
-  bool stop_ = false;
-  uint64_t trims_ = 0;
+  std::condition_variable wake_;  // ends the wait between trims when stopping
+  bool stop_ = false;             // guarded by mu_
+  uint64_t trims_ = 0;            // guarded by mu_
   std::thread thread_;
 };
 
