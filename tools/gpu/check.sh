@@ -41,21 +41,26 @@ if command -v compute-sanitizer >/dev/null; then
     "$bundle/bin/cuda_backend_test" --gtest_filter='*BF16_d128_g4*:*TileKernel*BF16_d64_g1*:*CudaSparseOpsTest*'
 fi
 
-# End to end: the server on the GPU answers a generation over gRPC.
-server_check() {
-  "$bundle/bin/specula-server" --device cuda --model "$bundle/test_models/llama3-bf16" \
-    --listen 127.0.0.1:50151 --metrics-listen "" --log-level info &
+# End to end: the server on the GPU answers a generation over gRPC, with model.device cuda and
+# with auto (the default), which must choose the GPU (issue 31) and log why.
+server_check() {  # server_check DEVICE
+  local log=$report/server-$1.log
+  "$bundle/bin/specula-server" --device "$1" --model "$bundle/test_models/llama3-bf16" \
+    --listen 127.0.0.1:50151 --metrics-listen "" --log-level info >"$log" 2>&1 &
   local pid=$!
-  wait_healthy "$pid" 50151 || { kill -TERM "$pid" 2>/dev/null; return 1; }  # its log says why
+  wait_healthy "$pid" 50151 || { kill -TERM "$pid" 2>/dev/null; cat "$log"; return 1; }
   "$bundle/bin/specula-cli" info --server 127.0.0.1:50151 &&
     "$bundle/bin/specula-cli" generate --server 127.0.0.1:50151 --prompt_ids 1,2,3,4,5 \
       --max-tokens 16
   local status=$?
   kill -TERM "$pid"
   wait "$pid" || status=1
+  grep -E 'event=(backend_selected|model_loaded)' "$log"
+  grep -q 'event=backend_selected device=cuda' "$log" || { echo "did not choose cuda"; status=1; }
   return $status
 }
-run server server_check
+run server server_check cuda
+run auto server_check auto
 
 # Issue 12's target on the GPU: sessions in the KV pool and offloaded to pinned host memory, and
 # the TTFT of a turn's new tokens after 0, 576 and 1440 cached tokens (the log has the tables).
