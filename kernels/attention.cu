@@ -1,7 +1,10 @@
 #include <algorithm>
+#include <cstdint>
 
 #include "engine/common/ceil_div.h"
 #include "kernels/attention.h"
+#include "kernels/attention_lists.cuh"
+#include "kernels/attention_vector.cuh"
 #include "kernels/device_math.cuh"
 
 namespace specula::kernels {
@@ -9,49 +12,6 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kMaxGroup = 8;  // query heads per block; larger GQA groups take more blocks
-
-// Where one (row, KV head) list's pages are, for the dense and the sparse layout: entry e's first
-// byte and its valid tokens.
-struct DenseLists {
-  const int32_t* row_keys;
-  const int32_t* row_block_begin;
-  const int32_t* blocks;
-  const char* kv_base;
-  int64_t page_bytes;
-  int32_t page_size;
-  int32_t num_kv_heads;
-  __device__ int32_t count(int32_t row, int32_t) const {
-    return static_cast<int32_t>(CeilDiv(row_keys[row], page_size));
-  }
-  __device__ const char* entry(int32_t row, int32_t kv_head, int32_t e, int32_t* tokens) const {
-    *tokens = min(page_size, row_keys[row] - e * page_size);
-    return kv_base +
-           (static_cast<int64_t>(blocks[row_block_begin[row] + e]) * num_kv_heads + kv_head) *
-               page_bytes;
-  }
-};
-
-// A negative page is HostPageRef(p): page p of the host store, read through its mapped address.
-struct SparseLists {
-  const int32_t* list_begin;
-  const int32_t* list_count;
-  const int32_t* pages;
-  const int32_t* page_tokens;
-  const char* kv_base;
-  const char* host_base;
-  int64_t page_bytes;
-  int32_t num_kv_heads;
-  __device__ int32_t count(int32_t row, int32_t kv_head) const {
-    return list_count[row * num_kv_heads + kv_head];
-  }
-  __device__ const char* entry(int32_t row, int32_t kv_head, int32_t e, int32_t* tokens) const {
-    const int32_t at = list_begin[row * num_kv_heads + kv_head] + e;
-    *tokens = page_tokens[at];
-    const int32_t ref = pages[at];
-    return ref < 0 ? host_base + static_cast<int64_t>(-1 - ref) * page_bytes
-                   : kv_base + static_cast<int64_t>(ref) * page_bytes;
-  }
-};
 
 // Running softmax state of one warp for up to kMaxGroup query heads; lane l holds channels
 // [l * kPerLane, (l + 1) * kPerLane).
@@ -211,7 +171,7 @@ int32_t ChooseSplits(const AttentionCommon& p, int64_t base_blocks) {
 }
 
 template <typename Lists, typename T>
-cudaError_t LaunchTyped(const AttentionCommon& p, const Lists& lists, cudaStream_t stream) {
+cudaError_t LaunchRowKernel(const AttentionCommon& p, const Lists& lists, cudaStream_t stream) {
   const int32_t group = p.num_heads / p.num_kv_heads;
   const auto chunks = static_cast<unsigned>(CeilDiv(group, kMaxGroup));
   const int64_t base_blocks = static_cast<int64_t>(p.rows) * p.num_kv_heads * chunks;
@@ -232,17 +192,96 @@ cudaError_t LaunchTyped(const AttentionCommon& p, const Lists& lists, cudaStream
   return LaunchStatus();
 }
 
+// Splits for the vector kernel: the most that still fit one wave of `resident` blocks (a second,
+// partial wave would leave SMs idle while it runs), each warp of a split with at least two pages,
+// within the workspace.
+int32_t ChooseVectorSplits(const AttentionCommon& p, int64_t base_blocks, int64_t resident) {
+  constexpr int32_t kMinPagesPerSplit = 2 * vector_attention::kWarps;
+  if (p.scratch == nullptr || p.max_pages < 2 * kMinPagesPerSplit) return 1;
+  int64_t splits = std::min<int64_t>(resident / base_blocks, p.max_pages / kMinPagesPerSplit);
+  while (splits > 1 && AttentionScratchFloats(p.rows, p.num_heads, p.head_dim,
+                                              static_cast<int32_t>(splits)) > p.scratch_floats) {
+    --splits;
+  }
+  return static_cast<int32_t>(std::max<int64_t>(1, splits));
+}
+
+// Query heads a vector-kernel block takes: the group rounded up to a power of two, at most 8.
+int32_t VectorGroup(int32_t group) {
+  int32_t g = 1;
+  while (g < group && g < kMaxGroup) g *= 2;
+  return g;
+}
+
+template <typename Lists, typename T, int L, int G>
+cudaError_t LaunchVector(const AttentionCommon& p, const Lists& lists, cudaStream_t stream) {
+  const int32_t group = p.num_heads / p.num_kv_heads;
+  const auto chunks = static_cast<unsigned>(CeilDiv(group, G));
+  constexpr auto kernel = vector_attention::VectorAttentionKernel<Lists, T, L, G>;
+  constexpr int kThreads = vector_attention::kWarps * 32;
+  static const int blocks_per_sm = [] {  // the registers decide; one answer per kernel
+    int n = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, 0);
+    return std::max(n, 1);
+  }();
+  const int32_t splits =
+      ChooseVectorSplits(p, static_cast<int64_t>(p.rows) * p.num_kv_heads * chunks,
+                         static_cast<int64_t>(blocks_per_sm) * p.sm_count);
+  const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(p.rows) * p.num_kv_heads),
+                  static_cast<unsigned>(splits), chunks);
+  kernel<<<grid, kThreads, 0, stream>>>(p, lists, splits);
+  if (splits > 1) return CombineAttentionSplits(p, splits, stream);
+  return LaunchStatus();
+}
+
+template <typename Lists, typename T, int L>
+cudaError_t LaunchVectorGroups(const AttentionCommon& p, const Lists& lists,
+                               cudaStream_t stream) {
+  switch (VectorGroup(p.num_heads / p.num_kv_heads)) {
+    case 1:
+      return LaunchVector<Lists, T, L, 1>(p, lists, stream);
+    case 2:
+      return LaunchVector<Lists, T, L, 2>(p, lists, stream);
+    case 4:
+      return LaunchVector<Lists, T, L, 4>(p, lists, stream);
+    default:
+      return LaunchVector<Lists, T, L, 8>(p, lists, stream);
+  }
+}
+
+// The vector kernel when the shape suits it and the pages are 16-byte aligned (both bases are,
+// and a page's bytes are a multiple of 16 when head_dim is a multiple of the vector), else the
+// row kernel.
+template <typename Lists, typename T>
+cudaError_t LaunchTyped(const AttentionCommon& p, const Lists& lists, const void* host_base,
+                        cudaStream_t stream) {
+  const bool aligned = reinterpret_cast<uintptr_t>(p.kv_base) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(host_base) % 16 == 0;
+  switch (aligned ? vector_attention::LanesPerToken<T>(p.head_dim) : 0) {
+    case 8:
+      return LaunchVectorGroups<Lists, T, 8>(p, lists, stream);
+    case 16:
+      return LaunchVectorGroups<Lists, T, 16>(p, lists, stream);
+    case 32:
+      return LaunchVectorGroups<Lists, T, 32>(p, lists, stream);
+    default:
+      return LaunchRowKernel<Lists, T>(p, lists, stream);
+  }
+}
+
 bool Valid(const AttentionCommon& p) {
   return p.head_dim >= 2 && p.head_dim <= 256 && p.num_kv_heads >= 1 && p.num_heads >= 1 &&
          p.num_heads % p.num_kv_heads == 0 && p.page_size >= 1;
 }
 
 template <typename Lists>
-cudaError_t Launch(const AttentionCommon& p, const Lists& lists, cudaStream_t stream) {
+cudaError_t Launch(const AttentionCommon& p, const Lists& lists, const void* host_base,
+                   cudaStream_t stream) {
   if (p.rows == 0) return cudaSuccess;
   if (!Valid(p)) return cudaErrorInvalidValue;
-  return VisitStorageType(
-      p.dtype, [&](auto tag) { return LaunchTyped<Lists, decltype(tag)>(p, lists, stream); });
+  return VisitStorageType(p.dtype, [&](auto tag) {
+    return LaunchTyped<Lists, decltype(tag)>(p, lists, host_base, stream);
+  });
 }
 
 }  // namespace
@@ -271,7 +310,7 @@ cudaError_t PagedAttention(const PagedAttentionParams& p, cudaStream_t stream) {
                          PageBytes(p.common),
                          p.common.page_size,
                          p.common.num_kv_heads};
-  return Launch(p.common, lists, stream);
+  return Launch(p.common, lists, /*host_base=*/nullptr, stream);
 }
 
 cudaError_t SparseDecodeAttention(const SparseAttentionParams& p, cudaStream_t stream) {
@@ -283,7 +322,7 @@ cudaError_t SparseDecodeAttention(const SparseAttentionParams& p, cudaStream_t s
                           static_cast<const char*>(p.host_base),
                           PageBytes(p.common),
                           p.common.num_kv_heads};
-  return Launch(p.common, lists, stream);
+  return Launch(p.common, lists, p.host_base, stream);
 }
 
 }  // namespace specula::kernels

@@ -1,11 +1,15 @@
 // Softmax attention of query rows over lists of KV pages (the layout of engine/backend_types.h):
 // the dense paged attention (causal, each row sees the first row_keys[row] keys of its block table)
 // and the sparse decode attention (each (row, KV head) reads its own list of pages, each with a
-// count of valid tokens). One kernel serves both, so given the same keys in the same order they
+// count of valid tokens). Each kernel serves both, so given the same keys in the same order they
 // agree. Design:
 // - One thread block per (row, KV head, split of the list): the GQA group's query heads (up to 8
-//   per block) share every K/V load; 4 warps take the pages of the split in turn; a page's key is
-//   read by the 32 lanes of a warp, each holding head_dim / 32 channels.
+//   per block) share every K/V load; 4 warps take the pages of the split in turn.
+// - The vector kernel (attention_vector.cuh) reads a token's row with 16-byte loads across
+//   head_dim / 8 lanes (bf16/f16), several tokens per warp instruction and several loads in flight
+//   per lane; shapes it cannot serve (rows that are not whole 16-byte loads over at most 32
+//   lanes) take the row kernel, where a key is read by the 32 lanes of a warp, head_dim / 32
+//   channels each, one token at a time.
 // - Online softmax in fp32; the warps' partial results merge in shared memory.
 // - Split-K: when rows x KV heads cannot fill the GPU, a list is cut into splits whose partial
 //   (max, sum, accumulator) go to `scratch` and a second kernel combines them.

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/backend_factory.h"
 #include "engine/common/dtype.h"
 #include "engine/cpu/cpu_backend.h"
@@ -151,6 +152,23 @@ TEST_F(CudaBackendTest, ElementwiseOpsMatchTheCpu) {
   ExpectClose(x, 1e-5, 1e-5, "embed+norm+rope+swiglu+add");
   ExpectClose(act, 1e-5, 1e-6, "swiglu+add");
   ExpectClose(gathered, 1e-5, 1e-5, "gather rows");
+}
+
+// Rows up to 16 * 256 columns are normalized from registers, longer ones in a loop: both sides of
+// the boundary, a row that leaves threads idle, and several rows per launch.
+TEST_F(CudaBackendTest, RmsNormMatchesTheCpuFromRegistersAndInTheLoop) {
+  constexpr int64_t kRows = 3;
+  for (const int64_t cols : {int64_t{1000}, int64_t{4096}, int64_t{4097}, int64_t{9000}}) {
+    const std::vector<float> norm = RandomVector(cols, 21);
+    Weight cpu_norm = cpu_.UploadWeight(norm.data(), 1, cols).value();
+    Weight gpu_norm = gpu_->UploadWeight(norm.data(), 1, cols).value();
+    Twin x = Make(RandomVector(kRows * cols, 22));
+    Twin y = Zeros(kRows * cols * 4);
+    Mat cpu_out = Of(y.cpu, kRows, cols), gpu_out = Of(y.gpu, kRows, cols);
+    cpu_.RmsNorm(Of(x.cpu, kRows, cols), cpu_norm, 1e-6f, &cpu_out);
+    gpu_->RmsNorm(Of(x.gpu, kRows, cols), gpu_norm, 1e-6f, &gpu_out);
+    ExpectClose(y, 1e-5, 1e-6, absl::StrCat("rms norm of ", cols, " columns"));
+  }
 }
 
 // cuBLAS multiplies bf16 inputs: the activations are rounded to bf16 (relative error 2^-9), so

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <numeric>
@@ -149,17 +151,118 @@ void PrintRow(int head_dim, int context, const char* what, int rows, const Timin
   }
 }
 
-}  // namespace
+// One layer's KV for `batch` sequences of `context` keys, copied `layers` times so the timed
+// calls, cycling through the copies, read KV that is not in L2 (as decode, layer after layer,
+// does).
+struct DecodeProblem {
+  int head_dim = 0, batch = 0, context = 0, layers = 0;
+  int64_t layer_bytes = 0;
+  DeviceBuffer pages, blocks, row_keys, row_begin, q, out;
+};
 
-int RunAttentionBench(const AttentionBenchOptions& o) {
-  BackendOptions bo;
-  bo.device = o.device;
-  auto backend = CreateBackend(bo);
-  if (!backend.ok()) {
-    std::cerr << "specula-bench: " << backend.status() << "\n";
-    return 1;
+constexpr int64_t kDecodeBytesTouched = int64_t{256} << 20;  // five times an H100's L2
+
+absl::StatusOr<DecodeProblem> MakeDecodeProblem(Backend& b, int head_dim, int batch, int context) {
+  DecodeProblem p;
+  p.head_dim = head_dim;
+  p.batch = batch;
+  p.context = context;
+  const auto pages_per_seq = static_cast<int32_t>(CeilDiv(context, kPageSize));
+  const KvLayerView shape{nullptr, kKvDtype, kKvHeads, kPageSize, head_dim};
+  p.layer_bytes = int64_t{batch} * pages_per_seq * kKvHeads * shape.page_bytes();
+  p.layers = static_cast<int>(std::max<int64_t>(1, CeilDiv(kDecodeBytesTouched, p.layer_bytes)));
+  // Random bf16 in [-1, 1]: the top half of each float.
+  std::vector<float> values = Random(static_cast<size_t>(p.layer_bytes / 2), 4);
+  std::vector<uint16_t> bf16(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &values[i], sizeof(bits));
+    bf16[i] = static_cast<uint16_t>(bits >> 16);
   }
-  Backend& b = **backend;
+  auto pages = b.Allocate(static_cast<size_t>(p.layer_bytes) * p.layers);
+  if (!pages.ok()) return pages.status();
+  p.pages = std::move(*pages);
+  for (int l = 0; l < p.layers; ++l) {
+    b.CopyToDevice(static_cast<char*>(p.pages.data()) + l * p.layer_bytes, bf16.data(),
+                   static_cast<size_t>(p.layer_bytes));
+  }
+  std::vector<int32_t> table(static_cast<size_t>(batch) * pages_per_seq), keys(batch, context),
+      begins(batch);
+  std::iota(table.begin(), table.end(), 0);
+  for (int r = 0; r < batch; ++r) begins[r] = r * pages_per_seq;
+  auto blocks = Upload(b, table), row_keys = Upload(b, keys), row_begin = Upload(b, begins);
+  auto q = Upload(b, Random(static_cast<size_t>(batch) * kHeads * head_dim, 5));
+  auto out = b.Allocate(static_cast<size_t>(batch) * kHeads * head_dim * sizeof(float));
+  for (const auto* s : {&blocks, &row_keys, &row_begin, &q, &out}) {
+    if (!s->ok()) return s->status();
+  }
+  p.blocks = std::move(*blocks);
+  p.row_keys = std::move(*row_keys);
+  p.row_begin = std::move(*row_begin);
+  p.q = std::move(*q);
+  p.out = std::move(*out);
+  b.Synchronize();
+  return p;
+}
+
+// Median milliseconds of one layer's decode attention (one query row per sequence).
+double TimeDecode(Backend& b, const DecodeProblem& p, int repeats) {
+  AttentionBatch batch;
+  batch.rows = p.batch;
+  batch.row_keys = Span<int32_t>(p.row_keys);
+  batch.row_block_begin = Span<int32_t>(p.row_begin);
+  batch.blocks = Span<int32_t>(p.blocks);
+  batch.max_keys = p.context;
+  batch.num_heads = kHeads;
+  batch.scale = 1.0f / std::sqrt(static_cast<float>(p.head_dim));
+  const int64_t width = static_cast<int64_t>(kHeads) * p.head_dim;
+  Mat q(static_cast<float*>(p.q.data()), p.batch, width);
+  Mat out(static_cast<float*>(p.out.data()), p.batch, width);
+  auto all_layers = [&] {
+    for (int l = 0; l < p.layers; ++l) {
+      KvLayerView layer{static_cast<char*>(p.pages.data()) + l * p.layer_bytes, kKvDtype,
+                        kKvHeads, kPageSize, p.head_dim};
+      b.PagedAttention(q, batch, layer, &out);
+    }
+  };
+  all_layers();  // warm-up
+  b.Synchronize();
+  std::vector<double> ms;
+  for (int i = 0; i < repeats; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    all_layers();
+    b.Synchronize();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                     .count() /
+                 p.layers);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+int RunDecodeTable(Backend& b, const AttentionBenchOptions& o) {
+  std::printf(
+      "\nDecode attention (one query row per sequence, KV read once): GB/s = KV bytes / time\n\n"
+      "| head_dim | batch | context | KV MB | us | GB/s |\n|---|---|---|---|---|---|\n");
+  for (int head_dim : o.head_dims) {
+    for (const auto& [batch, context] : o.decode_shapes) {
+      auto problem = MakeDecodeProblem(b, head_dim, batch, context);
+      if (!problem.ok()) {
+        std::cerr << "specula-bench: decode " << batch << "x" << context << ": "
+                  << problem.status() << "\n";
+        return 1;
+      }
+      const double ms = TimeDecode(b, *problem, o.repeats);
+      // Bytes of the keys read (the last page may be partly used).
+      const double bytes = 2.0 * batch * context * kKvHeads * head_dim * DTypeSize(kKvDtype);
+      std::printf("| %d | %d | %d | %.1f | %.1f | %.0f |\n", head_dim, batch, context, bytes / 1e6,
+                  ms * 1e3, bytes / (ms * 1e-3) / 1e9);
+    }
+  }
+  return 0;
+}
+
+int RunPrefillTable(Backend& b, const AttentionBenchOptions& o) {
   std::printf("Prefill attention on %s: %d query heads, %d KV heads, bf16 KV in %d-token pages\n\n",
               b.name().c_str(), kHeads, kKvHeads, kPageSize);
   std::printf(
@@ -189,6 +292,24 @@ int RunAttentionBench(const AttentionBenchOptions& o) {
     }
   }
   return 0;
+}
+
+}  // namespace
+
+int RunAttentionBench(const AttentionBenchOptions& o) {
+  BackendOptions bo;
+  bo.device = o.device;
+  auto backend = CreateBackend(bo);
+  if (!backend.ok()) {
+    std::cerr << "specula-bench: " << backend.status() << "\n";
+    return 1;
+  }
+  Backend& b = **backend;
+  if (o.prefill) {
+    const int status = RunPrefillTable(b, o);
+    if (status != 0) return status;
+  }
+  return o.decode_shapes.empty() ? 0 : RunDecodeTable(b, o);
 }
 
 }  // namespace specula

@@ -4,10 +4,14 @@
 // context N: the whole prompt as one chunk (N rows over N keys) and the engine's last chunk
 // (`chunk_rows` rows after N - chunk_rows cached keys), with the sequence given (the tile kernel)
 // and without (the row kernel). Reports the median time and causal TFLOP/s (4 * head_dim *
-// heads FLOPs per (row, key) pair a row attends to).
+// heads FLOPs per (row, key) pair a row attends to). Then decode: for each (batch, context) shape,
+// one query row per sequence over its `context` keys, cycling through enough copies of the KV that
+// L2 holds none of it; reports the median time per layer and the KV bytes read per second, to set
+// against the card's copy bandwidth.
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace specula {
@@ -20,6 +24,10 @@ struct AttentionBenchOptions {
   // The row kernel is timed up to this context for whole prompts (it is quadratic and slow).
   int row_kernel_max_context = 8192;
   int repeats = 7;
+  bool prefill = true;  // the prefill table
+  // (batch, context) of the decode table; empty skips it.
+  std::vector<std::pair<int, int>> decode_shapes = {{1, 1024}, {1, 8192}, {1, 32768},
+                                                    {8, 4096}, {32, 4096}, {64, 1024}};
 };
 
 // Prints a Markdown table to stdout; returns a process exit code.

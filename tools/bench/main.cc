@@ -9,7 +9,7 @@
 //       [--user-tokens 64] [--tool-tokens 64] [--output-tokens 32] [--think-ms 0]
 //       [--modes none,prefix,session]
 //   specula-bench attention [--device cuda] [--contexts 1024,8192,32768] [--head-dims 64,128]
-//       [--chunk-rows 512]
+//       [--chunk-rows 512] [--prefill=false] [--decode-shapes 1x1024,32x4096]
 // Flags may be spelled with dashes or underscores.
 #include <algorithm>
 #include <cmath>
@@ -22,6 +22,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "tools/bench/agent_bench.h"
 #include "tools/bench/attention_bench.h"
 #include "tools/bench/cpu_bench.h"
@@ -105,6 +106,11 @@ ABSL_FLAG(std::vector<std::string>, modes,
 ABSL_FLAG(std::vector<std::string>, head_dims, std::vector<std::string>({"64", "128"}),
           "attention: head sizes (64: the Llama-3.2-1B shape, 128: Llama-3.1-8B)");
 ABSL_FLAG(int32_t, chunk_rows, 512, "attention: rows of the last prefill chunk timed");
+ABSL_FLAG(bool, prefill, true, "attention: time the prefill kernels");
+ABSL_FLAG(std::vector<std::string>, decode_shapes,
+          std::vector<std::string>({"1x1024", "1x8192", "1x32768", "8x4096", "32x4096",
+                                    "64x1024"}),
+          "attention: decode shapes BATCHxCONTEXT (one query row per sequence); empty: none");
 
 namespace {
 
@@ -186,6 +192,18 @@ int RunAttention() {
   if (o.chunk_rows < 1) {
     std::cerr << "specula-bench: --chunk-rows must be at least 1\n";
     return 2;
+  }
+  o.prefill = absl::GetFlag(FLAGS_prefill);
+  o.decode_shapes.clear();
+  for (const std::string& shape : absl::GetFlag(FLAGS_decode_shapes)) {
+    const std::vector<std::string> parts = absl::StrSplit(shape, 'x');
+    int batch = 0, context = 0;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &batch) ||
+        !absl::SimpleAtoi(parts[1], &context) || batch < 1 || context < 1) {
+      std::cerr << "specula-bench: --decode-shapes: want BATCHxCONTEXT, got '" << shape << "'\n";
+      return 2;
+    }
+    o.decode_shapes.emplace_back(batch, context);
   }
   return specula::RunAttentionBench(o);
 }

@@ -1,0 +1,257 @@
+// The decode attention kernel of attention.cu for head sizes whose K (or V) row fits in one
+// 16-byte load per lane of a warp (head_dim * element size <= 512 bytes and a multiple of 16):
+// bf16/f16 head_dim 64..256, fp32 64..128. Decode reads every KV byte once, so what matters is
+// bytes in flight, not arithmetic. Design:
+// - A warp reads several tokens at once: L = head_dim / (16 / sizeof(T)) lanes (rounded up to a
+//   power of two) hold one token's row, 16 bytes each, so 32 / L tokens come per load; each lane
+//   issues kLoads K loads and kLoads V loads before it uses any (4-8 KB per warp in flight).
+// - The GQA group's query heads (up to G per block) share each load; q is pre-scaled by
+//   scale * log2(e) so the softmax runs on exp2.
+// - Scores reduce over the L lanes of a token (log2(L) shuffles); the online softmax updates
+//   once per step of 32 / L * kLoads tokens, with the running max shared by the warp, while each
+//   lane keeps its own partial sum and accumulator for its tokens, merged across the warp's
+//   token slots only once, at the end of its split.
+// - Warps merge in shared memory; with splits > 1 the partials go to the scratch of
+//   kernels/attention.h (max in natural-log units) for CombineAttentionSplits.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/attention.h"
+#include "kernels/device_math.cuh"
+
+namespace specula::kernels::vector_attention {
+
+constexpr int kWarps = 4;
+constexpr float kLog2E = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Elements of T in one 16-byte load.
+template <typename T>
+constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+
+__device__ __forceinline__ void Unpack(const uint4& raw, float (&out)[4]) {
+  out[0] = __uint_as_float(raw.x);
+  out[1] = __uint_as_float(raw.y);
+  out[2] = __uint_as_float(raw.z);
+  out[3] = __uint_as_float(raw.w);
+}
+
+template <typename T2, typename Convert>
+__device__ __forceinline__ void UnpackPairs(const uint4& raw, float (&out)[8], Convert convert) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    T2 pair;
+    static_assert(sizeof(pair) == sizeof(uint32_t));
+    memcpy(&pair, &words[i], sizeof(pair));
+    const float2 f = convert(pair);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void UnpackAs(const uint4& raw, float (&out)[kVec<T>]) {
+  if constexpr (sizeof(T) == 4) {
+    Unpack(raw, out);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    UnpackPairs<__nv_bfloat162>(raw, out, [](__nv_bfloat162 p) { return __bfloat1622float2(p); });
+  } else {
+    UnpackPairs<__half2>(raw, out, [](__half2 p) { return __half22float2(p); });
+  }
+}
+
+// Loads per lane per step: fewer with 8 query heads a block, whose q and accumulators take the
+// registers that would hold them.
+template <int G>
+constexpr int kLoads = G >= 8 ? 2 : 4;
+
+// The warp's running state for G query heads, over the channels [c0, c0 + kVec) of its lane.
+template <typename T, int G>
+struct LaneState {
+  float q[G][kVec<T>];
+  float acc[G][kVec<T>];
+  float l[G];  // this lane's token slot's partial sum
+  float m[G];  // warp-wide running max, log2 units
+};
+
+// One step: tokens [t0, t0 + 32 / L * kLoads) of a page (those below `tokens`), every lane
+// loading before any lane computes.
+template <typename T, int L, int G>
+__device__ __forceinline__ void AttendStep(const T* page, int32_t t0, int32_t tokens,
+                                           int32_t page_size, int32_t head_dim, int slot, int c0,
+                                           LaneState<T, G>& s) {
+  constexpr int kV = kVec<T>, kPerLoad = 32 / L, kN = kLoads<G>;
+  uint4 k_raw[kN], v_raw[kN];
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    const int32_t t = t0 + i * kPerLoad + slot;
+    k_raw[i] = v_raw[i] = make_uint4(0, 0, 0, 0);
+    if (t < tokens && c0 < head_dim) {
+      k_raw[i] = *reinterpret_cast<const uint4*>(page + static_cast<int64_t>(t) * head_dim + c0);
+      v_raw[i] = *reinterpret_cast<const uint4*>(
+          page + static_cast<int64_t>(page_size + t) * head_dim + c0);
+    }
+  }
+  float score[kN][G];
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    float k[kV];
+    UnpackAs<T>(k_raw[i], k);
+    const bool valid = t0 + i * kPerLoad + slot < tokens;
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int c = 0; c < kV; ++c) dot += s.q[g][c] * k[c];
+#pragma unroll
+      for (int offset = L / 2; offset > 0; offset >>= 1) {
+        dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+      }
+      score[i][g] = valid ? dot : -INFINITY;
+    }
+  }
+  // Token 0 of the step is valid, so every head's step max is finite.
+  float correction[G];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    float top = score[0][g];
+#pragma unroll
+    for (int i = 1; i < kN; ++i) top = fmaxf(top, score[i][g]);
+#pragma unroll
+    for (int offset = L; offset < 32; offset <<= 1) {
+      top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, offset));
+    }
+    const float m_new = fmaxf(s.m[g], top);
+    correction[g] = exp2f(s.m[g] - m_new);  // 0 on the first step (m = -inf)
+    s.m[g] = m_new;
+    s.l[g] *= correction[g];
+#pragma unroll
+    for (int c = 0; c < kV; ++c) s.acc[g][c] *= correction[g];
+  }
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    float v[kV];
+    UnpackAs<T>(v_raw[i], v);
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const float weight = exp2f(score[i][g] - s.m[g]);  // 0 for an invalid token
+      s.l[g] += weight;
+#pragma unroll
+      for (int c = 0; c < kV; ++c) s.acc[g][c] += weight * v[c];
+    }
+  }
+}
+
+// grid (rows * num_kv_heads, splits, query-head chunks of G), kWarps * 32 threads.
+template <typename Lists, typename T, int L, int G>
+__global__ void __launch_bounds__(kWarps * 32)
+    VectorAttentionKernel(AttentionCommon p, Lists lists, int32_t splits) {
+  constexpr int kV = kVec<T>, kDim = L * kV, kStep = 32 / L * kLoads<G>;
+  __shared__ float shared_m[kWarps][G];
+  __shared__ float shared_l[kWarps][G];
+  __shared__ float shared_acc[kWarps][G][kDim];
+
+  const int32_t row = blockIdx.x / p.num_kv_heads;
+  const int32_t kv_head = blockIdx.x % p.num_kv_heads;
+  const int32_t group = p.num_heads / p.num_kv_heads;
+  const int32_t head0 = kv_head * group + blockIdx.z * G;
+  const int32_t heads = min(G, group - static_cast<int32_t>(blockIdx.z) * G);
+  const int32_t count = lists.count(row, kv_head);
+  const auto per_split = static_cast<int32_t>(CeilDiv(count, splits));
+  const int32_t e_begin = blockIdx.y * per_split;
+  const int32_t e_end = min(count, e_begin + per_split);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int slot = lane / L, c0 = lane % L * kV;
+
+  LaneState<T, G> s;
+  const float q_scale = p.scale * kLog2E;
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    s.m[g] = -INFINITY;
+    s.l[g] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kV; ++c) {
+      s.acc[g][c] = 0.0f;
+      s.q[g][c] = g < heads && c0 < p.head_dim
+                      ? p.q[row * p.q_stride + static_cast<int64_t>(head0 + g) * p.head_dim + c0 +
+                            c] *
+                            q_scale
+                      : 0.0f;
+    }
+  }
+  for (int32_t e = e_begin + warp; e < e_end; e += kWarps) {
+    int32_t tokens;
+    const auto* page = reinterpret_cast<const T*>(lists.entry(row, kv_head, e, &tokens));
+    for (int32_t t0 = 0; t0 < tokens; t0 += kStep) {
+      AttendStep<T, L, G>(page, t0, tokens, p.page_size, p.head_dim, slot, c0, s);
+    }
+  }
+
+  // Merge the token slots of the warp (lanes with the same channels), then the warps.
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+#pragma unroll
+    for (int offset = L; offset < 32; offset <<= 1) {
+      s.l[g] += __shfl_xor_sync(0xffffffffu, s.l[g], offset);
+#pragma unroll
+      for (int c = 0; c < kV; ++c) s.acc[g][c] += __shfl_xor_sync(0xffffffffu, s.acc[g][c], offset);
+    }
+    if (g < heads && slot == 0) {
+      if (lane == 0) {
+        shared_m[warp][g] = s.m[g];
+        shared_l[warp][g] = s.l[g];
+      }
+      if (c0 < p.head_dim) {
+#pragma unroll
+        for (int c = 0; c < kV; ++c) shared_acc[warp][g][c0 + c] = s.acc[g][c];
+      }
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < heads * p.head_dim; idx += blockDim.x) {
+    const int g = idx / p.head_dim, c = idx % p.head_dim;
+    float m = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, shared_m[w][g]);
+    float l = 0.0f, a = 0.0f;
+    if (m != -INFINITY) {
+      for (int w = 0; w < kWarps; ++w) {
+        if (shared_m[w][g] == -INFINITY) continue;
+        const float f = exp2f(shared_m[w][g] - m);
+        l += shared_l[w][g] * f;
+        a += shared_acc[w][g][c] * f;
+      }
+    }
+    const int64_t head = head0 + g;
+    if (splits == 1) {
+      p.out[row * p.out_stride + head * p.head_dim + c] =
+          l > 0.0f ? a / l : 0.0f;  // an empty list (the backend refuses one) gives 0, not NaN
+    } else {
+      const int64_t at = (static_cast<int64_t>(row) * p.num_heads + head) * splits + blockIdx.y;
+      const int64_t slots = static_cast<int64_t>(p.rows) * p.num_heads * splits;
+      if (c == 0) {
+        p.scratch[at] = m == -INFINITY ? m : m * kLn2;
+        p.scratch[slots + at] = l;
+      }
+      p.scratch[2 * slots + at * p.head_dim + c] = a;
+    }
+  }
+}
+
+// Lanes per token row for head_dim elements of T: 8, 16 or 32, or 0 when this kernel does not
+// serve the shape (the row must split into 16-byte loads over at most 32 lanes).
+template <typename T>
+inline int LanesPerToken(int32_t head_dim) {
+  if (head_dim % kVec<T> != 0) return 0;
+  for (int lanes : {8, 16, 32}) {
+    if (head_dim / kVec<T> <= lanes) return lanes;
+  }
+  return 0;
+}
+
+}  // namespace specula::kernels::vector_attention

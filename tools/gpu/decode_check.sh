@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine: the short check after a change to the decode kernels (issue 35), in
+# one device call of about two minutes: tools/gpu/decode_check.sh BUNDLE_DIR REPORT_DIR
+#   - the CUDA kernel tests but the prefill tile kernel's (check.sh runs those) and the
+#     generation tests, against the CPU backend;
+#   - compute-sanitizer memcheck on the decode attention and normalization tests;
+#   - specula-bench attention's decode table, then tools/gpu/decode_bench.sh.
+set -uo pipefail
+report=$2
+mkdir -p "$report"
+here=$(cd "$(dirname "$0")" && pwd)
+"$here/unpack.sh" "$1"
+bundle=/tmp/specula-gpu
+source "$here/env.sh"
+start=$SECONDS
+step() {  # step NAME COMMAND...: logs to REPORT_DIR/NAME.log
+  local name=$1
+  shift
+  "$@" >"$report/$name.log" 2>&1
+  echo "$name: rc $? at $((SECONDS - start)) s; $(grep -E 'PASSED|FAILED|ERROR SUMMARY' \
+    "$report/$name.log" | tr '\n' ' ')"
+}
+step kernels timeout 150 "$bundle/bin/cuda_backend_test" --gtest_filter='-*TileKernel*'
+step generate timeout 60 "$bundle/bin/cuda_generate_test"
+step memcheck timeout 90 compute-sanitizer --tool memcheck --error-exitcode 1 \
+  "$bundle/bin/cuda_backend_test" \
+  --gtest_filter='*CudaKvTest*BF16_d64_g4*:*CudaKvTest*F32_d96_g12*:*RmsNorm*'
+timeout 90 "$bundle/bin/specula-bench" attention --device cuda --prefill=false 2>&1 |
+  tee "$report/attention.md"
+timeout 120 "$here/decode_bench.sh" "$report/decode"
