@@ -129,6 +129,14 @@ std::optional<Violation> CheckConnections(const ServerSection& s) {
                                1, 65536))) {
     return v;
   }
+  if ((v = CheckSeconds("server.connections.http_request_head_seconds",
+                        s.http_request_head_seconds, 0.1, 3600))) {
+    return v;
+  }
+  if ((v = CheckRange<int64_t>("server.connections.http_max_connections_per_ip",
+                               s.http_max_connections_per_ip, 0, 65536))) {
+    return v;
+  }
   if ((v = CheckSeconds("server.connections.min_ping_interval_seconds",
                         s.min_ping_interval_seconds, 0.001, 86400))) {
     return v;
@@ -493,6 +501,10 @@ absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
                                     {"grpc_handshake_seconds", Double(&s.grpc_handshake_seconds)},
                                     {"http_idle_seconds", Int(&s.http_idle_seconds)},
                                     {"http_max_connections", Int(&s.http_max_connections)},
+                                    {"http_request_head_seconds",
+                                     Double(&s.http_request_head_seconds)},
+                                    {"http_max_connections_per_ip",
+                                     Int(&s.http_max_connections_per_ip)},
                                     {"min_ping_interval_seconds",
                                      Double(&s.min_ping_interval_seconds)},
                                     {"max_ping_strikes", Int(&s.max_ping_strikes)},

@@ -21,6 +21,7 @@
 #include "engine/common/log.h"
 #include "server/config.h"
 #include "server/connection_watcher.h"
+#include "server/http_connection_guard.h"
 #include "server/http_framing.h"
 #include "server/http_tls.h"
 #include "server/listen_address.h"
@@ -67,16 +68,19 @@ struct PendingRequest {
   std::shared_ptr<HttpExchangeState> exchange;  // an asynchronous route's, once its handler ran
 };
 
-std::string PeerAddress(MHD_Connection* connection) {
-  const MHD_ConnectionInfo* info =
-      MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-  if (info == nullptr || info->client_addr == nullptr) return "";
+std::string AddressString(const sockaddr* addr) {
+  if (addr == nullptr) return "";
   char host[NI_MAXHOST] = {};
-  const sockaddr* addr = info->client_addr;
   const socklen_t len =
       addr->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
   if (getnameinfo(addr, len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) != 0) return "";
   return host;
+}
+
+std::string PeerAddress(MHD_Connection* connection) {
+  const MHD_ConnectionInfo* info =
+      MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  return info == nullptr ? "" : AddressString(info->client_addr);
 }
 
 // With their lengths, so that a NUL inside a value would reach CheckRequestHead and be refused.
@@ -329,6 +333,7 @@ struct HttpServerCallbacks {
     }
     if (pending == nullptr) {
       // First call: headers only. Unknown paths and methods are answered before any body is read.
+      server->guard_->HeadReceived(connection);
       pending = new PendingRequest();
       *state = pending;
       pending->request.method = method;
@@ -337,24 +342,32 @@ struct HttpServerCallbacks {
       MHD_get_connection_values_n(connection, MHD_HEADER_KIND, &CollectHeader,
                                   &pending->request.headers);
       if (auto refusal = CheckRequestHead(version, pending->request.headers)) {
+        server->ReportRefused("malformed");
         return Send(connection, Closing(server->Refusal(refusal->status, refusal->reason)));
       }
       if (absl::Status s = server->CheckClientCertificate(connection); !s.ok()) {
         return Send(connection, server->Refusal(403, std::string(s.message())));
       }
-      if (auto refusal = server->Authenticate(pending->request)) return Send(connection, *refusal);
+      if (auto refusal = server->Authenticate(pending->request)) {
+        server->ReportRefused("unauthenticated");
+        return Send(connection, *refusal);
+      }
       HttpResponse refusal;
       pending->route = server->Match(pending->request, &refusal);
       if (pending->route == nullptr) return Send(connection, refusal);
       // A declared body over the limit is refused before any of it is read.
       if (ContentLength(connection).value_or(0) > server->options_.max_body_bytes) {
+        server->ReportRefused("body_too_large");
         return Send(connection, server->TooLarge());
       }
       return MHD_YES;
     }
     if (*upload_data_size > 0) return ReadBody(server, pending, upload_data, upload_data_size);
     // A chunked body that outgrew the limit was read to its end: now the 413 can be sent.
-    if (pending->discarded > 0) return Send(connection, Closing(server->TooLarge()));
+    if (pending->discarded > 0) {
+      server->ReportRefused("body_too_large");
+      return Send(connection, Closing(server->TooLarge()));
+    }
     if (pending->route->async_handler) return StartAsync(server, connection, pending);
     HttpResponse response;
     if (!RunGuarded(pending->request, [&] { response = pending->route->handler(pending->request); })) {
@@ -379,11 +392,25 @@ struct HttpServerCallbacks {
     return MHD_YES;
   }
 
-  // A new connection: its TLS session learns which certificate to present.
-  static void ConnectionStarted(void* cls, MHD_Connection* connection, void** /*socket_context*/,
-                                MHD_ConnectionNotificationCode code) {
+  // Whether a new connection may be accepted (the guard's limits; called before it is set up).
+  static MHD_Result AcceptPolicy(void* cls, const sockaddr* addr, socklen_t /*len*/) {
     const auto* server = static_cast<const HttpServer*>(cls);
-    if (code != MHD_CONNECTION_NOTIFY_STARTED || server->options_.tls == nullptr) return;
+    return server->guard_->Admit(AddressString(addr)) ? MHD_YES : MHD_NO;
+  }
+
+  // A connection starts (the guard starts its head deadline; its TLS session learns which
+  // certificate to present) or ends (before its socket is closed).
+  static void ConnectionNotice(void* cls, MHD_Connection* connection, void** /*socket_context*/,
+                               MHD_ConnectionNotificationCode code) {
+    const auto* server = static_cast<const HttpServer*>(cls);
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+      server->guard_->Closed(connection);
+      return;
+    }
+    const MHD_ConnectionInfo* fd =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (fd != nullptr) server->guard_->Opened(connection, fd->connect_fd, PeerAddress(connection));
+    if (server->options_.tls == nullptr) return;
     const MHD_ConnectionInfo* info =
         MHD_get_connection_info(connection, MHD_CONNECTION_INFO_GNUTLS_SESSION);
     if (info != nullptr && info->tls_session != nullptr) {
@@ -410,7 +437,9 @@ struct HttpServerCallbacks {
     return QueueOrPark(connection, state);
   }
 
-  static void Completed(void*, MHD_Connection*, void** state, MHD_RequestTerminationCode code) {
+  static void Completed(void* cls, MHD_Connection* connection, void** state,
+                        MHD_RequestTerminationCode code) {
+    static_cast<const HttpServer*>(cls)->guard_->ResponseDone(connection);
     auto* pending = static_cast<PendingRequest*>(*state);
     *state = nullptr;
     if (pending != nullptr && pending->exchange != nullptr) Finished(*pending->exchange, code);
@@ -495,14 +524,23 @@ size_t UnescapeKeepingNul(void* /*cls*/, MHD_Connection* /*connection*/, char* s
   return static_cast<size_t>(out - s);
 }
 
+// libmicrohttpd's own limit, above the guard's: the guard decides (and makes room at its limit),
+// while connections it shut down are still closing, and although libmicrohttpd splits its limit
+// evenly between the polling threads, which do not get equal shares of the connections.
+unsigned HardConnectionLimit(const HttpServerOptions& options) {
+  return static_cast<unsigned>(options.max_connections) * 2 + 64;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& host_port,
                                                               std::vector<HttpRoute> routes,
                                                               const HttpServerOptions& options) {
-  if (options.idle_timeout_seconds < 1 || options.max_connections < 1 || options.threads < 1) {
+  if (options.idle_timeout_seconds < 1 || options.max_connections < 1 || options.threads < 1 ||
+      !(options.request_head_seconds > 0) || options.max_connections_per_ip < 0) {
     return absl::InvalidArgumentError(
-        "http server: idle_timeout_seconds, max_connections and threads must be >= 1");
+        "http server: idle_timeout_seconds, max_connections and threads must be >= 1, "
+        "request_head_seconds > 0 and max_connections_per_ip >= 0");
   }
   absl::StatusOr<sockaddr_storage> addr = ResolveListenAddress(host_port);
   if (!addr.ok()) return addr.status();
@@ -510,6 +548,15 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   absl::StatusOr<std::unique_ptr<ConnectionWatcher>> watcher = ConnectionWatcher::Start();
   if (!watcher.ok()) return watcher.status();
   server->watcher_ = *std::move(watcher);
+  HttpConnectionGuardOptions guard;
+  guard.head_timeout = absl::Seconds(options.request_head_seconds);
+  guard.max_connections = options.max_connections;
+  guard.max_per_peer = options.max_connections_per_ip;
+  guard.on_refused = [server = server.get()](absl::string_view reason) {
+    server->ReportRefused(std::string_view(reason.data(), reason.size()));
+  };
+  server->guard_ = std::make_unique<HttpConnectionGuard>(std::move(guard));
+  server->guard_->StartSweeper();
   unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
   // "[::]" takes IPv4 too, as gRPC's listener does (libmicrohttpd would set IPV6_V6ONLY).
   if (addr->ss_family == AF_INET6) flags |= MHD_USE_DUAL_STACK;
@@ -522,9 +569,6 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
     flags |= MHD_USE_TLS;
     tls_options.push_back({MHD_OPTION_HTTPS_CERT_CALLBACK, 0,
                            reinterpret_cast<void*>(&HttpTls::RetrieveCertificate)});
-    tls_options.push_back({MHD_OPTION_NOTIFY_CONNECTION,
-                           reinterpret_cast<intptr_t>(&HttpServerCallbacks::ConnectionStarted),
-                           server.get()});
     // Makes libmicrohttpd ask clients for a certificate; HttpTls verifies it per request.
     if (options.tls->requires_client_certificate()) {
       tls_options.push_back({MHD_OPTION_HTTPS_MEM_TRUST, 0,
@@ -535,12 +579,14 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   // The logger first, so complaints about the options below reach it too. One thread is the
   // internal polling thread itself; a pool is only asked for beyond that.
   server->daemon_ = MHD_start_daemon(
-      flags, /*port=*/0, /*apc=*/nullptr, nullptr, &HttpServerCallbacks::Access, server.get(),
+      flags, /*port=*/0, &HttpServerCallbacks::AcceptPolicy, server.get(),
+      &HttpServerCallbacks::Access, server.get(),
       MHD_OPTION_EXTERNAL_LOGGER, &LogMhdError, server.get(),     //
       MHD_OPTION_SOCK_ADDR, reinterpret_cast<sockaddr*>(&*addr),  //
       MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(options.idle_timeout_seconds),
-      MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned>(options.max_connections),
-      MHD_OPTION_NOTIFY_COMPLETED, &HttpServerCallbacks::Completed, nullptr,
+      MHD_OPTION_CONNECTION_LIMIT, HardConnectionLimit(options),
+      MHD_OPTION_NOTIFY_COMPLETED, &HttpServerCallbacks::Completed, server.get(),
+      MHD_OPTION_NOTIFY_CONNECTION, &HttpServerCallbacks::ConnectionNotice, server.get(),
       MHD_OPTION_UNESCAPE_CALLBACK, &UnescapeKeepingNul, nullptr,  //
       MHD_OPTION_THREAD_POOL_SIZE, static_cast<unsigned>(options.threads > 1 ? options.threads : 0),
       MHD_OPTION_ARRAY, tls_options.data(),  //
@@ -567,6 +613,10 @@ absl::Status HttpServer::CheckClientCertificate(MHD_Connection* connection) cons
       MHD_get_connection_info(connection, MHD_CONNECTION_INFO_GNUTLS_SESSION);
   return options_.tls->CheckClient(
       info == nullptr ? nullptr : static_cast<gnutls_session_t>(info->tls_session));
+}
+
+void HttpServer::ReportRefused(std::string_view reason) const {
+  if (options_.on_refused) options_.on_refused(reason);
 }
 
 HttpResponse HttpServer::TooLarge() const {

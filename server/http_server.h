@@ -54,6 +54,7 @@ struct HttpResponse {
 using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
 
 class ConnectionWatcher;
+class HttpConnectionGuard;
 class HttpTls;
 struct HttpExchangeState;
 
@@ -91,8 +92,19 @@ struct HttpRoute {
 struct HttpServerOptions {
   // A connection with no traffic for this long is closed (idle keep-alive or a stalled request).
   int idle_timeout_seconds = 10;
-  // Connections held at once; further ones are refused until some close.
+  // Connections held at once. At the limit a new connection is admitted by closing the one that
+  // has waited longest for a request head; with none waiting, it is refused.
   int max_connections = 1024;
+  // A connection must complete each request head (and, on HTTPS, its handshake first) within
+  // this long of opening or of its previous response, however slowly it sends (slowloris).
+  double request_head_seconds = 10;
+  // Connections from one client address at once; 0 = no limit (behind a load balancer or a
+  // Kubernetes Service many clients can share one address).
+  int max_connections_per_ip = 0;
+  // Told of each refused or closed connection and refused request, by reason: per_ip_limit,
+  // connection_limit, head_timeout, evicted (connections); malformed, body_too_large,
+  // unauthenticated (requests). Any thread; must not block.
+  std::function<void(std::string_view reason)> on_refused;
   // Polling threads (each owns an epoll set and a share of the connections).
   int threads = 1;
   // Largest request body read: a larger declared Content-Length gets 413 before the body is read;
@@ -139,6 +151,8 @@ class HttpServer {
   std::optional<HttpResponse> Authenticate(const HttpRequest& request) const;
   // OK unless the listener requires client certificates and this connection has no valid one.
   absl::Status CheckClientCertificate(MHD_Connection* connection) const;
+  // options_.on_refused, if set.
+  void ReportRefused(std::string_view reason) const;
   // The 413 for a body over options_.max_body_bytes.
   HttpResponse TooLarge() const;
   // One of the server's own refusals, in options_.error_response's format.
@@ -154,6 +168,7 @@ class HttpServer {
   mutable std::vector<std::weak_ptr<HttpExchangeState>> live_;  // guarded by live_mu_
   mutable bool closing_ = false;                                // guarded by live_mu_
   std::unique_ptr<ConnectionWatcher> watcher_;  // outlives the daemon (declared first)
+  std::unique_ptr<HttpConnectionGuard> guard_;  // likewise
   MHD_Daemon* daemon_ = nullptr;
   int port_ = 0;
   mutable std::mutex error_mu_;

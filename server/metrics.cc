@@ -192,6 +192,22 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
   for (const char* reason : {"descriptor_reserve", "accept_failed"}) {
     grpc_refused_->Add({{"reason", reason}});
   }
+  http_refused_ =
+      &prometheus::BuildCounter()
+           .Name("specula_http_refused_total")
+           .Help("HTTP connections refused or closed, and requests refused, by listener (openai, "
+                 "metrics) and reason: per_ip_limit, connection_limit (full, none to make room "
+                 "from), head_timeout (the request head or TLS handshake took longer than "
+                 "server.connections.http_request_head_seconds), evicted (closed while waiting "
+                 "for a head, to let a new connection in at the limit); malformed (400/501 "
+                 "framing), body_too_large (413), unauthenticated (401).")
+           .Register(r);
+  for (const char* listener : {"openai", "metrics"}) {
+    for (const char* reason : {"per_ip_limit", "connection_limit", "head_timeout", "evicted",
+                               "malformed", "body_too_large", "unauthenticated"}) {
+      http_refused_->Add({{"listener", listener}, {"reason", reason}});
+    }
+  }
   fatal_ = &prometheus::BuildCounter()
                 .Name("specula_fatal_errors_total")
                 .Help("Conditions the server cannot recover from, by cause (e.g. "
@@ -338,6 +354,11 @@ void ServerMetrics::RecordGrpcConnectionRefused(const std::string& reason) {
   grpc_refused_->Add({{"reason", reason}}).Increment();
 }
 
+void ServerMetrics::RecordHttpRefused(std::string_view listener, std::string_view reason) {
+  http_refused_->Add({{"listener", std::string(listener)}, {"reason", std::string(reason)}})
+      .Increment();
+}
+
 void ServerMetrics::RecordFatal(const std::string& cause) {
   fatal_->Add({{"cause", cause}}).Increment();
 }
@@ -364,8 +385,12 @@ absl::Status ServerMetrics::StartExposer(const std::string& host_port) {
                       return r;
                     },
                     nullptr};
+  HttpServerOptions options = exposer_options_;
+  if (!options.on_refused) {
+    options.on_refused = [this](std::string_view reason) { RecordHttpRefused("metrics", reason); };
+  }
   absl::StatusOr<std::unique_ptr<HttpServer>> server =
-      HttpServer::Start(host_port, {std::move(metrics)}, exposer_options_);
+      HttpServer::Start(host_port, {std::move(metrics)}, options);
   if (!server.ok()) {
     return absl::Status(server.status().code(),
                         absl::StrCat("metrics: ", server.status().message()));

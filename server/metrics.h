@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "engine/serve/engine_observer.h"
@@ -48,6 +49,9 @@ class ServerMetrics : public EngineObserver {
   // A gRPC connection the server closed at once: `reason` is descriptor_reserve (the process is
   // near its descriptor limit) or accept_failed (accept4 failed; the listener retries).
   void RecordGrpcConnectionRefused(const std::string& reason);
+  // An HTTP connection refused or closed, or a request refused, on `listener` ("openai",
+  // "metrics"), by reason (HttpServerOptions::on_refused).
+  void RecordHttpRefused(std::string_view listener, std::string_view reason);
   // The server took its fatal path (Server::ReportFatal): counted by cause.
   void RecordFatal(const std::string& cause);
 
@@ -90,6 +94,7 @@ class ServerMetrics : public EngineObserver {
   prometheus::Counter* generation_tokens_;
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Family<prometheus::Counter>* grpc_refused_;
+  prometheus::Family<prometheus::Counter>* http_refused_;
   prometheus::Family<prometheus::Counter>* fatal_;
 
   // Sparse KV cache.

@@ -199,9 +199,24 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
   return s;
 }
 
+namespace {
+
+// server.connections' limits, for both HTTP listeners.
+HttpServerOptions HttpConnectionOptions(const ServerSection& s) {
+  HttpServerOptions options;
+  options.idle_timeout_seconds = s.http_idle_seconds;
+  options.max_connections = s.http_max_connections;
+  options.request_head_seconds = s.http_request_head_seconds;
+  options.max_connections_per_ip = s.http_max_connections_per_ip;
+  return options;
+}
+
+}  // namespace
+
 absl::Status Server::StartMetrics(const ServerConfig& config) {
   metrics_ = std::make_unique<ServerMetrics>();
   if (config.server.metrics_listen.empty()) return absl::OkStatus();
+  metrics_->set_exposer_options(HttpConnectionOptions(config.server));
   if (absl::Status st = metrics_->StartExposer(config.server.metrics_listen); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("server.metrics_listen: ", st.message()));
   }
@@ -418,7 +433,7 @@ absl::Status Server::StartHttp(const ServerConfig& config, const v1::ModelInfo& 
   if (config.server.http_listen.empty()) return absl::OkStatus();
   openai_ =
       std::make_unique<OpenAiService>(&env_, served_model_name_, model_info.max_context_tokens());
-  HttpServerOptions options;
+  HttpServerOptions options = HttpConnectionOptions(config.server);
   if (config.server.tls()) {
     absl::StatusOr<std::unique_ptr<HttpTls>> tls = HttpTls::Create(
         TlsPathsOf(config.server), absl::Seconds(config.server.tls_reload_seconds));
@@ -426,8 +441,9 @@ absl::Status Server::StartHttp(const ServerConfig& config, const v1::ModelInfo& 
     options.tls = *std::move(tls);
   }
   options.max_body_bytes = static_cast<size_t>(config.server.http_max_body_bytes);
-  options.idle_timeout_seconds = config.server.http_idle_seconds;
-  options.max_connections = config.server.http_max_connections;
+  options.on_refused = [metrics = metrics_.get()](std::string_view reason) {
+    metrics->RecordHttpRefused("openai", reason);
+  };
   options.error_response = &OpenAiService::ErrorResponse;
   options.authenticate = [service = openai_.get()](const HttpRequest& r) {
     return service->Authenticate(r);

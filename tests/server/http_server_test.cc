@@ -3,10 +3,13 @@
 // without sending.
 #include "server/http_server.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -24,6 +27,7 @@ using ::specula::testing::ConnectLoopback;
 using ::specula::testing::HttpExchange;
 using ::specula::testing::HttpGet;
 using ::specula::testing::HttpStatus;
+using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -227,24 +231,152 @@ TEST(HttpServerTest, ClosesIdleConnectionsAfterTheTimeout) {
   ::close(fd);
 }
 
-TEST(HttpServerTest, RefusesConnectionsPastTheLimit) {
+// The refusal reasons an HttpServer reported, in order.
+class Refusals {
+ public:
+  void Attach(HttpServerOptions* options) {
+    options->on_refused = [this](std::string_view reason) {
+      std::lock_guard lock(mu_);
+      reasons_.emplace_back(reason);
+    };
+  }
+  std::vector<std::string> get() {
+    std::lock_guard lock(mu_);
+    return reasons_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> reasons_;
+};
+
+// Whether the server closed `fd` within `seconds` (it reads the end of the stream).
+bool ClosedWithin(int fd, double seconds) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(seconds * 1000)) != 1) return false;
+  char c;
+  return ::recv(fd, &c, 1, MSG_DONTWAIT) == 0;
+}
+
+// Slowloris: held connections that never finish a head must not keep a probe out.
+TEST(HttpServerTest, AtTheLimitANewConnectionClosesTheOneWaitingLongestForAHead) {
   HttpServerOptions options;
   options.max_connections = 4;
+  Refusals refusals;
+  refusals.Attach(&options);
   auto server = StartTestServer(options);
   ASSERT_NE(server, nullptr);
   std::vector<int> held;
-  for (int i = 0; i < 4; ++i) held.push_back(ConnectLoopback(server->port()));
-  // The fifth is either closed at once or left in the listen backlog: no answer either way.
-  EXPECT_EQ(HttpExchange(server->port(), Request("GET", "/hello"), /*timeout_seconds=*/2), "");
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(ConnectLoopback(server->port()));
+    const std::string partial = "GET /hello HTTP/1.1\r\nHost: t\r\n";
+    ASSERT_GT(::send(held.back(), partial.data(), partial.size(), MSG_NOSIGNAL), 0);
+    // Each is accepted (and its wait begun) before the next connects.
+    EXPECT_EQ(HttpStatus(HttpGet(server->port(), "/hello")), 200);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const std::string r = HttpExchange(server->port(), Request("GET", "/hello"), 2);
+  EXPECT_EQ(HttpStatus(r), 200) << r;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  EXPECT_TRUE(ClosedWithin(held[0], 2)) << "the oldest waiting connection makes room";
+  for (size_t i = 1; i < held.size(); ++i) EXPECT_FALSE(ClosedWithin(held[i], 0.1)) << i;
+  EXPECT_THAT(refusals.get(), Contains("evicted"));
   for (int fd : held) ::close(fd);
-  // The server sees the closes on its next poll; until then a new connection may still be over
-  // the limit, so retry for a bounded time.
+}
+
+// A client that keeps trickling header lines (so the idle timeout never fires) is cut at the
+// head deadline.
+TEST(HttpServerTest, ARequestHeadDrippedSlowlyIsCutAtTheHeadDeadline) {
+  HttpServerOptions options;
+  options.request_head_seconds = 1;
+  Refusals refusals;
+  refusals.Attach(&options);
+  auto server = StartTestServer(options);
+  ASSERT_NE(server, nullptr);
+  const int fd = ConnectLoopback(server->port());
+  ASSERT_GE(fd, 0);
+  const std::string line = "GET /hello HTTP/1.1\r\n";
+  ASSERT_GT(::send(fd, line.data(), line.size(), MSG_NOSIGNAL), 0);
+  const auto start = std::chrono::steady_clock::now();
+  bool closed = false;
+  while (!closed && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    const std::string header = "X-Drip: 1\r\n";
+    ::send(fd, header.data(), header.size(), MSG_NOSIGNAL);
+    closed = ClosedWithin(fd, 0.2);
+  }
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(closed) << "still open after 5 s of dripping";
+  EXPECT_GE(elapsed, std::chrono::milliseconds(800)) << "cut before its deadline";
+  EXPECT_THAT(refusals.get(), Contains("head_timeout"));
+  ::close(fd);
+}
+
+// Past the limit with every connection's request being answered, a new one is refused (there is
+// no one to make room) until one finishes.
+TEST(HttpServerTest, RefusesConnectionsPastTheLimitWhenEveryOneIsBusy) {
+  std::mutex mu;
+  std::vector<std::shared_ptr<::specula::HttpExchange>> parked;
+  std::vector<HttpRoute> routes;
+  routes.push_back({"/park", {"GET"}, nullptr,
+                    [&](const HttpRequest&, std::shared_ptr<::specula::HttpExchange> exchange) {
+                      std::lock_guard lock(mu);
+                      parked.push_back(std::move(exchange));
+                    }});
+  routes.push_back({"/hello", {"GET"}, [](const HttpRequest&) { return HttpResponse{}; }});
+  HttpServerOptions options;
+  options.max_connections = 4;
+  Refusals refusals;
+  refusals.Attach(&options);
+  absl::StatusOr<std::unique_ptr<HttpServer>> server =
+      HttpServer::Start("127.0.0.1:0", std::move(routes), options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  std::vector<int> held;
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(ConnectLoopback(port));
+    const std::string park = Request("GET", "/park");
+    ASSERT_GT(::send(held.back(), park.data(), park.size(), MSG_NOSIGNAL), 0);
+  }
+  const auto all_parked = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < all_parked) {
+    std::lock_guard lock(mu);
+    if (parked.size() == 4) break;
+  }
+  // The fifth is either closed at once or left in the listen backlog: no answer either way.
+  EXPECT_EQ(HttpExchange(port, Request("GET", "/hello"), /*timeout_seconds=*/2), "");
+  EXPECT_THAT(refusals.get(), Contains("connection_limit"));
+  {
+    std::lock_guard lock(mu);
+    for (auto& exchange : parked) exchange->Respond(HttpResponse{});
+  }
+  // Answered, they wait for their next head, so a new connection may now take one's place.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  std::string r;
+  while (HttpStatus(r) != 200 && std::chrono::steady_clock::now() < deadline) {
+    r = HttpExchange(port, Request("GET", "/hello"), /*timeout_seconds=*/2);
+  }
+  EXPECT_EQ(HttpStatus(r), 200);
+  for (int fd : held) ::close(fd);
+}
+
+TEST(HttpServerTest, ConnectionsFromOneAddressAreCappedWhenAsked) {
+  HttpServerOptions options;
+  options.max_connections_per_ip = 2;
+  Refusals refusals;
+  refusals.Attach(&options);
+  auto server = StartTestServer(options);
+  ASSERT_NE(server, nullptr);
+  std::vector<int> held = {ConnectLoopback(server->port()), ConnectLoopback(server->port())};
+  EXPECT_EQ(HttpExchange(server->port(), Request("GET", "/hello"), /*timeout_seconds=*/2), "");
+  EXPECT_THAT(refusals.get(), Contains("per_ip_limit"));
+  ::close(held[0]);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   std::string r;
   while (HttpStatus(r) != 200 && std::chrono::steady_clock::now() < deadline) {
     r = HttpExchange(server->port(), Request("GET", "/hello"), /*timeout_seconds=*/2);
   }
   EXPECT_EQ(HttpStatus(r), 200);
+  ::close(held[1]);
 }
 
 TEST(HttpServerTest, StartErrors) {

@@ -310,6 +310,39 @@ class TlsHandshakeTimeoutTest(TlsTestBase):
         self.assertTrue(c.generate_text("Hello", max_tokens=2))
 
 
+class HttpsHeadDeadlineTest(TlsTestBase):
+    """server.connections.http_request_head_seconds (issue 33): an HTTPS connection that drips its
+    handshake (so it is never idle) is closed at the head deadline; a finished request on the
+    same kind of connection is served."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.make_pki()
+        config = tls_config(cls.pki) + "  connections:\n    http_request_head_seconds: 1\n"
+        cls.server = RunningServer(cls.tmp, config, "https_head")
+
+    def test_a_dripped_handshake_is_cut_at_the_head_deadline(self):
+        s = socket.create_connection(("127.0.0.1", self.server.http_port), timeout=10)
+        s.settimeout(0.2)
+        try:
+            s.sendall(b"\x16\x03\x01\x02\x00")  # a record header promising a 512-byte hello
+            start, closed = time.monotonic(), False
+            while not closed and time.monotonic() - start < 8:
+                try:
+                    s.sendall(b"\x00")
+                    closed = s.recv(1) == b""
+                except socket.timeout:
+                    pass
+                except (ConnectionResetError, BrokenPipeError):
+                    closed = True
+            self.assertTrue(closed, "still open after 8 s of dripping")
+            self.assertGreaterEqual(time.monotonic() - start, 0.8)
+        finally:
+            s.close()
+        status, body = https_get(self.server.http_port, "/health", self.pki.path("ca1.pem"))
+        self.assertEqual(status, 200, body)
+
+
 class TlsListenerFailureTest(TlsTestBase):
     """With TLS the gRPC listener is gRPC's own, which stops accepting for good after one failed
     accept (issue 32; plaintext has specula's own listener, which recovers: see

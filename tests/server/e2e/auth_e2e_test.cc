@@ -114,6 +114,10 @@ TEST(AuthE2eTest, OnlyABearerTokenGetsInButHealthAnswersEveryone) {
   EXPECT_EQ(HttpStatus(HttpExchange(
                 http, HttpRequestWith("DELETE", models, std::string("Bearer ") + kToken))),
             405);
+  // Each of the five 401s above is counted (issue 33, item 7).
+  const Exposition metrics = ParseExposition(server->metrics().Exposition());
+  EXPECT_EQ(metrics.Get(R"(specula_http_refused_total{listener="openai",reason="unauthenticated"})"),
+            5);
   std::remove(tokens.c_str());
 }
 

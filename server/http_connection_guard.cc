@@ -1,0 +1,142 @@
+#include "server/http_connection_guard.h"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+namespace specula {
+
+HttpConnectionGuard::HttpConnectionGuard(HttpConnectionGuardOptions options,
+                                         std::function<absl::Time()> now)
+    : options_(std::move(options)), now_(std::move(now)) {}
+
+HttpConnectionGuard::~HttpConnectionGuard() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (sweeper_.joinable()) sweeper_.join();
+}
+
+void HttpConnectionGuard::StartSweeper() {
+  // Late by at most a quarter of the deadline (and a second), so a 10 s deadline ends a head
+  // within 10-11 s.
+  const absl::Duration period =
+      std::clamp(options_.head_timeout / 4, absl::Milliseconds(50), absl::Seconds(1));
+  sweeper_ = std::thread([this, period] {
+    std::unique_lock lock(mu_);
+    while (!stopping_) {
+      wake_.wait_for(lock, absl::ToChronoMilliseconds(period), [this] { return stopping_; });
+      if (stopping_) break;
+      lock.unlock();
+      Sweep();
+      lock.lock();
+    }
+  });
+}
+
+bool HttpConnectionGuard::Admit(absl::string_view peer) {
+  const char* refusal = nullptr;
+  bool evicted = false;
+  {
+    std::lock_guard lock(mu_);
+    const auto it = per_peer_.find(peer);
+    if (options_.max_per_peer > 0 && it != per_peer_.end() && it->second >= options_.max_per_peer) {
+      refusal = "per_ip_limit";
+    } else if (static_cast<int>(entries_.size()) - shut_ >= options_.max_connections) {
+      Entry* oldest = OldestAwaitingHeadLocked();
+      if (oldest == nullptr) {
+        refusal = "connection_limit";
+      } else {
+        ShutLocked(*oldest);
+        evicted = true;
+      }
+    }
+  }
+  if (evicted) Report("evicted", 1);
+  if (refusal != nullptr) Report(refusal, 1);
+  return refusal == nullptr;
+}
+
+void HttpConnectionGuard::Opened(const void* key, int fd, std::string peer) {
+  std::lock_guard lock(mu_);
+  ++per_peer_[peer];
+  Entry& e = entries_[key];
+  e.fd = fd;
+  e.peer = std::move(peer);
+  e.waiting_since = now_();
+}
+
+void HttpConnectionGuard::HeadReceived(const void* key) {
+  std::lock_guard lock(mu_);
+  if (auto it = entries_.find(key); it != entries_.end()) it->second.awaiting_head = false;
+}
+
+void HttpConnectionGuard::ResponseDone(const void* key) {
+  std::lock_guard lock(mu_);
+  if (auto it = entries_.find(key); it != entries_.end()) {
+    it->second.awaiting_head = true;
+    it->second.waiting_since = now_();
+  }
+}
+
+void HttpConnectionGuard::Closed(const void* key) {
+  std::lock_guard lock(mu_);
+  const auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  if (it->second.shut) --shut_;
+  if (auto peer = per_peer_.find(it->second.peer); peer != per_peer_.end() && --peer->second <= 0) {
+    per_peer_.erase(peer);
+  }
+  entries_.erase(it);
+}
+
+int HttpConnectionGuard::Sweep() {
+  int shut = 0;
+  {
+    std::lock_guard lock(mu_);
+    const absl::Time deadline = now_() - options_.head_timeout;
+    for (auto& [key, e] : entries_) {
+      if (e.awaiting_head && !e.shut && e.waiting_since <= deadline) {
+        ShutLocked(e);
+        ++shut;
+      }
+    }
+  }
+  Report("head_timeout", shut);
+  return shut;
+}
+
+int HttpConnectionGuard::open() const {
+  std::lock_guard lock(mu_);
+  return static_cast<int>(entries_.size()) - shut_;
+}
+
+void HttpConnectionGuard::ShutLocked(Entry& e) {
+  if (e.shut) return;
+  e.shut = true;
+  ++shut_;
+  // The owner still holds the descriptor (Closed comes before it is closed), so this cannot
+  // reach a reused number.
+  shutdown(e.fd, SHUT_RDWR);
+}
+
+HttpConnectionGuard::Entry* HttpConnectionGuard::OldestAwaitingHeadLocked() {
+  Entry* oldest = nullptr;
+  for (auto& [key, e] : entries_) {
+    if (e.awaiting_head && !e.shut && (oldest == nullptr || e.waiting_since < oldest->waiting_since)) {
+      oldest = &e;
+    }
+  }
+  return oldest;
+}
+
+void HttpConnectionGuard::Report(absl::string_view reason, int times) const {
+  if (!options_.on_refused) return;
+  for (int i = 0; i < times; ++i) options_.on_refused(reason);
+}
+
+}  // namespace specula

@@ -1,0 +1,92 @@
+// Keeps an HTTP listener answerable while clients hold connections without finishing requests
+// (slowloris: one header line every few seconds keeps libmicrohttpd's idle timer from firing, and
+// enough such connections fill every slot, so health probes and scrapes are refused):
+// - a deadline for each request head: a connection must complete the head of a request within
+//   `head_timeout` of opening (which includes a TLS handshake) or of its previous response, or its
+//   socket is shut down;
+// - at capacity, a new connection is admitted by shutting down the connection that has waited
+//   longest for a request head (never one whose request is being answered), so a probe always
+//   gets in while attackers hold the slots;
+// - an optional cap on connections per client address.
+// It knows sockets and opaque connection keys, not libmicrohttpd: HttpServer feeds it events.
+// Thread-safe. Shutting a socket down (not closing it) makes its owner see the end of the stream
+// and close it through its usual path, so the descriptor is never closed under its owner.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace specula {
+
+struct HttpConnectionGuardOptions {
+  absl::Duration head_timeout = absl::Seconds(10);
+  int max_connections = 1024;
+  int max_per_peer = 0;  // connections from one client address at once; 0 = no limit
+  // Called (under no lock) for each connection refused or shut down: "per_ip_limit",
+  // "connection_limit", "head_timeout", "evicted".
+  std::function<void(absl::string_view reason)> on_refused;
+};
+
+class HttpConnectionGuard {
+ public:
+  explicit HttpConnectionGuard(HttpConnectionGuardOptions options,
+                               std::function<absl::Time()> now = &absl::Now);
+  ~HttpConnectionGuard();  // stops the sweeper
+  HttpConnectionGuard(const HttpConnectionGuard&) = delete;
+  HttpConnectionGuard& operator=(const HttpConnectionGuard&) = delete;
+
+  // Starts the thread that runs Sweep a few times per head_timeout.
+  void StartSweeper();
+
+  // Whether a new connection from `peer` may be accepted. At capacity it makes room by shutting
+  // down the connection waiting longest for a request head; with none to shut, it refuses.
+  bool Admit(absl::string_view peer);
+  // A connection was accepted: it now waits for its first request head.
+  void Opened(const void* key, int fd, std::string peer);
+  // Its request head is complete: no deadline while the request is read and answered.
+  void HeadReceived(const void* key);
+  // Its response is done: the next request head is due within head_timeout.
+  void ResponseDone(const void* key);
+  // It is closed (before its descriptor is): forgotten.
+  void Closed(const void* key);
+
+  // Shuts down the connections past their head deadline; returns how many.
+  int Sweep();
+
+  // Connections open and not shut down.
+  int open() const;
+
+ private:
+  struct Entry {
+    int fd = -1;
+    std::string peer;
+    absl::Time waiting_since;  // when its current head became due
+    bool awaiting_head = true;
+    bool shut = false;
+  };
+  // Shuts `e`'s socket down once; the caller holds mu_.
+  void ShutLocked(Entry& e);
+  // The open entry that has waited longest for a head, or null; the caller holds mu_.
+  Entry* OldestAwaitingHeadLocked();
+  void Report(absl::string_view reason, int times) const;
+
+  const HttpConnectionGuardOptions options_;
+  const std::function<absl::Time()> now_;
+  mutable std::mutex mu_;
+  absl::flat_hash_map<const void*, Entry> entries_;  // guarded by mu_
+  absl::flat_hash_map<std::string, int> per_peer_;   // guarded by mu_
+  int shut_ = 0;                                     // entries shut, not yet closed; mu_
+  bool stopping_ = false;                            // guarded by mu_
+  std::condition_variable wake_;
+  std::thread sweeper_;
+};
+
+}  // namespace specula
