@@ -4,6 +4,7 @@
 #include "engine/common/ceil_div.h"
 #include "kernels/attention.h"
 #include "kernels/attention_lists.cuh"
+#include "kernels/attention_merge.cuh"
 #include "kernels/attention_vector.cuh"
 #include "kernels/device_math.cuh"
 
@@ -60,9 +61,7 @@ template <typename Lists, typename T, int kPerLane>
 __global__ void __launch_bounds__(kWarps * 32)
     AttentionKernel(AttentionCommon p, Lists lists, int32_t splits) {
   constexpr int kMaxDim = 32 * kPerLane;
-  __shared__ float shared_m[kWarps][kMaxGroup];
-  __shared__ float shared_l[kWarps][kMaxGroup];
-  __shared__ float shared_acc[kWarps][kMaxGroup][kMaxDim];
+  __shared__ WarpPartials<kWarps, kMaxGroup, kMaxDim> partials;
 
   const int32_t row = blockIdx.x / p.num_kv_heads;
   const int32_t kv_head = blockIdx.x % p.num_kv_heads;
@@ -99,40 +98,14 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int g = 0; g < kMaxGroup; ++g) {
     if (g >= heads) break;
     if (lane == 0) {
-      shared_m[warp][g] = s.m[g];
-      shared_l[warp][g] = s.l[g];
+      partials.m[warp][g] = s.m[g];
+      partials.l[warp][g] = s.l[g];
     }
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) shared_acc[warp][g][lane * kPerLane + i] = s.acc[g][i];
+    for (int i = 0; i < kPerLane; ++i) partials.acc[warp][g][lane * kPerLane + i] = s.acc[g][i];
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < heads * p.head_dim; idx += blockDim.x) {
-    const int g = idx / p.head_dim, c = idx % p.head_dim;
-    float m = -INFINITY;
-    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, shared_m[w][g]);
-    float l = 0.0f, a = 0.0f;
-    if (m != -INFINITY) {
-      for (int w = 0; w < kWarps; ++w) {
-        if (shared_m[w][g] == -INFINITY) continue;
-        const float f = expf(shared_m[w][g] - m);
-        l += shared_l[w][g] * f;
-        a += shared_acc[w][g][c] * f;
-      }
-    }
-    const int64_t head = head0 + g;
-    if (splits == 1) {
-      p.out[row * p.out_stride + head * p.head_dim + c] =
-          l > 0.0f ? a / l : 0.0f;  // an empty list (the backend refuses one) gives 0, not NaN
-    } else {
-      const int64_t slot = (static_cast<int64_t>(row) * p.num_heads + head) * splits + blockIdx.y;
-      const int64_t slots = static_cast<int64_t>(p.rows) * p.num_heads * splits;
-      if (c == 0) {
-        p.scratch[slot] = m;
-        p.scratch[slots + slot] = l;
-      }
-      p.scratch[2 * slots + slot * p.head_dim + c] = a;
-    }
-  }
+  MergeWarpsAndWrite</*kLog2=*/false>(p, partials, row, head0, heads, splits);
 }
 
 // grid rows * num_heads, head_dim threads (rounded up to a warp).

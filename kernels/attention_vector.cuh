@@ -11,8 +11,8 @@
 //   once per step of 32 / L * kLoads tokens, with the running max shared by the warp, while each
 //   lane keeps its own partial sum and accumulator for its tokens, merged across the warp's
 //   token slots only once, at the end of its split.
-// - Warps merge in shared memory; with splits > 1 the partials go to the scratch of
-//   kernels/attention.h (max in natural-log units) for CombineAttentionSplits.
+// - Warps merge in shared memory (attention_merge.cuh); with splits > 1 the partials go to the
+//   scratch of kernels/attention.h for CombineAttentionSplits.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -22,13 +22,13 @@
 #include <type_traits>
 
 #include "kernels/attention.h"
+#include "kernels/attention_merge.cuh"
 #include "kernels/device_math.cuh"
 
 namespace specula::kernels::vector_attention {
 
 constexpr int kWarps = 4;
 constexpr float kLog2E = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 // Elements of T in one 16-byte load.
 template <typename T>
@@ -153,9 +153,7 @@ template <typename Lists, typename T, int L, int G>
 __global__ void __launch_bounds__(kWarps * 32)
     VectorAttentionKernel(AttentionCommon p, Lists lists, int32_t splits) {
   constexpr int kV = kVec<T>, kDim = L * kV, kStep = 32 / L * kLoads<G>;
-  __shared__ float shared_m[kWarps][G];
-  __shared__ float shared_l[kWarps][G];
-  __shared__ float shared_acc[kWarps][G][kDim];
+  __shared__ WarpPartials<kWarps, G, kDim> partials;
 
   const int32_t row = blockIdx.x / p.num_kv_heads;
   const int32_t kv_head = blockIdx.x % p.num_kv_heads;
@@ -204,43 +202,17 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     if (g < heads && slot == 0) {
       if (lane == 0) {
-        shared_m[warp][g] = s.m[g];
-        shared_l[warp][g] = s.l[g];
+        partials.m[warp][g] = s.m[g];
+        partials.l[warp][g] = s.l[g];
       }
       if (c0 < p.head_dim) {
 #pragma unroll
-        for (int c = 0; c < kV; ++c) shared_acc[warp][g][c0 + c] = s.acc[g][c];
+        for (int c = 0; c < kV; ++c) partials.acc[warp][g][c0 + c] = s.acc[g][c];
       }
     }
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < heads * p.head_dim; idx += blockDim.x) {
-    const int g = idx / p.head_dim, c = idx % p.head_dim;
-    float m = -INFINITY;
-    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, shared_m[w][g]);
-    float l = 0.0f, a = 0.0f;
-    if (m != -INFINITY) {
-      for (int w = 0; w < kWarps; ++w) {
-        if (shared_m[w][g] == -INFINITY) continue;
-        const float f = exp2f(shared_m[w][g] - m);
-        l += shared_l[w][g] * f;
-        a += shared_acc[w][g][c] * f;
-      }
-    }
-    const int64_t head = head0 + g;
-    if (splits == 1) {
-      p.out[row * p.out_stride + head * p.head_dim + c] =
-          l > 0.0f ? a / l : 0.0f;  // an empty list (the backend refuses one) gives 0, not NaN
-    } else {
-      const int64_t at = (static_cast<int64_t>(row) * p.num_heads + head) * splits + blockIdx.y;
-      const int64_t slots = static_cast<int64_t>(p.rows) * p.num_heads * splits;
-      if (c == 0) {
-        p.scratch[at] = m == -INFINITY ? m : m * kLn2;
-        p.scratch[slots + at] = l;
-      }
-      p.scratch[2 * slots + at * p.head_dim + c] = a;
-    }
-  }
+  MergeWarpsAndWrite</*kLog2=*/true>(p, partials, row, head0, heads, splits);
 }
 
 // Lanes per token row for head_dim elements of T: 8, 16 or 32, or 0 when this kernel does not

@@ -14,12 +14,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/env.sh"
 
 model=/tmp/specula-1b
-if [[ ! -e $model/model.safetensors ]]; then
-  "$bundle/bin/make-tiny-model" --out "$model" --arch llama --preset 100m --dtype bf16 \
-    --layers 16 --hidden 2048 --heads 32 --kv_heads 8 --head_dim 64 --intermediate 8192 \
-    --vocab 128256 --max_position_embeddings 131072 >"$report/model.log" 2>&1 ||
-    { echo "make-tiny-model failed"; cat "$report/model.log"; exit 1; }
-fi
+make_1b_model "$model" "$report/model.log" || exit 1
 
 echo "== the card"
 timeout 60 python3 - <<'PY' 2>&1 | tee "$report/card.md"

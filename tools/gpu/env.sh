@@ -18,3 +18,13 @@ wait_healthy() {
   done
   return 1
 }
+
+# make_1b_model DIR LOG: a random-weight Llama-3.2-1B-shaped bf16 checkpoint in DIR (kept when
+# already there), make-tiny-model's output in LOG.
+make_1b_model() {
+  [[ -e $1/model.safetensors ]] && return 0
+  "$bundle/bin/make-tiny-model" --out "$1" --arch llama --preset 100m --dtype bf16 \
+    --layers 16 --hidden 2048 --heads 32 --kv_heads 8 --head_dim 64 --intermediate 8192 \
+    --vocab 128256 --max_position_embeddings 131072 >"$2" 2>&1 ||
+    { echo "make-tiny-model failed"; cat "$2"; return 1; }
+}

@@ -14,12 +14,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/env.sh"
 
 small=/tmp/specula-1b
-if [[ ! -e $small/model.safetensors ]]; then
-  "$bundle/bin/make-tiny-model" --out "$small" --arch llama --preset 100m --dtype bf16 \
-    --layers 16 --hidden 2048 --heads 32 --kv_heads 8 --head_dim 64 --intermediate 8192 \
-    --vocab 128256 --max_position_embeddings 131072 >"$report/model-1b.log" 2>&1 ||
-    { echo "make-tiny-model failed"; cat "$report/model-1b.log"; exit 1; }
-fi
+make_1b_model "$small" "$report/model-1b.log" || exit 1
 big=/tmp/specula-8b
 timeout 240 python3 "$here/make_8b_checkpoint.py" "$small" "$big" 2>&1 | tee "$report/model-8b.log"
 

@@ -19,10 +19,7 @@ source "$here/env.sh"
 export PYTHONUNBUFFERED=1
 
 model=/tmp/specula-1b
-"$bundle/bin/make-tiny-model" --out "$model" --arch llama --preset 100m --dtype bf16 \
-  --layers 16 --hidden 2048 --heads 32 --kv_heads 8 --head_dim 64 --intermediate 8192 \
-  --vocab 128256 --max_position_embeddings 131072 >"$report/model.log" 2>&1 ||
-  { echo "make-tiny-model failed"; cat "$report/model.log"; exit 1; }
+make_1b_model "$model" "$report/model.log" || exit 1
 
 echo "== reference (PyTorch, transformers)"
 timeout 240 python3 "$here/attention_reference.py" "$model" "$contexts" 2>&1 |
