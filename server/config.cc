@@ -129,8 +129,8 @@ std::optional<Violation> CheckConnections(const ServerSection& s) {
                                1, 65536))) {
     return v;
   }
-  if ((v = CheckSeconds("server.connections.http_request_head_seconds",
-                        s.http_request_head_seconds, 0.1, 3600))) {
+  if ((v = CheckSeconds("server.connections.http_request_read_seconds",
+                        s.http_request_read_seconds, 0.1, 3600))) {
     return v;
   }
   if ((v = CheckRange<int64_t>("server.connections.http_max_connections_per_ip",
@@ -501,8 +501,8 @@ absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
                                     {"grpc_handshake_seconds", Double(&s.grpc_handshake_seconds)},
                                     {"http_idle_seconds", Int(&s.http_idle_seconds)},
                                     {"http_max_connections", Int(&s.http_max_connections)},
-                                    {"http_request_head_seconds",
-                                     Double(&s.http_request_head_seconds)},
+                                    {"http_request_read_seconds",
+                                     Double(&s.http_request_read_seconds)},
                                     {"http_max_connections_per_ip",
                                      Int(&s.http_max_connections_per_ip)},
                                     {"min_ping_interval_seconds",

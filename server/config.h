@@ -39,7 +39,7 @@ struct ServerSection {
   double grpc_handshake_seconds = 10;     // [0.1, 3600]: TLS handshake unfinished this long
   int http_idle_seconds = 10;             // [1, 3600]: an HTTP connection with no traffic
   int http_max_connections = 1024;        // [1, 65536]: open HTTP connections at once
-  double http_request_head_seconds = 10;  // [0.1, 3600]: to complete a request head (and handshake)
+  double http_request_read_seconds = 10;  // [0.1, 3600]: to complete a request head (and handshake)
   int http_max_connections_per_ip = 0;    // [0, 65536]: from one client address; 0 = no limit
   double min_ping_interval_seconds = 10;  // [0.001, 86400]: client pings closer are strikes
   int max_ping_strikes = 2;               // [0, 1000]: then GOAWAY too_many_pings; 0 = no limit

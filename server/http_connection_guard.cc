@@ -22,10 +22,10 @@ HttpConnectionGuard::~HttpConnectionGuard() {
 }
 
 void HttpConnectionGuard::StartSweeper() {
-  // Late by at most a quarter of the deadline (and a second), so a 10 s deadline ends a head
+  // Late by at most a quarter of the deadline (and a second), so a 10 s deadline ends a request
   // within 10-11 s.
   const absl::Duration period =
-      std::clamp(options_.head_timeout / 4, absl::Milliseconds(50), absl::Seconds(1));
+      std::clamp(options_.read_timeout / 4, absl::Milliseconds(50), absl::Seconds(1));
   sweeper_ = std::thread([this, period] {
     std::unique_lock lock(mu_);
     while (!stopping_) {
@@ -47,11 +47,11 @@ bool HttpConnectionGuard::Admit(absl::string_view peer) {
     if (options_.max_per_peer > 0 && it != per_peer_.end() && it->second >= options_.max_per_peer) {
       refusal = "per_ip_limit";
     } else if (static_cast<int>(entries_.size()) - shut_ >= options_.max_connections) {
-      Entry* oldest = OldestAwaitingHeadLocked();
-      if (oldest == nullptr) {
+      Entry* victim = EvictionCandidateLocked();
+      if (victim == nullptr) {
         refusal = "connection_limit";
       } else {
-        ShutLocked(*oldest);
+        ShutLocked(*victim);
         evicted = true;
       }
     }
@@ -67,20 +67,23 @@ void HttpConnectionGuard::Opened(const void* key, int fd, std::string peer) {
   Entry& e = entries_[key];
   e.fd = fd;
   e.peer = std::move(peer);
-  e.waiting_since = now_();
+  e.state = State::kReading;
+  e.since = now_();
 }
 
-void HttpConnectionGuard::HeadReceived(const void* key) {
-  std::lock_guard lock(mu_);
-  if (auto it = entries_.find(key); it != entries_.end()) it->second.awaiting_head = false;
-}
+void HttpConnectionGuard::RequestStarted(const void* key) { SetState(key, State::kReading); }
 
-void HttpConnectionGuard::ResponseDone(const void* key) {
+void HttpConnectionGuard::RequestRead(const void* key) { SetState(key, State::kAnswering); }
+
+void HttpConnectionGuard::ResponseDone(const void* key) { SetState(key, State::kIdle); }
+
+void HttpConnectionGuard::SetState(const void* key, State state) {
   std::lock_guard lock(mu_);
-  if (auto it = entries_.find(key); it != entries_.end()) {
-    it->second.awaiting_head = true;
-    it->second.waiting_since = now_();
-  }
+  const auto it = entries_.find(key);
+  // A request started on a connection already reading (its first) keeps the earlier start.
+  if (it == entries_.end() || it->second.state == state) return;
+  it->second.state = state;
+  it->second.since = now_();
 }
 
 void HttpConnectionGuard::Closed(const void* key) {
@@ -98,15 +101,15 @@ int HttpConnectionGuard::Sweep() {
   int shut = 0;
   {
     std::lock_guard lock(mu_);
-    const absl::Time deadline = now_() - options_.head_timeout;
+    const absl::Time deadline = now_() - options_.read_timeout;
     for (auto& [key, e] : entries_) {
-      if (e.awaiting_head && !e.shut && e.waiting_since <= deadline) {
+      if (e.state == State::kReading && !e.shut && e.since <= deadline) {
         ShutLocked(e);
         ++shut;
       }
     }
   }
-  Report("head_timeout", shut);
+  Report("read_timeout", shut);
   return shut;
 }
 
@@ -124,14 +127,17 @@ void HttpConnectionGuard::ShutLocked(Entry& e) {
   shutdown(e.fd, SHUT_RDWR);
 }
 
-HttpConnectionGuard::Entry* HttpConnectionGuard::OldestAwaitingHeadLocked() {
-  Entry* oldest = nullptr;
+HttpConnectionGuard::Entry* HttpConnectionGuard::EvictionCandidateLocked() {
+  Entry* victim = nullptr;
+  auto rank = [](const Entry& e) { return e.state == State::kIdle ? 0 : 1; };
   for (auto& [key, e] : entries_) {
-    if (e.awaiting_head && !e.shut && (oldest == nullptr || e.waiting_since < oldest->waiting_since)) {
-      oldest = &e;
+    if (e.shut || e.state == State::kAnswering) continue;
+    if (victim == nullptr || rank(e) < rank(*victim) ||
+        (rank(e) == rank(*victim) && e.since < victim->since)) {
+      victim = &e;
     }
   }
-  return oldest;
+  return victim;
 }
 
 void HttpConnectionGuard::Report(absl::string_view reason, int times) const {

@@ -1,13 +1,15 @@
 // Keeps an HTTP listener answerable while clients hold connections without finishing requests
-// (slowloris: one header line every few seconds keeps libmicrohttpd's idle timer from firing, and
-// enough such connections fill every slot, so health probes and scrapes are refused):
-// - a deadline for each request head: a connection must complete the head of a request within
-//   `head_timeout` of opening (which includes a TLS handshake) or of its previous response, or its
-//   socket is shut down;
-// - at capacity, a new connection is admitted by shutting down the connection that has waited
-//   longest for a request head (never one whose request is being answered), so a probe always
-//   gets in while attackers hold the slots;
+// (slowloris: one header line or body byte every few seconds keeps libmicrohttpd's idle timer from
+// firing, and enough such connections fill every slot, so health probes and scrapes are refused):
+// - a deadline for reading each request: a connection must deliver a whole request (line,
+//   headers and body; on HTTPS the TLS handshake before the first) within `read_timeout` of
+//   opening or of the first byte of its request line, or its socket is shut down;
+// - at capacity, a new connection is admitted by shutting down an idle keep-alive connection
+//   (longest idle first) or else the one that has been reading its request longest (never one
+//   whose request is being answered), so a probe always gets in while attackers hold the slots;
 // - an optional cap on connections per client address.
+// A keep-alive connection between requests has no deadline here: libmicrohttpd's idle timeout
+// closes it, and that is not a refusal.
 // It knows sockets and opaque connection keys, not libmicrohttpd: HttpServer feeds it events.
 // Thread-safe. Shutting a socket down (not closing it) makes its owner see the end of the stream
 // and close it through its usual path, so the descriptor is never closed under its owner.
@@ -27,11 +29,11 @@
 namespace specula {
 
 struct HttpConnectionGuardOptions {
-  absl::Duration head_timeout = absl::Seconds(10);
+  absl::Duration read_timeout = absl::Seconds(10);
   int max_connections = 1024;
   int max_per_peer = 0;  // connections from one client address at once; 0 = no limit
   // Called (under no lock) for each connection refused or shut down: "per_ip_limit",
-  // "connection_limit", "head_timeout", "evicted".
+  // "connection_limit", "read_timeout", "evicted".
   std::function<void(absl::string_view reason)> on_refused;
 };
 
@@ -43,39 +45,44 @@ class HttpConnectionGuard {
   HttpConnectionGuard(const HttpConnectionGuard&) = delete;
   HttpConnectionGuard& operator=(const HttpConnectionGuard&) = delete;
 
-  // Starts the thread that runs Sweep a few times per head_timeout.
+  // Starts the thread that runs Sweep a few times per read_timeout.
   void StartSweeper();
 
   // Whether a new connection from `peer` may be accepted. At capacity it makes room by shutting
-  // down the connection waiting longest for a request head; with none to shut, it refuses.
+  // down an idle or the longest-reading connection; with none to shut, it refuses.
   bool Admit(absl::string_view peer);
-  // A connection was accepted: it now waits for its first request head.
+  // A connection was accepted: it now reads its first request (the deadline runs).
   void Opened(const void* key, int fd, std::string peer);
-  // Its request head is complete: no deadline while the request is read and answered.
-  void HeadReceived(const void* key);
-  // Its response is done: the next request head is due within head_timeout.
+  // The first line of a request arrived on a kept-alive connection: the deadline runs again.
+  void RequestStarted(const void* key);
+  // The whole request (head and body) is read: no deadline while it is answered.
+  void RequestRead(const void* key);
+  // Its response is done: idle until its next request line.
   void ResponseDone(const void* key);
   // It is closed (before its descriptor is): forgotten.
   void Closed(const void* key);
 
-  // Shuts down the connections past their head deadline; returns how many.
+  // Shuts down the connections past their read deadline; returns how many.
   int Sweep();
 
   // Connections open and not shut down.
   int open() const;
 
  private:
+  enum class State { kReading, kAnswering, kIdle };
   struct Entry {
     int fd = -1;
     std::string peer;
-    absl::Time waiting_since;  // when its current head became due
-    bool awaiting_head = true;
+    State state = State::kReading;
+    absl::Time since;  // when it entered its state
     bool shut = false;
   };
   // Shuts `e`'s socket down once; the caller holds mu_.
   void ShutLocked(Entry& e);
-  // The open entry that has waited longest for a head, or null; the caller holds mu_.
-  Entry* OldestAwaitingHeadLocked();
+  // The connection to shut down to make room: the longest idle, else the longest reading; null
+  // when every one is being answered. The caller holds mu_.
+  Entry* EvictionCandidateLocked();
+  void SetState(const void* key, State state);
   void Report(absl::string_view reason, int times) const;
 
   const HttpConnectionGuardOptions options_;

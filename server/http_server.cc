@@ -333,7 +333,6 @@ struct HttpServerCallbacks {
     }
     if (pending == nullptr) {
       // First call: headers only. Unknown paths and methods are answered before any body is read.
-      server->guard_->HeadReceived(connection);
       pending = new PendingRequest();
       *state = pending;
       pending->request.method = method;
@@ -363,6 +362,7 @@ struct HttpServerCallbacks {
       return MHD_YES;
     }
     if (*upload_data_size > 0) return ReadBody(server, pending, upload_data, upload_data_size);
+    server->guard_->RequestRead(connection);  // the whole request is in: no deadline now
     // A chunked body that outgrew the limit was read to its end: now the 413 can be sent.
     if (pending->discarded > 0) {
       server->ReportRefused("body_too_large");
@@ -392,13 +392,20 @@ struct HttpServerCallbacks {
     return MHD_YES;
   }
 
+  // A request line arrived (libmicrohttpd's URI log hook): the guard's read deadline runs. The
+  // returned pointer would become the request's state, which Access expects to start null.
+  static void* RequestStarted(void* cls, const char* /*uri*/, MHD_Connection* connection) {
+    static_cast<const HttpServer*>(cls)->guard_->RequestStarted(connection);
+    return nullptr;
+  }
+
   // Whether a new connection may be accepted (the guard's limits; called before it is set up).
   static MHD_Result AcceptPolicy(void* cls, const sockaddr* addr, socklen_t /*len*/) {
     const auto* server = static_cast<const HttpServer*>(cls);
     return server->guard_->Admit(AddressString(addr)) ? MHD_YES : MHD_NO;
   }
 
-  // A connection starts (the guard starts its head deadline; its TLS session learns which
+  // A connection starts (the guard starts its read deadline; its TLS session learns which
   // certificate to present) or ends (before its socket is closed).
   static void ConnectionNotice(void* cls, MHD_Connection* connection, void** /*socket_context*/,
                                MHD_ConnectionNotificationCode code) {
@@ -537,10 +544,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
                                                               std::vector<HttpRoute> routes,
                                                               const HttpServerOptions& options) {
   if (options.idle_timeout_seconds < 1 || options.max_connections < 1 || options.threads < 1 ||
-      !(options.request_head_seconds > 0) || options.max_connections_per_ip < 0) {
+      !(options.request_read_seconds > 0) || options.max_connections_per_ip < 0) {
     return absl::InvalidArgumentError(
         "http server: idle_timeout_seconds, max_connections and threads must be >= 1, "
-        "request_head_seconds > 0 and max_connections_per_ip >= 0");
+        "request_read_seconds > 0 and max_connections_per_ip >= 0");
   }
   absl::StatusOr<sockaddr_storage> addr = ResolveListenAddress(host_port);
   if (!addr.ok()) return addr.status();
@@ -549,7 +556,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   if (!watcher.ok()) return watcher.status();
   server->watcher_ = *std::move(watcher);
   HttpConnectionGuardOptions guard;
-  guard.head_timeout = absl::Seconds(options.request_head_seconds);
+  guard.read_timeout = absl::Seconds(options.request_read_seconds);
   guard.max_connections = options.max_connections;
   guard.max_per_peer = options.max_connections_per_ip;
   guard.on_refused = [server = server.get()](absl::string_view reason) {
@@ -587,6 +594,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
       MHD_OPTION_CONNECTION_LIMIT, HardConnectionLimit(options),
       MHD_OPTION_NOTIFY_COMPLETED, &HttpServerCallbacks::Completed, server.get(),
       MHD_OPTION_NOTIFY_CONNECTION, &HttpServerCallbacks::ConnectionNotice, server.get(),
+      MHD_OPTION_URI_LOG_CALLBACK, &HttpServerCallbacks::RequestStarted, server.get(),
       MHD_OPTION_UNESCAPE_CALLBACK, &UnescapeKeepingNul, nullptr,  //
       MHD_OPTION_THREAD_POOL_SIZE, static_cast<unsigned>(options.threads > 1 ? options.threads : 0),
       MHD_OPTION_ARRAY, tls_options.data(),  //

@@ -92,17 +92,19 @@ struct HttpRoute {
 struct HttpServerOptions {
   // A connection with no traffic for this long is closed (idle keep-alive or a stalled request).
   int idle_timeout_seconds = 10;
-  // Connections held at once. At the limit a new connection is admitted by closing the one that
-  // has waited longest for a request head; with none waiting, it is refused.
+  // Connections held at once. At the limit a new connection is admitted by closing an idle
+  // keep-alive connection or else the one reading its request longest; with every connection's
+  // request being answered, it is refused.
   int max_connections = 1024;
-  // A connection must complete each request head (and, on HTTPS, its handshake first) within
-  // this long of opening or of its previous response, however slowly it sends (slowloris).
-  double request_head_seconds = 10;
+  // A connection must deliver each whole request (line, headers and body; on HTTPS the TLS
+  // handshake before the first) within this long of opening or of its request line's arrival,
+  // however slowly it trickles bytes (slowloris).
+  double request_read_seconds = 10;
   // Connections from one client address at once; 0 = no limit (behind a load balancer or a
   // Kubernetes Service many clients can share one address).
   int max_connections_per_ip = 0;
   // Told of each refused or closed connection and refused request, by reason: per_ip_limit,
-  // connection_limit, head_timeout, evicted (connections); malformed, body_too_large,
+  // connection_limit, read_timeout, evicted (connections); malformed, body_too_large,
   // unauthenticated (requests). Any thread; must not block.
   std::function<void(std::string_view reason)> on_refused;
   // Polling threads (each owns an epoll set and a share of the connections).

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/build_info.h"
 #include "prometheus/text_serializer.h"
 #include "server/config.h"
 #include "server/status.h"
@@ -197,17 +198,27 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
            .Name("specula_http_refused_total")
            .Help("HTTP connections refused or closed, and requests refused, by listener (openai, "
                  "metrics) and reason: per_ip_limit, connection_limit (full, none to make room "
-                 "from), head_timeout (the request head or TLS handshake took longer than "
-                 "server.connections.http_request_head_seconds), evicted (closed while waiting "
-                 "for a head, to let a new connection in at the limit); malformed (400/501 "
-                 "framing), body_too_large (413), unauthenticated (401).")
+                 "from), read_timeout (a request, or the TLS handshake before it, took longer "
+                 "than server.connections.http_request_read_seconds to arrive), evicted (an idle "
+                 "or still-reading connection closed to let a new one in at the limit); "
+                 "malformed (400/501 framing), body_too_large (413), unauthenticated (401).")
            .Register(r);
   for (const char* listener : {"openai", "metrics"}) {
-    for (const char* reason : {"per_ip_limit", "connection_limit", "head_timeout", "evicted",
+    for (const char* reason : {"per_ip_limit", "connection_limit", "read_timeout", "evicted",
                                "malformed", "body_too_large", "unauthenticated"}) {
       http_refused_->Add({{"listener", listener}, {"reason", reason}});
     }
   }
+  prometheus::BuildGauge()
+      .Name("specula_build_info")
+      .Help("Always 1; the labels say what is running: version (semver), revision (git), "
+            "build_type, cuda (the toolkit version, or none).")
+      .Register(r)
+      .Add({{"version", std::string(GetBuildInfo().version)},
+            {"revision", std::string(GetBuildInfo().revision)},
+            {"build_type", std::string(GetBuildInfo().build_type)},
+            {"cuda", std::string(GetBuildInfo().cuda)}})
+      .Set(1);
   fatal_ = &prometheus::BuildCounter()
                 .Name("specula_fatal_errors_total")
                 .Help("Conditions the server cannot recover from, by cause (e.g. "

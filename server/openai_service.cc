@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "engine/common/build_info.h"
 #include "engine/common/log.h"
 #include "server/request_convert.h"
 #include "server/status.h"
@@ -255,7 +256,8 @@ OrderedJson OpenAiService::ModelObject() const {
           {"object", "model"},
           {"created", created_},
           {"owned_by", "specula"},
-          {"max_model_len", max_context_tokens_}};
+          {"max_model_len", max_context_tokens_},
+          {"specula_version", std::string(GetBuildInfo().version)}};
 }
 
 HttpResponse OpenAiService::Health() const {

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/common/build_info.h"
 #include "engine/common/dtype.h"
 #include "engine/common/log.h"
 #include "engine/kv/kv_dtype.h"
@@ -68,6 +69,8 @@ v1::ModelInfo MakeModelInfo(const ServerConfig& c, const Generator& g) {
   info.set_dtype(std::string(DTypeName(m.torch_dtype)));
   info.set_device(g.backend_name());
   info.set_kv_cache_dtype(std::string(KvDtypeName(g.kv_dtype())));
+  info.set_server_version(std::string(GetBuildInfo().version));
+  info.set_server_revision(std::string(GetBuildInfo().revision));
   std::vector<int32_t> eos(g.eos_ids().begin(), g.eos_ids().end());
   std::sort(eos.begin(), eos.end());
   for (int32_t id : eos) info.add_eos_token_ids(static_cast<uint32_t>(id));
@@ -206,7 +209,7 @@ HttpServerOptions HttpConnectionOptions(const ServerSection& s) {
   HttpServerOptions options;
   options.idle_timeout_seconds = s.http_idle_seconds;
   options.max_connections = s.http_max_connections;
-  options.request_head_seconds = s.http_request_head_seconds;
+  options.request_read_seconds = s.http_request_read_seconds;
   options.max_connections_per_ip = s.http_max_connections_per_ip;
   return options;
 }

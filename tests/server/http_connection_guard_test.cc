@@ -43,7 +43,7 @@ class HttpConnectionGuardTest : public ::testing::Test {
  protected:
   HttpConnectionGuard Make(int max_connections, int max_per_peer = 0) {
     HttpConnectionGuardOptions o;
-    o.head_timeout = absl::Seconds(10);
+    o.read_timeout = absl::Seconds(10);
     o.max_connections = max_connections;
     o.max_per_peer = max_per_peer;
     o.on_refused = [this](absl::string_view reason) {
@@ -62,33 +62,38 @@ class HttpConnectionGuardTest : public ::testing::Test {
   std::vector<std::string> reasons_;
 };
 
-TEST_F(HttpConnectionGuardTest, AHeadNotCompleteByTheDeadlineGetsItsSocketShutDown) {
+TEST_F(HttpConnectionGuardTest, ARequestNotReadByTheDeadlineGetsItsSocketShutDown) {
   HttpConnectionGuard guard = Make(8);
   Pair slow, fast;
   guard.Opened(&slow, slow.server(), "10.0.0.1");
   guard.Opened(&fast, fast.server(), "10.0.0.2");
-  guard.HeadReceived(&fast);
-  now_ += absl::Seconds(9);
+  guard.RequestStarted(&slow);  // its request line: the deadline still runs from the opening
+  now_ += absl::Seconds(1);
+  guard.RequestRead(&fast);
+  now_ += absl::Seconds(8);
   EXPECT_EQ(guard.Sweep(), 0);
   EXPECT_FALSE(slow.Shut());
   now_ += absl::Seconds(1);
   EXPECT_EQ(guard.Sweep(), 1);
   EXPECT_TRUE(slow.Shut());
-  EXPECT_FALSE(fast.Shut()) << "a connection being answered has no head deadline";
+  EXPECT_FALSE(fast.Shut()) << "a connection being answered has no deadline";
   EXPECT_EQ(guard.Sweep(), 0) << "a socket is shut down once";
-  EXPECT_THAT(reasons(), ElementsAre("head_timeout"));
+  EXPECT_THAT(reasons(), ElementsAre("read_timeout"));
   EXPECT_EQ(guard.open(), 1);
   guard.Closed(&slow);
   EXPECT_EQ(guard.open(), 1);
 }
 
-TEST_F(HttpConnectionGuardTest, TheNextHeadIsDueFromThePreviousResponse) {
+TEST_F(HttpConnectionGuardTest, AKeptAliveConnectionHasNoDeadlineUntilItsNextRequestLine) {
   HttpConnectionGuard guard = Make(8);
   Pair keep_alive;
   guard.Opened(&keep_alive, keep_alive.server(), "10.0.0.1");
-  guard.HeadReceived(&keep_alive);
+  guard.RequestRead(&keep_alive);
   now_ += absl::Seconds(30);  // a long answer (a generation)
   guard.ResponseDone(&keep_alive);
+  now_ += absl::Seconds(60);  // idle: libmicrohttpd's idle timeout governs, not the guard
+  EXPECT_EQ(guard.Sweep(), 0);
+  guard.RequestStarted(&keep_alive);
   now_ += absl::Seconds(9);
   EXPECT_EQ(guard.Sweep(), 0);
   now_ += absl::Seconds(1);
@@ -96,21 +101,28 @@ TEST_F(HttpConnectionGuardTest, TheNextHeadIsDueFromThePreviousResponse) {
   EXPECT_TRUE(keep_alive.Shut());
 }
 
-TEST_F(HttpConnectionGuardTest, AtTheLimitTheConnectionWaitingLongestForAHeadMakesRoom) {
-  HttpConnectionGuard guard = Make(3);
-  Pair busy, older, newer;
+TEST_F(HttpConnectionGuardTest, AtTheLimitAnIdleConnectionMakesRoomElseTheLongestReading) {
+  HttpConnectionGuard guard = Make(4);
+  Pair busy, older, newer, idle, admitted;
   guard.Opened(&busy, busy.server(), "10.0.0.1");  // the oldest, but being answered
-  guard.HeadReceived(&busy);
+  guard.RequestRead(&busy);
   now_ += absl::Seconds(1);
   guard.Opened(&older, older.server(), "10.0.0.2");
   now_ += absl::Seconds(1);
   guard.Opened(&newer, newer.server(), "10.0.0.3");
-  EXPECT_TRUE(guard.Admit("10.0.0.4"));
+  guard.Opened(&idle, idle.server(), "10.0.0.4");  // the newest, but idle between requests
+  guard.RequestRead(&idle);
+  guard.ResponseDone(&idle);
+  EXPECT_TRUE(guard.Admit("10.0.0.5"));
+  EXPECT_TRUE(idle.Shut());
+  EXPECT_FALSE(older.Shut());
+  EXPECT_EQ(guard.open(), 3) << "the shut connection no longer counts";
+  guard.Opened(&admitted, admitted.server(), "10.0.0.5");
+  EXPECT_TRUE(guard.Admit("10.0.0.6"));
   EXPECT_TRUE(older.Shut());
   EXPECT_FALSE(newer.Shut());
   EXPECT_FALSE(busy.Shut());
-  EXPECT_EQ(guard.open(), 2) << "the shut connection no longer counts";
-  EXPECT_THAT(reasons(), ElementsAre("evicted"));
+  EXPECT_THAT(reasons(), ElementsAre("evicted", "evicted"));
 }
 
 TEST_F(HttpConnectionGuardTest, AtTheLimitWithEveryConnectionBusyANewOneIsRefused) {
@@ -118,8 +130,8 @@ TEST_F(HttpConnectionGuardTest, AtTheLimitWithEveryConnectionBusyANewOneIsRefuse
   Pair a, b;
   guard.Opened(&a, a.server(), "10.0.0.1");
   guard.Opened(&b, b.server(), "10.0.0.2");
-  guard.HeadReceived(&a);
-  guard.HeadReceived(&b);
+  guard.RequestRead(&a);
+  guard.RequestRead(&b);
   EXPECT_FALSE(guard.Admit("10.0.0.3"));
   EXPECT_FALSE(a.Shut());
   EXPECT_FALSE(b.Shut());

@@ -296,10 +296,10 @@ TEST(HttpServerTest, AtTheLimitANewConnectionClosesTheOneWaitingLongestForAHead)
 }
 
 // A client that keeps trickling header lines (so the idle timeout never fires) is cut at the
-// head deadline.
-TEST(HttpServerTest, ARequestHeadDrippedSlowlyIsCutAtTheHeadDeadline) {
+// read deadline.
+TEST(HttpServerTest, ARequestHeadDrippedSlowlyIsCutAtTheReadDeadline) {
   HttpServerOptions options;
-  options.request_head_seconds = 1;
+  options.request_read_seconds = 1;
   Refusals refusals;
   refusals.Attach(&options);
   auto server = StartTestServer(options);
@@ -318,7 +318,58 @@ TEST(HttpServerTest, ARequestHeadDrippedSlowlyIsCutAtTheHeadDeadline) {
   const auto elapsed = std::chrono::steady_clock::now() - start;
   EXPECT_TRUE(closed) << "still open after 5 s of dripping";
   EXPECT_GE(elapsed, std::chrono::milliseconds(800)) << "cut before its deadline";
-  EXPECT_THAT(refusals.get(), Contains("head_timeout"));
+  EXPECT_THAT(refusals.get(), Contains("read_timeout"));
+  ::close(fd);
+}
+
+// The same for a complete head whose body trickles in.
+TEST(HttpServerTest, ABodyDrippedSlowlyIsCutAtTheReadDeadline) {
+  HttpServerOptions options;
+  options.request_read_seconds = 1;
+  Refusals refusals;
+  refusals.Attach(&options);
+  auto server = StartTestServer(options);
+  ASSERT_NE(server, nullptr);
+  const int fd = ConnectLoopback(server->port());
+  ASSERT_GE(fd, 0);
+  const std::string head = "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n";
+  ASSERT_GT(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
+  const auto start = std::chrono::steady_clock::now();
+  bool closed = false;
+  while (!closed && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    ::send(fd, "x", 1, MSG_NOSIGNAL);
+    closed = ClosedWithin(fd, 0.2);
+  }
+  EXPECT_TRUE(closed) << "still open after 5 s of a dripping body";
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(800));
+  EXPECT_THAT(refusals.get(), Contains("read_timeout"));
+  ::close(fd);
+}
+
+// A kept-alive connection between requests is not cut by the read deadline (the idle timeout
+// governs it), and its next request is served.
+TEST(HttpServerTest, AnIdleKeepAliveConnectionOutlivesTheReadDeadline) {
+  HttpServerOptions options;
+  options.request_read_seconds = 0.5;
+  options.idle_timeout_seconds = 10;
+  Refusals refusals;
+  refusals.Attach(&options);
+  auto server = StartTestServer(options);
+  ASSERT_NE(server, nullptr);
+  const int fd = ConnectLoopback(server->port());
+  ASSERT_GE(fd, 0);
+  const std::string request = "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n";  // keep-alive
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_GT(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), 0) << i;
+    char buf[4096];
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    ASSERT_GT(n, 0) << i;
+    EXPECT_EQ(HttpStatus(std::string(buf, static_cast<size_t>(n))), 200) << i;
+    if (i == 0) {
+      EXPECT_FALSE(ClosedWithin(fd, 1.5)) << "idle for three read deadlines";
+    }
+  }
+  EXPECT_THAT(refusals.get(), ::testing::IsEmpty());
   ::close(fd);
 }
 

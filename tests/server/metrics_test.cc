@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "engine/common/build_info.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -146,6 +147,8 @@ TEST(MetricsTest, ScrapeOverHttpIsValidAndCarriesEveryMetric) {
       {"specula_prompt_tokens_total", "counter"},
       {"specula_generation_tokens_total", "counter"},
       {"specula_requests_total", "counter"},
+      {"specula_build_info", "gauge"},
+      {"specula_http_refused_total", "counter"},
   };
   expected_types.insert(SparseMetricFamilies().begin(), SparseMetricFamilies().end());
   for (const auto& [name, type] : expected_types) {
@@ -155,6 +158,12 @@ TEST(MetricsTest, ScrapeOverHttpIsValidAndCarriesEveryMetric) {
     EXPECT_TRUE(e.helps.count(name)) << name;
   }
 
+  // What is running (issue 39): one sample, 1, labelled with this build.
+  const BuildInfo& b = GetBuildInfo();
+  EXPECT_EQ(e.Get(absl::StrCat("specula_build_info{build_type=\"", b.build_type, "\",cuda=\"",
+                               b.cuda, "\",revision=\"", b.revision, "\",version=\"", b.version,
+                               "\"}")),
+            1);
   EXPECT_EQ(e.Get("specula_request_queue_time_seconds_count"), 2);
   EXPECT_NEAR(e.Get("specula_request_queue_time_seconds_sum"), 0.502, 1e-9);
   EXPECT_EQ(e.Get("specula_time_to_first_token_seconds_count"), 2);

@@ -311,17 +311,17 @@ class TlsHandshakeTimeoutTest(TlsTestBase):
 
 
 class HttpsHeadDeadlineTest(TlsTestBase):
-    """server.connections.http_request_head_seconds (issue 33): an HTTPS connection that drips its
-    handshake (so it is never idle) is closed at the head deadline; a finished request on the
+    """server.connections.http_request_read_seconds (issue 33): an HTTPS connection that drips its
+    handshake (so it is never idle) is closed at the read deadline; a finished request on the
     same kind of connection is served."""
 
     @classmethod
     def setUpClass(cls):
         cls.make_pki()
-        config = tls_config(cls.pki) + "  connections:\n    http_request_head_seconds: 1\n"
+        config = tls_config(cls.pki) + "  connections:\n    http_request_read_seconds: 1\n"
         cls.server = RunningServer(cls.tmp, config, "https_head")
 
-    def test_a_dripped_handshake_is_cut_at_the_head_deadline(self):
+    def test_a_dripped_handshake_is_cut_at_the_read_deadline(self):
         s = socket.create_connection(("127.0.0.1", self.server.http_port), timeout=10)
         s.settimeout(0.2)
         try:

@@ -11,11 +11,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/string_view.h"
+#include "engine/common/build_info.h"
 
 namespace specula {
 namespace {
 
 bool IsHelp(std::string_view arg) { return arg == "--help" || arg == "-h" || arg == "-help"; }
+bool IsVersion(std::string_view arg) { return arg == "--version" || arg == "-version"; }
 
 // Names of the flags given on the command line (underscored), as ParseDashedCommandLine saw them.
 absl::flat_hash_set<std::string>& GivenFlags() {
@@ -56,6 +59,12 @@ std::vector<char*> ParseDashedCommandLine(int argc, char** argv,
     if (i > 0 && !flags_ended && IsHelp(arg)) {
       // Abseil's --help lists only flags of a file named like the program (none of ours).
       std::fputs(DashedFlagsHelp().c_str(), stdout);
+      std::exit(0);
+    }
+    if (i > 0 && !flags_ended && IsVersion(arg)) {
+      // Abseil's own --version would say "Debug build (NDEBUG not #defined)" whatever the build.
+      const absl::string_view program = argv[0];
+      std::puts(VersionLine(program.substr(program.rfind('/') + 1)).c_str());
       std::exit(0);
     }
     if (i > 0 && !flags_ended && arg.rfind("--", 0) == 0) {

@@ -13,7 +13,8 @@ namespace specula {
 
 // absl::ParseCommandLine after rewriting "--a-b[=v]" to "--a_b[=v]" (names only, never values,
 // nothing after a bare "--"). `storage` keeps the rewritten strings alive for the returned args.
-// --help (or -h) prints DashedFlagsHelp() and exits 0.
+// --help (or -h) prints DashedFlagsHelp() and exits 0; --version prints VersionLine (the
+// project version, git revision, build type and CUDA version) and exits 0.
 std::vector<char*> ParseDashedCommandLine(int argc, char** argv,
                                           std::vector<std::string>* storage);
 

@@ -2,10 +2,12 @@
 //   make-tiny-model --out /tmp/tiny --arch qwen3 [--preset tiny|100m] [--dtype f32|f16|bf16]
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "tools/common/dashed_flags.h"
 #include "tools/make_tiny_model/scripted_model.h"
 #include "tools/make_tiny_model/tiny_model_writer.h"
 
@@ -36,7 +38,8 @@ ABSL_FLAG(std::string, tokenizer_dir, "",
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Writes a random-weight HF model directory for tests/benchmarks.");
-  absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> storage;
+  specula::ParseDashedCommandLine(argc, argv, &storage);
   specula::TinyModelOptions o;
   o.out_dir = absl::GetFlag(FLAGS_out);
   auto arch = specula::ParseTinyArch(absl::GetFlag(FLAGS_arch));

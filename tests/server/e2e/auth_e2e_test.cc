@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "engine/common/build_info.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
@@ -91,9 +93,11 @@ TEST(AuthE2eTest, OnlyABearerTokenGetsInButHealthAnswersEveryone) {
   EXPECT_EQ(HttpStatus(refused), 401) << refused;
   EXPECT_THAT(HttpBody(refused), HasSubstr("\"error\""));
   EXPECT_EQ(HttpStatus(HttpExchange(http, HttpRequestWith("GET", models, "Bearer nope"))), 401);
-  EXPECT_EQ(HttpStatus(HttpExchange(
-                http, HttpRequestWith("GET", models, std::string("Bearer ") + kToken))),
-            200);
+  const std::string listed =
+      HttpExchange(http, HttpRequestWith("GET", models, std::string("Bearer ") + kToken));
+  EXPECT_EQ(HttpStatus(listed), 200);
+  EXPECT_THAT(HttpBody(listed), HasSubstr(absl::StrCat("\"specula_version\":\"",
+                                                       GetBuildInfo().version, "\"")));
   const std::string completion =
       R"({"model": ")" + server->served_model_name() + R"(", "prompt": "hi", "max_tokens": 2})";
   EXPECT_EQ(HttpStatus(HttpExchange(http, HttpRequestWith("POST", "/v1/completions", "",

@@ -15,6 +15,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "engine/common/build_info.h"
 #include "engine/common/fault_injection.h"
 #include "engine/common/log.h"
 #include "gmock/gmock.h"
@@ -193,6 +194,8 @@ TEST(LifecycleE2eTest, ModelInfoDescribesTheModelAndLimits) {
   EXPECT_EQ(info.dtype(), "F32");
   EXPECT_EQ(info.device(), "cpu");
   EXPECT_EQ(info.kv_cache_dtype(), "f32");  // kv_cache.dtype: auto on the CPU backend
+  EXPECT_EQ(info.server_version(), GetBuildInfo().version);
+  EXPECT_EQ(info.server_revision(), GetBuildInfo().revision);
   EXPECT_GT(info.eos_token_ids_size(), 0);
   EXPECT_EQ(info.limits().max_running_requests(), 7u);
   EXPECT_EQ(info.limits().kv_cache_tokens(), 65536u);
@@ -382,6 +385,13 @@ TEST(LifecycleE2eTest, DaemonHelpListsEveryFlagWithDashes) {
   }
   EXPECT_THAT(help, ::testing::Not(HasSubstr("No flags matched")));
   EXPECT_THAT(help, ::testing::Not(HasSubstr("--metrics_listen")));  // dashes, as documented
+}
+
+TEST(LifecycleE2eTest, DaemonVersionSaysTheProjectVersionAndRevision) {
+  auto daemon = Daemon::Start({"--version"});
+  EXPECT_EQ(daemon->Wait(), 0);
+  // Abseil's own --version said "Debug build (NDEBUG not #defined)" whatever the build.
+  EXPECT_THAT(daemon->Log(), HasSubstr(VersionLine("specula-server"))) << daemon->Log();
 }
 
 TEST(LifecycleE2eTest, EmptyMetricsListenFlagTurnsTheEndpointOff) {
