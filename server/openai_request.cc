@@ -42,7 +42,9 @@ Error WrongType(const std::string& param, const OrderedJson& v, const char* expe
 const absl::flat_hash_set<std::string>& KnownKeys(OpenAiEndpoint endpoint) {
   static const absl::flat_hash_set<std::string> kCommon = {
       "model", "max_tokens", "stop", "seed", "temperature", "top_p", "frequency_penalty",
-      "presence_penalty", "stream", "stream_options", "n", "user", "logprobs", "logit_bias",
+      "presence_penalty", "stream", "stream_options", "n", "logprobs", "logit_bias",
+      // Sent by OpenAI clients and agent frameworks, with no effect here (CheckIgnored).
+      "user", "store", "metadata", "service_tier", "prompt_cache_key",
       // vLLM-style extensions.
       "top_k", "min_p", "repetition_penalty", "ignore_eos"};
   static const absl::flat_hash_set<std::string> kChat = [] {
@@ -67,6 +69,30 @@ Error CheckOnlyOne(const OrderedJson& body, const std::string& key) {
   if (!v.is_number_integer()) return WrongType(key, v, "an integer");
   if (!(v.is_number_unsigned() ? v.get<uint64_t>() == 1 : v.get<int64_t>() == 1)) {
     return BadParam(key, absl::StrCat("only ", key, " = 1 is supported"));
+  }
+  return std::nullopt;
+}
+
+// Parameters that change nothing on a self-hosted model, accepted when well-typed and otherwise
+// ignored: `store` (nothing is kept: there is no retrieval API for chat completions), `metadata`
+// (goes with store), `service_tier` (one tier), `prompt_cache_key` (the prefix cache finds
+// shared prefixes without a key), `user` (an end-user id for abuse tracking).
+Error CheckIgnored(const OrderedJson& body) {
+  struct Ignored {
+    const char* key;
+    bool (OrderedJson::*has_type)() const noexcept;
+    const char* expected;
+  };
+  static constexpr Ignored kIgnored[] = {
+      {"store", &OrderedJson::is_boolean, "a boolean"},
+      {"metadata", &OrderedJson::is_object, "an object"},
+      {"service_tier", &OrderedJson::is_string, "a string"},
+      {"prompt_cache_key", &OrderedJson::is_string, "a string"},
+      {"user", &OrderedJson::is_string, "a string"}};
+  for (const Ignored& i : kIgnored) {
+    if (body.contains(i.key) && !body[i.key].is_null() && !(body[i.key].*i.has_type)()) {
+      return WrongType(i.key, body[i.key], i.expected);
+    }
   }
   return std::nullopt;
 }
@@ -395,7 +421,7 @@ Error ReadStreamAndLogprobs(const OrderedJson& body, OpenAiEndpoint endpoint, Op
   if (body.contains("stream_options") && !body["stream_options"].is_null()) {
     const OrderedJson& so = body["stream_options"];
     if (!so.is_object()) return WrongType("stream_options", so, "an object");
-    if (!out->stream) return BadParam("stream_options", "'stream_options' needs stream: true");
+    // Without stream it has nothing to act on (clients send it by default): checked, unused.
     for (const auto& [key, value] : so.items()) {
       if (key != "include_usage") {
         return BadParam("stream_options." + key,
@@ -507,6 +533,7 @@ std::optional<OpenAiError> ParseOpenAiRequest(OpenAiEndpoint endpoint, const std
                                     served_model, "'"),
                        "model", "model_not_found"};
   }
+  if (Error e = CheckIgnored(body)) return e;
   if (Error e = CheckNeutral(body)) return e;
   if (Error e = ReadSampling(body, out->generate.mutable_sampling())) return e;
   if (Error e =

@@ -310,6 +310,27 @@ TEST(OpenAiRequestTest, AToolCallTurnReachesTheTemplateAsVllmGivesIt) {
             R"({"role":"tool","content":"sunny","tool_call_id":"call_1"}])");
 }
 
+// What OpenAI clients and agent frameworks send by default, with no effect on a self-hosted
+// model, is accepted and changes nothing (issue 39): the parsed request equals the plain one.
+TEST(OpenAiRequestTest, AcceptsAndIgnoresWhatClientsSendByDefault) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
+  OpenAiRequest plain, sent;
+  ASSERT_FALSE(Parse(OpenAiEndpoint::kChatCompletions, R"({"model": "m", )" + msgs + "}", &plain));
+  ASSERT_FALSE(Parse(OpenAiEndpoint::kChatCompletions,
+                     R"({"model": "m", "store": false, "metadata": {"run": "1"}, "user": "u",
+                         "service_tier": "auto", "prompt_cache_key": "agent-7",
+                         "stream_options": {"include_usage": true}, )" +
+                         msgs + "}",
+                     &sent));
+  EXPECT_EQ(sent.generate.SerializeAsString(), plain.generate.SerializeAsString());
+  EXPECT_FALSE(sent.stream);
+  ASSERT_TRUE(sent.chat.has_value());
+  EXPECT_EQ(sent.chat->messages.dump(), plain.chat->messages.dump());
+  OpenAiRequest completion;
+  EXPECT_FALSE(Parse(OpenAiEndpoint::kCompletions,
+                     R"({"model": "m", "prompt": "hi", "store": true, "user": "u"})", &completion));
+}
+
 TEST(OpenAiRequestTest, RefusalsNameTheParameter) {
   const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -319,7 +340,10 @@ TEST(OpenAiRequestTest, RefusalsNameTheParameter) {
       {R"({"model": "m", "max_tokens": 1, "max_completion_tokens": 1, )" + msgs + "}",
        "max_completion_tokens"},
       {R"({"model": "m", "top_logprobs": 2, )" + msgs + "}", "top_logprobs"},
-      {R"({"model": "m", "stream_options": {}, )" + msgs + "}", "stream_options"},
+      {R"({"model": "m", "stream_options": 1, )" + msgs + "}", "stream_options"},
+      {R"({"model": "m", "store": "no", )" + msgs + "}", "store"},
+      {R"({"model": "m", "metadata": [], )" + msgs + "}", "metadata"},
+      {R"({"model": "m", "prompt_cache_key": 7, )" + msgs + "}", "prompt_cache_key"},
       {R"({"model": "m", "unknown": 1, )" + msgs + "}", "unknown"},
       {R"({"model": "m", "messages": [{"content": "hi"}]})", "messages[0].role"},
       {R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
