@@ -7,7 +7,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -249,15 +251,26 @@ class Refusals {
     options->on_refused = [this](std::string_view reason) {
       std::lock_guard lock(mu_);
       reasons_.emplace_back(reason);
+      reported_.notify_all();
     };
   }
   std::vector<std::string> get() {
     std::lock_guard lock(mu_);
     return reasons_;
   }
+  // The reasons once `reason` is among them, or after 5 s. The sweeper reports a read timeout
+  // just after it shut the socket down, so a client can see the close first.
+  std::vector<std::string> WaitFor(const std::string& reason) {
+    std::unique_lock lock(mu_);
+    reported_.wait_for(lock, std::chrono::seconds(5), [&] {
+      return std::find(reasons_.begin(), reasons_.end(), reason) != reasons_.end();
+    });
+    return reasons_;
+  }
 
  private:
   std::mutex mu_;
+  std::condition_variable reported_;
   std::vector<std::string> reasons_;
 };
 
@@ -317,7 +330,7 @@ void ExpectDripCutAtTheReadDeadline(const std::string& opening, const std::strin
   const auto elapsed = std::chrono::steady_clock::now() - start;
   EXPECT_TRUE(closed) << "still open after 5 s of dripping";
   EXPECT_GE(elapsed, std::chrono::milliseconds(800)) << "cut before its deadline";
-  EXPECT_THAT(refusals.get(), Contains("read_timeout"));
+  EXPECT_THAT(refusals.WaitFor("read_timeout"), Contains("read_timeout"));
   ::close(fd);
 }
 
