@@ -63,15 +63,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   constexpr int kMaxDim = 32 * kPerLane;
   __shared__ WarpPartials<kWarps, kMaxGroup, kMaxDim> partials;
 
-  const int32_t row = blockIdx.x / p.num_kv_heads;
-  const int32_t kv_head = blockIdx.x % p.num_kv_heads;
-  const int32_t group = p.num_heads / p.num_kv_heads;
-  const int32_t head0 = kv_head * group + blockIdx.z * kMaxGroup;
-  const int32_t heads = min(kMaxGroup, group - static_cast<int32_t>(blockIdx.z) * kMaxGroup);
-  const int32_t count = lists.count(row, kv_head);
-  const auto per_split = static_cast<int32_t>(CeilDiv(count, splits));
-  const int32_t e_begin = blockIdx.y * per_split;
-  const int32_t e_end = min(count, e_begin + per_split);
+  const auto [row, kv_head, head0, heads, e_begin, e_end] =
+      BlockPartOf(p, lists, splits, kMaxGroup);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
   WarpState<kPerLane> s;
@@ -135,12 +128,8 @@ __global__ void CombineSplitsKernel(AttentionCommon p, int32_t splits) {
 int32_t ChooseSplits(const AttentionCommon& p, int64_t base_blocks) {
   if (p.scratch == nullptr || p.max_pages < 4) return 1;
   const int64_t want = CeilDiv(2 * static_cast<int64_t>(p.sm_count), base_blocks);
-  int64_t splits = std::min<int64_t>(want, p.max_pages / 2);
-  while (splits > 1 && AttentionScratchFloats(p.rows, p.num_heads, p.head_dim,
-                                              static_cast<int32_t>(splits)) > p.scratch_floats) {
-    --splits;
-  }
-  return static_cast<int32_t>(std::max<int64_t>(1, splits));
+  return SplitsWithinScratch(p.rows, p.num_heads, p.head_dim,
+                             std::min<int64_t>(want, p.max_pages / 2), p.scratch_floats);
 }
 
 template <typename Lists, typename T>
@@ -171,12 +160,10 @@ cudaError_t LaunchRowKernel(const AttentionCommon& p, const Lists& lists, cudaSt
 int32_t ChooseVectorSplits(const AttentionCommon& p, int64_t base_blocks, int64_t resident) {
   constexpr int32_t kMinPagesPerSplit = 2 * vector_attention::kWarps;
   if (p.scratch == nullptr || p.max_pages < 2 * kMinPagesPerSplit) return 1;
-  int64_t splits = std::min<int64_t>(resident / base_blocks, p.max_pages / kMinPagesPerSplit);
-  while (splits > 1 && AttentionScratchFloats(p.rows, p.num_heads, p.head_dim,
-                                              static_cast<int32_t>(splits)) > p.scratch_floats) {
-    --splits;
-  }
-  return static_cast<int32_t>(std::max<int64_t>(1, splits));
+  return SplitsWithinScratch(
+      p.rows, p.num_heads, p.head_dim,
+      std::min<int64_t>(resident / base_blocks, p.max_pages / kMinPagesPerSplit),
+      p.scratch_floats);
 }
 
 // Query heads a vector-kernel block takes: the group rounded up to a power of two, at most 8.
@@ -269,6 +256,13 @@ cudaError_t CombineAttentionSplits(const AttentionCommon& p, int32_t splits,
 
 size_t AttentionScratchFloats(int32_t rows, int32_t num_heads, int32_t head_dim, int32_t splits) {
   return static_cast<size_t>(rows) * num_heads * splits * (2 + static_cast<size_t>(head_dim));
+}
+
+int32_t SplitsWithinScratch(int32_t rows, int32_t num_heads, int32_t head_dim, int64_t splits,
+                            size_t scratch_floats) {
+  const size_t per_split = AttentionScratchFloats(rows, num_heads, head_dim, 1);
+  const int64_t fit = per_split == 0 ? splits : static_cast<int64_t>(scratch_floats / per_split);
+  return static_cast<int32_t>(std::max<int64_t>(1, std::min(splits, fit)));
 }
 
 int64_t PageBytes(const AttentionCommon& p) {

@@ -78,4 +78,8 @@ cudaError_t CombineAttentionSplits(const AttentionCommon& p, int32_t splits, cud
 // Floats of split-K workspace for `rows` x `num_heads` with up to `splits` splits.
 size_t AttentionScratchFloats(int32_t rows, int32_t num_heads, int32_t head_dim, int32_t splits);
 
+// The most splits, up to `splits`, whose workspace fits in `scratch_floats`; at least 1.
+int32_t SplitsWithinScratch(int32_t rows, int32_t num_heads, int32_t head_dim, int64_t splits,
+                            size_t scratch_floats);
+
 }  // namespace specula::kernels

@@ -1,10 +1,12 @@
 // Where the KV pages of one (row, KV head) list are, for the dense and the sparse layout of
-// kernels/attention.h: the attention kernels of attention.cu are written once over these.
+// kernels/attention.h, and which of them a block takes: the attention kernels of attention.cu are
+// written once over these.
 #pragma once
 
 #include <cstdint>
 
 #include "engine/common/ceil_div.h"
+#include "kernels/attention.h"
 
 namespace specula::kernels {
 
@@ -49,5 +51,33 @@ struct SparseLists {
                    : kv_base + static_cast<int64_t>(ref) * page_bytes;
   }
 };
+
+// The part of the work one block of a decode attention kernel takes, from its place in the grid
+// (rows * num_kv_heads, splits, chunks of `heads_per_block` query heads).
+struct BlockPart {
+  int32_t row;
+  int32_t kv_head;
+  int32_t head0;    // its first query head
+  int32_t heads;    // query heads it takes (fewer in a group's last chunk)
+  int32_t e_begin;  // its split of the (row, kv_head) list: entries [e_begin, e_end)
+  int32_t e_end;
+};
+
+template <typename Lists>
+__device__ __forceinline__ BlockPart BlockPartOf(const AttentionCommon& p, const Lists& lists,
+                                                 int32_t splits, int32_t heads_per_block) {
+  BlockPart b;
+  b.row = blockIdx.x / p.num_kv_heads;
+  b.kv_head = blockIdx.x % p.num_kv_heads;
+  const int32_t group = p.num_heads / p.num_kv_heads;
+  const auto chunk = static_cast<int32_t>(blockIdx.z);
+  b.head0 = b.kv_head * group + chunk * heads_per_block;
+  b.heads = min(heads_per_block, group - chunk * heads_per_block);
+  const int32_t count = lists.count(b.row, b.kv_head);
+  const auto per_split = static_cast<int32_t>(CeilDiv(count, splits));
+  b.e_begin = static_cast<int32_t>(blockIdx.y) * per_split;
+  b.e_end = min(count, b.e_begin + per_split);
+  return b;
+}
 
 }  // namespace specula::kernels

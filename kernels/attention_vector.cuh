@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "kernels/attention.h"
+#include "kernels/attention_lists.cuh"
 #include "kernels/attention_merge.cuh"
 #include "kernels/device_math.cuh"
 
@@ -155,15 +156,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   constexpr int kV = kVec<T>, kDim = L * kV, kStep = 32 / L * kLoads<G>;
   __shared__ WarpPartials<kWarps, G, kDim> partials;
 
-  const int32_t row = blockIdx.x / p.num_kv_heads;
-  const int32_t kv_head = blockIdx.x % p.num_kv_heads;
-  const int32_t group = p.num_heads / p.num_kv_heads;
-  const int32_t head0 = kv_head * group + blockIdx.z * G;
-  const int32_t heads = min(G, group - static_cast<int32_t>(blockIdx.z) * G);
-  const int32_t count = lists.count(row, kv_head);
-  const auto per_split = static_cast<int32_t>(CeilDiv(count, splits));
-  const int32_t e_begin = blockIdx.y * per_split;
-  const int32_t e_end = min(count, e_begin + per_split);
+  const auto [row, kv_head, head0, heads, e_begin, e_end] = BlockPartOf(p, lists, splits, G);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int slot = lane / L, c0 = lane % L * kV;
 

@@ -493,11 +493,7 @@ int32_t ChooseSplits(const PrefillAttentionLaunch& l, int64_t blocks) {
   const int64_t wave = static_cast<int64_t>(p.sm_count) * ResidentBlocksPerSm<T, S>();
   int64_t splits = std::min<int64_t>(wave / blocks, l.max_keys / (4 * S::kKeys));
   if (splits < 4) splits = std::min<int64_t>(splits, l.max_keys / (16 * S::kKeys));
-  while (splits > 1 && AttentionScratchFloats(p.rows, p.num_heads, p.head_dim,
-                                              static_cast<int32_t>(splits)) > l.scratch_floats) {
-    --splits;
-  }
-  return static_cast<int32_t>(std::max<int64_t>(splits, 1));
+  return SplitsWithinScratch(p.rows, p.num_heads, p.head_dim, splits, l.scratch_floats);
 }
 
 // Two shapes per head size: large tiles (two 16-row atoms per warp, 128 rows) share each K/V
