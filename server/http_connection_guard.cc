@@ -3,7 +3,6 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <chrono>
 #include <utility>
 
 namespace specula {
@@ -12,30 +11,11 @@ HttpConnectionGuard::HttpConnectionGuard(HttpConnectionGuardOptions options,
                                          std::function<absl::Time()> now)
     : options_(std::move(options)), now_(std::move(now)) {}
 
-HttpConnectionGuard::~HttpConnectionGuard() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  if (sweeper_.joinable()) sweeper_.join();
-}
-
 void HttpConnectionGuard::StartSweeper() {
   // Late by at most a quarter of the deadline (and a second), so a 10 s deadline ends a request
   // within 10-11 s.
-  const absl::Duration period =
-      std::clamp(options_.read_timeout / 4, absl::Milliseconds(50), absl::Seconds(1));
-  sweeper_ = std::thread([this, period] {
-    std::unique_lock lock(mu_);
-    while (!stopping_) {
-      wake_.wait_for(lock, absl::ToChronoMilliseconds(period), [this] { return stopping_; });
-      if (stopping_) break;
-      lock.unlock();
-      Sweep();
-      lock.lock();
-    }
-  });
+  sweeper_.emplace(std::clamp(options_.read_timeout / 4, absl::Milliseconds(50), absl::Seconds(1)),
+                   [this] { Sweep(); });
 }
 
 bool HttpConnectionGuard::Admit(absl::string_view peer) {
@@ -46,7 +26,7 @@ bool HttpConnectionGuard::Admit(absl::string_view peer) {
     const auto it = per_peer_.find(peer);
     if (options_.max_per_peer > 0 && it != per_peer_.end() && it->second >= options_.max_per_peer) {
       refusal = "per_ip_limit";
-    } else if (static_cast<int>(entries_.size()) - shut_ >= options_.max_connections) {
+    } else if (OpenLocked() >= options_.max_connections) {
       Entry* victim = EvictionCandidateLocked();
       if (victim == nullptr) {
         refusal = "connection_limit";
@@ -115,7 +95,7 @@ int HttpConnectionGuard::Sweep() {
 
 int HttpConnectionGuard::open() const {
   std::lock_guard lock(mu_);
-  return static_cast<int>(entries_.size()) - shut_;
+  return OpenLocked();
 }
 
 void HttpConnectionGuard::ShutLocked(Entry& e) {

@@ -15,16 +15,16 @@
 // and close it through its usual path, so the descriptor is never closed under its owner.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
-#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "server/periodic_thread.h"
 
 namespace specula {
 
@@ -41,7 +41,6 @@ class HttpConnectionGuard {
  public:
   explicit HttpConnectionGuard(HttpConnectionGuardOptions options,
                                std::function<absl::Time()> now = &absl::Now);
-  ~HttpConnectionGuard();  // stops the sweeper
   HttpConnectionGuard(const HttpConnectionGuard&) = delete;
   HttpConnectionGuard& operator=(const HttpConnectionGuard&) = delete;
 
@@ -83,6 +82,7 @@ class HttpConnectionGuard {
   // when every one is being answered. The caller holds mu_.
   Entry* EvictionCandidateLocked();
   void SetState(const void* key, State state);
+  int OpenLocked() const { return static_cast<int>(entries_.size()) - shut_; }
   void Report(absl::string_view reason, int times) const;
 
   const HttpConnectionGuardOptions options_;
@@ -91,9 +91,7 @@ class HttpConnectionGuard {
   absl::flat_hash_map<const void*, Entry> entries_;  // guarded by mu_
   absl::flat_hash_map<std::string, int> per_peer_;   // guarded by mu_
   int shut_ = 0;                                     // entries shut, not yet closed; mu_
-  bool stopping_ = false;                            // guarded by mu_
-  std::condition_variable wake_;
-  std::thread sweeper_;
+  std::optional<PeriodicThread> sweeper_;            // last: stopped before the rest goes
 };
 
 }  // namespace specula

@@ -5,33 +5,26 @@
 // level before them. malloc_trim(0) releases every whole free page (measured, docs/SERVING.md).
 #pragma once
 
-#include <condition_variable>
+#include <atomic>
 #include <cstdint>
-#include <mutex>
-#include <thread>
 
 #include "absl/time/time.h"
+#include "server/periodic_thread.h"
 
 namespace specula {
 
 class MemoryTrimmer {
  public:
   explicit MemoryTrimmer(absl::Duration period);
-  ~MemoryTrimmer();  // stops the thread
-  MemoryTrimmer(const MemoryTrimmer&) = delete;
-  MemoryTrimmer& operator=(const MemoryTrimmer&) = delete;
 
   // Trims done so far (tests wait on it rather than on time).
   uint64_t trims() const;
 
  private:
-  void Loop(absl::Duration period);
+  void Trim();
 
-  mutable std::mutex mu_;
-  std::condition_variable wake_;  // ends the wait between trims when stopping
-  bool stop_ = false;             // guarded by mu_
-  uint64_t trims_ = 0;            // guarded by mu_
-  std::thread thread_;
+  std::atomic<uint64_t> trims_ = 0;
+  PeriodicThread thread_;  // last: stopped before the rest goes
 };
 
 }  // namespace specula

@@ -13,16 +13,11 @@ Watchdog::Watchdog(const Engine& engine, absl::Duration stall_after,
       on_change_(std::move(on_change)),
       last_steps_(engine.load().steps),
       last_progress_(absl::Now()),
-      thread_([this] { Loop(); }) {}
-
-Watchdog::~Watchdog() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-  }
-  wake_.notify_all();
-  thread_.join();
-}
+      // Four checks per period: a stall is noticed within 1.25 periods.
+      thread_(std::max(stall_after / 4, absl::Milliseconds(10)), [this] {
+        std::lock_guard lock(mu_);
+        CheckLocked(absl::Now());
+      }) {}
 
 bool Watchdog::stalled() const {
   std::lock_guard lock(mu_);
@@ -32,15 +27,6 @@ bool Watchdog::stalled() const {
 uint64_t Watchdog::checks() const {
   std::lock_guard lock(mu_);
   return checks_;
-}
-
-void Watchdog::Loop() {
-  // Four checks per period: a stall is noticed within 1.25 periods.
-  const absl::Duration every = std::max(stall_after_ / 4, absl::Milliseconds(10));
-  std::unique_lock lock(mu_);
-  while (!wake_.wait_for(lock, absl::ToChronoNanoseconds(every), [this] { return stop_; })) {
-    CheckLocked(absl::Now());
-  }
 }
 
 void Watchdog::CheckLocked(absl::Time now) {

@@ -8,14 +8,13 @@
 // Requests(), both answered while a step hangs).
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <mutex>
-#include <thread>
 
 #include "absl/time/time.h"
 #include "engine/serve/engine.h"
+#include "server/periodic_thread.h"
 
 namespace specula {
 
@@ -24,16 +23,12 @@ class Watchdog {
   // `on_change(stalled)` runs on the watchdog's thread when the engine stalls and when it
   // recovers. The engine must outlive the Watchdog.
   Watchdog(const Engine& engine, absl::Duration stall_after, std::function<void(bool)> on_change);
-  ~Watchdog();
-  Watchdog(const Watchdog&) = delete;
-  Watchdog& operator=(const Watchdog&) = delete;
 
   bool stalled() const;
   // Checks made so far (tests wait on it rather than on time).
   uint64_t checks() const;
 
  private:
-  void Loop();
   // One check at `now`; the caller holds mu_.
   void CheckLocked(absl::Time now);
   void LogStall(const EngineLoad& load, absl::Duration stuck_for) const;
@@ -42,13 +37,11 @@ class Watchdog {
   const absl::Duration stall_after_;
   const std::function<void(bool)> on_change_;
   mutable std::mutex mu_;
-  std::condition_variable wake_;
-  bool stop_ = false;           // guarded by mu_
   bool stalled_ = false;        // guarded by mu_
   uint64_t checks_ = 0;         // guarded by mu_
   uint64_t last_steps_ = 0;     // guarded by mu_
   absl::Time last_progress_;    // guarded by mu_: a step ran, or the engine had no work
-  std::thread thread_;
+  PeriodicThread thread_;       // last: started after the rest, stopped before it goes
 };
 
 }  // namespace specula
