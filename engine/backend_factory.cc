@@ -22,7 +22,7 @@ absl::StatusOr<std::unique_ptr<Backend>> Cuda() {
 
 void LogChoice(const BackendOptions& options, absl::string_view device, absl::string_view reason) {
   Log(LogLevel::kInfo, "backend_selected",
-      {{"device", device}, {"requested", options.device}, {"reason", reason}});
+      {{"device", device}, {"requested", DeviceKindName(options.device)}, {"reason", reason}});
 }
 
 }  // namespace
@@ -36,27 +36,25 @@ absl::Status CudaUsableForAuto() {
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options) {
-  if (options.device == "cpu") {
-    LogChoice(options, "cpu", "model.device is cpu");
-    return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options.threads));
+  switch (options.device) {
+    case DeviceKind::kCpu:
+      LogChoice(options, "cpu", "model.device is cpu");
+      return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options.threads));
+    case DeviceKind::kCuda:
+      LogChoice(options, "cuda", "model.device is cuda");
+      return Cuda();
+    case DeviceKind::kAuto:
+      break;
   }
-  if (options.device == "cuda") {
-    LogChoice(options, "cuda", "model.device is cuda");
+  // A visible GPU is used, and its failures (too little memory for the model, ...) are
+  // errors: never a silent fall-back to a CPU run a hundred times slower.
+  const absl::Status gpu = CudaUsableForAuto();
+  if (gpu.ok()) {
+    LogChoice(options, "cuda", "a CUDA device is visible and this build has the CUDA backend");
     return Cuda();
   }
-  if (options.device == "auto") {
-    // A visible GPU is used, and its failures (too little memory for the model, ...) are
-    // errors: never a silent fall-back to a CPU run a hundred times slower.
-    const absl::Status gpu = CudaUsableForAuto();
-    if (gpu.ok()) {
-      LogChoice(options, "cuda", "a CUDA device is visible and this build has the CUDA backend");
-      return Cuda();
-    }
-    LogChoice(options, "cpu", gpu.message());
-    return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options.threads));
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("model.device: unknown device '", options.device, "' (cpu, cuda or auto)"));
+  LogChoice(options, "cpu", gpu.message());
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options.threads));
 }
 
 bool CudaBackendBuilt() {

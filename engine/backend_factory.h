@@ -7,19 +7,19 @@
 
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
+#include "engine/common/device_kind.h"
 
 namespace specula {
 
 struct BackendOptions {
-  std::string device = "auto";  // cpu | cuda | auto (the `model.device` key)
-  int threads = 0;              // CPU threads, 0 = all cores
+  DeviceKind device = DeviceKind::kAuto;
+  int threads = 0;  // CPU threads, 0 = all cores
 };
 
-// "cpu": the CPU backend. "cuda": the CUDA backend on the first visible GPU; FAILED_PRECONDITION
-// when this build has none or no GPU is usable (a silent CPU run would hide the
-// misconfiguration). "auto": CUDA when this build has it and a GPU is visible (it passed its
-// check on an H200, tools/gpu/check.sh), the CPU otherwise. Anything else: INVALID_ARGUMENT.
-// Messages start with "model.device: ". Logs the choice and its reason (`backend_selected`).
+// kCuda fails with FAILED_PRECONDITION when this build has no CUDA backend or no GPU is usable
+// (a silent CPU run would hide the misconfiguration); kAuto's GPU failures (too little memory
+// for the model, ...) are errors too, never a silent fall-back. Messages start with
+// "model.device: ". Logs the choice and its reason (`backend_selected`).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);
 
 // Whether `auto` picks CUDA: OK, or why not ("this build has no CUDA backend", "no usable CUDA

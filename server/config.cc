@@ -1,6 +1,6 @@
 #include "server/config.h"
 
-#include <cmath>
+#include <algorithm>
 #include <exception>
 #include <functional>
 #include <limits>
@@ -19,27 +19,13 @@
 #include "engine/common/bounded_file.h"
 #include "engine/common/log.h"
 #include "engine/common/status_macros.h"
-#include "engine/kv/kv_dtype.h"
+#include "server/config_table.h"
 #include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
 namespace specula {
 namespace {
 
-constexpr int64_t kIntMax = std::numeric_limits<int>::max();
-// Upper bounds of the size-like keys (documented in deploy/config/specula.yaml). Each is far
-// beyond any sensible setting, and low enough that a typo is refused at load instead of
-// starting 100000 threads or sizing buffers by 2^31.
-constexpr int kMaxRunningRequests = 4096;
-constexpr int kMaxWaitingRequests = 1 << 20;
-constexpr int kMaxPrefillChunkTokens = 65536;
-constexpr int kMaxDefaultMaxTokens = 1 << 30;
-constexpr int kMaxThreads = 1024;
-constexpr int kMaxTokenizingRequests = 1024;
-// KV pages are counted in int32, and a page may hold one token.
-constexpr int64_t kMaxKvCacheTokens = std::numeric_limits<int32_t>::max();
-constexpr double kMaxSessionTtlSeconds = 30 * 24 * 3600;  // 30 days
-constexpr int64_t kMaxSessions = 1000000;
 // A config file is a page of YAML; anything bigger is a mistake (or /dev/zero).
 constexpr int64_t kMaxConfigFileBytes = 1 << 20;
 
@@ -48,27 +34,6 @@ struct Violation {
   std::string key;
   std::string message;
 };
-
-template <typename T>
-std::optional<Violation> CheckRange(absl::string_view key, T value, T min, T max) {
-  if (value < min) {
-    return Violation{std::string(key), absl::StrCat("must be >= ", min, ", got ", value)};
-  }
-  if (value > max) {
-    return Violation{std::string(key), absl::StrCat("must be <= ", max, ", got ", value)};
-  }
-  return std::nullopt;
-}
-
-// A duration or other real in [min, max]; NaN is outside.
-std::optional<Violation> CheckSeconds(absl::string_view key, double value, double min,
-                                      double max) {
-  if (value >= min && value <= max) return std::nullopt;
-  // %.10g: bounds up to 2147483 print whole (StrCat would print 2.14748e+06); the value prints
-  // as the other checks print theirs.
-  const std::string range = absl::StrFormat("must be in [%.10g, %.10g]", min, max);
-  return Violation{std::string(key), absl::StrCat(range, ", got ", value)};
-}
 
 // ValidateSparseOptions says "sparse.<key> = <value>: <what is wanted>"; restated in this file's
 // "<key>: <what is wanted>, got <value>" form so the parser can add the key's line.
@@ -83,68 +48,32 @@ Violation SparseViolation(absl::string_view message) {
       absl::StrCat(message.substr(colon + 2), ", got ", message.substr(eq + 3, colon - eq - 3))};
 }
 
-std::optional<Violation> CheckAddress(absl::string_view key, absl::string_view value) {
-  absl::Status status = ParseHostPort(value);
-  if (status.ok()) return std::nullopt;
-  return Violation{std::string(key), std::string(status.message())};
+// `key` (an address) on the same port and host as another listener's.
+std::optional<Violation> SharedPort(absl::string_view key, const std::string& address,
+                                    absl::string_view other_key, const std::string& other) {
+  std::string host, other_host;
+  int port = 0, other_port = 0;
+  if (address.empty() || other.empty() || !ParseHostPort(address, &host, &port).ok() ||
+      !ParseHostPort(other, &other_host, &other_port).ok()) {
+    return std::nullopt;
+  }
+  if (port == 0 || port != other_port || host != other_host) return std::nullopt;
+  return Violation{std::string(key),
+                   absl::StrCat("must differ from ", other_key, ", both are '", other, "'")};
 }
 
-// server.http_listen: "" or an address on no other listener's port.
-std::optional<Violation> CheckHttpListen(const ServerSection& s) {
-  if (s.http_listen.empty()) return std::nullopt;
-  if (std::optional<Violation> v = CheckAddress("server.http_listen", s.http_listen)) return v;
-  std::string http_host;
-  int http_port = 0;
-  (void)ParseHostPort(s.http_listen, &http_host, &http_port);
-  for (const auto& [key, other] :
-       {std::pair<const char*, const std::string*>{"server.listen", &s.listen},
-        {"server.metrics_listen", &s.metrics_listen}}) {
-    std::string host;
-    int port = 0;
-    if (other->empty() || !ParseHostPort(*other, &host, &port).ok()) continue;
-    if (http_port != 0 && http_port == port && http_host == host) {
-      return Violation{"server.http_listen",
-                       absl::StrCat("must differ from ", key, ", both are '", *other, "'")};
-    }
+std::optional<Violation> ListenerViolation(const ServerSection& s) {
+  if (auto v = SharedPort("server.metrics_listen", s.metrics_listen, "server.listen", s.listen)) {
+    return v;
   }
-  return std::nullopt;
+  if (auto v = SharedPort("server.http_listen", s.http_listen, "server.listen", s.listen)) {
+    return v;
+  }
+  return SharedPort("server.http_listen", s.http_listen, "server.metrics_listen",
+                    s.metrics_listen);
 }
 
-std::optional<Violation> CheckConnections(const ServerSection& s) {
-  std::optional<Violation> v;
-  // gRPC takes milliseconds as an int: at most 2147483 s (24.8 days).
-  if ((v = CheckSeconds("server.connections.grpc_max_idle_seconds", s.grpc_max_idle_seconds, 0,
-                        2147483))) {
-    return v;
-  }
-  if ((v = CheckSeconds("server.connections.grpc_handshake_seconds", s.grpc_handshake_seconds,
-                        0.1, 3600))) {
-    return v;
-  }
-  if ((v = CheckRange<int64_t>("server.connections.http_idle_seconds", s.http_idle_seconds, 1,
-                               3600))) {
-    return v;
-  }
-  if ((v = CheckRange<int64_t>("server.connections.http_max_connections", s.http_max_connections,
-                               1, 65536))) {
-    return v;
-  }
-  if ((v = CheckSeconds("server.connections.http_request_read_seconds",
-                        s.http_request_read_seconds, 0.1, 3600))) {
-    return v;
-  }
-  if ((v = CheckRange<int64_t>("server.connections.http_max_connections_per_ip",
-                               s.http_max_connections_per_ip, 0, 65536))) {
-    return v;
-  }
-  if ((v = CheckSeconds("server.connections.min_ping_interval_seconds",
-                        s.min_ping_interval_seconds, 0.001, 86400))) {
-    return v;
-  }
-  return CheckRange<int64_t>("server.connections.max_ping_strikes", s.max_ping_strikes, 0, 1000);
-}
-
-std::optional<Violation> CheckTls(const ServerSection& s) {
+std::optional<Violation> TlsViolation(const ServerSection& s) {
   if (s.tls_cert_file.empty() != s.tls_key_file.empty()) {
     // Named after the key that is there, so the error points at its line.
     return Violation{s.tls_cert_file.empty() ? "server.tls.key_file" : "server.tls.cert_file",
@@ -156,22 +85,13 @@ std::optional<Violation> CheckTls(const ServerSection& s) {
                      "requires server.tls.cert_file and key_file (client certificates are "
                      "checked only over TLS)"};
   }
-  return CheckSeconds("server.tls.reload_seconds", s.tls_reload_seconds, 1, 86400);
+  return std::nullopt;
 }
 
-// The one list of value rules, shared by the parser (which adds file and line) and
-// ValidateConfig (which runs again after flag overrides).
 // kv_cache.host_capacity_tokens and its old name.
 std::optional<Violation> HostCapacityViolation(const ServerConfig& c) {
-  constexpr int64_t kMaxHostTokens = int64_t{1} << 30;
   const int64_t kv = c.kv_cache.host_capacity_tokens;
-  if (auto v = CheckRange<int64_t>("kv_cache.host_capacity_tokens", kv, -1, kMaxHostTokens)) {
-    return v;
-  }
   if (const std::optional<int64_t>& old = c.sparse.host_capacity_tokens) {
-    if (auto v = CheckRange<int64_t>("sparse.host_capacity_tokens", *old, 1, kMaxHostTokens)) {
-      return v;
-    }
     if (kv >= 0 && kv != *old) {
       return Violation{"sparse.host_capacity_tokens",
                        absl::StrCat("is the old name of kv_cache.host_capacity_tokens, which is ",
@@ -186,108 +106,15 @@ std::optional<Violation> HostCapacityViolation(const ServerConfig& c) {
   return std::nullopt;
 }
 
-std::optional<Violation> FindViolation(const ServerConfig& c) {
-  std::optional<Violation> v;
-  const ServerSection& s = c.server;
-  if ((v = CheckAddress("server.listen", s.listen))) return v;
-  if (!s.metrics_listen.empty()) {
-    if ((v = CheckAddress("server.metrics_listen", s.metrics_listen))) return v;
-    std::string host, metrics_host;
-    int port = 0, metrics_port = 0;
-    (void)ParseHostPort(s.listen, &host, &port);
-    (void)ParseHostPort(s.metrics_listen, &metrics_host, &metrics_port);
-    if (port != 0 && port == metrics_port && host == metrics_host) {
-      return Violation{"server.metrics_listen",
-                       absl::StrCat("must differ from server.listen, both are '", s.listen, "'")};
-    }
-  }
-  if ((v = CheckRange<int64_t>("server.max_receive_message_bytes", s.max_receive_message_bytes,
-                               1024, kIntMax))) {
-    return v;
-  }
-  if ((v = CheckRange<int64_t>("server.limits.max_prompt_tokens", s.max_prompt_tokens, 0,
-                               kIntMax))) {
-    return v;
-  }
-  if ((v = CheckRange<int64_t>("server.limits.max_tokens", s.max_output_tokens, 0, kIntMax))) {
-    return v;
-  }
-  if ((v = CheckRange<int64_t>("server.limits.max_requests_per_client",
-                               s.max_requests_per_client, 0, kIntMax))) {
-    return v;
-  }
-  if (!(s.shutdown_grace_seconds >= 0) || !std::isfinite(s.shutdown_grace_seconds)) {
-    return Violation{"server.shutdown_grace_seconds",
-                     absl::StrCat("must be a finite number >= 0, got ", s.shutdown_grace_seconds)};
-  }
-  if (absl::StatusOr<LogLevel> level = ParseLogLevel(s.log_level); !level.ok()) {
-    return Violation{"server.log_level", std::string(level.status().message())};
-  }
-  if (s.send_priority != "idle" && s.send_priority != "normal") {
-    return Violation{"server.send_priority",
-                     absl::StrCat("must be one of idle, normal, got '", s.send_priority, "'")};
-  }
-  if ((v = CheckHttpListen(s))) return v;
-  if ((v = CheckTls(s))) return v;
-  if ((v = CheckConnections(s))) return v;
-  if ((v = CheckSeconds("server.stall_seconds", s.stall_seconds, 0, 86400))) return v;
-  if ((v = CheckRange<int64_t>("server.http_max_body_bytes", s.http_max_body_bytes, 1024,
-                               kIntMax))) {
-    return v;
-  }
-  const std::string& parser = c.model.tool_call_parser;
-  if (parser != "auto" && parser != "none" && parser != "hermes" && parser != "llama3_json") {
-    return Violation{
-        "model.tool_call_parser",
-        absl::StrCat("must be one of auto, none, hermes, llama3_json, got '", parser, "'")};
-  }
-  const std::string& device = c.model.device;
-  if (device != "cpu" && device != "cuda" && device != "auto") {
-    return Violation{"model.device",
-                     absl::StrCat("must be one of cpu, cuda, auto, got '", device, "'")};
-  }
-  const SchedulerSection& sc = c.scheduler;
-  if ((v = CheckRange<int>("scheduler.max_running_requests", sc.max_running_requests, 1,
-                           kMaxRunningRequests)) ||
-      (v = CheckRange<int>("scheduler.max_waiting_requests", sc.max_waiting_requests, 0,
-                           kMaxWaitingRequests)) ||
-      (v = CheckRange<int>("scheduler.prefill_chunk_tokens", sc.prefill_chunk_tokens, 1,
-                           kMaxPrefillChunkTokens)) ||
-      (v = CheckRange<int>("scheduler.solo_prefill_chunk_tokens", sc.solo_prefill_chunk_tokens,
-                           0, kMaxPrefillChunkTokens)) ||
-      (v = CheckRange<int>("scheduler.default_max_tokens", sc.default_max_tokens, 0,
-                           kMaxDefaultMaxTokens)) ||
-      (v = CheckRange<int>("scheduler.threads", sc.threads, 0, kMaxThreads)) ||
-      (v = CheckRange<int>("scheduler.max_tokenizing_requests", sc.max_tokenizing_requests, 1,
-                           kMaxTokenizingRequests)) ||
-      (v = CheckRange<int>("scheduler.max_overtakes", sc.max_overtakes, 0, 1 << 20))) {
-    return v;
-  }
+// The rules that relate several keys; each key's own rule is its table row's.
+std::optional<Violation> CrossKeyViolation(const ServerConfig& c) {
+  if (auto v = ListenerViolation(c.server)) return v;
+  if (auto v = TlsViolation(c.server)) return v;
   const KvCacheSection& kv = c.kv_cache;
-  if (kv.page_size < 1 || kv.page_size > 1024 || (kv.page_size & (kv.page_size - 1)) != 0) {
-    return Violation{"kv_cache.page_size",
-                     absl::StrCat("must be a power of two in [1, 1024], got ", kv.page_size)};
-  }
   if (kv.capacity_tokens < kv.page_size) {
     return Violation{"kv_cache.capacity_tokens",
                      absl::StrCat("must be >= kv_cache.page_size (", kv.page_size, "), got ",
                                   kv.capacity_tokens)};
-  }
-  if (kv.capacity_tokens > kMaxKvCacheTokens) {
-    return Violation{"kv_cache.capacity_tokens",
-                     absl::StrCat("must be <= ", kMaxKvCacheTokens, ", got ", kv.capacity_tokens)};
-  }
-  if (absl::StatusOr<DType> t = ResolveKvDtype(kv.dtype, DType::kF32); !t.ok()) {
-    return Violation{"kv_cache.dtype", std::string(t.status().message())};
-  }
-  // NaN fails both comparisons.
-  if (!(kv.session_ttl_seconds > 0 && kv.session_ttl_seconds <= kMaxSessionTtlSeconds)) {
-    return Violation{"kv_cache.session_ttl_seconds",
-                     absl::StrFormat("must be in (0, %.0f], got %.15g", kMaxSessionTtlSeconds,
-                                     kv.session_ttl_seconds)};
-  }
-  if (auto v = CheckRange<int64_t>("kv_cache.max_sessions", kv.max_sessions, 1, kMaxSessions)) {
-    return v;
   }
   if (auto v = HostCapacityViolation(c)) return v;
   // Checked whether or not sparse.enabled: a bad value should not wait for the day it is switched
@@ -301,6 +128,19 @@ std::optional<Violation> FindViolation(const ServerConfig& c) {
                                   ": sparse pages are KV cache pages), got ", *c.sparse.page_size)};
   }
   return std::nullopt;
+}
+
+// Every key's rule in table order, then the cross-key rules: the one list of value rules, shared
+// by the parser (which adds file and line) and ValidateConfig (which runs again after flag
+// overrides).
+std::optional<Violation> FindViolation(const ServerConfig& config) {
+  ServerConfig copy = config;  // the table's fields are reached through a mutable config
+  for (const ConfigKey& key : ConfigKeys()) {
+    if (std::optional<std::string> why = RuleViolation(key, copy)) {
+      return Violation{key.path, *std::move(why)};
+    }
+  }
+  return CrossKeyViolation(config);
 }
 
 std::string Describe(const YAML::Node& node) {
@@ -320,7 +160,8 @@ std::string Describe(const YAML::Node& node) {
   }
 }
 
-// Turns a YAML tree into a ServerConfig, remembering on which line each key stood.
+// Turns a YAML tree into a ServerConfig by the key table, remembering on which line each key
+// stood.
 class ConfigReader {
  public:
   explicit ConfigReader(absl::string_view source)
@@ -339,16 +180,20 @@ class ConfigReader {
 
   absl::Status Read(const YAML::Node& root, ServerConfig* c);
 
- private:
-  using Handler = std::function<absl::Status(const YAML::Node& value, const std::string& path)>;
-  struct Field {
-    absl::string_view key;
-    Handler read;
-  };
+  // One key's value into its field.
+  absl::Status ReadValue(const YAML::Node& value, const std::string& path, ConfigField field);
 
-  // Dispatches each key of the mapping `node` (at `path`, "" for the root) to its field.
-  absl::Status ReadMapping(const YAML::Node& node, const std::string& path,
-                           const std::vector<Field>& fields);
+ private:
+  // The keys and sections directly under `path` ("" for the root), in table order; a section's
+  // entry has no row.
+  struct Child {
+    std::string name;
+    const ConfigKey* row;
+  };
+  static std::vector<Child> ChildrenOf(const std::string& path);
+
+  // Reads the mapping `node` at `path` ("" for the root).
+  absl::Status ReadMapping(const YAML::Node& node, const std::string& path, ServerConfig* c);
 
   absl::Status TypeError(const std::string& path, absl::string_view expected,
                          const YAML::Node& value) const {
@@ -356,91 +201,81 @@ class ConfigReader {
                  absl::StrCat("expected ", expected, ", got ", Describe(value)));
   }
 
-  Handler String(std::string* out) {
-    return [this, out](const YAML::Node& v, const std::string& path) -> absl::Status {
-      // A bare `key:` is null; insisting on "" avoids guessing what the operator meant.
-      if (!v.IsScalar()) return TypeError(path, "a string (write \"\" for an empty one)", v);
-      *out = v.Scalar();
-      return absl::OkStatus();
-    };
-  }
-
+  // A plain (unquoted) scalar decoded as T, or the type error.
   template <typename T>
-  Handler Int(T* out) {
-    return [this, out](const YAML::Node& v, const std::string& path) -> absl::Status {
-      int64_t x = 0;
-      if (!v.IsScalar() || v.Tag() == "!" || !YAML::convert<int64_t>::decode(v, x)) {
-        return TypeError(path, "an integer", v);
-      }
-      // Out of the field's type; the value rules proper are FindViolation's.
-      if (std::optional<Violation> r = CheckRange<int64_t>(path, x, std::numeric_limits<T>::min(),
-                                                           std::numeric_limits<T>::max())) {
-        return Error(LineOf(path), path, r->message);
-      }
-      *out = static_cast<T>(x);
-      return absl::OkStatus();
-    };
+  absl::StatusOr<T> Plain(const YAML::Node& v, const std::string& path,
+                          absl::string_view expected) const {
+    T x{};
+    if (!v.IsScalar() || v.Tag() == "!" || !YAML::convert<T>::decode(v, x)) {
+      return TypeError(path, expected, v);
+    }
+    return x;
   }
 
+  // An integer that fits in T (the value rules proper are the table's).
   template <typename T>
-  Handler OptionalInt(std::optional<T>* out) {
-    return [this, out](const YAML::Node& v, const std::string& path) -> absl::Status {
-      T x{};
-      if (absl::Status s = Int(&x)(v, path); !s.ok()) return s;
-      *out = x;
-      return absl::OkStatus();
-    };
-  }
-
-  Handler Bool(bool* out) {
-    return [this, out](const YAML::Node& v, const std::string& path) -> absl::Status {
-      bool x = false;
-      if (!v.IsScalar() || v.Tag() == "!" || !YAML::convert<bool>::decode(v, x)) {
-        return TypeError(path, "true or false", v);
-      }
-      *out = x;
-      return absl::OkStatus();
-    };
-  }
-
-  // A string naming an enum value, turned into it by `parse` (whose error message is kept).
-  template <typename T, typename Parse>
-  Handler Enum(T* out, Parse parse) {
-    return [this, out, parse](const YAML::Node& v, const std::string& path) -> absl::Status {
-      if (!v.IsScalar()) return TypeError(path, "a string", v);
-      absl::StatusOr<T> x = parse(v.Scalar());
-      if (!x.ok()) return Error(LineOf(path), path, x.status().message());
-      *out = *x;
-      return absl::OkStatus();
-    };
-  }
-
-  Handler Double(double* out) {
-    return [this, out](const YAML::Node& v, const std::string& path) -> absl::Status {
-      double x = 0;
-      if (!v.IsScalar() || v.Tag() == "!" || !YAML::convert<double>::decode(v, x)) {
-        return TypeError(path, "a number", v);
-      }
-      *out = x;
-      return absl::OkStatus();
-    };
-  }
-
-  Handler Section(std::vector<Field> fields) {
-    return [this, fields = std::move(fields)](const YAML::Node& v,
-                                              const std::string& path) -> absl::Status {
-      if (v.IsNull()) return absl::OkStatus();  // a header with every key commented out
-      if (!v.IsMap()) return TypeError(path, "a mapping", v);
-      return ReadMapping(v, path, fields);
-    };
+  absl::StatusOr<T> Integer(const YAML::Node& v, const std::string& path) const {
+    ASSIGN_OR_RETURN(const int64_t x, Plain<int64_t>(v, path, "an integer"));
+    if (x < std::numeric_limits<T>::min()) {
+      return Error(LineOf(path), path,
+                   absl::StrCat("must be >= ", std::numeric_limits<T>::min(), ", got ", x));
+    }
+    if (x > std::numeric_limits<T>::max()) {
+      return Error(LineOf(path), path,
+                   absl::StrCat("must be <= ", std::numeric_limits<T>::max(), ", got ", x));
+    }
+    return static_cast<T>(x);
   }
 
   std::string source_;
   absl::flat_hash_map<std::string, int> lines_;
 };
 
+std::vector<ConfigReader::Child> ConfigReader::ChildrenOf(const std::string& path) {
+  const std::string prefix = path.empty() ? "" : absl::StrCat(path, ".");
+  std::vector<Child> children;
+  for (const ConfigKey& key : ConfigKeys()) {
+    if (!absl::StartsWith(key.path, prefix)) continue;
+    const std::string rest = key.path.substr(prefix.size());
+    const size_t dot = rest.find('.');
+    const std::string name = rest.substr(0, dot);
+    const bool known = std::any_of(children.begin(), children.end(),
+                                   [&](const Child& ch) { return ch.name == name; });
+    if (!known) children.push_back(Child{name, dot == std::string::npos ? &key : nullptr});
+  }
+  return children;
+}
+
+absl::Status ConfigReader::ReadValue(const YAML::Node& v, const std::string& path,
+                                     ConfigField field) {
+  if (auto* p = std::get_if<std::string*>(&field)) {
+    // A bare `key:` is null; insisting on "" avoids guessing what the operator meant.
+    if (!v.IsScalar()) return TypeError(path, "a string (write \"\" for an empty one)", v);
+    **p = v.Scalar();
+  } else if (auto* p = std::get_if<bool*>(&field)) {
+    ASSIGN_OR_RETURN(**p, Plain<bool>(v, path, "true or false"));
+  } else if (auto* p = std::get_if<double*>(&field)) {
+    ASSIGN_OR_RETURN(**p, Plain<double>(v, path, "a number"));
+  } else if (auto* p = std::get_if<int*>(&field)) {
+    ASSIGN_OR_RETURN(**p, Integer<int>(v, path));
+  } else if (auto* p = std::get_if<int64_t*>(&field)) {
+    ASSIGN_OR_RETURN(**p, Integer<int64_t>(v, path));
+  } else if (auto* p = std::get_if<std::optional<int>*>(&field)) {
+    ASSIGN_OR_RETURN(**p, Integer<int>(v, path));
+  } else if (auto* p = std::get_if<std::optional<int64_t>*>(&field)) {
+    ASSIGN_OR_RETURN(**p, Integer<int64_t>(v, path));
+  } else if (auto* p = std::get_if<NamedField>(&field)) {
+    if (!v.IsScalar()) return TypeError(path, "a string", v);
+    if (absl::Status s = p->parse(v.Scalar()); !s.ok()) {
+      return Error(LineOf(path), path, s.message());
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ConfigReader::ReadMapping(const YAML::Node& node, const std::string& path,
-                                       const std::vector<Field>& fields) {
+                                       ServerConfig* c) {
+  const std::vector<Child> children = ChildrenOf(path);
   absl::flat_hash_set<std::string> seen;
   // Copies, not references: yaml-cpp's iterators hand out temporary proxies.
   for (const auto& entry : node) {
@@ -454,20 +289,23 @@ absl::Status ConfigReader::ReadMapping(const YAML::Node& node, const std::string
     if (!seen.insert(key.Scalar()).second) {
       return Error(line, "", absl::StrCat("duplicate key '", full, "'"));
     }
-    const Field* field = nullptr;
-    for (const Field& f : fields) {
-      if (f.key == key.Scalar()) field = &f;
-    }
-    if (field == nullptr) {
+    auto child = std::find_if(children.begin(), children.end(),
+                              [&](const Child& ch) { return ch.name == key.Scalar(); });
+    if (child == children.end()) {
       std::vector<absl::string_view> known;
-      for (const Field& f : fields) known.push_back(f.key);
+      for (const Child& ch : children) known.push_back(ch.name);
       return Error(line, "",
                    absl::StrCat("unknown key '", full, "' (known keys",
                                 path.empty() ? "" : absl::StrCat(" in '", path, "'"), ": ",
                                 absl::StrJoin(known, ", "), ")"));
     }
     lines_[full] = line;
-    if (absl::Status s = field->read(value, full); !s.ok()) return s;
+    if (child->row != nullptr) {
+      RETURN_IF_ERROR(ReadValue(value, full, child->row->field(*c)));
+    } else if (!value.IsNull()) {  // null: a header with every key commented out
+      if (!value.IsMap()) return TypeError(full, "a mapping", value);
+      RETURN_IF_ERROR(ReadMapping(value, full, c));
+    }
   }
   return absl::OkStatus();
 }
@@ -479,78 +317,7 @@ absl::Status ConfigReader::Read(const YAML::Node& root, ServerConfig* c) {
     return Error(line, "",
                  absl::StrCat("the document must be a mapping of sections, got ", Describe(root)));
   }
-  ServerSection& s = c->server;
-  ModelSection& m = c->model;
-  SchedulerSection& sc = c->scheduler;
-  KvCacheSection& kv = c->kv_cache;
-  SparseOptions& sp = c->sparse.options;
-  const std::vector<Field> sections = {
-      {"server", Section({{"listen", String(&s.listen)},
-                          {"metrics_listen", String(&s.metrics_listen)},
-                          {"http_listen", String(&s.http_listen)},
-                          {"http_max_body_bytes", Int(&s.http_max_body_bytes)},
-                          {"max_receive_message_bytes", Int(&s.max_receive_message_bytes)},
-                          {"shutdown_grace_seconds", Double(&s.shutdown_grace_seconds)},
-                          {"stall_seconds", Double(&s.stall_seconds)},
-                          {"log_level", String(&s.log_level)},
-                          {"send_priority", String(&s.send_priority)},
-                          {"reflection", Bool(&s.reflection)},
-                          {"auth", Section({{"token_file", String(&s.auth_token_file)}})},
-                          {"connections",
-                           Section({{"grpc_max_idle_seconds", Double(&s.grpc_max_idle_seconds)},
-                                    {"grpc_handshake_seconds", Double(&s.grpc_handshake_seconds)},
-                                    {"http_idle_seconds", Int(&s.http_idle_seconds)},
-                                    {"http_max_connections", Int(&s.http_max_connections)},
-                                    {"http_request_read_seconds",
-                                     Double(&s.http_request_read_seconds)},
-                                    {"http_max_connections_per_ip",
-                                     Int(&s.http_max_connections_per_ip)},
-                                    {"min_ping_interval_seconds",
-                                     Double(&s.min_ping_interval_seconds)},
-                                    {"max_ping_strikes", Int(&s.max_ping_strikes)},
-                                    {"ping_without_calls", Bool(&s.ping_without_calls)}})},
-                          {"tls", Section({{"cert_file", String(&s.tls_cert_file)},
-                                           {"key_file", String(&s.tls_key_file)},
-                                           {"client_ca_file", String(&s.tls_client_ca_file)},
-                                           {"reload_seconds", Double(&s.tls_reload_seconds)}})},
-                          {"limits", Section({{"max_prompt_tokens", Int(&s.max_prompt_tokens)},
-                                              {"max_tokens", Int(&s.max_output_tokens)},
-                                              {"max_requests_per_client",
-                                               Int(&s.max_requests_per_client)}})}})},
-      {"model", Section({{"path", String(&m.path)},
-                         {"name", String(&m.name)},
-                         {"device", String(&m.device)},
-                         {"chat_template", String(&m.chat_template)},
-                         {"tool_call_parser", String(&m.tool_call_parser)}})},
-      {"scheduler", Section({{"max_running_requests", Int(&sc.max_running_requests)},
-                             {"max_waiting_requests", Int(&sc.max_waiting_requests)},
-                             {"prefill_chunk_tokens", Int(&sc.prefill_chunk_tokens)},
-                             {"solo_prefill_chunk_tokens", Int(&sc.solo_prefill_chunk_tokens)},
-                             {"default_max_tokens", Int(&sc.default_max_tokens)},
-                             {"threads", Int(&sc.threads)},
-                             {"max_tokenizing_requests", Int(&sc.max_tokenizing_requests)},
-                             {"max_overtakes", Int(&sc.max_overtakes)}})},
-      {"kv_cache", Section({{"page_size", Int(&kv.page_size)},
-                            {"capacity_tokens", Int(&kv.capacity_tokens)},
-                            {"dtype", String(&kv.dtype)},
-                            {"prefix_cache", Bool(&kv.prefix_cache)},
-                            {"session_ttl_seconds", Double(&kv.session_ttl_seconds)},
-                            {"max_sessions", Int(&kv.max_sessions)},
-                            {"host_capacity_tokens", Int(&kv.host_capacity_tokens)}})},
-      {"sparse", Section({{"enabled", Bool(&sp.enabled)},
-                          {"budget_tokens", Int(&sp.budget_tokens)},
-                          {"sink_tokens", Int(&sp.sink_tokens)},
-                          {"recent_tokens", Int(&sp.recent_tokens)},
-                          {"selector", String(&sp.selector)},
-                          {"speculation", Enum(&sp.speculation, ParseSpeculationMode)},
-                          {"miss_policy", Enum(&sp.miss_policy, ParseMissPolicy)},
-                          {"min_context_tokens", Int(&sp.min_context_tokens)},
-                          {"prefetch_threads", Int(&sp.prefetch_threads)},
-                          {"prefetch_extra_tokens", Int(&sp.prefetch_extra_tokens)},
-                          {"host_capacity_tokens", OptionalInt(&c->sparse.host_capacity_tokens)},
-                          {"page_size", OptionalInt(&c->sparse.page_size)}})},
-  };
-  return ReadMapping(root, "", sections);
+  return ReadMapping(root, "", c);
 }
 
 }  // namespace
@@ -617,6 +384,14 @@ absl::Status ValidateConfig(const ServerConfig& config) {
   std::optional<Violation> v = FindViolation(config);
   if (!v) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(v->key, ": ", v->message));
+}
+
+absl::Status SetConfigValue(ServerConfig* config, absl::string_view path, absl::string_view text,
+                            absl::string_view source) {
+  ConfigReader reader(source);
+  const ConfigKey* key = FindConfigKey(path);
+  if (key == nullptr) return reader.Error(0, "", absl::StrCat("unknown key '", path, "'"));
+  return reader.ReadValue(YAML::Node(std::string(text)), std::string(path), key->field(*config));
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // The daemon's configuration: one YAML file (every key documented in deploy/config/specula.yaml)
-// parsed into typed structs whose member initializers are the defaults. Flags may override
-// fields afterwards; call ValidateConfig again then.
+// parsed into typed structs whose member initializers are the defaults. The keys, their ranges
+// and their documentation lines are the table of server/config_table.h. Flags may override
+// fields afterwards (SetConfigValue); call ValidateConfig again then.
 #pragma once
 
 #include <cstdint>
@@ -10,20 +11,25 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/common/device_kind.h"
+#include "engine/common/log.h"
 #include "engine/kv/sparse_options.h"
+#include "server/send_priority.h"
 
 namespace specula {
 
+// Each member is the key of the same name (server/config_table.cc: its range, doc line and
+// path); the initializers are the defaults.
 struct ServerSection {
   std::string listen = "127.0.0.1:50051";         // gRPC address, HOST:PORT
   std::string metrics_listen = "127.0.0.1:9400";  // /metrics address; "" disables it
   std::string http_listen;                        // OpenAI-compatible HTTP API; "" = off
-  int64_t http_max_body_bytes = 4194304;          // [1024, 2^31-1]: largest HTTP request body
-  int64_t max_receive_message_bytes = 4194304;    // >= 1024, fits in int
-  double shutdown_grace_seconds = 30;             // >= 0
-  double stall_seconds = 120;  // [0, 86400]: no engine progress with work queued; 0 = no watchdog
-  std::string log_level = "info";                 // as accepted by ParseLogLevel
-  std::string send_priority = "idle";             // idle | normal (server/send_executor.h)
+  int64_t http_max_body_bytes = 4194304;          // largest HTTP request body
+  int64_t max_receive_message_bytes = 4194304;    // largest gRPC request message
+  double shutdown_grace_seconds = 30;
+  double stall_seconds = 120;  // no engine progress with work queued; 0 = no watchdog
+  LogLevel log_level = LogLevel::kInfo;
+  SendPriority send_priority = SendPriority::kIdle;  // server/send_executor.h
   std::string auth_token_file;  // server.auth.token_file: bearer tokens; "" = no auth
   bool reflection = false;       // serve gRPC reflection (schema listing without a token)
   // server.tls: PEM files; cert_file and key_file turn TLS on for the gRPC and HTTP listeners,
@@ -32,55 +38,55 @@ struct ServerSection {
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string tls_client_ca_file;
-  double tls_reload_seconds = 60;  // [1, 86400]
+  double tls_reload_seconds = 60;
   bool tls() const { return !tls_cert_file.empty(); }
   // server.connections: what a connection may do before it is closed.
-  double grpc_max_idle_seconds = 3600;    // [0, 2147483]: no call for this long; 0 = never
-  double grpc_handshake_seconds = 10;     // [0.1, 3600]: TLS handshake unfinished this long
-  int http_idle_seconds = 10;             // [1, 3600]: an HTTP connection with no traffic
-  int http_max_connections = 1024;        // [1, 65536]: open HTTP connections at once
-  double http_request_read_seconds = 10;  // [0.1, 3600]: to complete a request head (and handshake)
-  int http_max_connections_per_ip = 0;    // [0, 65536]: from one client address; 0 = no limit
-  double min_ping_interval_seconds = 10;  // [0.001, 86400]: client pings closer are strikes
-  int max_ping_strikes = 2;               // [0, 1000]: then GOAWAY too_many_pings; 0 = no limit
+  double grpc_max_idle_seconds = 3600;    // no call for this long; 0 = never
+  double grpc_handshake_seconds = 10;     // TLS handshake unfinished this long
+  int http_idle_seconds = 10;             // an HTTP connection with no traffic
+  int http_max_connections = 1024;        // open HTTP connections at once
+  double http_request_read_seconds = 10;  // to complete a request head (and handshake)
+  int http_max_connections_per_ip = 0;    // from one client address; 0 = no limit
+  double min_ping_interval_seconds = 10;  // client pings closer are strikes
+  int max_ping_strikes = 2;               // then GOAWAY too_many_pings; 0 = no limit
   bool ping_without_calls = true;         // keepalive pings on connections with no call
   // server.limits: what one request may ask, 0 = no limit beyond the model's context.
-  int64_t max_prompt_tokens = 0;  // limits.max_prompt_tokens: [0, 2^31-1]
-  int64_t max_output_tokens = 0;  // limits.max_tokens: cap on max_tokens, [0, 2^31-1]
-  int max_requests_per_client = 0;  // limits.max_requests_per_client: [0, 2^31-1], 0 = none
+  int64_t max_prompt_tokens = 0;  // limits.max_prompt_tokens
+  int64_t max_output_tokens = 0;  // limits.max_tokens: cap on max_tokens
+  int max_requests_per_client = 0;  // limits.max_requests_per_client, 0 = none
   bool operator==(const ServerSection&) const = default;
 };
 
 struct ModelSection {
   std::string path;             // "" = the embedded default tiny model
   std::string name;             // the OpenAI API's model id; "" = the directory's name
-  std::string device = "auto";  // cpu | cuda | auto
+  DeviceKind device = DeviceKind::kAuto;
   std::string chat_template;    // a Jinja template file; "" = tokenizer_config.json's
   std::string tool_call_parser = "auto";  // auto | none | hermes | llama3_json
   bool operator==(const ModelSection&) const = default;
 };
 
 struct SchedulerSection {
-  int max_running_requests = 64;    // >= 1
-  int max_waiting_requests = 1024;  // >= 0
-  int prefill_chunk_tokens = 512;   // >= 1
-  int solo_prefill_chunk_tokens = 4096;  // 0 (= prefill_chunk_tokens) or >= 1
-  int default_max_tokens = 0;       // 0 = up to the remaining context; else a cap, >= 1
+  int max_running_requests = 64;
+  int max_waiting_requests = 1024;
+  int prefill_chunk_tokens = 512;
+  int solo_prefill_chunk_tokens = 4096;  // 0 = prefill_chunk_tokens
+  int default_max_tokens = 0;       // 0 = up to the remaining context
   int threads = 0;                  // 0 = all cores
-  int max_tokenizing_requests = 16;  // 1..1024: long text prompts waiting to be tokenized
-  int max_overtakes = 16;           // 0..1048576: later requests may start ahead of a waiting one
+  int max_tokenizing_requests = 16;  // long text prompts waiting to be tokenized
+  int max_overtakes = 16;  // later requests may start ahead of a waiting one
   bool operator==(const SchedulerSection&) const = default;
 };
 
 struct KvCacheSection {
-  int page_size = 16;               // power of two in [1, 1024]
-  int64_t capacity_tokens = 65536;  // >= page_size
+  int page_size = 16;
+  int64_t capacity_tokens = 65536;
   std::string dtype = "auto";       // auto | bf16 | f16 | f32 (engine's ResolveKvDtype)
   bool prefix_cache = true;         // reuse KV across requests without a session too
-  double session_ttl_seconds = 900;  // (0, 30 days]: an idle session's KV is freed after this
-  int64_t max_sessions = 10000;  // [1, 1000000]: beyond it a new session drops the LRU idle one
+  double session_ttl_seconds = 900;  // an idle session's KV is freed after this
+  int64_t max_sessions = 10000;  // beyond it a new session drops the LRU idle one
   // The host KV store (sparse requests and sessions), token positions per layer and KV head;
-  // [0, 2^30], or -1 = 262144 with sparse.enabled, else none (GeneratorOptions).
+  // -1 = 262144 with sparse.enabled, else none (GeneratorOptions).
   int64_t host_capacity_tokens = -1;
   bool operator==(const KvCacheSection&) const = default;
 };
@@ -126,6 +132,12 @@ int64_t HostCapacityTokens(const ServerConfig& config);
 
 // Checks every value and the relations between them; INVALID_ARGUMENT names the key path.
 absl::Status ValidateConfig(const ServerConfig& config);
+
+// Sets the key at `path` ("model.device") from `text` as if the YAML file had it (a flag's
+// override). INVALID_ARGUMENT "<source>: <path>: <why>" for an unknown key or a value of the
+// wrong type or name; ranges are ValidateConfig's.
+absl::Status SetConfigValue(ServerConfig* config, absl::string_view path, absl::string_view text,
+                            absl::string_view source);
 
 // Checks "HOST:PORT" (IPv6 hosts in brackets: "[::1]:50051"; port 0..65535, 0 = ephemeral).
 // On success fills `host` (without brackets) and `port` when they are non-null.

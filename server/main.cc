@@ -25,8 +25,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/log.h"
+#include "engine/common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "server/config.h"
+#include "server/config_table.h"
 #include "server/memory_trimmer.h"
 #include "server/process_limits.h"
 #include "server/server.h"
@@ -57,6 +59,25 @@ ABSL_FLAG(std::string, ready_file, "",
 namespace specula {
 namespace {
 
+// A command-line flag that overrides a configuration key.
+struct FlagOverride {
+  absl::Flag<std::optional<std::string>>* flag;
+  absl::string_view name;  // as typed, e.g. "metrics-listen"
+  absl::string_view key;
+};
+
+const std::vector<FlagOverride>& FlagOverrides() {
+  static const std::vector<FlagOverride> overrides = {
+      {&FLAGS_model, "model", "model.path"},
+      {&FLAGS_listen, "listen", "server.listen"},
+      {&FLAGS_metrics_listen, "metrics-listen", "server.metrics_listen"},
+      {&FLAGS_http_listen, "http-listen", "server.http_listen"},
+      {&FLAGS_device, "device", "model.device"},
+      {&FLAGS_log_level, "log-level", "server.log_level"},
+  };
+  return overrides;
+}
+
 absl::StatusOr<ServerConfig> ResolveConfig() {
   ServerConfig config;
   if (!absl::GetFlag(FLAGS_config).empty()) {
@@ -64,12 +85,11 @@ absl::StatusOr<ServerConfig> ResolveConfig() {
     if (!loaded.ok()) return loaded.status();
     config = *std::move(loaded);
   }
-  if (auto v = StringOverride(FLAGS_model)) config.model.path = *v;
-  if (auto v = StringOverride(FLAGS_listen)) config.server.listen = *v;
-  if (auto v = StringOverride(FLAGS_metrics_listen)) config.server.metrics_listen = *v;
-  if (auto v = StringOverride(FLAGS_http_listen)) config.server.http_listen = *v;
-  if (auto v = StringOverride(FLAGS_device)) config.model.device = *v;
-  if (auto v = StringOverride(FLAGS_log_level)) config.server.log_level = *v;
+  for (const FlagOverride& o : FlagOverrides()) {
+    if (std::optional<std::string> v = StringOverride(*o.flag)) {
+      RETURN_IF_ERROR(SetConfigValue(&config, o.key, *v, absl::StrCat("--", o.name)));
+    }
+  }
   if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
   if (config.model.path.empty()) {
     absl::StatusOr<std::string> dir = EnsureDefaultModel();
@@ -149,9 +169,9 @@ void Reload(ServerConfig* running) {
   if (!(unapplied.kv_cache == running->kv_cache)) restart.push_back("kv_cache");
   if (!(unapplied.sparse == running->sparse)) restart.push_back("sparse");
   running->server.log_level = fresh->server.log_level;
-  SetLogLevel(*ParseLogLevel(running->server.log_level));  // validated by ResolveConfig
+  SetLogLevel(running->server.log_level);
   Log(restart.empty() ? LogLevel::kInfo : LogLevel::kWarning, "config_reloaded",
-      {{"log_level", running->server.log_level},
+      {{"log_level", LogLevelName(running->server.log_level)},
        {"needs_restart", restart.empty() ? "none" : absl::StrJoin(restart, ",")}});
 }
 
@@ -238,9 +258,11 @@ int Fail(const absl::Status& s) {
 }
 
 int Run(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  absl::SetProgramUsageMessage(absl::StrCat(
       "specula-server [--config FILE] [--model DIR] [--listen HOST:PORT] "
-      "[--metrics-listen HOST:PORT] [--device cpu|cuda|auto] [--log-level LEVEL]");
+      "[--metrics-listen HOST:PORT] [--http-listen HOST:PORT] [--device cpu|cuda|auto] "
+      "[--log-level LEVEL]\n\n",
+      ConfigKeysHelp()));
   std::vector<std::string> storage;
   std::vector<char*> rest = ParseDashedCommandLine(argc, argv, &storage);
   if (rest.size() > 1) {
@@ -251,7 +273,7 @@ int Run(int argc, char** argv) {
   if (absl::Status s = InstallSignalHandlers(); !s.ok()) return Fail(s);
   absl::StatusOr<ServerConfig> config = ResolveConfig();
   if (!config.ok()) return Fail(config.status());
-  SetLogLevel(*ParseLogLevel(config->server.log_level));  // validated by ValidateConfig
+  SetLogLevel(config->server.log_level);
   Log(LogLevel::kInfo, "open_file_limit",
       {{"soft_before", static_cast<int64_t>(files.soft_before)},
        {"soft", static_cast<int64_t>(files.soft)},

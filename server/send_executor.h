@@ -19,12 +19,13 @@
 #include <thread>
 
 #include "absl/time/time.h"
+#include "server/send_priority.h"
 
 namespace specula {
 
 class SendExecutor {
  public:
-  enum class Priority { kIdle, kNormal };
+  using Priority = SendPriority;
   // `worker` false leaves only the fallback thread (tests of the delay bound).
   explicit SendExecutor(Priority priority = Priority::kIdle,
                         absl::Duration max_delay = absl::Milliseconds(20), bool worker = true);

@@ -172,9 +172,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
   if (absl::Status st = s->StartMetrics(config); !st.ok()) return st;
   s->observers_ = std::make_unique<ObserverList>(
       std::vector<EngineObserver*>{s->metrics_.get(), &s->request_log_});
-  s->sender_ = std::make_unique<SendExecutor>(config.server.send_priority == "normal"
-                                                  ? SendExecutor::Priority::kNormal
-                                                  : SendExecutor::Priority::kIdle);
+  s->sender_ = std::make_unique<SendExecutor>(config.server.send_priority);
   EngineOptions engine_options;
   engine_options.max_waiting = config.scheduler.max_waiting_requests;
   engine_options.max_overtakes = config.scheduler.max_overtakes;

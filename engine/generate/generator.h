@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/backend.h"
+#include "engine/common/device_kind.h"
 #include "engine/generate/sequence.h"
 #include "engine/generate/sparse_prefill.h"
 #include "engine/kv/dense_attention.h"
@@ -40,7 +41,9 @@ struct GeneratorOptions {
   int32_t solo_prefill_chunk_tokens = 0;
   int32_t max_running = 64;            // most sequences in one step
   int32_t threads = 0;                 // CPU threads, 0 = all cores
-  std::string device = "cpu";          // model.device: cpu | cuda | auto (CreateBackend)
+  // model.device (CreateBackend). The engine defaults to the CPU, deterministic for embedders and
+  // tests; the server reads the key (default auto) and always sets it.
+  DeviceKind device = DeviceKind::kCpu;
   // KV reuse across requests: sessions always; requests without a session when
   // prefix_cache.cache_sessionless (kv_cache.prefix_cache).
   PrefixCacheOptions prefix_cache;

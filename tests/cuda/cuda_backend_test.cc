@@ -46,7 +46,7 @@ class CudaBackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
     BackendOptions options;
-    options.device = "cuda";
+    options.device = DeviceKind::kCuda;
     auto gpu = CreateBackend(options);
     if (!gpu.ok()) GTEST_SKIP() << "no GPU: " << gpu.status();
     gpu_ = std::move(*gpu);

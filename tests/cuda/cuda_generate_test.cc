@@ -23,7 +23,7 @@ using ::specula::testing::GtestSafeName;
 using ::specula::testing::PageBoundaryRequests;
 using ::specula::testing::TestModelDir;
 
-GeneratorOptions Options(const std::string& device, bool sparse, SpeculationMode mode) {
+GeneratorOptions Options(DeviceKind device, bool sparse, SpeculationMode mode) {
   GeneratorOptions o;
   o.device = device;
   o.threads = 2;
@@ -46,10 +46,10 @@ class CudaGenerateTest
 
 TEST_P(CudaGenerateTest, GreedyTokensEqualTheCpu) {
   const auto& [model, sparse, mode] = GetParam();
-  auto gpu = Generator::Create(TestModelDir(model), Options("cuda", sparse, mode));
+  auto gpu = Generator::Create(TestModelDir(model), Options(DeviceKind::kCuda, sparse, mode));
   if (!gpu.ok()) GTEST_SKIP() << "no GPU: " << gpu.status();
   ASSERT_EQ((*gpu)->backend_name(), "cuda");
-  auto cpu = Generator::Create(TestModelDir(model), Options("cpu", false, mode)).value();
+  auto cpu = Generator::Create(TestModelDir(model), Options(DeviceKind::kCpu, false, mode)).value();
   const auto want = cpu->GenerateAll(PageBoundaryRequests(2)).value();
   const auto got = (*gpu)->GenerateAll(PageBoundaryRequests(2)).value();
   ASSERT_EQ(want.size(), got.size());

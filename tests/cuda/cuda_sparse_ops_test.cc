@@ -67,7 +67,7 @@ class CudaSparseOpsTest : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
     BackendOptions options;
-    options.device = "cuda";
+    options.device = DeviceKind::kCuda;
     auto gpu = CreateBackend(options);
     if (!gpu.ok()) GTEST_SKIP() << "no GPU: " << gpu.status();
     gpu_ = std::move(*gpu);

@@ -7,9 +7,17 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
+#include <map>
+#include <set>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "server/config_table.h"
+#include "yaml-cpp/yaml.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -70,8 +78,8 @@ TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.server.metrics_listen, "127.0.0.1:9400");
   EXPECT_EQ(c.server.max_receive_message_bytes, 4194304);
   EXPECT_EQ(c.server.shutdown_grace_seconds, 30.0);
-  EXPECT_EQ(c.server.log_level, "info");
-  EXPECT_EQ(c.server.send_priority, "idle");
+  EXPECT_EQ(c.server.log_level, LogLevel::kInfo);
+  EXPECT_EQ(c.server.send_priority, SendPriority::kIdle);
   EXPECT_FALSE(c.server.tls());
   EXPECT_EQ(c.server.tls_client_ca_file, "");
   EXPECT_EQ(c.server.tls_reload_seconds, 60);
@@ -83,7 +91,7 @@ TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.server.max_ping_strikes, 2);
   EXPECT_TRUE(c.server.ping_without_calls);
   EXPECT_EQ(c.model.path, "");
-  EXPECT_EQ(c.model.device, "auto");
+  EXPECT_EQ(c.model.device, DeviceKind::kAuto);
   EXPECT_EQ(c.scheduler.max_running_requests, 64);
   EXPECT_EQ(c.scheduler.max_waiting_requests, 1024);
   EXPECT_EQ(c.scheduler.prefill_chunk_tokens, 512);
@@ -192,8 +200,8 @@ sparse:
   EXPECT_EQ(c->server.max_receive_message_bytes, 1024);
   EXPECT_EQ(c->server.shutdown_grace_seconds, 2.5);
   EXPECT_EQ(c->server.stall_seconds, 0);
-  EXPECT_EQ(c->server.log_level, "debug");
-  EXPECT_EQ(c->server.send_priority, "normal");
+  EXPECT_EQ(c->server.log_level, LogLevel::kDebug);
+  EXPECT_EQ(c->server.send_priority, SendPriority::kNormal);
   EXPECT_TRUE(c->server.reflection);
   EXPECT_EQ(c->server.grpc_max_idle_seconds, 0);
   EXPECT_EQ(c->server.grpc_handshake_seconds, 2.5);
@@ -210,7 +218,7 @@ sparse:
   EXPECT_EQ(c->server.max_output_tokens, 200);
   EXPECT_EQ(c->server.max_requests_per_client, 4);
   EXPECT_EQ(c->model.path, "/models/qwen3");
-  EXPECT_EQ(c->model.device, "cpu");
+  EXPECT_EQ(c->model.device, DeviceKind::kCpu);
   EXPECT_EQ(c->scheduler.max_running_requests, 8);
   EXPECT_EQ(c->scheduler.max_waiting_requests, 0);
   EXPECT_EQ(c->scheduler.prefill_chunk_tokens, 1);
@@ -264,7 +272,7 @@ TEST(ConfigTest, PartialSectionsKeepOtherDefaults) {
       ParseConfigYaml("scheduler:\n  threads: 2\nmodel: {device: cuda}\n", "p.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->scheduler.threads, 2);
-  EXPECT_EQ(c->model.device, "cuda");
+  EXPECT_EQ(c->model.device, DeviceKind::kCuda);
   EXPECT_EQ(c->scheduler.max_running_requests, 64);
   EXPECT_EQ(c->server.listen, "127.0.0.1:50051");
 }
@@ -692,6 +700,131 @@ TEST(ConfigTest, FileErrorsNameThePathAndLine) {
   EXPECT_EQ(c.status().message(),
             absl::StrCat(path, ":4: scheduler.max_running_requests: must be >= 1, got 0"));
   std::remove(path.c_str());
+}
+
+std::string Trimmed(const std::string& line) {
+  return std::string(absl::StripLeadingAsciiWhitespace(line));
+}
+
+// Every key of the table appears in the shipped file with its default (optional keys, which
+// have none, commented out), under a comment documenting it; the file has no key the table lacks.
+TEST(ConfigTest, DeployFileDocumentsEveryKeyOfTheTableWithItsDefault) {
+  const std::string path = SPECULA_SOURCE_DIR "/deploy/config/specula.yaml";
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_GT(lines.size(), 100u);
+  std::map<std::string, std::string> leaves;  // path -> scalar
+  std::function<void(const YAML::Node&, const std::string&)> flatten =
+      [&](const YAML::Node& node, const std::string& prefix) {
+        for (const auto& entry : node) {
+          const std::string key = prefix + entry.first.Scalar();
+          if (entry.second.IsMap()) {
+            flatten(entry.second, key + ".");
+            continue;
+          }
+          leaves[key] = entry.second.Scalar();
+          // A comment documents the key: the one just above it, or, for keys that share one
+          // (consecutive lines), the comment above the group, which names it.
+          int above = entry.first.Mark().line - 1;
+          while (above >= 0 && !absl::StartsWith(Trimmed(lines[above]), "#")) --above;
+          std::string comment;
+          for (int i = above; i >= 0 && absl::StartsWith(Trimmed(lines[i]), "#"); --i) {
+            comment = lines[i] + "\n" + comment;
+          }
+          const std::string leaf = entry.first.Scalar();
+          EXPECT_TRUE(above == entry.first.Mark().line - 1 ||
+                      absl::StrContains(comment, leaf))
+              << key << " has no comment above it, nor is it named in the one above its group";
+        }
+      };
+  flatten(YAML::LoadFile(path), "");
+  const ServerConfig defaults;
+  std::set<std::string> table;
+  for (const ConfigKey& key : ConfigKeys()) {
+    table.insert(key.path);
+    ServerConfig copy = defaults;
+    if (!HasDefault(key)) {
+      EXPECT_FALSE(leaves.contains(key.path)) << key.path << " has no default to show";
+      const std::string leaf = key.path.substr(key.path.rfind('.') + 1);
+      EXPECT_THAT(absl::StrJoin(lines, "\n"), HasSubstr(absl::StrCat("# ", leaf, ": ")))
+          << key.path << " is not documented (commented out) in " << path;
+      continue;
+    }
+    ASSERT_TRUE(leaves.contains(key.path)) << key.path << " is missing from " << path;
+    EXPECT_EQ(leaves[key.path], FormatConfigValue(key.field(copy))) << key.path;
+  }
+  for (const auto& [leaf, value] : leaves) {
+    EXPECT_TRUE(table.contains(leaf)) << leaf << " is in " << path << " but not in the table";
+  }
+}
+
+// --help shows every key with its default and rule, from the table.
+TEST(ConfigTest, HelpListsEveryKeyWithItsDefaultAndRule) {
+  const std::string help = ConfigKeysHelp();
+  for (const ConfigKey& key : ConfigKeys()) {
+    EXPECT_THAT(help, HasSubstr(absl::StrCat("  ", key.path, "  ("))) << key.path;
+    EXPECT_THAT(help, HasSubstr(key.doc)) << key.path;
+  }
+  EXPECT_THAT(help, HasSubstr("scheduler.max_running_requests  (default \"64\"; [1, 4096])"));
+  EXPECT_THAT(help, HasSubstr("model.device  (default \"auto\"; cpu | cuda | auto)"));
+  EXPECT_THAT(help, HasSubstr("kv_cache.session_ttl_seconds  (default \"900\"; (0, 2592000])"));
+  EXPECT_THAT(help, HasSubstr("sparse.page_size  (unset by default; kv_cache.page_size)"));
+}
+
+// Each integer range of the table is enforced at both ends, whichever key it is.
+TEST(ConfigTest, EveryIntegerRangeIsEnforcedAtBothEnds) {
+  int ranges = 0;
+  for (const ConfigKey& key : ConfigKeys()) {
+    const auto* range = std::get_if<IntRange>(&key.rule);
+    if (range == nullptr) continue;
+    for (const int64_t bad : {range->min - 1, range->max + 1}) {
+      ServerConfig c;
+      const ConfigField field = key.field(c);
+      if (auto* p = std::get_if<int*>(&field)) {
+        if (bad < std::numeric_limits<int>::min() || bad > std::numeric_limits<int>::max()) {
+          continue;  // the reader refuses it for its type (ConfigTest.InvalidValues...)
+        }
+        **p = static_cast<int>(bad);
+      } else if (auto* p = std::get_if<int64_t*>(&field)) {
+        **p = bad;
+      } else if (auto* p = std::get_if<std::optional<int64_t>*>(&field)) {
+        **p = bad;
+      } else {
+        ADD_FAILURE() << key.path << ": an IntRange on a field that is not an integer";
+        continue;
+      }
+      const absl::Status s = ValidateConfig(c);
+      EXPECT_EQ(s.message(), absl::StrCat(key.path, ": must be ", bad < range->min ? ">= " : "<= ",
+                                          bad < range->min ? range->min : range->max, ", got ",
+                                          bad));
+      ++ranges;
+    }
+  }
+  EXPECT_GE(ranges, 30);
+}
+
+// Flags override keys through the table: the same types, names and messages as the file.
+TEST(ConfigTest, SetConfigValueReadsTextAsTheFileWould) {
+  ServerConfig c;
+  ASSERT_TRUE(SetConfigValue(&c, "model.device", "cpu", "--device").ok());
+  EXPECT_EQ(c.model.device, DeviceKind::kCpu);
+  ASSERT_TRUE(SetConfigValue(&c, "server.log_level", "warning", "--log-level").ok());
+  EXPECT_EQ(c.server.log_level, LogLevel::kWarning);
+  ASSERT_TRUE(SetConfigValue(&c, "server.metrics_listen", "", "--metrics-listen").ok());
+  EXPECT_EQ(c.server.metrics_listen, "");
+  ASSERT_TRUE(SetConfigValue(&c, "scheduler.threads", "3", "--threads").ok());
+  EXPECT_EQ(c.scheduler.threads, 3);
+
+  absl::Status s = SetConfigValue(&c, "model.device", "gpu", "--device");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "--device: model.device: must be one of cpu, cuda, auto, got 'gpu'");
+  EXPECT_EQ(c.model.device, DeviceKind::kCpu);  // unchanged
+  s = SetConfigValue(&c, "scheduler.threads", "many", "--threads");
+  EXPECT_EQ(s.message(), "--threads: scheduler.threads: expected an integer, got 'many'");
+  s = SetConfigValue(&c, "scheduler.thread", "1", "--x");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("unknown key 'scheduler.thread'"));
 }
 
 }  // namespace

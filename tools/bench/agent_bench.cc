@@ -337,7 +337,7 @@ int RunAgentBench(const AgentBenchOptions& o) {
   std::cout << absl::StrFormat(
       "model %s on %s; %d conversations x %d turns; system %d + user %d tokens, then %d output "
       "+ %d tool tokens per turn; think %d ms; TTFT is the mean over conversations\n\n",
-      o.model_dir.empty() ? "100m (generated)" : model_dir, o.device, o.conversations, o.turns,
+      o.model_dir.empty() ? "100m (generated)" : model_dir, DeviceKindName(o.device), o.conversations, o.turns,
       o.system_tokens, o.user_tokens, o.output_tokens, o.tool_tokens, o.think_ms);
   std::map<std::string, ModeResult> results;
   int rc = 0;

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/common/device_kind.h"
+
 namespace specula {
 
 struct AgentBenchOptions {
@@ -21,7 +23,7 @@ struct AgentBenchOptions {
   int output_tokens = 32;       // per turn (greedy, EOS ignored)
   int think_ms = 0;             // between a turn's end and the next turn
   int threads = 0;
-  std::string device = "cpu";  // model.device
+  DeviceKind device = DeviceKind::kCpu;  // model.device
   // none: every turn prefilled whole; prefix: kv_cache.prefix_cache without sessions;
   // session: session_id per conversation; offload: sessions with a host store, so they wait in
   // host memory between turns. Empty: only the suffix probe.

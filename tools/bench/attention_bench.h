@@ -14,10 +14,12 @@
 #include <utility>
 #include <vector>
 
+#include "engine/common/device_kind.h"
+
 namespace specula {
 
 struct AttentionBenchOptions {
-  std::string device = "cuda";
+  DeviceKind device = DeviceKind::kCuda;
   std::vector<int> contexts = {1024, 4096, 8192, 16384, 32768};
   std::vector<int> head_dims = {64, 128};
   int chunk_rows = 512;

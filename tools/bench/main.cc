@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,14 @@ constexpr char kUsage[] =
     "specula-bench cpu|serve|sparse|agent|attention [flags]; see --help. Results go to "
     "docs/BENCHMARKS.md.";
 
+// --device, or nullopt after saying why not.
+std::optional<specula::DeviceKind> DeviceFlag() {
+  absl::StatusOr<specula::DeviceKind> device = specula::ParseDeviceKind(absl::GetFlag(FLAGS_device));
+  if (device.ok()) return *device;
+  std::cerr << "specula-bench: --device: " << device.status().message() << "\n";
+  return std::nullopt;
+}
+
 int RunAgent() {
   specula::AgentBenchOptions o;
   o.model_dir = absl::GetFlag(FLAGS_model);
@@ -130,7 +139,9 @@ int RunAgent() {
   o.output_tokens = absl::GetFlag(FLAGS_output_tokens);
   o.think_ms = absl::GetFlag(FLAGS_think_ms);
   o.suffix_probe_repeats = absl::GetFlag(FLAGS_suffix_probe_repeats);
-  o.device = absl::GetFlag(FLAGS_device);
+  const std::optional<specula::DeviceKind> device = DeviceFlag();
+  if (!device) return 2;
+  o.device = *device;
   o.threads = absl::GetFlag(FLAGS_threads);
   o.modes = absl::GetFlag(FLAGS_modes);
   return specula::RunAgentBench(o);
@@ -180,7 +191,9 @@ int RunSparse() {
 
 int RunAttention() {
   specula::AttentionBenchOptions o;
-  o.device = absl::GetFlag(FLAGS_device);
+  const std::optional<specula::DeviceKind> device = DeviceFlag();
+  if (!device) return 2;
+  o.device = *device;
   std::vector<int> contexts, head_dims;
   if (!ParseList("contexts", absl::GetFlag(FLAGS_contexts), &contexts) ||
       !ParseList("head-dims", absl::GetFlag(FLAGS_head_dims), &head_dims)) {

@@ -15,7 +15,7 @@ using ::testing::HasSubstr;
 
 TEST(BackendFactoryTest, CpuGivesTheCpuBackend) {
   BackendOptions options;
-  options.device = "cpu";
+  options.device = DeviceKind::kCpu;
   options.threads = 1;
   absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(options);
   ASSERT_TRUE(backend.ok()) << backend.status();
@@ -30,7 +30,7 @@ TEST(BackendFactoryTest, AutoPicksTheGpuWhenOneIsUsableAndSaysWhy) {
   std::vector<std::string> lines;
   SetLogSinkForTesting([&](absl::string_view line) { lines.emplace_back(line); });
   BackendOptions options;
-  options.device = "auto";
+  options.device = DeviceKind::kAuto;
   options.threads = 1;
   absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(options);
   SetLogSinkForTesting(nullptr);
@@ -49,7 +49,7 @@ TEST(BackendFactoryTest, AutoPicksTheGpuWhenOneIsUsableAndSaysWhy) {
 // with both (tools/gpu/check.sh), it is the CUDA backend.
 TEST(BackendFactoryTest, CudaIsTheCudaBackendOrAClearError) {
   BackendOptions options;
-  options.device = "cuda";
+  options.device = DeviceKind::kCuda;
   absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(options);
   if (backend.ok()) {
     EXPECT_TRUE(CudaBackendBuilt());
@@ -63,13 +63,19 @@ TEST(BackendFactoryTest, CudaIsTheCudaBackendOrAClearError) {
               HasSubstr(CudaBackendBuilt() ? "no usable CUDA device" : "no CUDA backend"));
 }
 
-TEST(BackendFactoryTest, UnknownDevicesAreInvalid) {
-  BackendOptions options;
-  options.device = "tpu";
-  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(options);
-  EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(backend.status().message()),
-              HasSubstr("model.device: unknown device 'tpu'"));
+TEST(BackendFactoryTest, DeviceNamesRoundTripAndOthersAreInvalid) {
+  for (DeviceKind kind : {DeviceKind::kCpu, DeviceKind::kCuda, DeviceKind::kAuto}) {
+    absl::StatusOr<DeviceKind> parsed = ParseDeviceKind(DeviceKindName(kind));
+    ASSERT_TRUE(parsed.ok()) << DeviceKindName(kind);
+    EXPECT_EQ(*parsed, kind);
+  }
+  EXPECT_EQ(DeviceKindName(DeviceKind::kCuda), "cuda");
+  for (absl::string_view bad : {"tpu", "CPU", "", "gpu"}) {
+    absl::StatusOr<DeviceKind> parsed = ParseDeviceKind(bad);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(parsed.status().message()),
+                HasSubstr(absl::StrCat("must be one of cpu, cuda, auto, got '", bad, "'")));
+  }
 }
 
 }  // namespace

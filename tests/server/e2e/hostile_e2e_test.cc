@@ -387,7 +387,7 @@ TEST(HostileE2eTest, StartupErrorsNameTheKeyThatCausedThem) {
   EXPECT_THAT(std::string(s.status().message()), HasSubstr("more than this machine's memory"));
 
   config.kv_cache.capacity_tokens = 65536;
-  config.model.device = "cuda";  // the backend factory's error, not one about model.path
+  config.model.device = DeviceKind::kCuda;  // the backend factory's error, not one about model.path
   s = Server::Start(config);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(s.status().message()), StartsWith("model.device: cuda: "));
@@ -473,6 +473,10 @@ TEST(HostileE2eTest, DaemonRefusesBadConfigsWithExitOneNamingTheKey) {
        "scheduler.max_running_requests: must be <= 4096"},
       {{"--config=" + WriteConfig("kv", "kv_cache:\n  capacity_tokens: 17179869184\n")},
        "kv_cache.capacity_tokens: must be <= 2147483647"},
+      // Flags override keys through the same table: the message names the flag and the key.
+      {{"--device=gpu"}, "--device: model.device: must be one of cpu, cuda, auto, got 'gpu'"},
+      {{"--log-level=loud"}, "--log-level: server.log_level: invalid log level 'loud'"},
+      {{"--metrics-listen=nohost"}, "server.metrics_listen: invalid address 'nohost'"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = c.args;

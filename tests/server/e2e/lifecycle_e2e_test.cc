@@ -379,10 +379,13 @@ TEST(LifecycleE2eTest, DaemonHelpListsEveryFlagWithDashes) {
   auto daemon = Daemon::Start({"--help"});
   EXPECT_EQ(daemon->Wait(), 0);
   const std::string help = daemon->Log();
-  for (const char* flag : {"--config", "--model", "--listen", "--metrics-listen", "--device",
-                           "--log-level", "--ready-file"}) {
+  for (const char* flag : {"--config", "--model", "--listen", "--metrics-listen", "--http-listen",
+                           "--device", "--log-level", "--ready-file"}) {
     EXPECT_THAT(help, HasSubstr(absl::StrCat("\n  ", flag, "\n"))) << help;
   }
+  // The configuration keys, from the table (ConfigTest checks each one).
+  EXPECT_THAT(help, HasSubstr("scheduler.max_running_requests  (default \"64\"; [1, 4096])"));
+  EXPECT_THAT(help, HasSubstr("server.connections.http_request_read_seconds"));
   EXPECT_THAT(help, ::testing::Not(HasSubstr("No flags matched")));
   EXPECT_THAT(help, ::testing::Not(HasSubstr("--metrics_listen")));  // dashes, as documented
 }

@@ -15,7 +15,7 @@ namespace specula::testing {
 std::unique_ptr<Server> StartServer(const std::function<void(ServerConfig&)>& tweak) {
   ServerConfig config;
   config.model.path = TestModelDir();
-  config.model.device = "cpu";
+  config.model.device = DeviceKind::kCpu;
   config.server.listen = "127.0.0.1:0";
   // Off unless a test scrapes it: no port is bound that the test does not use.
   config.server.metrics_listen = "";
