@@ -12,12 +12,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / 32;
-constexpr int32_t kFree = 0, kLoading = 1, kReady = 2;
-// engine/sparse_ops.h's SparseCounter.
-constexpr int kHit = 0, kLate = 1, kMissed = 2, kFetched = 3, kStaged = 4, kCounters = 5;
-
-__device__ __forceinline__ uint32_t UseStamp(uint32_t step) { return 2 * step + 1; }
-__device__ __forceinline__ uint32_t PredictStamp(uint32_t step) { return 2 * step; }
 
 __device__ __forceinline__ int32_t LoadState(int32_t* state) {
   return cuda::atomic_ref<int32_t, cuda::thread_scope_device>(*state).load(
@@ -28,39 +22,8 @@ __device__ __forceinline__ void StoreState(int32_t* state, int32_t value) {
                                                                      cuda::memory_order_release);
 }
 
-// One (row, layer, KV head) of a sparse sequence.
-struct Head {
-  __device__ Head(const RowPlan& row, int32_t layer, int32_t head, int32_t kv_heads)
-      : seq(row.seq), head(head), kv_heads(kv_heads) {
-    const int64_t lh = static_cast<int64_t>(layer) * kv_heads + head;
-    host_pages = seq.host_pages + lh * seq.pages;
-    page_slot = seq.page_slot + lh * seq.pages;
-    slot_page = seq.slot_page + lh * seq.cache_slots;
-    state = seq.slot_state + lh * seq.cache_slots;
-    stamp = seq.slot_stamp + lh * seq.cache_slots;
-  }
-  __device__ int64_t PoolPage(int32_t slot) const {
-    return static_cast<int64_t>(seq.blocks[slot]) * kv_heads + head;
-  }
-  __device__ int32_t CacheSlot(int32_t j) const {
-    return seq.sink_pages + seq.window_pages + 1 + j;
-  }
-  __device__ int32_t RingSlot(int32_t page) const {
-    return seq.sink_pages + page % (seq.window_pages + 1);
-  }
-  __device__ int32_t WriteSlot(int32_t page) const {
-    return page < seq.sink_pages ? page : RingSlot(page);
-  }
-
-  const SeqState& seq;
-  int32_t head;
-  int32_t kv_heads;
-  const int32_t* host_pages;
-  int32_t* page_slot;
-  int32_t* slot_page;
-  int32_t* state;
-  uint32_t* stamp;
-};
+// One (row, layer, KV head) of a sparse sequence (its arrays and slot layout).
+using Head = SparseHead;
 
 __device__ __forceinline__ char* PageAt(const Pool& pool, int64_t page) {
   return static_cast<char*>(pool.base) + page * pool.page_bytes;
@@ -190,9 +153,9 @@ __device__ int32_t PickVictim(const Slots& s, uint32_t evict_before) {
   uint64_t best = ~0ull;
   for (int32_t j = lane; j < s.count; j += 32) {
     uint64_t key = ~0ull;
-    if (s.state[j] == kFree) {
+    if (s.state[j] == kSlotFree) {
       key = static_cast<uint64_t>(j);
-    } else if (s.state[j] == kReady && s.stamp[j] < evict_before) {
+    } else if (s.state[j] == kSlotReady && s.stamp[j] < evict_before) {
       key = (1ull << 62) | (static_cast<uint64_t>(s.stamp[j]) << 24) | static_cast<uint64_t>(j);
     }
     best = min(best, key);
@@ -212,7 +175,7 @@ __device__ int32_t Claim(Slots& s, const Head& h, int32_t page, uint32_t evict_b
     s.page[v] = page;
     h.page_slot[page] = v;
     s.stamp[v] = new_stamp;
-    s.state[v] = kLoading;
+    s.state[v] = kSlotLoading;
     s.claimed[v] = 1;
   }
   __syncwarp();
@@ -240,7 +203,7 @@ struct SelectShared {
   uint64_t* keys;
   Slots slots;
   int32_t* selected;  // page indices
-  int32_t* outcome;   // per selected: kHit, kLate or kMissed
+  int32_t* outcome;   // per selected: kCounterHit, kCounterLate or kCounterMissed
   int32_t* wanted;    // pages to stage, in order
   int32_t* scratch;
 };
@@ -270,7 +233,7 @@ __device__ void StoreSlots(const Head& h, const Slots& s) {
 
 // Ranked candidates: pages S + i for the best `k` (k <= n) in rank order into `out`; when the
 // budget covers every candidate (no scores), all of them in position order. Returns the count.
-__device__ int32_t RankCandidates(const RowPlan& row, const float* scores, int32_t k,
+__device__ int32_t RankCandidates(const SparseRowPlan& row, const float* scores, int32_t k,
                                   SelectShared& sh, int32_t* out) {
   const int32_t n = row.candidates, first = row.seq.sink_pages;
   if (n <= row.seq.budget_pages) {
@@ -294,7 +257,7 @@ __device__ int32_t RankCandidates(const RowPlan& row, const float* scores, int32
 // Stages `page` (warp 0): touched if mapped, else a claimed slot and a copy entry. False when no
 // slot could be had.
 __device__ bool Stage(Slots& s, const Head& h, const SelectParams& p, int32_t page,
-                      uint32_t evict_before, uint32_t new_stamp, GatherEntry* entries,
+                      uint32_t evict_before, uint32_t new_stamp, PageGatherEntry* entries,
                       int32_t* count, int64_t* counters) {
   const int32_t mapped = h.page_slot[page];
   __syncwarp();
@@ -306,9 +269,9 @@ __device__ bool Stage(Slots& s, const Head& h, const SelectParams& p, int32_t pa
   const int32_t v = Claim(s, h, page, evict_before, new_stamp);
   if (v < 0) return false;
   if (threadIdx.x == 0) {
-    entries[(*count)++] = GatherEntry{PageAt(p.host, h.host_pages[page]),
+    entries[(*count)++] = PageGatherEntry{PageAt(p.host, h.host_pages[page]),
                                       PageAt(p.device, h.PoolPage(h.CacheSlot(v))), &h.state[v]};
-    ++counters[kStaged];
+    ++counters[kCounterStaged];
   }
   __syncwarp();
   return true;
@@ -319,22 +282,22 @@ __global__ void __launch_bounds__(kThreads) SelectKernel(SelectParams p) {
   extern __shared__ __align__(16) char shared_memory[];
   const int32_t row_index = blockIdx.x / p.num_kv_heads;
   const int32_t head = blockIdx.x % p.num_kv_heads;
-  const RowPlan& row = p.rows[row_index];
+  const SparseRowPlan& row = p.rows[row_index];
   const Head h(row, p.layer, head, p.num_kv_heads);
   const int32_t S = row.seq.sink_pages, B = row.seq.budget_pages, C = row.seq.cache_slots;
   if (C > p.max_cache_slots) __trap();  // the shared memory was sized for fewer slots
   SelectShared sh(shared_memory, max(C, 1));
   LoadSlots(h, &sh.slots);
-  int64_t* counters = p.counters + static_cast<int64_t>(blockIdx.x) * kCounters;
+  int64_t* counters = p.counters + static_cast<int64_t>(blockIdx.x) * kSparseCounterCount;
   const float* scores = p.scores == nullptr ? nullptr
                                             : p.scores + row.score_begin +
                                                   static_cast<int64_t>(head) * row.candidates;
-  GatherEntry* entries =
+  PageGatherEntry* entries =
       p.copies == nullptr ? nullptr : p.copies + static_cast<int64_t>(blockIdx.x) * p.copy_stride;
   __shared__ int32_t staged;
   if (threadIdx.x == 0) staged = 0;
 
-  if (p.mode == 2) {  // load now: every candidate, copied by the block
+  if (p.mode == SelectMode::kLoadNow) {  // every candidate, copied by the block
     __shared__ int32_t loaded;
     if (threadIdx.x < 32) {
       int32_t n = 0;
@@ -359,13 +322,13 @@ __global__ void __launch_bounds__(kThreads) SelectKernel(SelectParams p) {
     __threadfence();
     __syncthreads();
     for (int32_t i = threadIdx.x; i < loaded; i += blockDim.x)
-      sh.slots.state[sh.selected[i]] = kReady;
-    if (threadIdx.x == 0) counters[kFetched] += loaded;
+      sh.slots.state[sh.selected[i]] = kSlotReady;
+    if (threadIdx.x == 0) counters[kCounterFetched] += loaded;
     StoreSlots(h, sh.slots);
     return;
   }
 
-  if (p.mode == 1) {  // stage the top C for this step (urgent) or the next
+  if (p.mode == SelectMode::kStage) {  // stage the top C for this step (urgent) or the next
     const uint32_t stamp = p.urgent ? UseStamp(row.step) : PredictStamp(row.step + 1);
     const int32_t m = RankCandidates(row, scores, C, sh, sh.wanted);
     for (int32_t t = threadIdx.x; t < m; t += blockDim.x) {
@@ -396,9 +359,9 @@ __global__ void __launch_bounds__(kThreads) SelectKernel(SelectParams p) {
     const int32_t j = h.page_slot[sh.selected[t]];
     if (j >= 0) {
       sh.slots.stamp[j] = max(sh.slots.stamp[j], use);  // staging below cannot evict it
-      sh.outcome[t] = sh.slots.state[j] == kReady ? kHit : kLate;
+      sh.outcome[t] = sh.slots.state[j] == kSlotReady ? kCounterHit : kCounterLate;
     } else {
-      sh.outcome[t] = kMissed;
+      sh.outcome[t] = kCounterMissed;
     }
   }
   __syncthreads();
@@ -418,12 +381,12 @@ __global__ void __launch_bounds__(kThreads) SelectKernel(SelectParams p) {
     int32_t hits = 0, late = 0, missed = 0, fetched = 0;
     for (int32_t t = 0; t < selected; ++t) {
       const int32_t page = sh.selected[t];
-      if (sh.outcome[t] == kHit) {
+      if (sh.outcome[t] == kCounterHit) {
         ++hits;
         add(static_cast<int32_t>(h.PoolPage(h.CacheSlot(h.page_slot[page]))), page);
         continue;
       }
-      if (sh.outcome[t] == kLate) {
+      if (sh.outcome[t] == kCounterLate) {
         ++late;
       } else {
         sh.scratch[missed++] = page;  // staged below, in position order
@@ -437,10 +400,10 @@ __global__ void __launch_bounds__(kThreads) SelectKernel(SelectParams p) {
       add(static_cast<int32_t>(h.PoolPage(h.RingSlot(page))), page);
     }
     p.list_count[blockIdx.x] = n;
-    counters[kHit] += hits;
-    counters[kLate] += late;
-    counters[kMissed] += missed;
-    counters[kFetched] += fetched;
+    counters[kCounterHit] += hits;
+    counters[kCounterLate] += late;
+    counters[kCounterMissed] += missed;
+    counters[kCounterFetched] += fetched;
     sh.outcome[0] = missed;  // the count, for warp 0
   }
   __syncthreads();
@@ -463,7 +426,7 @@ __global__ void __launch_bounds__(kThreads) SelectKernel(SelectParams p) {
 __global__ void __launch_bounds__(kThreads) ScoreKernel(ScoreParams p) {
   const int32_t row_index = blockIdx.x / p.num_kv_heads;
   const int32_t head = blockIdx.x % p.num_kv_heads;
-  const RowPlan& row = p.rows[row_index];
+  const SparseRowPlan& row = p.rows[row_index];
   if (row.candidates <= row.seq.budget_pages) return;  // all taken: nothing to rank
   const Head h(row, p.layer, head, p.num_kv_heads);
   const int32_t hd = p.geometry.head_dim;
@@ -511,11 +474,11 @@ __global__ void __launch_bounds__(kThreads) ScoreKernel(ScoreParams p) {
 __global__ void __launch_bounds__(kThreads) GatherKernel(GatherParams p) {
   const int32_t list = blockIdx.x, e = blockIdx.y;
   if (e >= p.copy_count[list]) return;
-  const GatherEntry& c = p.copies[static_cast<int64_t>(list) * p.copy_stride + e];
+  const PageGatherEntry& c = p.copies[static_cast<int64_t>(list) * p.copy_stride + e];
   CopyPage(c.dst, c.src, p.page_bytes);
   __threadfence();  // the page, before its ready flag
   __syncthreads();
-  if (threadIdx.x == 0) StoreState(c.state, kReady);
+  if (threadIdx.x == 0) StoreState(c.state, kSlotReady);
 }
 
 // One thread: the pages a gather moved, to mapped host memory.
@@ -528,7 +491,7 @@ __global__ void CountGatheredKernel(GatherParams p) {
 // grid rows * kv_heads, kThreads threads.
 __global__ void __launch_bounds__(kThreads) RetireKernel(RetireParams p) {
   extern __shared__ __align__(16) char shared_memory[];
-  const RowPlan& row = p.rows[blockIdx.x / p.num_kv_heads];
+  const SparseRowPlan& row = p.rows[blockIdx.x / p.num_kv_heads];
   if (row.retire_begin >= row.retire_end) return;
   const Head h(row, p.layer, blockIdx.x % p.num_kv_heads, p.num_kv_heads);
   if (row.seq.cache_slots > p.max_cache_slots) __trap();
@@ -548,7 +511,7 @@ __global__ void __launch_bounds__(kThreads) RetireKernel(RetireParams p) {
     if (victim < 0) continue;
     CopyPage(PageAt(p.device, h.PoolPage(h.CacheSlot(victim))),
              PageAt(p.device, h.PoolPage(h.RingSlot(page))), p.device.page_bytes);
-    if (threadIdx.x == 0) sh.slots.state[victim] = kReady;
+    if (threadIdx.x == 0) sh.slots.state[victim] = kSlotReady;
   }
   StoreSlots(h, sh.slots);
 }
@@ -570,7 +533,7 @@ __device__ void Summarize(const T* keys, int32_t tokens, int32_t hd, float* summ
 
 // grid rows * kv_heads, kThreads threads.
 __global__ void __launch_bounds__(kThreads) CompleteKernel(CompleteParams p) {
-  const RowPlan& row = p.rows[blockIdx.x / p.num_kv_heads];
+  const SparseRowPlan& row = p.rows[blockIdx.x / p.num_kv_heads];
   if (!row.completes_page) return;
   const Head h(row, p.layer, blockIdx.x % p.num_kv_heads, p.num_kv_heads);
   const int32_t page = row.pos / p.geometry.page_size;

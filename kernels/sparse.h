@@ -2,10 +2,9 @@
 // engine/cpu/cpu_sparse_ops.cc): page scoring, top-k selection with residency bookkeeping and
 // staging, the copy stream's page gather, window retirement, page completion and summaries.
 //
-// The structs below mirror the engine's (SparseSeqDevice, SparseRowPlan, PageGatherEntry) field
-// for field, so a plan written by the host is read here as is; engine/cuda/cuda_backend.cc
-// static_asserts that the layouts agree. Pointers are device memory, or pinned host memory
-// read through its mapping (the host store).
+// The plan rows, residency arrays and copy entries are kernels/sparse_abi.h's, the engine's own
+// definitions: a plan written by the host is read here as is. Pointers are device memory, or
+// pinned host memory read through its mapping (the host store).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,42 +13,9 @@
 #include <cstdint>
 
 #include "engine/common/dtype.h"
+#include "kernels/sparse_abi.h"
 
 namespace specula::kernels {
-
-struct SeqState {
-  const int32_t* host_pages;
-  int32_t* page_slot;
-  int32_t* slot_page;
-  int32_t* slot_state;
-  uint32_t* slot_stamp;
-  const int32_t* blocks;
-  int32_t pages;
-  int32_t sink_pages;
-  int32_t window_pages;
-  int32_t budget_pages;
-  int32_t cache_slots;
-};
-
-struct RowPlan {
-  SeqState seq;
-  int32_t q_row;
-  int32_t pos;
-  uint32_t step;
-  int32_t retire_begin;
-  int32_t retire_end;
-  int32_t completes_page;
-  int32_t candidates;
-  int32_t score_begin;
-  int32_t list_begin;
-  int32_t list_capacity;
-};
-
-struct GatherEntry {
-  const void* src;
-  void* dst;
-  int32_t* state;
-};
 
 // Page pools: page p at base + p * page_bytes.
 struct Pool {
@@ -64,7 +30,7 @@ struct PageGeometry {
 };
 
 struct ScoreParams {
-  const RowPlan* rows = nullptr;
+  const SparseRowPlan* rows = nullptr;
   int32_t num_rows = 0;
   int32_t layer = 0;
   int32_t num_heads = 0;
@@ -81,13 +47,12 @@ struct ScoreParams {
 };
 cudaError_t ScorePages(const ScoreParams& p, cudaStream_t stream);
 
-// mode: 0 resolve, 1 stage, 2 load now (engine/sparse_ops.h's SelectMode).
 struct SelectParams {
-  const RowPlan* rows = nullptr;
+  const SparseRowPlan* rows = nullptr;
   int32_t num_rows = 0;
   int32_t layer = 0;
   int32_t num_kv_heads = 0;
-  int32_t mode = 0;
+  SelectMode mode = SelectMode::kResolve;
   bool stage_ranked = false;
   bool skip_missing = false;
   bool urgent = false;
@@ -99,7 +64,7 @@ struct SelectParams {
   int32_t* list_pages = nullptr;
   int32_t* list_tokens = nullptr;
   int32_t* list_count = nullptr;
-  GatherEntry* copies = nullptr;
+  PageGatherEntry* copies = nullptr;
   int32_t* copy_count = nullptr;
   int32_t copy_stride = 0;
   int64_t* counters = nullptr;
@@ -110,7 +75,7 @@ cudaError_t SelectPages(const SelectParams& p, cudaStream_t stream);
 int32_t MaxSelectCacheSlots();
 
 struct GatherParams {
-  const GatherEntry* copies = nullptr;
+  const PageGatherEntry* copies = nullptr;
   const int32_t* copy_count = nullptr;
   int32_t lists = 0;
   int32_t copy_stride = 0;
@@ -120,7 +85,7 @@ struct GatherParams {
 cudaError_t GatherPages(const GatherParams& p, cudaStream_t stream);
 
 struct RetireParams {
-  const RowPlan* rows = nullptr;
+  const SparseRowPlan* rows = nullptr;
   int32_t num_rows = 0;
   int32_t layer = 0;
   int32_t num_kv_heads = 0;
@@ -130,7 +95,7 @@ struct RetireParams {
 cudaError_t RetireWindowPages(const RetireParams& p, cudaStream_t stream);
 
 struct CompleteParams {
-  const RowPlan* rows = nullptr;
+  const SparseRowPlan* rows = nullptr;
   int32_t num_rows = 0;
   int32_t layer = 0;
   int32_t num_kv_heads = 0;

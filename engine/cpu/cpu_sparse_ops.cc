@@ -24,22 +24,10 @@ void StoreState(int32_t* state, int32_t value) {
   std::atomic_ref<int32_t>(*state).store(value, std::memory_order_release);
 }
 
-// The arrays of one (row, layer, KV head) of a sparse sequence.
-struct HeadState {
-  HeadState(const SparseRowPlan& row, int32_t layer, int32_t head, int32_t kv_heads)
-      : seq(row.seq), head(head), kv_heads(kv_heads) {
-    const int64_t lh = static_cast<int64_t>(layer) * kv_heads + head;
-    host_pages = seq.host_pages + lh * seq.pages;
-    page_slot = seq.page_slot + lh * seq.pages;
-    slot_page = seq.slot_page + lh * seq.cache_slots;
-    state = seq.slot_state + lh * seq.cache_slots;
-    stamp = seq.slot_stamp + lh * seq.cache_slots;
-  }
-  // The KV-pool page (in the layer's page pool) of slot `slot` (sink, ring or cache).
-  int32_t PoolPage(int32_t slot) const { return seq.blocks[slot] * kv_heads + head; }
-  int32_t CacheSlot(int32_t j) const { return seq.sink_pages + seq.window_pages + 1 + j; }
-  int32_t RingSlot(int32_t page) const { return seq.sink_pages + page % (seq.window_pages + 1); }
-  int32_t WriteSlot(int32_t page) const { return page < seq.sink_pages ? page : RingSlot(page); }
+// One (row, layer, KV head) of a sparse sequence (its arrays and slot layout, shared with the
+// kernels) and the slot claims of one operation on it.
+struct HeadState : SparseHead {
+  using SparseHead::SparseHead;
 
   // Claims a cache slot for `page` (not mapped): a free slot (lowest index first), else the
   // least recently used ready slot stamped before `evict_before` (not used this step, not
@@ -91,15 +79,6 @@ struct HeadState {
     const int32_t j = page_slot[page];
     if (j >= 0) stamp[j] = std::max(stamp[j], value);
   }
-
-  const SparseSeqDevice& seq;
-  int32_t head;
-  int32_t kv_heads;
-  const int32_t* host_pages;
-  int32_t* page_slot;
-  int32_t* slot_page;
-  int32_t* state;
-  uint32_t* stamp;
 
  private:
   bool victims_built_ = false;
@@ -318,14 +297,14 @@ void CpuBackend::SelectPages(const SparseSelectArgs& a) {
             out_tokens[n] = page == current ? current_tokens : ps;
             ++n;
           };
-          for (int32_t p = 0; p < std::min(S, current + 1); ++p) add(hs.PoolPage(p), p);
+          for (int32_t p = 0; p < std::min(S, current + 1); ++p) add(static_cast<int32_t>(hs.PoolPage(p)), p);
           missed.clear();
           for (int32_t p : selected) {
             const int32_t j = hs.page_slot[p];
             const int32_t state = j >= 0 ? LoadState(&hs.state[j]) : kSlotFree;
             if (state == kSlotReady) {
               ++count[kCounterHit];
-              add(hs.PoolPage(hs.CacheSlot(j)), p);
+              add(static_cast<int32_t>(hs.PoolPage(hs.CacheSlot(j))), p);
               continue;
             }
             if (j >= 0) {
@@ -340,7 +319,7 @@ void CpuBackend::SelectPages(const SparseSelectArgs& a) {
             }
           }
           for (int32_t p = S + row.candidates; p <= current; ++p)
-            add(hs.PoolPage(hs.RingSlot(p)), p);
+            add(static_cast<int32_t>(hs.PoolPage(hs.RingSlot(p))), p);
           list_count[list] = n;
 
           // For the next step: what missed, then (cross_step) the pages ranked below the cut.

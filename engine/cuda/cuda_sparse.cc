@@ -1,7 +1,6 @@
 // The CUDA backend's sparse KV operations: engine/sparse_ops.h's arguments handed to the kernels
-// of kernels/sparse.h. The plan's rows are read by the kernels as written by the host, so the
-// two struct layouts must agree field for field; the asserts below keep them so.
-#include <cstddef>
+// of kernels/sparse.h. The plan's rows and copy entries are kernels/sparse_abi.h's structs on
+// both sides, read by the kernels as the host wrote them.
 
 #include "engine/cuda/cuda_backend_impl.h"
 #include "engine/cuda/cuda_check.h"
@@ -11,42 +10,6 @@
 namespace specula::cuda_internal {
 namespace {
 
-#define SPECULA_SAME_FIELD(A, B, field) \
-  static_assert(offsetof(A, field) == offsetof(B, field), #A "." #field " moved")
-
-static_assert(sizeof(SparseSeqDevice) == sizeof(kernels::SeqState));
-SPECULA_SAME_FIELD(SparseSeqDevice, kernels::SeqState, host_pages);
-SPECULA_SAME_FIELD(SparseSeqDevice, kernels::SeqState, page_slot);
-SPECULA_SAME_FIELD(SparseSeqDevice, kernels::SeqState, slot_page);
-SPECULA_SAME_FIELD(SparseSeqDevice, kernels::SeqState, slot_state);
-SPECULA_SAME_FIELD(SparseSeqDevice, kernels::SeqState, slot_stamp);
-SPECULA_SAME_FIELD(SparseSeqDevice, kernels::SeqState, blocks);
-SPECULA_SAME_FIELD(SparseSeqDevice, kernels::SeqState, pages);
-SPECULA_SAME_FIELD(SparseSeqDevice, kernels::SeqState, sink_pages);
-SPECULA_SAME_FIELD(SparseSeqDevice, kernels::SeqState, window_pages);
-SPECULA_SAME_FIELD(SparseSeqDevice, kernels::SeqState, budget_pages);
-SPECULA_SAME_FIELD(SparseSeqDevice, kernels::SeqState, cache_slots);
-static_assert(sizeof(SparseRowPlan) == sizeof(kernels::RowPlan));
-SPECULA_SAME_FIELD(SparseRowPlan, kernels::RowPlan, seq);
-SPECULA_SAME_FIELD(SparseRowPlan, kernels::RowPlan, q_row);
-SPECULA_SAME_FIELD(SparseRowPlan, kernels::RowPlan, pos);
-SPECULA_SAME_FIELD(SparseRowPlan, kernels::RowPlan, step);
-SPECULA_SAME_FIELD(SparseRowPlan, kernels::RowPlan, retire_begin);
-SPECULA_SAME_FIELD(SparseRowPlan, kernels::RowPlan, retire_end);
-SPECULA_SAME_FIELD(SparseRowPlan, kernels::RowPlan, completes_page);
-SPECULA_SAME_FIELD(SparseRowPlan, kernels::RowPlan, candidates);
-SPECULA_SAME_FIELD(SparseRowPlan, kernels::RowPlan, score_begin);
-SPECULA_SAME_FIELD(SparseRowPlan, kernels::RowPlan, list_begin);
-SPECULA_SAME_FIELD(SparseRowPlan, kernels::RowPlan, list_capacity);
-static_assert(sizeof(PageGatherEntry) == sizeof(kernels::GatherEntry));
-SPECULA_SAME_FIELD(PageGatherEntry, kernels::GatherEntry, src);
-SPECULA_SAME_FIELD(PageGatherEntry, kernels::GatherEntry, dst);
-SPECULA_SAME_FIELD(PageGatherEntry, kernels::GatherEntry, state);
-#undef SPECULA_SAME_FIELD
-
-const kernels::RowPlan* Rows(DeviceSpan<const SparseRowPlan> rows) {
-  return reinterpret_cast<const kernels::RowPlan*>(rows.data());
-}
 kernels::Pool PoolOf(const PagePoolView& v) {
   return kernels::Pool{v.base, static_cast<int64_t>(v.page_bytes())};
 }
@@ -58,7 +21,7 @@ kernels::PageGeometry GeometryOf(const PagePoolView& v) {
 
 void CudaBackend::ScorePages(const Mat& q, const SparseScoreArgs& a) {
   kernels::ScoreParams p;
-  p.rows = Rows(a.rows);
+  p.rows = a.rows.data();
   p.num_rows = static_cast<int32_t>(a.rows.size());
   p.layer = a.layer;
   p.num_heads = a.num_heads;
@@ -77,11 +40,11 @@ void CudaBackend::ScorePages(const Mat& q, const SparseScoreArgs& a) {
 
 void CudaBackend::SelectPages(const SparseSelectArgs& a) {
   kernels::SelectParams p;
-  p.rows = Rows(a.rows);
+  p.rows = a.rows.data();
   p.num_rows = static_cast<int32_t>(a.rows.size());
   p.layer = a.layer;
   p.num_kv_heads = a.num_kv_heads;
-  p.mode = static_cast<int32_t>(a.mode);
+  p.mode = a.mode;
   p.stage_ranked = a.stage_ranked;
   p.skip_missing = a.skip_missing;
   p.urgent = a.urgent;
@@ -94,7 +57,7 @@ void CudaBackend::SelectPages(const SparseSelectArgs& a) {
   p.list_pages = a.list_pages.data();
   p.list_tokens = a.list_tokens.data();
   p.list_count = a.list_count.data();
-  p.copies = reinterpret_cast<kernels::GatherEntry*>(a.staging.copies.data());
+  p.copies = a.staging.copies.data();
   p.copy_count = a.staging.copy_count.data();
   p.copy_stride = a.staging.copy_stride;
   p.counters = a.counters.data();
@@ -103,7 +66,7 @@ void CudaBackend::SelectPages(const SparseSelectArgs& a) {
 
 void CudaBackend::RetireWindowPages(const SparseRetireArgs& a) {
   kernels::RetireParams p;
-  p.rows = Rows(a.rows);
+  p.rows = a.rows.data();
   p.num_rows = static_cast<int32_t>(a.rows.size());
   p.layer = a.layer;
   p.num_kv_heads = a.num_kv_heads;
@@ -114,7 +77,7 @@ void CudaBackend::RetireWindowPages(const SparseRetireArgs& a) {
 
 void CudaBackend::CompletePages(const SparseCompleteArgs& a) {
   kernels::CompleteParams p;
-  p.rows = Rows(a.rows);
+  p.rows = a.rows.data();
   p.num_rows = static_cast<int32_t>(a.rows.size());
   p.layer = a.layer;
   p.num_kv_heads = a.num_kv_heads;
@@ -141,7 +104,7 @@ void CudaBackend::GatherPages(Stream& stream, const PageGatherArgs& a) {
   auto* copy = dynamic_cast<CudaStream*>(&stream);
   CHECK(copy != nullptr) << "GatherPages runs on a stream from CreateStream()";
   kernels::GatherParams p;
-  p.copies = reinterpret_cast<const kernels::GatherEntry*>(a.copies.data());
+  p.copies = a.copies.data();
   p.copy_count = a.copy_count.data();
   p.lists = a.lists;
   p.copy_stride = a.copy_stride;
