@@ -1,8 +1,8 @@
-// Softmax attention of query rows over lists of KV pages (the layout of engine/backend_types.h):
-// the dense paged attention (causal, each row sees the first row_keys[row] keys of its block table)
-// and the sparse decode attention (each (row, KV head) reads its own list of pages, each with a
-// count of valid tokens). Each kernel serves both, so given the same keys in the same order they
-// agree. Design:
+// Softmax attention of query rows over lists of KV pages (the layout of
+// engine/backend/backend_types.h): the dense paged attention (causal, each row sees the first
+// row_keys[row] keys of its block table) and the sparse decode attention (each (row, KV head) reads
+// its own list of pages, each with a count of valid tokens). Each kernel serves both, so given the
+// same keys in the same order they agree. Design:
 // - One thread block per (row, KV head, split of the list): the GQA group's query heads (up to 8
 //   per block) share every K/V load; 4 warps take the pages of the split in turn.
 // - The vector kernel (attention_vector.cuh) reads a token's row with 16-byte loads across

@@ -1,6 +1,6 @@
-// Appends new tokens' K and V to paged KV (the layout of engine/backend.h's KvLayerView): token
-// t's K/V for KV head h goes to page blocks[t] * num_kv_heads + h, row offsets[t], rounded to the
-// page dtype (nearest even).
+// Appends new tokens' K and V to paged KV (the layout of engine/backend/backend.h's KvLayerView):
+// token t's K/V for KV head h goes to page blocks[t] * num_kv_heads + h, row offsets[t], rounded to
+// the page dtype (nearest even).
 #pragma once
 
 #include <cuda_runtime_api.h>

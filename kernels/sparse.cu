@@ -269,8 +269,9 @@ __device__ bool Stage(Slots& s, const Head& h, const SelectParams& p, int32_t pa
   const int32_t v = Claim(s, h, page, evict_before, new_stamp);
   if (v < 0) return false;
   if (threadIdx.x == 0) {
-    entries[(*count)++] = PageGatherEntry{PageAt(p.host, h.host_pages[page]),
-                                      PageAt(p.device, h.PoolPage(h.CacheSlot(v))), &h.state[v]};
+    entries[(*count)++] =
+        PageGatherEntry{PageAt(p.host, h.host_pages[page]),
+                        PageAt(p.device, h.PoolPage(h.CacheSlot(v))), &h.state[v]};
     ++counters[kCounterStaged];
   }
   __syncwarp();

@@ -1,4 +1,4 @@
-// The sparse KV cache's device operations (semantics: engine/sparse_ops.h; reference:
+// The sparse KV cache's device operations (semantics: engine/backend/sparse_ops.h; reference:
 // engine/cpu/cpu_sparse_ops.cc): page scoring, top-k selection with residency bookkeeping and
 // staging, the copy stream's page gather, window retirement, page completion and summaries.
 //

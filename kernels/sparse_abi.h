@@ -1,6 +1,6 @@
 // The data the host and the device share for the sparse KV cache: a step's plan rows, a
 // sequence's residency arrays, the copy list entries, the enums and the slot layout. One
-// definition, included by the engine (engine/sparse_ops.h), the CPU reference
+// definition, included by the engine (engine/backend/sparse_ops.h), the CPU reference
 // (engine/cpu/cpu_sparse_ops.cc) and the CUDA kernels (kernels/sparse.cu), so a plan the host
 // writes is read by a kernel as is. Plain C++: the helpers are __host__ __device__ under nvcc and
 // ordinary inline functions under g++. This header includes nothing of the engine's.

@@ -69,8 +69,7 @@ std::optional<Violation> ListenerViolation(const ServerSection& s) {
   if (auto v = SharedPort("server.http_listen", s.http_listen, "server.listen", s.listen)) {
     return v;
   }
-  return SharedPort("server.http_listen", s.http_listen, "server.metrics_listen",
-                    s.metrics_listen);
+  return SharedPort("server.http_listen", s.http_listen, "server.metrics_listen", s.metrics_listen);
 }
 
 std::optional<Violation> TlsViolation(const ServerSection& s) {

@@ -31,7 +31,7 @@ struct ServerSection {
   LogLevel log_level = LogLevel::kInfo;
   SendPriority send_priority = SendPriority::kIdle;  // server/send_executor.h
   std::string auth_token_file;  // server.auth.token_file: bearer tokens; "" = no auth
-  bool reflection = false;       // serve gRPC reflection (schema listing without a token)
+  bool reflection = false;      // serve gRPC reflection (schema listing without a token)
   // server.tls: PEM files; cert_file and key_file turn TLS on for the gRPC and HTTP listeners,
   // client_ca_file also requires client certificates signed by it (mTLS). Re-read when they
   // change, checked every reload_seconds.
@@ -51,17 +51,17 @@ struct ServerSection {
   int max_ping_strikes = 2;               // then GOAWAY too_many_pings; 0 = no limit
   bool ping_without_calls = true;         // keepalive pings on connections with no call
   // server.limits: what one request may ask, 0 = no limit beyond the model's context.
-  int64_t max_prompt_tokens = 0;  // limits.max_prompt_tokens
-  int64_t max_output_tokens = 0;  // limits.max_tokens: cap on max_tokens
+  int64_t max_prompt_tokens = 0;    // limits.max_prompt_tokens
+  int64_t max_output_tokens = 0;    // limits.max_tokens: cap on max_tokens
   int max_requests_per_client = 0;  // limits.max_requests_per_client, 0 = none
   bool operator==(const ServerSection&) const = default;
 };
 
 struct ModelSection {
-  std::string path;             // "" = the embedded default tiny model
-  std::string name;             // the OpenAI API's model id; "" = the directory's name
+  std::string path;  // "" = the embedded default tiny model
+  std::string name;  // the OpenAI API's model id; "" = the directory's name
   DeviceKind device = DeviceKind::kAuto;
-  std::string chat_template;    // a Jinja template file; "" = tokenizer_config.json's
+  std::string chat_template;              // a Jinja template file; "" = tokenizer_config.json's
   std::string tool_call_parser = "auto";  // auto | none | hermes | llama3_json
   bool operator==(const ModelSection&) const = default;
 };
@@ -71,20 +71,20 @@ struct SchedulerSection {
   int max_waiting_requests = 1024;
   int prefill_chunk_tokens = 512;
   int solo_prefill_chunk_tokens = 4096;  // 0 = prefill_chunk_tokens
-  int default_max_tokens = 0;       // 0 = up to the remaining context
-  int threads = 0;                  // 0 = all cores
-  int max_tokenizing_requests = 16;  // long text prompts waiting to be tokenized
-  int max_overtakes = 16;  // later requests may start ahead of a waiting one
+  int default_max_tokens = 0;            // 0 = up to the remaining context
+  int threads = 0;                       // 0 = all cores
+  int max_tokenizing_requests = 16;      // long text prompts waiting to be tokenized
+  int max_overtakes = 16;                // later requests may start ahead of a waiting one
   bool operator==(const SchedulerSection&) const = default;
 };
 
 struct KvCacheSection {
   int page_size = 16;
   int64_t capacity_tokens = 65536;
-  std::string dtype = "auto";       // auto | bf16 | f16 | f32 (engine's ResolveKvDtype)
-  bool prefix_cache = true;         // reuse KV across requests without a session too
+  std::string dtype = "auto";        // auto | bf16 | f16 | f32 (engine's ResolveKvDtype)
+  bool prefix_cache = true;          // reuse KV across requests without a session too
   double session_ttl_seconds = 900;  // an idle session's KV is freed after this
-  int64_t max_sessions = 10000;  // beyond it a new session drops the LRU idle one
+  int64_t max_sessions = 10000;      // beyond it a new session drops the LRU idle one
   // The host KV store (sparse requests and sessions), token positions per layer and KV head;
   // -1 = 262144 with sparse.enabled, else none (GeneratorOptions).
   int64_t host_capacity_tokens = -1;

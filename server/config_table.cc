@@ -29,18 +29,19 @@ constexpr char kEngineRule[] = "checked by the engine (docs/SPARSE_KV.md)";
 // function (E -> something printable).
 template <typename E, typename Parse, typename Name>
 NamedField Named(E* field, Parse parse, Name name) {
-  return NamedField{
-      [field, parse](absl::string_view text) -> absl::Status {
-        // The engine's parsers take either string_view (Debian's absl has its own).
-        auto parsed = [&] {
-          if constexpr (std::is_invocable_v<Parse, absl::string_view>) return parse(text);
-          else return parse(std::string_view(text.data(), text.size()));
-        }();
-        if (!parsed.ok()) return parsed.status();
-        *field = *parsed;
-        return absl::OkStatus();
-      },
-      [field, name] { return std::string(name(*field)); }};
+  return NamedField{[field, parse](absl::string_view text) -> absl::Status {
+                      // The engine's parsers take either string_view (Debian's absl has its own).
+                      auto parsed = [&] {
+                        if constexpr (std::is_invocable_v<Parse, absl::string_view>)
+                          return parse(text);
+                        else
+                          return parse(std::string_view(text.data(), text.size()));
+                      }();
+                      if (!parsed.ok()) return parsed.status();
+                      *field = *parsed;
+                      return absl::OkStatus();
+                    },
+                    [field, name] { return std::string(name(*field)); }};
 }
 
 absl::StatusOr<SendPriority> ParseSendPriority(absl::string_view name) {
@@ -59,20 +60,21 @@ const char* SendPriorityName(SendPriority p) {
 std::vector<ConfigKey> ServerKeys() {
   using C = ServerConfig&;
   return {
-      {"server.listen", [](C c) -> ConfigField { return &c.server.listen; }, AddressRule{false},
-       "", "gRPC API address HOST:PORT ([::1]:P for IPv6, port 0 = any free port)"},
+      {"server.listen", [](C c) -> ConfigField { return &c.server.listen; }, AddressRule{false}, "",
+       "gRPC API address HOST:PORT ([::1]:P for IPv6, port 0 = any free port)"},
       {"server.metrics_listen", [](C c) -> ConfigField { return &c.server.metrics_listen; },
        AddressRule{true}, "", "Prometheus /metrics address HOST:PORT; \"\" disables it"},
       {"server.http_listen", [](C c) -> ConfigField { return &c.server.http_listen; },
        AddressRule{true}, "", "OpenAI-compatible HTTP API address HOST:PORT; \"\" disables it"},
-      {"server.http_max_body_bytes", [](C c) -> ConfigField { return &c.server.http_max_body_bytes; },
-       IntRange{1024, kIntMax}, "", "largest HTTP request body, bytes (413 beyond)"},
+      {"server.http_max_body_bytes",
+       [](C c) -> ConfigField { return &c.server.http_max_body_bytes; }, IntRange{1024, kIntMax},
+       "", "largest HTTP request body, bytes (413 beyond)"},
       {"server.max_receive_message_bytes",
        [](C c) -> ConfigField { return &c.server.max_receive_message_bytes; },
        IntRange{1024, kIntMax}, "", "largest gRPC request message, bytes"},
       {"server.shutdown_grace_seconds",
-       [](C c) -> ConfigField { return &c.server.shutdown_grace_seconds; }, RealRange{0, kInf},
-       "", "on SIGTERM, how long in-flight requests may still run"},
+       [](C c) -> ConfigField { return &c.server.shutdown_grace_seconds; }, RealRange{0, kInf}, "",
+       "on SIGTERM, how long in-flight requests may still run"},
       {"server.stall_seconds", [](C c) -> ConfigField { return &c.server.stall_seconds; },
        RealRange{0, 86400}, "", "watchdog: no engine progress this long turns health off; 0 = off"},
       {"server.log_level",
@@ -105,11 +107,11 @@ std::vector<ConfigKey> ConnectionKeys() {
        [](C c) -> ConfigField { return &c.server.http_max_connections; }, IntRange{1, 65536}, "",
        "HTTP connections held at once, per listener"},
       {"server.connections.http_request_read_seconds",
-       [](C c) -> ConfigField { return &c.server.http_request_read_seconds; },
-       RealRange{0.1, 3600}, "", "time to deliver a whole HTTP request (slowloris bound)"},
+       [](C c) -> ConfigField { return &c.server.http_request_read_seconds; }, RealRange{0.1, 3600},
+       "", "time to deliver a whole HTTP request (slowloris bound)"},
       {"server.connections.http_max_connections_per_ip",
-       [](C c) -> ConfigField { return &c.server.http_max_connections_per_ip; },
-       IntRange{0, 65536}, "", "HTTP connections from one address; 0 = no limit"},
+       [](C c) -> ConfigField { return &c.server.http_max_connections_per_ip; }, IntRange{0, 65536},
+       "", "HTTP connections from one address; 0 = no limit"},
       {"server.connections.min_ping_interval_seconds",
        [](C c) -> ConfigField { return &c.server.min_ping_interval_seconds; },
        RealRange{0.001, 86400}, "", "client pings closer than this are strikes"},
@@ -119,10 +121,10 @@ std::vector<ConfigKey> ConnectionKeys() {
       {"server.connections.ping_without_calls",
        [](C c) -> ConfigField { return &c.server.ping_without_calls; }, NoRule{}, "",
        "accept keepalive pings on connections with no call"},
-      {"server.tls.cert_file", [](C c) -> ConfigField { return &c.server.tls_cert_file; },
-       NoRule{}, "", "PEM certificate chain; with key_file turns TLS on for gRPC and HTTP"},
-      {"server.tls.key_file", [](C c) -> ConfigField { return &c.server.tls_key_file; },
-       NoRule{}, "", "PEM private key of cert_file"},
+      {"server.tls.cert_file", [](C c) -> ConfigField { return &c.server.tls_cert_file; }, NoRule{},
+       "", "PEM certificate chain; with key_file turns TLS on for gRPC and HTTP"},
+      {"server.tls.key_file", [](C c) -> ConfigField { return &c.server.tls_key_file; }, NoRule{},
+       "", "PEM private key of cert_file"},
       {"server.tls.client_ca_file", [](C c) -> ConfigField { return &c.server.tls_client_ca_file; },
        NoRule{}, "", "PEM CA: clients must present a certificate it signed (mTLS)"},
       {"server.tls.reload_seconds", [](C c) -> ConfigField { return &c.server.tls_reload_seconds; },
@@ -135,8 +137,8 @@ std::vector<ConfigKey> ConnectionKeys() {
       {"server.limits.max_tokens", [](C c) -> ConfigField { return &c.server.max_output_tokens; },
        IntRange{0, kIntMax}, "", "cap on a request's max_tokens; 0 = none"},
       {"server.limits.max_requests_per_client",
-       [](C c) -> ConfigField { return &c.server.max_requests_per_client; },
-       IntRange{0, kIntMax}, "", "requests one client may have in flight; 0 = no limit"},
+       [](C c) -> ConfigField { return &c.server.max_requests_per_client; }, IntRange{0, kIntMax},
+       "", "requests one client may have in flight; 0 = no limit"},
   };
 }
 
@@ -156,25 +158,25 @@ std::vector<ConfigKey> ModelAndSchedulerKeys() {
        OneOf{{"auto", "none", "hermes", "llama3_json"}}, "",
        "how tool calls are read off the output"},
       {"scheduler.max_running_requests",
-       [](C c) -> ConfigField { return &c.scheduler.max_running_requests; }, IntRange{1, 4096},
-       "", "most sequences in one forward pass"},
+       [](C c) -> ConfigField { return &c.scheduler.max_running_requests; }, IntRange{1, 4096}, "",
+       "most sequences in one forward pass"},
       {"scheduler.max_waiting_requests",
-       [](C c) -> ConfigField { return &c.scheduler.max_waiting_requests; },
-       IntRange{0, 1 << 20}, "", "queued requests; more are RESOURCE_EXHAUSTED"},
+       [](C c) -> ConfigField { return &c.scheduler.max_waiting_requests; }, IntRange{0, 1 << 20},
+       "", "queued requests; more are RESOURCE_EXHAUSTED"},
       {"scheduler.prefill_chunk_tokens",
-       [](C c) -> ConfigField { return &c.scheduler.prefill_chunk_tokens; }, IntRange{1, 65536},
-       "", "most prompt tokens per step while sequences decode"},
+       [](C c) -> ConfigField { return &c.scheduler.prefill_chunk_tokens; }, IntRange{1, 65536}, "",
+       "most prompt tokens per step while sequences decode"},
       {"scheduler.solo_prefill_chunk_tokens",
        [](C c) -> ConfigField { return &c.scheduler.solo_prefill_chunk_tokens; },
        IntRange{0, 65536}, "", "most prompt tokens per step with nothing decoding; 0 = the above"},
       {"scheduler.default_max_tokens",
-       [](C c) -> ConfigField { return &c.scheduler.default_max_tokens; },
-       IntRange{0, 1 << 30}, "", "max_tokens of a request that sends none; 0 = the context"},
+       [](C c) -> ConfigField { return &c.scheduler.default_max_tokens; }, IntRange{0, 1 << 30}, "",
+       "max_tokens of a request that sends none; 0 = the context"},
       {"scheduler.threads", [](C c) -> ConfigField { return &c.scheduler.threads; },
        IntRange{0, 1024}, "", "CPU threads of the engine; 0 = all cores"},
       {"scheduler.max_tokenizing_requests",
-       [](C c) -> ConfigField { return &c.scheduler.max_tokenizing_requests; },
-       IntRange{1, 1024}, "", "long text prompts waiting to be tokenized"},
+       [](C c) -> ConfigField { return &c.scheduler.max_tokenizing_requests; }, IntRange{1, 1024},
+       "", "long text prompts waiting to be tokenized"},
       {"scheduler.max_overtakes", [](C c) -> ConfigField { return &c.scheduler.max_overtakes; },
        IntRange{0, 1 << 20}, "", "later requests that may start ahead of a waiting one"},
   };
@@ -188,7 +190,9 @@ std::vector<ConfigKey> KvCacheKeys() {
       {"kv_cache.capacity_tokens", [](C c) -> ConfigField { return &c.kv_cache.capacity_tokens; },
        IntRange{1, kMaxKvCacheTokens}, "", "the device KV pool, in token positions (>= page_size)"},
       {"kv_cache.dtype", [](C c) -> ConfigField { return &c.kv_cache.dtype; },
-       TextRule{[](absl::string_view t) { return ResolveKvDtype({t.data(), t.size()}, DType::kF32).status(); }},
+       TextRule{[](absl::string_view t) {
+         return ResolveKvDtype({t.data(), t.size()}, DType::kF32).status();
+       }},
        "auto | bf16 | f16 | f32", "KV element type; auto = the backend's"},
       {"kv_cache.prefix_cache", [](C c) -> ConfigField { return &c.kv_cache.prefix_cache; },
        NoRule{}, "", "reuse KV across requests without a session too"},
@@ -207,8 +211,8 @@ std::vector<ConfigKey> KvCacheKeys() {
 std::vector<ConfigKey> SparseKeys() {
   using C = ServerConfig&;
   return {
-      {"sparse.enabled", [](C c) -> ConfigField { return &c.sparse.options.enabled; }, NoRule{},
-       "", "sparse KV cache with host backing for long requests"},
+      {"sparse.enabled", [](C c) -> ConfigField { return &c.sparse.options.enabled; }, NoRule{}, "",
+       "sparse KV cache with host backing for long requests"},
       {"sparse.budget_tokens", [](C c) -> ConfigField { return &c.sparse.options.budget_tokens; },
        NoRule{}, kEngineRule, "selected tokens per layer and KV head"},
       {"sparse.sink_tokens", [](C c) -> ConfigField { return &c.sparse.options.sink_tokens; },
@@ -231,8 +235,8 @@ std::vector<ConfigKey> SparseKeys() {
        [](C c) -> ConfigField { return &c.sparse.options.min_context_tokens; }, NoRule{},
        kEngineRule, "shorter requests stay dense; -1 = twice the budget"},
       {"sparse.prefetch_threads",
-       [](C c) -> ConfigField { return &c.sparse.options.prefetch_threads; }, NoRule{},
-       kEngineRule, "threads of the prefetch executor"},
+       [](C c) -> ConfigField { return &c.sparse.options.prefetch_threads; }, NoRule{}, kEngineRule,
+       "threads of the prefetch executor"},
       {"sparse.prefetch_extra_tokens",
        [](C c) -> ConfigField { return &c.sparse.options.prefetch_extra_tokens; }, NoRule{},
        kEngineRule, "tokens staged beyond the budget; -1 = half the budget"},

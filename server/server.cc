@@ -293,8 +293,7 @@ void ApplyConnectionLimits(const ServerSection& s, grpc::ServerBuilder& builder)
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                              Milliseconds(s.min_ping_interval_seconds));
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, s.max_ping_strikes);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
-                             s.ping_without_calls ? 1 : 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, s.ping_without_calls ? 1 : 0);
   if (s.grpc_max_idle_seconds > 0) {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
                                Milliseconds(s.grpc_max_idle_seconds));
@@ -327,7 +326,6 @@ std::shared_ptr<grpc::ServerCredentials> GrpcCredentials(const ServerSection& s)
 }  // namespace
 
 absl::Status Server::StartGrpc(const ServerConfig& config) {
-
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -378,9 +376,8 @@ absl::Status Server::StartGrpc(const ServerConfig& config) {
     grpc_acceptor_->Start(grpc_server_.get(), std::move(options));
   } else {
     // gRPC's own TLS listener never accepts again after a failed accept: fatal.
-    WatchGrpcLogs([this](const std::string& message) {
-      ReportFatal("grpc_listener_failed", message);
-    });
+    WatchGrpcLogs(
+        [this](const std::string& message) { ReportFatal("grpc_listener_failed", message); });
   }
   grpc_server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
   grpc_server_->GetHealthCheckService()->SetServingStatus("", true);
@@ -436,8 +433,8 @@ absl::Status Server::StartHttp(const ServerConfig& config, const v1::ModelInfo& 
       std::make_unique<OpenAiService>(&env_, served_model_name_, model_info.max_context_tokens());
   HttpServerOptions options = HttpConnectionOptions(config.server);
   if (config.server.tls()) {
-    absl::StatusOr<std::unique_ptr<HttpTls>> tls = HttpTls::Create(
-        TlsPathsOf(config.server), absl::Seconds(config.server.tls_reload_seconds));
+    absl::StatusOr<std::unique_ptr<HttpTls>> tls =
+        HttpTls::Create(TlsPathsOf(config.server), absl::Seconds(config.server.tls_reload_seconds));
     if (!tls.ok()) return tls.status();
     options.tls = *std::move(tls);
   }

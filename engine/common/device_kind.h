@@ -1,4 +1,5 @@
-// The `model.device` key: which backend runs the model (engine/backend_factory.h creates it).
+// The `model.device` key: which backend runs the model (engine/backend/backend_factory.h creates
+// it).
 #pragma once
 
 #include "absl/status/statusor.h"

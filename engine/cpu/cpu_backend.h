@@ -12,7 +12,7 @@
 #include <memory>
 
 #include "absl/types/span.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/common/check.h"
 #include "engine/common/thread_pool.h"
 #include "engine/cpu/cpu_stream.h"

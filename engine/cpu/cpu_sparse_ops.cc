@@ -1,5 +1,5 @@
-// The CPU backend's sparse KV operations (engine/sparse_ops.h): the reference semantics of the
-// CUDA kernels in kernels/sparse.cu. Each (row, KV head) is independent (its own slot arrays),
+// The CPU backend's sparse KV operations (engine/backend/sparse_ops.h): the reference semantics of
+// the CUDA kernels in kernels/sparse.cu. Each (row, KV head) is independent (its own slot arrays),
 // so the work is spread over the thread pool by (row, head). Slot states are read and written
 // atomically: a copy stream's thread marks slots ready while the compute stream reads them.
 #include <algorithm>
@@ -297,7 +297,8 @@ void CpuBackend::SelectPages(const SparseSelectArgs& a) {
             out_tokens[n] = page == current ? current_tokens : ps;
             ++n;
           };
-          for (int32_t p = 0; p < std::min(S, current + 1); ++p) add(static_cast<int32_t>(hs.PoolPage(p)), p);
+          for (int32_t p = 0; p < std::min(S, current + 1); ++p)
+            add(static_cast<int32_t>(hs.PoolPage(p)), p);
           missed.clear();
           for (int32_t p : selected) {
             const int32_t j = hs.page_slot[p];

@@ -4,7 +4,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/common/check.h"
 #include "engine/common/fault_injection.h"
 

@@ -1,4 +1,4 @@
-// The CPU backend's streams and events (semantics in engine/stream.h).
+// The CPU backend's streams and events (semantics in engine/backend/stream.h).
 // - CpuEvent: a flag set when its stream reaches it. Its Synchronize is a host synchronization
 //   and is counted; a stream waiting on it is not.
 // - CpuComputeStream: the engine thread is the executor of the compute stream, so work runs at
@@ -16,8 +16,8 @@
 #include <mutex>
 #include <thread>
 
-#include "engine/event_ring.h"
-#include "engine/stream.h"
+#include "engine/backend/event_ring.h"
+#include "engine/backend/stream.h"
 
 namespace specula {
 

@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 
 namespace specula {
 

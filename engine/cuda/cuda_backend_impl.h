@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/cuda/cuda_stream.h"
 #include "kernels/attention.h"
 
@@ -64,8 +64,7 @@ class CudaBackend : public Backend {
  private:
   cudaStream_t stream() const { return compute_->raw(); }
   // PagedAttention of a batch with prefill chunks, on the tensor-core tile kernel.
-  void TileAttention(const Mat& q, const AttentionBatch& batch, const KvLayerView& layer,
-                     Mat* out);
+  void TileAttention(const Mat& q, const AttentionBatch& batch, const KvLayerView& layer, Mat* out);
   // The kernels' common parameters: `rows` rows of q and out, over pages of `pool`.
   kernels::AttentionCommon AttentionFor(const Mat& q, Mat* out, int32_t rows, int32_t num_heads,
                                         int32_t num_kv_heads, float scale, const PagePoolView& pool,

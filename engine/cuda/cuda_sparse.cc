@@ -1,6 +1,6 @@
-// The CUDA backend's sparse KV operations: engine/sparse_ops.h's arguments handed to the kernels
-// of kernels/sparse.h. The plan's rows and copy entries are kernels/sparse_abi.h's structs on
-// both sides, read by the kernels as the host wrote them.
+// The CUDA backend's sparse KV operations: engine/backend/sparse_ops.h's arguments handed to the
+// kernels of kernels/sparse.h. The plan's rows and copy entries are kernels/sparse_abi.h's structs
+// on both sides, read by the kernels as the host wrote them.
 
 #include "engine/cuda/cuda_backend_impl.h"
 #include "engine/cuda/cuda_check.h"

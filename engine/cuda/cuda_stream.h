@@ -1,4 +1,4 @@
-// The CUDA backend's streams and events (semantics in engine/stream.h), thin owners of a
+// The CUDA backend's streams and events (semantics in engine/backend/stream.h), thin owners of a
 // cudaStream_t / cudaEvent_t. Streams are non-blocking (they never wait on the legacy default
 // stream); batched page copies are one cudaMemcpyBatchAsync call on the copy engines.
 #pragma once
@@ -10,8 +10,8 @@
 #include <memory>
 #include <vector>
 
-#include "engine/event_ring.h"
-#include "engine/stream.h"
+#include "engine/backend/event_ring.h"
+#include "engine/backend/stream.h"
 
 namespace specula {
 

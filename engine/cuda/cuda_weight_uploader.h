@@ -1,7 +1,7 @@
-// Weight upload for the CUDA backend: checkpoint tensors are converted straight into bf16 (matrices)
-// or fp32 (vectors) in pinned staging buffers, filled by several threads, and copied to the device
-// on the compute stream while the next buffer fills. No fp32 copy of the model is made, and the
-// copy engine reads page-locked memory at full PCIe bandwidth. Internal to engine/cuda/.
+// Weight upload for the CUDA backend: checkpoint tensors are converted straight into bf16
+// (matrices) or fp32 (vectors) in pinned staging buffers, filled by several threads, and copied to
+// the device on the compute stream while the next buffer fills. No fp32 copy of the model is made,
+// and the copy engine reads page-locked memory at full PCIe bandwidth. Internal to engine/cuda/.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,7 +10,7 @@
 #include <functional>
 #include <memory>
 
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/common/thread_pool.h"
 
 namespace specula::cuda_internal {

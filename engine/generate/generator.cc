@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/backend_factory.h"
+#include "engine/backend/backend_factory.h"
 #include "engine/common/capacity_error.h"
 #include "engine/common/ceil_div.h"
 #include "engine/common/check.h"
@@ -42,8 +42,7 @@ constexpr int64_t kSparseGrowthTokens = 256;
 // The host KV store kv_cache.host_capacity_tokens asks for (null for none), of the KV pool's page
 // layout and dtype, in the backend's pinned memory.
 absl::StatusOr<std::unique_ptr<HostKvStore>> CreateHostStore(const GeneratorOptions& options,
-                                                             const KvPool& pool,
-                                                             Backend& backend) {
+                                                             const KvPool& pool, Backend& backend) {
   const int64_t tokens = options.effective_host_capacity_tokens();
   if (options.host_capacity_tokens < -1 || tokens > (int64_t{1} << 30) ||
       (tokens == 0 && options.sparse.enabled)) {
@@ -54,9 +53,8 @@ absl::StatusOr<std::unique_ptr<HostKvStore>> CreateHostStore(const GeneratorOpti
   }
   if (tokens == 0) return nullptr;
   absl::StatusOr<std::unique_ptr<HostKvStore>> store =
-      HostKvStore::Create(pool.HostStoreOptions(tokens), [&backend](size_t bytes) {
-        return backend.AllocatePinnedHost(bytes);
-      });
+      HostKvStore::Create(pool.HostStoreOptions(tokens),
+                          [&backend](size_t bytes) { return backend.AllocatePinnedHost(bytes); });
   if (!store.ok()) {
     return absl::Status(store.status().code(),
                         absl::StrFormat("kv_cache.host_capacity_tokens = %d: %s", tokens,
@@ -324,9 +322,8 @@ absl::Status Generator::AttachKv(Sequence& seq, bool resume) {
     const int64_t now = SparseTokensNow(total, seq.kv_len() + seq.prefill_remaining());
     prefix_->MakeRoom(g.slots_per_head(), (store.PagesFor(now) - cached_blocks) *
                                               store.num_layers() * store.num_kv_heads());
-    absl::StatusOr<std::shared_ptr<WorkingSet>> ws =
-        sparse_->Admit(total, r.sparse.budget_tokens, static_cast<int64_t>(r.prompt.size()),
-                       shared, now);
+    absl::StatusOr<std::shared_ptr<WorkingSet>> ws = sparse_->Admit(
+        total, r.sparse.budget_tokens, static_cast<int64_t>(r.prompt.size()), shared, now);
     if (ws.ok()) seq.set_sparse_kv(*std::move(ws));
     status = ws.status();
   } else {
@@ -369,7 +366,8 @@ absl::Status Generator::AttachDenseBlocks(Sequence& seq, int64_t total,
   absl::StatusOr<std::vector<int32_t>> blocks = kv_.Allocate(static_cast<int32_t>(fresh));
   if (blocks.ok()) {
     // Copy-on-write: the partly reused block becomes the first block this request writes.
-    if (hit.tail_tokens > 0) kv_.CopyBlock(backend_->compute_stream(), hit.tail_pages[0], (*blocks)[0]);
+    if (hit.tail_tokens > 0)
+      kv_.CopyBlock(backend_->compute_stream(), hit.tail_pages[0], (*blocks)[0]);
     kv_.Retain(shared);
     seq.blocks() = std::move(shared);
     seq.blocks().insert(seq.blocks().end(), blocks->begin(), blocks->end());
@@ -408,8 +406,8 @@ bool Generator::OffloadToHost(Sequence& seq, absl::Span<const int32_t> tokens, i
                  offload->block_major);
   if (sparse_ != nullptr) {
     // A later sparse turn of the session scores these pages (a tail it never uses).
-    const size_t summarized = (static_cast<size_t>(blocks) - first) * host_->num_layers() *
-                              host_->num_kv_heads();
+    const size_t summarized =
+        (static_cast<size_t>(blocks) - first) * host_->num_layers() * host_->num_kv_heads();
     sparse_->SummarizeLater(absl::MakeConstSpan(offload->block_major).first(summarized));
   }
   prefix_->FinishOffload(seq.prefix_hit(), *offload, tokens, blocks, absl::Now());

@@ -14,7 +14,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/step_plan.h"
 #include "engine/common/device_kind.h"
 #include "engine/generate/sequence.h"
 #include "engine/generate/sparse_prefill.h"
@@ -24,7 +25,6 @@
 #include "engine/kv/sparse_kv_cache.h"
 #include "engine/model/model_config.h"
 #include "engine/model/transformer.h"
-#include "engine/step_plan.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace specula {
@@ -39,8 +39,8 @@ struct GeneratorOptions {
   // Most prompt tokens per step when no sequence is decoding (no time between tokens to keep
   // short): long prompts then take larger chunks. 0: prefill_chunk_tokens.
   int32_t solo_prefill_chunk_tokens = 0;
-  int32_t max_running = 64;            // most sequences in one step
-  int32_t threads = 0;                 // CPU threads, 0 = all cores
+  int32_t max_running = 64;  // most sequences in one step
+  int32_t threads = 0;       // CPU threads, 0 = all cores
   // model.device (CreateBackend). The engine defaults to the CPU, deterministic for embedders and
   // tests; the server reads the key (default auto) and always sets it.
   DeviceKind device = DeviceKind::kCpu;

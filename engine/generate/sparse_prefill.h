@@ -22,12 +22,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/step_plan.h"
 #include "engine/kv/decode_start.h"
 #include "engine/kv/sparse_kv_cache.h"
 #include "engine/model/kv_attention.h"
 #include "engine/model/transformer.h"
-#include "engine/step_plan.h"
 
 namespace specula {
 

@@ -1,6 +1,6 @@
-// Counters that device operations add to during a step (engine/sparse_ops.h's SparseCounter),
-// read back without a synchronization of their own: the copy into pinned host memory is
-// enqueued before the step's one readback and has landed when that returns.
+// Counters that device operations add to during a step (engine/backend/sparse_ops.h's
+// SparseCounter), read back without a synchronization of their own: the copy into pinned host
+// memory is enqueued before the step's one readback and has landed when that returns.
 //
 // Per step: Reserve (before the plan's upload; zeroed by it), Bind, operations add to Device(),
 // Enqueue after the last of them, then Host() after the step's synchronization.
@@ -10,8 +10,8 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "engine/backend.h"
-#include "engine/step_plan.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/step_plan.h"
 
 namespace specula {
 

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/backend/step_plan.h"
 #include "engine/kv/counter_readback.h"
 #include "engine/kv/sparse_kv_cache.h"
-#include "engine/step_plan.h"
 
 namespace specula {
 

@@ -7,10 +7,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/step_plan.h"
 #include "engine/kv/kv_pool.h"
 #include "engine/model/kv_attention.h"
-#include "engine/step_plan.h"
 
 namespace specula {
 

@@ -25,7 +25,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "engine/backend_types.h"
+#include "engine/backend/backend_types.h"
 #include "engine/common/buffer.h"
 #include "engine/common/ceil_div.h"
 #include "engine/common/dtype.h"

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/stream.h"
+#include "engine/backend/stream.h"
 
 namespace specula {
 

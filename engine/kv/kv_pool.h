@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/common/ceil_div.h"
 #include "engine/kv/host_kv_store.h"
 
@@ -54,8 +54,8 @@ class KvPool {
   // host_pages[(i * num_layers + layer) * num_kv_heads + head].
   void CopyToHost(Stream& stream, absl::Span<const int32_t> blocks, const PagePoolView& host,
                   absl::Span<const int32_t> host_pages) const;
-  void CopyFromHost(Stream& stream, const PagePoolView& host,
-                    absl::Span<const int32_t> host_pages, absl::Span<const int32_t> blocks) const;
+  void CopyFromHost(Stream& stream, const PagePoolView& host, absl::Span<const int32_t> host_pages,
+                    absl::Span<const int32_t> blocks) const;
   const KvPoolOptions& options() const { return options_; }
   // A host store whose pages are this pool's (layers, KV heads, head_dim, page size, dtype), so
   // pages move between them as bytes; `capacity_tokens` per layer and KV head.
@@ -78,8 +78,8 @@ class KvPool {
 
   KvPoolOptions options_;
   DeviceBuffer memory_;
-  std::vector<int32_t> free_;      // stack of free block ids
-  std::vector<int32_t> refs_;      // per block, 0 when free (catches double frees)
+  std::vector<int32_t> free_;  // stack of free block ids
+  std::vector<int32_t> refs_;  // per block, 0 when free (catches double frees)
   std::function<void()> reuse_guard_;
 };
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/kv/keep_until_done.h"
 
 namespace specula {

@@ -12,7 +12,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 
 namespace specula {
 

@@ -1,7 +1,7 @@
 // The sparse cache's decode rows behind the model's KV seam (engine/model/kv_attention.h): per
 // step the host plans each sparse decode row once (its position, the pages leaving the window,
 // where its scores and attend lists go); per layer it only enqueues device operations
-// (engine/sparse_ops.h):
+// (engine/backend/sparse_ops.h):
 //   retire window pages -> write K/V -> write back and summarize completed pages ->
 //   score candidates -> select (hit / late / missed; attend lists; stage the next step's pages)
 //   -> a copy stream gathers what was staged -> sparse attention.
@@ -16,7 +16,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/step_plan.h"
 #include "engine/kv/counter_readback.h"
 #include "engine/kv/host_kv_store.h"
 #include "engine/kv/kv_pool.h"
@@ -25,7 +26,6 @@
 #include "engine/kv/sparse_options.h"
 #include "engine/kv/working_set.h"
 #include "engine/model/kv_attention.h"
-#include "engine/step_plan.h"
 
 namespace specula {
 

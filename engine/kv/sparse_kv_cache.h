@@ -1,8 +1,8 @@
 // The sparse KV cache with host-memory backing (docs/ARCHITECTURE.md §4, docs/SPARSE_KV.md):
 // every sparse sequence's full KV lives in the HostKvStore; on the device (a few KV-pool blocks
 // per sequence) it keeps sinks, the recent window and the selected pages. Selection, residency
-// and prefetch planning run on the device (engine/sparse_ops.h); this class owns the pieces and
-// the sequences' admission and release:
+// and prefetch planning run on the device (engine/backend/sparse_ops.h); this class owns the pieces
+// and the sequences' admission and release:
 //   HostKvStore      the host pages (pinned on a GPU; the engine's, shared with sessions);
 //   SelectionIndex   the device-resident page summaries (quest) the scoring reads;
 //   PagePrefetcher   the copy streams that load staged pages;
@@ -20,7 +20,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/step_plan.h"
 #include "engine/kv/host_kv_store.h"
 #include "engine/kv/keep_until_done.h"
 #include "engine/kv/kv_pool.h"
@@ -29,7 +30,6 @@
 #include "engine/kv/sparse_decode.h"
 #include "engine/kv/sparse_options.h"
 #include "engine/kv/working_set.h"
-#include "engine/step_plan.h"
 
 namespace specula {
 

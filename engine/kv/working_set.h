@@ -1,7 +1,7 @@
 // One sparse sequence in the sparse KV cache (docs/SPARSE_KV.md): its host pages, the KV-pool
 // blocks that hold its device slots, and its residency state, which lives in backend memory
-// because the device operations (engine/sparse_ops.h) keep it: which page sits in which cache
-// slot, each slot's state and recency.
+// because the device operations (engine/backend/sparse_ops.h) keep it: which page sits in which
+// cache slot, each slot's state and recency.
 //
 // Slot layout, the same for every (layer, KV head), each slot one page of a KV-pool block:
 //   [0, S)            sink pages 0..S-1, loaded when decode starts;
@@ -19,7 +19,7 @@
 #include <functional>
 #include <vector>
 
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/kv/host_kv_store.h"
 #include "engine/kv/sparse_options.h"
 

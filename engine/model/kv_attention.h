@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "engine/backend_types.h"
+#include "engine/backend/backend_types.h"
 
 namespace specula {
 

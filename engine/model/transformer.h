@@ -8,7 +8,7 @@
 //   prompt, chunk by chunk, before the next layer).
 // Logits are written to backend memory and read back by ReadLogits, the step's one
 // synchronization. Metadata (token ids, positions, logit rows) comes as DeviceSpans of the step's
-// plan (engine/step_plan.h).
+// plan (engine/backend/step_plan.h).
 //
 // Owned and called by one engine thread. Nothing here allocates after Reserve.
 #pragma once
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/model/kv_attention.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"

@@ -6,25 +6,25 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
 
 namespace specula {
 
 struct LayerWeights {
-  Weight input_norm;     // [1, hidden]
-  Weight qkv;            // [q_dim + 2 kv_dim, hidden]
-  Weight qkv_bias;       // [1, q_dim + 2 kv_dim] or empty
-  Weight q_norm;         // [1, head_dim] or empty (Qwen3)
-  Weight k_norm;         // [1, head_dim] or empty
-  Weight o;              // [hidden, q_dim]
-  Weight o_bias;         // [1, hidden] or empty (Llama, Qwen3 with attention_bias)
-  Weight post_attn_norm; // [1, hidden]
-  Weight gate_up;        // [2 intermediate, hidden]
-  Weight gate_up_bias;   // [1, 2 intermediate] or empty (Llama with mlp_bias)
-  Weight down;           // [hidden, intermediate]
-  Weight down_bias;      // [1, hidden] or empty
+  Weight input_norm;      // [1, hidden]
+  Weight qkv;             // [q_dim + 2 kv_dim, hidden]
+  Weight qkv_bias;        // [1, q_dim + 2 kv_dim] or empty
+  Weight q_norm;          // [1, head_dim] or empty (Qwen3)
+  Weight k_norm;          // [1, head_dim] or empty
+  Weight o;               // [hidden, q_dim]
+  Weight o_bias;          // [1, hidden] or empty (Llama, Qwen3 with attention_bias)
+  Weight post_attn_norm;  // [1, hidden]
+  Weight gate_up;         // [2 intermediate, hidden]
+  Weight gate_up_bias;    // [1, 2 intermediate] or empty (Llama with mlp_bias)
+  Weight down;            // [hidden, intermediate]
+  Weight down_bias;       // [1, hidden] or empty
 };
 
 struct ModelWeights {

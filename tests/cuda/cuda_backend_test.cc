@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/backend_factory.h"
+#include "engine/backend/backend_factory.h"
 #include "engine/common/dtype.h"
 #include "engine/cpu/cpu_backend.h"
 #include "gtest/gtest.h"
@@ -24,8 +24,8 @@ namespace {
 
 using ::specula::testing::DenseBatch;
 using ::specula::testing::DeviceData;
-using ::specula::testing::PageLists;
 using ::specula::testing::MakeStoredParts;
+using ::specula::testing::PageLists;
 using ::specula::testing::RandomVector;
 using ::specula::testing::StoredParts;
 
@@ -403,11 +403,10 @@ TEST_P(CudaTileAttentionTest, OneChunkSplitOverItsKeys) {
   ExpectTileAttentionMatchesTheCpu({{256, 4352}});
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    TileKernel, CudaTileAttentionTest,
-    ::testing::Combine(::testing::Values(DType::kBF16, DType::kF16), ::testing::Values(64, 128),
-                       ::testing::Values(1, 4, 8)),
-    KvParamName);
+INSTANTIATE_TEST_SUITE_P(TileKernel, CudaTileAttentionTest,
+                         ::testing::Combine(::testing::Values(DType::kBF16, DType::kF16),
+                                            ::testing::Values(64, 128), ::testing::Values(1, 4, 8)),
+                         KvParamName);
 
 // A sequence whose rows sit in the middle of the batch, its query heads a column block of q
 // (with the batch's row stride), over one-KV-head pages in pinned host memory read through their
@@ -516,9 +515,9 @@ TEST_F(CudaBackendTest, CopyStreamGatherIsOrderedByItsEvent) {
 // buffers; a default one fills a large chunk on several threads. Matrices arrive as bf16 of the
 // stored values, vectors as fp32, bit for bit.
 TEST_F(CudaBackendTest, WeightUploaderStagesMixedDtypesInChunks) {
-  for (const auto& [staging, rows_per_part] : {std::pair<size_t, int64_t>{64 << 10, 97},
-                                                std::pair<size_t, int64_t>{kWeightStagingBytes,
-                                                                           9000}}) {
+  for (const auto& [staging, rows_per_part] :
+       {std::pair<size_t, int64_t>{64 << 10, 97},
+        std::pair<size_t, int64_t>{kWeightStagingBytes, 9000}}) {
     constexpr int64_t kIn = 384;
     const StoredParts stored =
         MakeStoredParts({DType::kBF16, DType::kF32, DType::kF16}, rows_per_part * kIn, 50);

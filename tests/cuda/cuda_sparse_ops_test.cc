@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend_factory.h"
+#include "engine/backend/backend_factory.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/kv/selection_index.h"
 #include "gtest/gtest.h"

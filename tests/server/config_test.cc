@@ -13,13 +13,13 @@
 #include <string>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "server/config_table.h"
-#include "yaml-cpp/yaml.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/config_table.h"
+#include "yaml-cpp/yaml.h"
 
 namespace specula {
 namespace {
@@ -563,9 +563,9 @@ TEST(ConfigTest, MalformedYamlNamesSourceAndLine) {
 // Found by fuzz_config_yaml: yaml-cpp's LoadAll never returns on these (it makes empty documents
 // forever without reading on). They must be errors, at once.
 TEST(ConfigTest, TextThatHangsYamlCppsLoadAllIsAnError) {
-  for (const std::string& yaml : {std::string(","), std::string(", x"), std::string(",\t&"),
-                                 std::string("\0\0\0,\0\0\0\t&", 9),
-                                 std::string("server:\n  listen: 127.0.0.1:1\n,\n")}) {
+  for (const std::string& yaml :
+       {std::string(","), std::string(", x"), std::string(",\t&"),
+        std::string("\0\0\0,\0\0\0\t&", 9), std::string("server:\n  listen: 127.0.0.1:1\n,\n")}) {
     const absl::Status s = ParseError(yaml);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << testing::PrintToString(yaml);
   }
@@ -733,8 +733,7 @@ TEST(ConfigTest, DeployFileDocumentsEveryKeyOfTheTableWithItsDefault) {
             comment = lines[i] + "\n" + comment;
           }
           const std::string leaf = entry.first.Scalar();
-          EXPECT_TRUE(above == entry.first.Mark().line - 1 ||
-                      absl::StrContains(comment, leaf))
+          EXPECT_TRUE(above == entry.first.Mark().line - 1 || absl::StrContains(comment, leaf))
               << key << " has no comment above it, nor is it named in the one above its group";
         }
       };
@@ -795,9 +794,9 @@ TEST(ConfigTest, EveryIntegerRangeIsEnforcedAtBothEnds) {
         continue;
       }
       const absl::Status s = ValidateConfig(c);
-      EXPECT_EQ(s.message(), absl::StrCat(key.path, ": must be ", bad < range->min ? ">= " : "<= ",
-                                          bad < range->min ? range->min : range->max, ", got ",
-                                          bad));
+      EXPECT_EQ(s.message(),
+                absl::StrCat(key.path, ": must be ", bad < range->min ? ">= " : "<= ",
+                             bad < range->min ? range->min : range->max, ", got ", bad));
       ++ranges;
     }
   }

@@ -54,8 +54,8 @@ struct TurnStats {
 struct ModeResult {
   std::vector<TurnStats> turns;
   double wall_seconds = 0;
-  int64_t peak_kv_bytes = 0;  // KV pool + host store pages held, cached ones included
-  int64_t session_bytes = 0;  // at the end
+  int64_t peak_kv_bytes = 0;      // KV pool + host store pages held, cached ones included
+  int64_t session_bytes = 0;      // at the end
   int64_t pool_bytes_at_end = 0;  // KV-pool blocks held at the end (sessions in the pool)
 };
 
@@ -179,8 +179,8 @@ absl::StatusOr<ModeResult> RunMode(const std::string& model_dir, const AgentBenc
   GeneratorOptions go;
   go.threads = o.threads;
   go.device = o.device;
-  const int64_t context = o.system_tokens + o.user_tokens +
-                          int64_t{o.turns} * (o.output_tokens + o.tool_tokens);
+  const int64_t context =
+      o.system_tokens + o.user_tokens + int64_t{o.turns} * (o.output_tokens + o.tool_tokens);
   // Room for every conversation's turn and its cached last turn twice over.
   go.kv_cache_tokens = 4 * context * o.conversations;
   go.max_running = o.conversations;
@@ -280,10 +280,10 @@ void Print(const AgentBenchOptions& o, const std::map<std::string, ModeResult>& 
     std::cout << "| " << t + 1 << " |";
     for (const std::string& m : o.modes) {
       const TurnStats& s = results.at(m).turns[t];
-      std::cout << absl::StrFormat(" %.0f | %.1f |",
-                                   static_cast<double>(s.prompt_tokens - s.cached_tokens) /
-                                       o.conversations,
-                                   Mean(s.ttft) * 1e3);
+      std::cout << absl::StrFormat(
+          " %.0f | %.1f |",
+          static_cast<double>(s.prompt_tokens - s.cached_tokens) / o.conversations,
+          Mean(s.ttft) * 1e3);
     }
     std::cout << "\n";
   }
@@ -294,11 +294,11 @@ void Print(const AgentBenchOptions& o, const std::map<std::string, ModeResult>& 
     const ModeResult& r = results.at(m);
     int64_t prompt = 0, cached = 0;
     for (const TurnStats& s : r.turns) prompt += s.prompt_tokens, cached += s.cached_tokens;
-    std::cout << absl::StrFormat(
-        "| %s | %.2f | %.3f | %.2f | %.1f | %.1f | %.1f |\n", m,
-        Mean(r.turns.back().ttft) / Mean(r.turns.front().ttft),
-        prompt > 0 ? static_cast<double>(cached) / prompt : 0.0, r.wall_seconds,
-        r.peak_kv_bytes / 1e6, r.session_bytes / 1e6, r.pool_bytes_at_end / 1e6);
+    std::cout << absl::StrFormat("| %s | %.2f | %.3f | %.2f | %.1f | %.1f | %.1f |\n", m,
+                                 Mean(r.turns.back().ttft) / Mean(r.turns.front().ttft),
+                                 prompt > 0 ? static_cast<double>(cached) / prompt : 0.0,
+                                 r.wall_seconds, r.peak_kv_bytes / 1e6, r.session_bytes / 1e6,
+                                 r.pool_bytes_at_end / 1e6);
   }
 }
 
@@ -337,8 +337,9 @@ int RunAgentBench(const AgentBenchOptions& o) {
   std::cout << absl::StrFormat(
       "model %s on %s; %d conversations x %d turns; system %d + user %d tokens, then %d output "
       "+ %d tool tokens per turn; think %d ms; TTFT is the mean over conversations\n\n",
-      o.model_dir.empty() ? "100m (generated)" : model_dir, DeviceKindName(o.device), o.conversations, o.turns,
-      o.system_tokens, o.user_tokens, o.output_tokens, o.tool_tokens, o.think_ms);
+      o.model_dir.empty() ? "100m (generated)" : model_dir, DeviceKindName(o.device),
+      o.conversations, o.turns, o.system_tokens, o.user_tokens, o.output_tokens, o.tool_tokens,
+      o.think_ms);
   std::map<std::string, ModeResult> results;
   int rc = 0;
   for (const std::string& m : o.modes) {

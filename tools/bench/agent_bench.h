@@ -13,15 +13,15 @@
 namespace specula {
 
 struct AgentBenchOptions {
-  std::string model_dir;        // "" = generate the 100m benchmark model in work_dir
-  std::string work_dir;         // "" = a temp dir
-  int conversations = 4;        // run concurrently
+  std::string model_dir;  // "" = generate the 100m benchmark model in work_dir
+  std::string work_dir;   // "" = a temp dir
+  int conversations = 4;  // run concurrently
   int turns = 10;
-  int system_tokens = 512;      // shared by every conversation
-  int user_tokens = 64;         // the first turn's own text
-  int tool_tokens = 64;         // appended each turn after the answer
-  int output_tokens = 32;       // per turn (greedy, EOS ignored)
-  int think_ms = 0;             // between a turn's end and the next turn
+  int system_tokens = 512;  // shared by every conversation
+  int user_tokens = 64;     // the first turn's own text
+  int tool_tokens = 64;     // appended each turn after the answer
+  int output_tokens = 32;   // per turn (greedy, EOS ignored)
+  int think_ms = 0;         // between a turn's end and the next turn
   int threads = 0;
   DeviceKind device = DeviceKind::kCpu;  // model.device
   // none: every turn prefilled whole; prefix: kv_cache.prefix_cache without sessions;

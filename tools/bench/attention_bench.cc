@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/backend.h"
-#include "engine/backend_factory.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/backend_factory.h"
 #include "engine/common/ceil_div.h"
 
 namespace specula {
@@ -220,8 +220,8 @@ double TimeDecode(Backend& b, const DecodeProblem& p, int repeats) {
   Mat out(static_cast<float*>(p.out.data()), p.batch, width);
   auto all_layers = [&] {
     for (int l = 0; l < p.layers; ++l) {
-      KvLayerView layer{static_cast<char*>(p.pages.data()) + l * p.layer_bytes, kKvDtype,
-                        kKvHeads, kPageSize, p.head_dim};
+      KvLayerView layer{static_cast<char*>(p.pages.data()) + l * p.layer_bytes, kKvDtype, kKvHeads,
+                        kPageSize, p.head_dim};
       b.PagedAttention(q, batch, layer, &out);
     }
   };
@@ -232,9 +232,9 @@ double TimeDecode(Backend& b, const DecodeProblem& p, int repeats) {
     const auto t0 = std::chrono::steady_clock::now();
     all_layers();
     b.Synchronize();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                     .count() /
-                 p.layers);
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
+        p.layers);
   }
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
@@ -248,8 +248,8 @@ int RunDecodeTable(Backend& b, const AttentionBenchOptions& o) {
     for (const auto& [batch, context] : o.decode_shapes) {
       auto problem = MakeDecodeProblem(b, head_dim, batch, context);
       if (!problem.ok()) {
-        std::cerr << "specula-bench: decode " << batch << "x" << context << ": "
-                  << problem.status() << "\n";
+        std::cerr << "specula-bench: decode " << batch << "x" << context << ": " << problem.status()
+                  << "\n";
         return 1;
       }
       const double ms = TimeDecode(b, *problem, o.repeats);

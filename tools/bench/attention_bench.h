@@ -28,7 +28,7 @@ struct AttentionBenchOptions {
   int repeats = 7;
   bool prefill = true;  // the prefill table
   // (batch, context) of the decode table; empty skips it.
-  std::vector<std::pair<int, int>> decode_shapes = {{1, 1024}, {1, 8192}, {1, 32768},
+  std::vector<std::pair<int, int>> decode_shapes = {{1, 1024}, {1, 8192},  {1, 32768},
                                                     {8, 4096}, {32, 4096}, {64, 1024}};
 };
 

@@ -98,8 +98,7 @@ ABSL_FLAG(int32_t, suffix_probe_repeats, 5,
           "agent: afterwards, TTFT of a turn's new tokens after a cached prefix of 0, the first "
           "turn's and the last turn's context, one request at a time: the median of this many "
           "(0 = skip)");
-ABSL_FLAG(std::vector<std::string>, modes,
-          std::vector<std::string>({"none", "prefix", "session"}),
+ABSL_FLAG(std::vector<std::string>, modes, std::vector<std::string>({"none", "prefix", "session"}),
           "agent: none (no reuse), prefix (kv_cache.prefix_cache), session (session_id), "
           "offload (session_id with a host store: sessions wait in host memory)");
 
@@ -109,8 +108,7 @@ ABSL_FLAG(std::vector<std::string>, head_dims, std::vector<std::string>({"64", "
 ABSL_FLAG(int32_t, chunk_rows, 512, "attention: rows of the last prefill chunk timed");
 ABSL_FLAG(bool, prefill, true, "attention: time the prefill kernels");
 ABSL_FLAG(std::vector<std::string>, decode_shapes,
-          std::vector<std::string>({"1x1024", "1x8192", "1x32768", "8x4096", "32x4096",
-                                    "64x1024"}),
+          std::vector<std::string>({"1x1024", "1x8192", "1x32768", "8x4096", "32x4096", "64x1024"}),
           "attention: decode shapes BATCHxCONTEXT (one query row per sequence); empty: none");
 
 namespace {
@@ -121,7 +119,8 @@ constexpr char kUsage[] =
 
 // --device, or nullopt after saying why not.
 std::optional<specula::DeviceKind> DeviceFlag() {
-  absl::StatusOr<specula::DeviceKind> device = specula::ParseDeviceKind(absl::GetFlag(FLAGS_device));
+  absl::StatusOr<specula::DeviceKind> device =
+      specula::ParseDeviceKind(absl::GetFlag(FLAGS_device));
   if (device.ok()) return *device;
   std::cerr << "specula-bench: --device: " << device.status().message() << "\n";
   return std::nullopt;

@@ -1,4 +1,4 @@
-#include "engine/backend_factory.h"
+#include "engine/backend/backend_factory.h"
 
 #include <string>
 #include <vector>

@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "gtest/gtest.h"
 
 namespace specula::testing {

@@ -1,7 +1,7 @@
-// The sparse cache's device operations (engine/sparse_ops.h) on the CPU backend, the reference
-// the CUDA kernels are compared with: scoring (quest's bound, the GQA rule, exact), selection
-// (hit / late / missed, attend lists, staging that never evicts what the step uses), the copy
-// stream's gather, window retirement and page completion; and the backend's refusal of a host
+// The sparse cache's device operations (engine/backend/sparse_ops.h) on the CPU backend, the
+// reference the CUDA kernels are compared with: scoring (quest's bound, the GQA rule, exact),
+// selection (hit / late / missed, attend lists, staging that never evicts what the step uses), the
+// copy stream's gather, window retirement and page completion; and the backend's refusal of a host
 // pointer where backend memory is due.
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 // One sparse sequence's device state and pages, built by hand on any backend, for operation-level
-// tests of engine/sparse_ops.h (the CPU reference here, the CUDA kernels against it in
+// tests of engine/backend/sparse_ops.h (the CPU reference here, the CUDA kernels against it in
 // tests/cuda/). Keys are chosen by the test; a page's keys are page-specific so a wrong page
 // read shows.
 #pragma once
@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/kv/host_kv_store.h"
 #include "engine/kv/kv_pool.h"
 #include "engine/kv/working_set.h"

@@ -1,6 +1,6 @@
-// The CPU backend's streams and events (engine/stream.h): each ordering rule has a test that
-// fails if the rule is broken. Copy streams are held at a CopyGate, so "not yet" is a state the
-// test controls instead of a race it hopes to win.
+// The CPU backend's streams and events (engine/backend/stream.h): each ordering rule has a test
+// that fails if the rule is broken. Copy streams are held at a CopyGate, so "not yet" is a state
+// the test controls instead of a race it hopes to win.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -131,7 +131,7 @@ TEST(CpuStreamTest, TheBackendCountsComputeSynchronizationsAndHostReads) {
   backend.compute_stream().Synchronize();
   float x = 1, y = 0;
   backend.CopyToHost(&y, &x, sizeof(x));
-  backend.CopyToDevice(&x, &y, sizeof(x));                // not a read
+  backend.CopyToDevice(&x, &y, sizeof(x));             // not a read
   EXPECT_EQ(backend.counters().host_syncs.load(), 3);  // a read waits for compute
   EXPECT_EQ(backend.counters().host_reads.load(), 1);
 }

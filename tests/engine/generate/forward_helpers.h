@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/step_plan.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/kv/dense_attention.h"
 #include "engine/kv/kv_pool.h"
 #include "engine/model/transformer.h"
-#include "engine/step_plan.h"
 #include "gtest/gtest.h"
 
 namespace specula::testing {
@@ -37,8 +37,8 @@ inline const std::vector<std::string>& ConfigVariantModels() {
 
 // The prompt the logit comparisons run: 24 ids every tiny test model has.
 inline const std::vector<int32_t>& ParityPrompt() {
-  static const std::vector<int32_t> p = {1, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108,
-                                         100, 33, 32, 84, 104, 101, 32, 113, 117, 105, 99, 107};
+  static const std::vector<int32_t> p = {1,   72, 101, 108, 108, 111, 44, 32,  119, 111, 114, 108,
+                                         100, 33, 32,  84,  104, 101, 32, 113, 117, 105, 99,  107};
   return p;
 }
 
@@ -65,9 +65,8 @@ class SingleSequenceRunner {
                     page_size, 64};
     pool_ = KvPool::Create(backend_, o).value();
     blocks_ = pool_.Allocate(pool_.num_blocks()).value();
-    attention_ = std::make_unique<DenseKvAttention>(backend_, pool_,
-                                                    static_cast<int32_t>(c.num_attention_heads),
-                                                    c.softmax_scale());
+    attention_ = std::make_unique<DenseKvAttention>(
+        backend_, pool_, static_cast<int32_t>(c.num_attention_heads), c.softmax_scale());
   }
 
   const ModelConfig& config() const { return model_->config(); }

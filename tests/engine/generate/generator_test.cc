@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/step_plan.h"
 #include "engine/common/capacity_error.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/kv/dense_attention.h"
 #include "engine/kv/kv_pool.h"
-#include "engine/step_plan.h"
 #include "gtest/gtest.h"
 #include "tests/engine/generate/forward_helpers.h"
 #include "tests/engine/generate/greedy_request.h"
@@ -310,8 +310,7 @@ TEST(GeneratorTest, NonFiniteLogitsFailOnlyTheirRequestAndDiscardItsKv) {
   for (const SessionInfo& s : gen->ListSessions().sessions) EXPECT_EQ(s.tokens, 0) << s.id;
   EXPECT_EQ(gen->kv_blocks_used(), 0);
   // GenerateAll reports the failure too.
-  EXPECT_EQ(gen->GenerateAll({Greedy(bad_prompt, 2)}).status().code(),
-            absl::StatusCode::kInternal);
+  EXPECT_EQ(gen->GenerateAll({Greedy(bad_prompt, 2)}).status().code(), absl::StatusCode::kInternal);
   std::filesystem::remove_all(poisoned);
 }
 

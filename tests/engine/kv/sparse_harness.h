@@ -10,11 +10,11 @@
 #include <memory>
 #include <vector>
 
+#include "engine/backend/step_plan.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/kv/decode_start.h"
 #include "engine/kv/kv_pool.h"
 #include "engine/kv/sparse_kv_cache.h"
-#include "engine/step_plan.h"
 #include "gtest/gtest.h"
 
 namespace specula::testing {

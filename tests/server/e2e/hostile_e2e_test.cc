@@ -464,8 +464,9 @@ TEST(HostileE2eTest, DaemonRefusesBadConfigsWithExitOneNamingTheKey) {
        "server.auth.token_file '/dev/zero' is not a regular file"},
       {{"--config=" + WriteConfig("template", "model:\n  chat_template: /dev/zero\n")},
        "model.chat_template '/dev/zero' is not a regular file"},
-      {{"--config=" + WriteConfig("cert", "server:\n  tls:\n    cert_file: /dev/zero\n"
-                                          "    key_file: /dev/zero\n")},
+      {{"--config=" + WriteConfig("cert",
+                                  "server:\n  tls:\n    cert_file: /dev/zero\n"
+                                  "    key_file: /dev/zero\n")},
        "'/dev/zero' is not a regular file"},
       {{"--config=" + WriteConfig("threads", "scheduler:\n  threads: 100000\n")},
        "scheduler.threads: must be <= 1024, got 100000"},

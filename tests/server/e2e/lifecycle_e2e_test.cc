@@ -3,8 +3,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -103,8 +103,8 @@ TEST(LifecycleE2eTest, ModelLoadedLineGivesTheLoadPhasesApart) {
   ASSERT_NE(server, nullptr);
   const std::string loaded = log.LineWith("event=model_loaded");
   ASSERT_FALSE(loaded.empty());
-  for (const char* field : {" weights_gb=", " backend_seconds=", " weights_seconds=",
-                            " kv_seconds=", " seconds="}) {
+  for (const char* field :
+       {" weights_gb=", " backend_seconds=", " weights_seconds=", " kv_seconds=", " seconds="}) {
     EXPECT_THAT(loaded, HasSubstr(field));
   }
   // The phases are disjoint parts of the total: a lap not restarted would count one twice.
@@ -138,8 +138,8 @@ TEST(LifecycleE2eTest, AStalledEngineTurnsHealthNotServingUntilItMovesAgain) {
   request.set_request_id("stuck-request");
   StreamResult result;
   std::thread client = StartQueuedStream(*server, request, &result);  // the engine is paused
-  EXPECT_TRUE(Eventually(
-      [&] { return Health(server->address()) == HealthCheckResponse::NOT_SERVING; }));
+  EXPECT_TRUE(
+      Eventually([&] { return Health(server->address()) == HealthCheckResponse::NOT_SERVING; }));
   EXPECT_EQ(Health(server->address(), "specula.v1.Specula"), HealthCheckResponse::NOT_SERVING);
   const std::string answer = HttpExchange(http, health_request);
   EXPECT_EQ(HttpStatus(answer), 503) << answer;
@@ -171,9 +171,9 @@ TEST(LifecycleE2eTest, AStepThatHangsAfterIdleIsSeenByTheWatchdog) {
     auto stub = Connect(server->address());
     result = RunGenerate(*stub, GreedyIds(PromptFor(2), 3));
   });
-  EXPECT_TRUE(Eventually(
-      [&] { return Health(server->address()) == HealthCheckResponse::NOT_SERVING; }))
-      << "the hung step was not noticed";
+  EXPECT_TRUE(Eventually([&] {
+    return Health(server->address()) == HealthCheckResponse::NOT_SERVING;
+  })) << "the hung step was not noticed";
   client.join();
   EXPECT_TRUE(result.status.ok()) << result.status.error_message();
   EXPECT_TRUE(
@@ -307,8 +307,8 @@ TEST(LifecycleE2eTest, DaemonRaisesTheOpenFileLimitAndLogsIt) {
   rlimit lowered = mine;
   lowered.rlim_cur = 256;
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);  // the daemon inherits it
-  auto daemon = Daemon::Start({"--model=" + TestModelDir(), "--listen=127.0.0.1:0",
-                               "--metrics-listen=", "--device=cpu"});
+  auto daemon = Daemon::Start(
+      {"--model=" + TestModelDir(), "--listen=127.0.0.1:0", "--metrics-listen=", "--device=cpu"});
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &mine), 0);
   ASSERT_FALSE(daemon->address().empty()) << daemon->Log();
   EXPECT_THAT(daemon->Log(), HasSubstr("event=open_file_limit soft_before=256 soft="));

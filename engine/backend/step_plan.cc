@@ -1,4 +1,4 @@
-#include "engine/step_plan.h"
+#include "engine/backend/step_plan.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "engine/backend_factory.h"
+#include "engine/backend/backend_factory.h"
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/log.h"

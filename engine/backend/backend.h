@@ -6,9 +6,9 @@
 // - Every operation is enqueued on the compute stream (compute_stream()) in call order and may
 //   run later; the host waits only in Synchronize, CopyToHost and Event::Synchronize. Page copies
 //   that overlap compute run on streams from CreateStream(), ordered with events
-//   (engine/stream.h).
+//   (engine/backend/stream.h).
 // - Metadata an operation reads (token ids, positions, block tables, page lists) is a DeviceSpan
-//   into backend memory, uploaded once per step (engine/step_plan.h), never a host pointer.
+//   into backend memory, uploaded once per step (engine/backend/step_plan.h), never a host pointer.
 // - Activations are fp32 matrices (Mat); weights are stored in the backend's format
 //   (a WeightUploader converts); KV pages hold K and V in the view's dtype (f32, bf16 or f16) and
 //   attention computes in fp32.
@@ -27,12 +27,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "engine/backend_types.h"
+#include "engine/backend/backend_types.h"
+#include "engine/backend/sparse_ops.h"
+#include "engine/backend/stream.h"
 #include "engine/common/buffer.h"
 #include "engine/common/dtype.h"
 #include "engine/common/weight_parts.h"
-#include "engine/sparse_ops.h"
-#include "engine/stream.h"
 
 namespace specula {
 
@@ -132,7 +132,7 @@ class Backend {
                                      const PagePoolView& device_pool, const PagePoolView& host_pool,
                                      Mat* out) = 0;
 
-  // --- The sparse KV cache on the device (engine/sparse_ops.h; compute stream) ---
+  // --- The sparse KV cache on the device (engine/backend/sparse_ops.h; compute stream) ---
   virtual void ScorePages(const Mat& q, const SparseScoreArgs& args) = 0;
   virtual void SelectPages(const SparseSelectArgs& args) = 0;
   virtual void RetireWindowPages(const SparseRetireArgs& args) = 0;

@@ -20,7 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/common/check.h"
 
 namespace specula {

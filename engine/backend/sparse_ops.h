@@ -13,8 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/backend_types.h"
-#include "engine/device_span.h"
+#include "engine/backend/backend_types.h"
+#include "engine/backend/device_span.h"
 #include "kernels/sparse_abi.h"
 
 namespace specula {

@@ -1,15 +1,15 @@
 // The data the Backend's operations take: matrix and KV-page views of backend memory, and the
 // per-operation parameters whose metadata (block tables, page lists) lives in backend memory as
-// DeviceSpans, uploaded once per step (engine/step_plan.h).
+// DeviceSpans, uploaded once per step (engine/backend/step_plan.h).
 #pragma once
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/backend/device_span.h"
 #include "engine/common/buffer.h"
 #include "engine/common/dtype.h"
-#include "engine/device_span.h"
 
 namespace specula {
 
@@ -100,8 +100,8 @@ struct AttentionBatch {
 // Decode attention of rows [first_row, first_row + rows) over chosen pages: row r and KV head h
 // read list_count[r * kv_heads + h] entries from list_begin[r * kv_heads + h], in the order given
 // (attention reads keys in that order), each with its first page_tokens[e] tokens valid. An
-// entry is a page of `device_pool`, or a HostPageRef of `host_pool` (engine/sparse_ops.h). No
-// causal mask: every chosen token precedes or is the row's own position.
+// entry is a page of `device_pool`, or a HostPageRef of `host_pool` (engine/backend/sparse_ops.h).
+// No causal mask: every chosen token precedes or is the row's own position.
 struct SparseAttentionBatch {
   int32_t first_row = 0;
   int32_t rows = 0;
