@@ -34,7 +34,7 @@
 #include "server/server.h"
 #include "server/status.h"
 #include "tools/common/dashed_flags.h"
-#include "tools/default_model/default_model.h"
+#include "engine/model/tiny/default_model.h"
 
 ABSL_FLAG(std::string, config, "", "YAML configuration file (see deploy/config/specula.yaml)");
 ABSL_FLAG(std::optional<std::string>, model, std::nullopt,

@@ -1,6 +1,6 @@
 """Chat end to end: messages over gRPC and raw HTTP against the real specula-server binary.
 
-The server serves the scripted chat model (tools/make_tiny_model/scripted_model.h): the real
+The server serves the scripted chat model (engine/model/tiny/scripted_model.h): the real
 Qwen3 tokenizer and chat template over weights whose greedy answer to anything is
 <tool_call>{"name":"get_weather", "arguments":{"days": 3}}</tool_call>. The checks:
   * the prompt the server renders from messages is, byte for byte, what python3-jinja2 renders

@@ -2,7 +2,7 @@
 // JavaScript (npm `openai`, fetched by tests/fixtures/fetch-openai-sdk.sh) against the real
 // specula-server binary on loopback.
 //
-// The server runs the scripted chat model (tools/make_tiny_model/scripted_model.h) over the real
+// The server runs the scripted chat model (engine/model/tiny/scripted_model.h) over the real
 // Qwen3 tokenizer and chat template: whatever the conversation, its greedy answer is the Hermes
 // tool call <tool_call>{"name":"get_weather", "arguments":{"days": 3}}</tool_call>. With tools in
 // the request the server must return it as a parsed tool call; without, as plain content.

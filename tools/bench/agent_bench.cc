@@ -14,7 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/generate/generator.h"
 #include "tools/bench/serve_stats.h"
-#include "tools/make_tiny_model/tiny_model_writer.h"
+#include "engine/model/tiny/tiny_model_writer.h"
 
 namespace specula {
 namespace {

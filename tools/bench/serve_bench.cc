@@ -15,7 +15,7 @@
 #include "tools/bench/serve_procstat.h"
 #include "tools/bench/serve_report.h"
 #include "tools/bench/serve_stats.h"
-#include "tools/default_model/default_model.h"
+#include "engine/model/tiny/default_model.h"
 
 namespace specula {
 namespace {

@@ -21,7 +21,7 @@
 #include "engine/generate/generator.h"
 #include "tools/bench/retrieval_eval.h"
 #include "tools/bench/serve_stats.h"
-#include "tools/make_tiny_model/tiny_model_writer.h"
+#include "engine/model/tiny/tiny_model_writer.h"
 
 namespace specula {
 namespace {

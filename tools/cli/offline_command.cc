@@ -11,7 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/generate/generator.h"
 #include "tools/cli/cli_flags.h"
-#include "tools/default_model/default_model.h"
+#include "engine/model/tiny/default_model.h"
 
 namespace specula {
 namespace {

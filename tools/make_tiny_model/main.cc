@@ -8,8 +8,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "tools/common/dashed_flags.h"
-#include "tools/make_tiny_model/scripted_model.h"
-#include "tools/make_tiny_model/tiny_model_writer.h"
+#include "engine/model/tiny/scripted_model.h"
+#include "engine/model/tiny/tiny_model_writer.h"
 
 ABSL_FLAG(std::string, out, "", "output directory (required)");
 ABSL_FLAG(std::string, arch, "llama", "llama|llama3|mistral|qwen2|qwen3");
@@ -31,7 +31,7 @@ ABSL_FLAG(std::string, config_form, "v4",
           "config.json as transformers 4 (v4: rope_theta, rope_scaling, torch_dtype) or 5 (v5: "
           "rope_parameters, dtype) saves it");
 ABSL_FLAG(std::string, script, "",
-          "write a scripted model instead (tools/make_tiny_model/scripted_model.h): its greedy "
+          "write a scripted model instead (engine/model/tiny/scripted_model.h): its greedy "
           "answer is this text after its first token; needs --tokenizer_dir");
 ABSL_FLAG(std::string, tokenizer_dir, "",
           "with --script: a directory holding a real tokenizer.json and tokenizer_config.json");

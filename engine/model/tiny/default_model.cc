@@ -1,4 +1,4 @@
-#include "tools/default_model/default_model.h"
+#include "engine/model/tiny/default_model.h"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
-#include "tools/make_tiny_model/tiny_model_writer.h"
+#include "engine/model/tiny/tiny_model_writer.h"
 
 namespace specula {
 namespace {

@@ -1,4 +1,4 @@
-#include "tools/make_tiny_model/tiny_tokenizer_files.h"
+#include "engine/model/tiny/tiny_tokenizer_files.h"
 
 #include "nlohmann/json.hpp"
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "tools/make_tiny_model/tiny_bpe_vocab.h"
-#include "tools/make_tiny_model/tiny_model_writer.h"
+#include "engine/model/tiny/tiny_bpe_vocab.h"
+#include "engine/model/tiny/tiny_model_writer.h"
 
 namespace specula {
 

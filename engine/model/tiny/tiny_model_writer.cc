@@ -1,4 +1,4 @@
-#include "tools/make_tiny_model/tiny_model_writer.h"
+#include "engine/model/tiny/tiny_model_writer.h"
 
 #include <algorithm>
 #include <atomic>
@@ -16,8 +16,8 @@
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
 #include "nlohmann/json.hpp"
-#include "tools/make_tiny_model/tiny_bpe_vocab.h"
-#include "tools/make_tiny_model/tiny_tokenizer_files.h"
+#include "engine/model/tiny/tiny_bpe_vocab.h"
+#include "engine/model/tiny/tiny_tokenizer_files.h"
 
 namespace specula {
 namespace {

@@ -1,4 +1,4 @@
-#include "tools/make_tiny_model/tiny_bpe_vocab.h"
+#include "engine/model/tiny/tiny_bpe_vocab.h"
 
 #include <cctype>
 #include <map>

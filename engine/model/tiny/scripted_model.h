@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "tools/make_tiny_model/tiny_model_writer.h"
+#include "engine/model/tiny/tiny_model_writer.h"
 
 namespace specula {
 

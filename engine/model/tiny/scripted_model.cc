@@ -1,4 +1,4 @@
-#include "tools/make_tiny_model/scripted_model.h"
+#include "engine/model/tiny/scripted_model.h"
 
 #include <cmath>
 #include <cstring>
