@@ -65,6 +65,10 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // Whether backend memory is ordinary host memory the host may read at any time without a copy
+  // (the CPU backend). Evaluation hooks that inspect the device's state in place (the attention
+  // observer, the recall probe) need it; a GPU would need a readback per layer instead.
+  virtual bool memory_is_host_readable() const = 0;
   // The KV page dtype `kv_cache.dtype: auto` resolves to on this backend.
   virtual DType default_kv_dtype() const = 0;
 

@@ -26,6 +26,7 @@ class CpuBackend : public Backend {
   explicit CpuBackend(int num_threads = 0);
 
   std::string name() const override { return "cpu"; }
+  bool memory_is_host_readable() const override { return true; }
   // fp32, so CPU results stay comparable with an fp32 reference.
   DType default_kv_dtype() const override { return DType::kF32; }
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;

@@ -23,6 +23,7 @@ class CudaBackend : public Backend {
   absl::Status Init();
 
   std::string name() const override { return "cuda"; }
+  bool memory_is_host_readable() const override { return false; }
   DType default_kv_dtype() const override { return DType::kBF16; }
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;

@@ -214,7 +214,8 @@ void SparseDecodeKv::FinishStep(SparseStepStats* step, double stall_seconds) {
 }
 
 void SparseDecodeKv::Observe(int32_t layer, bool after) {
-  CHECK(backend_.name() == "cpu") << "the attention observer reads device memory directly";
+  CHECK(backend_.memory_is_host_readable())
+      << "the attention observer reads backend memory in place (the CPU backend)";
   AttendedPages a;
   a.layer = layer;
   a.after = after;
@@ -232,7 +233,8 @@ void SparseDecodeKv::Observe(int32_t layer, bool after) {
 void SparseDecodeKv::MeasureRecall(int32_t layer, const Mat& q) {
   // Recall = exact attention mass on the attended keys. Every page before the current one is on
   // the host (prefilled or written back when full); the current page only in its device slot.
-  CHECK(backend_.name() == "cpu") << "the recall probe reads device memory directly";
+  CHECK(backend_.memory_is_host_readable())
+      << "the recall probe reads backend memory in place (the CPU backend)";
   const int32_t ps = device_.page_size();
   const int32_t hd = shape_.head_dim;
   const int32_t group = shape_.heads / shape_.kv_heads;

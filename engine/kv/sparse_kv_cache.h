@@ -108,10 +108,11 @@ class SparseKvCache {
   }
 
   // Evaluation: when on, decode also computes exact attention over the whole context and adds
-  // the share of its mass on the attended tokens to the probe (CPU backend only; slow).
+  // the share of its mass on the attended tokens to the probe (a backend whose memory the host
+  // reads in place: the CPU's; slow).
   void set_recall_probe(RecallProbe* probe) {
-    CHECK(probe == nullptr || backend_.name() == "cpu")
-        << "the recall probe runs on the CPU backend only";
+    CHECK(probe == nullptr || backend_.memory_is_host_readable())
+        << "the recall probe reads backend memory in place (the CPU backend)";
     decode_->set_recall_probe(probe);
   }
   // Tests: waits until every staged page has landed.
