@@ -278,149 +278,192 @@ __device__ bool Stage(Slots& s, const Head& h, const SelectParams& p, int32_t pa
   return true;
 }
 
+// One block's (row, KV head) list of a SelectPages operation.
+struct SelectBlock {
+  const SelectParams& p;
+  const SparseRowPlan& row;
+  const Head& h;
+  SelectShared& sh;
+  int64_t* counters;         // this list's
+  const float* scores;       // this list's, or null (all candidates taken)
+  PageGatherEntry* entries;  // this list's staged copies, or null
+  int32_t* staged;           // shared: how many
+
+  // Stages `page` (warp 0) with this list's buffers.
+  __device__ bool StagePage(int32_t page, uint32_t evict_before, uint32_t new_stamp) const {
+    return Stage(sh.slots, h, p, page, evict_before, new_stamp, entries, staged, counters);
+  }
+  // Publishes the staging count and the slots (every thread).
+  __device__ void Finish() const {
+    __syncthreads();
+    if (threadIdx.x == 0) p.copy_count[blockIdx.x] = *staged;
+    StoreSlots(h, sh.slots);
+  }
+};
+
+// kLoadNow: every candidate not resident is copied into a cache slot now (by the whole block)
+// and marked ready.
+__device__ void LoadNow(const SelectBlock& b) {
+  const int32_t S = b.row.seq.sink_pages;
+  __shared__ int32_t loaded;
+  if (threadIdx.x < 32) {
+    int32_t n = 0;
+    for (int32_t page = S; page < S + b.row.candidates; ++page) {
+      if (b.h.page_slot[page] >= 0) continue;
+      const uint32_t stamp = PredictStamp(b.row.step + 1);
+      const int32_t v = Claim(b.sh.slots, b.h, page, stamp, stamp);
+      if (v < 0) break;
+      if (threadIdx.x == 0) {
+        b.sh.wanted[n] = page;
+        b.sh.selected[n] = v;
+      }
+      ++n;
+    }
+    if (threadIdx.x == 0) loaded = n;
+  }
+  __syncthreads();
+  for (int32_t i = 0; i < loaded; ++i) {
+    CopyPage(PageAt(b.p.device, b.h.PoolPage(b.h.CacheSlot(b.sh.selected[i]))),
+             PageAt(b.p.host, b.h.host_pages[b.sh.wanted[i]]), b.p.host.page_bytes);
+  }
+  __threadfence();
+  __syncthreads();
+  for (int32_t i = threadIdx.x; i < loaded; i += blockDim.x)
+    b.sh.slots.state[b.sh.selected[i]] = kSlotReady;
+  if (threadIdx.x == 0) b.counters[kCounterFetched] += loaded;
+  StoreSlots(b.h, b.sh.slots);
+}
+
+// kStage: the top C candidates are staged, for this step (urgent: cross_layer) or the next.
+__device__ void StageTop(const SelectBlock& b) {
+  const uint32_t stamp = b.p.urgent ? UseStamp(b.row.step) : PredictStamp(b.row.step + 1);
+  const int32_t m = RankCandidates(b.row, b.scores, b.row.seq.cache_slots, b.sh, b.sh.wanted);
+  for (int32_t t = threadIdx.x; t < m; t += blockDim.x) {
+    const int32_t j = b.h.page_slot[b.sh.wanted[t]];
+    if (j >= 0) b.sh.slots.stamp[j] = max(b.sh.slots.stamp[j], stamp);  // distinct slots
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    for (int32_t t = 0; t < m; ++t) {
+      if (!b.StagePage(b.sh.wanted[t], stamp, stamp)) break;
+    }
+  }
+  b.Finish();
+}
+
+// kResolve, thread 0: the attend list (sinks, the selected pages in position order, the window)
+// and the counters, from the outcomes; the misses go to sh.scratch in position order. Returns
+// how many missed.
+__device__ int32_t WriteAttendList(const SelectBlock& b, int32_t selected) {
+  const SparseRowPlan& row = b.row;
+  const int32_t S = row.seq.sink_pages, ps = b.p.geometry.page_size;
+  const int32_t current = row.pos / ps;
+  const int64_t at = row.list_begin + static_cast<int64_t>(b.h.head) * row.list_capacity;
+  int32_t n = 0;
+  auto add = [&](int64_t ref, int32_t page) {
+    b.p.list_pages[at + n] = static_cast<int32_t>(ref);
+    b.p.list_tokens[at + n] = page == current ? row.pos % ps + 1 : ps;
+    ++n;
+  };
+  for (int32_t page = 0; page < min(S, current + 1); ++page) add(b.h.PoolPage(page), page);
+  int32_t hits = 0, late = 0, missed = 0, fetched = 0;
+  for (int32_t t = 0; t < selected; ++t) {
+    const int32_t page = b.sh.selected[t];
+    if (b.sh.outcome[t] == kCounterHit) {
+      ++hits;
+      add(b.h.PoolPage(b.h.CacheSlot(b.h.page_slot[page])), page);
+      continue;
+    }
+    if (b.sh.outcome[t] == kCounterLate) {
+      ++late;
+    } else {
+      b.sh.scratch[missed++] = page;
+    }
+    if (!b.p.skip_missing) {
+      ++fetched;
+      add(HostPageRef(b.h.host_pages[page]), page);
+    }
+  }
+  for (int32_t page = S + row.candidates; page <= current; ++page) {
+    add(b.h.PoolPage(b.h.RingSlot(page)), page);
+  }
+  b.p.list_count[blockIdx.x] = n;
+  b.counters[kCounterHit] += hits;
+  b.counters[kCounterLate] += late;
+  b.counters[kCounterMissed] += missed;
+  b.counters[kCounterFetched] += fetched;
+  return missed;
+}
+
+// kResolve: this step's pages (the top B), their attend list, and for the next step the misses
+// and (stage_ranked: cross_step) the pages ranked just below the cut.
+__device__ void Resolve(const SelectBlock& b) {
+  const uint32_t use = UseStamp(b.row.step), next = PredictStamp(b.row.step + 1);
+  const int32_t B = b.row.seq.budget_pages;
+  const int32_t ranked = RankCandidates(
+      b.row, b.scores, b.p.stage_ranked ? b.row.seq.cache_slots : B, b.sh, b.sh.wanted);
+  const int32_t selected = min(ranked, B);
+  // The selection in position order (the first `selected` ranked), the rest stay in sh.wanted.
+  for (int32_t t = threadIdx.x; t < selected; t += blockDim.x) b.sh.selected[t] = b.sh.wanted[t];
+  __syncthreads();
+  SortAscending(selected, b.sh.selected, b.sh.scratch);
+  for (int32_t t = threadIdx.x; t < selected; t += blockDim.x) {
+    const int32_t j = b.h.page_slot[b.sh.selected[t]];
+    if (j >= 0) {
+      b.sh.slots.stamp[j] = max(b.sh.slots.stamp[j], use);  // staging below cannot evict it
+      b.sh.outcome[t] = b.sh.slots.state[j] == kSlotReady ? kCounterHit : kCounterLate;
+    } else {
+      b.sh.outcome[t] = kCounterMissed;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) b.sh.outcome[0] = WriteAttendList(b, selected);  // the count, for warp 0
+  __syncthreads();
+  const int32_t missed = b.sh.outcome[0];
+  if (threadIdx.x < 32) {
+    bool room = true;
+    for (int32_t t = 0; room && t < missed; ++t) room = b.StagePage(b.sh.scratch[t], use, next);
+    for (int32_t t = selected; room && t < ranked; ++t) {
+      room = b.StagePage(b.sh.wanted[t], use, next);
+    }
+  }
+  b.Finish();
+}
+
 // grid rows * kv_heads, kThreads threads, SelectShared::Bytes(max cache slots) dynamic shared.
 __global__ void __launch_bounds__(kThreads) SelectKernel(SelectParams p) {
   extern __shared__ __align__(16) char shared_memory[];
-  const int32_t row_index = blockIdx.x / p.num_kv_heads;
   const int32_t head = blockIdx.x % p.num_kv_heads;
-  const SparseRowPlan& row = p.rows[row_index];
+  const SparseRowPlan& row = p.rows[blockIdx.x / p.num_kv_heads];
   const Head h(row, p.layer, head, p.num_kv_heads);
-  const int32_t S = row.seq.sink_pages, B = row.seq.budget_pages, C = row.seq.cache_slots;
+  const int32_t C = row.seq.cache_slots;
   if (C > p.max_cache_slots) __trap();  // the shared memory was sized for fewer slots
   SelectShared sh(shared_memory, max(C, 1));
   LoadSlots(h, &sh.slots);
-  int64_t* counters = p.counters + static_cast<int64_t>(blockIdx.x) * kSparseCounterCount;
-  const float* scores = p.scores == nullptr ? nullptr
-                                            : p.scores + row.score_begin +
-                                                  static_cast<int64_t>(head) * row.candidates;
-  PageGatherEntry* entries =
-      p.copies == nullptr ? nullptr : p.copies + static_cast<int64_t>(blockIdx.x) * p.copy_stride;
   __shared__ int32_t staged;
   if (threadIdx.x == 0) staged = 0;
-
-  if (p.mode == SelectMode::kLoadNow) {  // every candidate, copied by the block
-    __shared__ int32_t loaded;
-    if (threadIdx.x < 32) {
-      int32_t n = 0;
-      for (int32_t page = S; page < S + row.candidates; ++page) {
-        if (h.page_slot[page] >= 0) continue;
-        const uint32_t stamp = PredictStamp(row.step + 1);
-        const int32_t v = Claim(sh.slots, h, page, stamp, stamp);
-        if (v < 0) break;
-        if (threadIdx.x == 0) {
-          sh.wanted[n] = page;
-          sh.selected[n] = v;
-        }
-        ++n;
-      }
-      if (threadIdx.x == 0) loaded = n;
-    }
-    __syncthreads();
-    for (int32_t i = 0; i < loaded; ++i) {
-      CopyPage(PageAt(p.device, h.PoolPage(h.CacheSlot(sh.selected[i]))),
-               PageAt(p.host, h.host_pages[sh.wanted[i]]), p.host.page_bytes);
-    }
-    __threadfence();
-    __syncthreads();
-    for (int32_t i = threadIdx.x; i < loaded; i += blockDim.x)
-      sh.slots.state[sh.selected[i]] = kSlotReady;
-    if (threadIdx.x == 0) counters[kCounterFetched] += loaded;
-    StoreSlots(h, sh.slots);
-    return;
+  const SelectBlock block{
+      p,
+      row,
+      h,
+      sh,
+      p.counters + static_cast<int64_t>(blockIdx.x) * kSparseCounterCount,
+      p.scores == nullptr
+          ? nullptr
+          : p.scores + row.score_begin + static_cast<int64_t>(head) * row.candidates,
+      p.copies == nullptr ? nullptr : p.copies + static_cast<int64_t>(blockIdx.x) * p.copy_stride,
+      &staged};
+  switch (p.mode) {
+    case SelectMode::kLoadNow:
+      LoadNow(block);
+      break;
+    case SelectMode::kStage:
+      StageTop(block);
+      break;
+    case SelectMode::kResolve:
+      Resolve(block);
+      break;
   }
-
-  if (p.mode == SelectMode::kStage) {  // stage the top C for this step (urgent) or the next
-    const uint32_t stamp = p.urgent ? UseStamp(row.step) : PredictStamp(row.step + 1);
-    const int32_t m = RankCandidates(row, scores, C, sh, sh.wanted);
-    for (int32_t t = threadIdx.x; t < m; t += blockDim.x) {
-      const int32_t j = h.page_slot[sh.wanted[t]];
-      if (j >= 0) sh.slots.stamp[j] = max(sh.slots.stamp[j], stamp);  // distinct slots
-    }
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      for (int32_t t = 0; t < m; ++t) {
-        if (!Stage(sh.slots, h, p, sh.wanted[t], stamp, stamp, entries, &staged, counters)) break;
-      }
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) p.copy_count[blockIdx.x] = staged;
-    StoreSlots(h, sh.slots);
-    return;
-  }
-
-  // Resolve this step's pages.
-  const uint32_t use = UseStamp(row.step), next = PredictStamp(row.step + 1);
-  const int32_t ranked = RankCandidates(row, scores, p.stage_ranked ? C : B, sh, sh.wanted);
-  const int32_t selected = min(ranked, B);
-  // The selection in position order (the first `selected` ranked), the rest stay in sh.wanted.
-  for (int32_t t = threadIdx.x; t < selected; t += blockDim.x) sh.selected[t] = sh.wanted[t];
-  __syncthreads();
-  SortAscending(selected, sh.selected, sh.scratch);
-  for (int32_t t = threadIdx.x; t < selected; t += blockDim.x) {
-    const int32_t j = h.page_slot[sh.selected[t]];
-    if (j >= 0) {
-      sh.slots.stamp[j] = max(sh.slots.stamp[j], use);  // staging below cannot evict it
-      sh.outcome[t] = sh.slots.state[j] == kSlotReady ? kCounterHit : kCounterLate;
-    } else {
-      sh.outcome[t] = kCounterMissed;
-    }
-  }
-  __syncthreads();
-  const int32_t ps = p.geometry.page_size;
-  const int32_t current = row.pos / ps;
-  if (threadIdx.x == 0) {
-    int32_t* pages = p.list_pages + row.list_begin + head * row.list_capacity;
-    int32_t* tokens = p.list_tokens + row.list_begin + head * row.list_capacity;
-    int32_t n = 0;
-    auto add = [&](int32_t ref, int32_t page) {
-      pages[n] = ref;
-      tokens[n] = page == current ? row.pos % ps + 1 : ps;
-      ++n;
-    };
-    for (int32_t page = 0; page < min(S, current + 1); ++page)
-      add(static_cast<int32_t>(h.PoolPage(page)), page);
-    int32_t hits = 0, late = 0, missed = 0, fetched = 0;
-    for (int32_t t = 0; t < selected; ++t) {
-      const int32_t page = sh.selected[t];
-      if (sh.outcome[t] == kCounterHit) {
-        ++hits;
-        add(static_cast<int32_t>(h.PoolPage(h.CacheSlot(h.page_slot[page]))), page);
-        continue;
-      }
-      if (sh.outcome[t] == kCounterLate) {
-        ++late;
-      } else {
-        sh.scratch[missed++] = page;  // staged below, in position order
-      }
-      if (!p.skip_missing) {
-        ++fetched;
-        add(-1 - h.host_pages[page], page);
-      }
-    }
-    for (int32_t page = S + row.candidates; page <= current; ++page) {
-      add(static_cast<int32_t>(h.PoolPage(h.RingSlot(page))), page);
-    }
-    p.list_count[blockIdx.x] = n;
-    counters[kCounterHit] += hits;
-    counters[kCounterLate] += late;
-    counters[kCounterMissed] += missed;
-    counters[kCounterFetched] += fetched;
-    sh.outcome[0] = missed;  // the count, for warp 0
-  }
-  __syncthreads();
-  const int32_t missed = sh.outcome[0];
-  if (threadIdx.x < 32) {
-    bool room = true;
-    for (int32_t t = 0; room && t < missed; ++t) {
-      room = Stage(sh.slots, h, p, sh.scratch[t], use, next, entries, &staged, counters);
-    }
-    for (int32_t t = selected; room && t < ranked; ++t) {
-      room = Stage(sh.slots, h, p, sh.wanted[t], use, next, entries, &staged, counters);
-    }
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) p.copy_count[blockIdx.x] = staged;
-  StoreSlots(h, sh.slots);
 }
 
 // grid (rows * kv_heads, page chunks), kThreads threads: a warp per candidate page.

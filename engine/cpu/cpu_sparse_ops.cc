@@ -188,6 +188,135 @@ float ExactScore(const float* queries, int32_t group, int32_t hd, int32_t tokens
   return best;
 }
 
+// The buffers of a SelectPages operation, on the host (unused ones empty).
+struct SelectBuffers {
+  absl::Span<const float> scores;
+  absl::Span<int64_t> counters;
+  absl::Span<int32_t> list_pages, list_tokens, list_count;  // kResolve
+  absl::Span<PageGatherEntry> copies;                       // kResolve, kStage
+  absl::Span<int32_t> copy_count;
+};
+
+// One (row, KV head) list of a SelectPages operation.
+struct SelectList {
+  const SparseSelectArgs& args;
+  const SelectBuffers& buffers;
+  const SparseRowPlan& row;
+  HeadState& hs;
+  int64_t list;    // row * kv_heads + head
+  int64_t* count;  // its counters
+
+  // Where this list's staged copies go; the list is rewritten whole by each operation.
+  Stager MakeStager() const {
+    Stager stager{hs,
+                  args.device_pool,
+                  args.host_pool,
+                  buffers.copies.data() + list * args.staging.copy_stride,
+                  &buffers.copy_count[list],
+                  args.staging.copy_stride,
+                  count};
+    *stager.count = 0;
+    return stager;
+  }
+};
+
+// kLoadNow: every candidate not resident is copied into a cache slot now and marked ready.
+void LoadNow(const SelectList& l) {
+  const SparseRowPlan& row = l.row;
+  const PagePoolView& device = l.args.device_pool;
+  const PagePoolView& host = l.args.host_pool;
+  const int32_t S = row.seq.sink_pages;
+  for (int32_t p = S; p < S + row.candidates; ++p) {
+    if (l.hs.page_slot[p] >= 0) continue;
+    const int32_t j = l.hs.Claim(p, PredictStamp(row.step + 1), PredictStamp(row.step + 1));
+    if (j < 0) break;
+    std::memcpy(device.page(l.hs.PoolPage(l.hs.CacheSlot(j))), host.page(l.hs.host_pages[p]),
+                host.page_bytes());
+    StoreState(&l.hs.state[j], kSlotReady);
+    ++l.count[kCounterFetched];
+  }
+}
+
+// kStage: the top C candidates are staged, for this step (urgent: cross_layer) or the next.
+void StageTop(const SelectList& l) {
+  thread_local std::vector<int32_t> ranked;
+  const SparseRowPlan& row = l.row;
+  Stager stager = l.MakeStager();
+  const uint32_t stamp = l.args.urgent ? UseStamp(row.step) : PredictStamp(row.step + 1);
+  RankCandidates(row, l.hs.head, l.buffers.scores, row.seq.cache_slots, &ranked);
+  for (int32_t p : ranked) l.hs.Touch(p, stamp);  // staging the others cannot evict these
+  for (int32_t p : ranked) {
+    if (!stager.Stage(p, stamp, stamp)) break;
+  }
+}
+
+// kResolve, one list: the attend list (sinks, the selected pages in position order, the window)
+// with each selected page classified; returns the selected pages that were not resident.
+void WriteAttendList(const SelectList& l, const std::vector<int32_t>& selected,
+                     std::vector<int32_t>* missed) {
+  const SparseRowPlan& row = l.row;
+  const HeadState& hs = l.hs;
+  const int32_t ps = l.args.page_size;
+  const int32_t S = row.seq.sink_pages;
+  const int32_t current = row.pos / ps;
+  const int32_t current_tokens = row.pos % ps + 1;
+  const int64_t at = row.list_begin + static_cast<int64_t>(hs.head) * row.list_capacity;
+  int32_t n = 0;
+  auto add = [&](int64_t ref, int32_t page) {
+    CHECK_LT(n, row.list_capacity) << "attend list overflow";
+    l.buffers.list_pages[at + n] = static_cast<int32_t>(ref);
+    l.buffers.list_tokens[at + n] = page == current ? current_tokens : ps;
+    ++n;
+  };
+  for (int32_t p = 0; p < std::min(S, current + 1); ++p) add(hs.PoolPage(p), p);
+  missed->clear();
+  for (int32_t p : selected) {
+    const int32_t j = hs.page_slot[p];
+    const int32_t state = j >= 0 ? LoadState(&hs.state[j]) : kSlotFree;
+    if (state == kSlotReady) {
+      ++l.count[kCounterHit];
+      add(hs.PoolPage(hs.CacheSlot(j)), p);
+      continue;
+    }
+    if (j >= 0) {
+      ++l.count[kCounterLate];  // its copy is on the way
+    } else {
+      ++l.count[kCounterMissed];
+      missed->push_back(p);
+    }
+    if (!l.args.skip_missing) {
+      ++l.count[kCounterFetched];
+      add(HostPageRef(hs.host_pages[p]), p);
+    }
+  }
+  for (int32_t p = S + row.candidates; p <= current; ++p) add(hs.PoolPage(hs.RingSlot(p)), p);
+  l.buffers.list_count[l.list] = n;
+}
+
+// kResolve: this step's pages (the top B), their attend list, and for the next step the misses
+// and (stage_ranked: cross_step) the pages ranked just below the cut.
+void Resolve(const SelectList& l) {
+  thread_local std::vector<int32_t> ranked, selected, missed;
+  const SparseRowPlan& row = l.row;
+  const int32_t B = row.seq.budget_pages;
+  Stager stager = l.MakeStager();
+  const uint32_t use = UseStamp(row.step);
+  const uint32_t next = PredictStamp(row.step + 1);
+  RankCandidates(row, l.hs.head, l.buffers.scores, l.args.stage_ranked ? row.seq.cache_slots : B,
+                 &ranked, B);
+  selected.assign(ranked.begin(), ranked.begin() + std::min<size_t>(B, ranked.size()));
+  std::sort(selected.begin(), selected.end());
+  for (int32_t p : selected) l.hs.Touch(p, use);  // staging below cannot evict them
+  WriteAttendList(l, selected, &missed);
+  bool room = true;
+  for (int32_t p : missed) {
+    if (!(room = stager.Stage(p, use, next))) break;
+  }
+  for (size_t i = selected.size(); room && i < ranked.size(); ++i) {
+    room = stager.Stage(ranked[i], use, next);
+  }
+}
+
 }  // namespace
 
 void CpuBackend::ScorePages(const Mat& q, const SparseScoreArgs& a) {
@@ -225,111 +354,36 @@ void CpuBackend::ScorePages(const Mat& q, const SparseScoreArgs& a) {
 
 void CpuBackend::SelectPages(const SparseSelectArgs& a) {
   const absl::Span<const SparseRowPlan> rows = Host(a.rows);
-  const absl::Span<const float> scores =
-      a.scores.empty() ? absl::Span<const float>() : Host(a.scores);
-  const absl::Span<int64_t> counters = Host(a.counters);
-  const bool resolve = a.mode == SelectMode::kResolve;
-  const absl::Span<int32_t> list_pages = resolve ? Host(a.list_pages) : absl::Span<int32_t>();
-  const absl::Span<int32_t> list_tokens = resolve ? Host(a.list_tokens) : absl::Span<int32_t>();
-  const absl::Span<int32_t> list_count = resolve ? Host(a.list_count) : absl::Span<int32_t>();
-  const bool stages = a.mode != SelectMode::kLoadNow;
-  const absl::Span<PageGatherEntry> copies =
-      stages ? Host(a.staging.copies) : absl::Span<PageGatherEntry>();
-  const absl::Span<int32_t> copy_count =
-      stages ? Host(a.staging.copy_count) : absl::Span<int32_t>();
-  const int32_t ps = a.page_size;
+  SelectBuffers buffers;
+  buffers.scores = a.scores.empty() ? absl::Span<const float>() : Host(a.scores);
+  buffers.counters = Host(a.counters);
+  if (a.mode == SelectMode::kResolve) {
+    buffers.list_pages = Host(a.list_pages);
+    buffers.list_tokens = Host(a.list_tokens);
+    buffers.list_count = Host(a.list_count);
+  }
+  if (a.mode != SelectMode::kLoadNow) {
+    buffers.copies = Host(a.staging.copies);
+    buffers.copy_count = Host(a.staging.copy_count);
+  }
   const int32_t kv_heads = a.num_kv_heads;
   pool_.ParallelFor(
       static_cast<int64_t>(rows.size()) * kv_heads, 1, [&](int64_t begin, int64_t end) {
-        thread_local std::vector<int32_t> ranked, selected, missed;
         for (int64_t list = begin; list < end; ++list) {
           const SparseRowPlan& row = rows[list / kv_heads];
-          const int32_t h = static_cast<int32_t>(list % kv_heads);
-          HeadState hs(row, a.layer, h, kv_heads);
-          int64_t* count = counters.data() + list * kSparseCounterCount;
-          const int32_t S = row.seq.sink_pages, B = row.seq.budget_pages, C = row.seq.cache_slots;
-          Stager stager{hs,      a.device_pool,         a.host_pool, nullptr,
-                        nullptr, a.staging.copy_stride, count};
-          if (stages) {
-            stager.entries = copies.data() + list * a.staging.copy_stride;
-            stager.count = &copy_count[list];
-            *stager.count = 0;  // the lists of this op's buffer are rewritten whole
-          }
-
-          if (a.mode == SelectMode::kLoadNow) {
-            for (int32_t p = S; p < S + row.candidates; ++p) {
-              if (hs.page_slot[p] >= 0) continue;
-              const int32_t j = hs.Claim(p, PredictStamp(row.step + 1), PredictStamp(row.step + 1));
-              if (j < 0) break;
-              std::memcpy(a.device_pool.page(hs.PoolPage(hs.CacheSlot(j))),
-                          a.host_pool.page(hs.host_pages[p]), a.host_pool.page_bytes());
-              StoreState(&hs.state[j], kSlotReady);
-              ++count[kCounterFetched];
-            }
-            continue;
-          }
-          if (a.mode == SelectMode::kStage) {
-            const uint32_t stamp = a.urgent ? UseStamp(row.step) : PredictStamp(row.step + 1);
-            RankCandidates(row, h, scores, C, &ranked);
-            for (int32_t p : ranked) hs.Touch(p, stamp);  // staging the others cannot evict these
-            for (int32_t p : ranked) {
-              if (!stager.Stage(p, stamp, stamp)) break;
-            }
-            continue;
-          }
-
-          // kResolve: this step's pages.
-          const uint32_t use = UseStamp(row.step);
-          const uint32_t next = PredictStamp(row.step + 1);
-          RankCandidates(row, h, scores, a.stage_ranked ? C : B, &ranked, B);
-          selected.assign(ranked.begin(), ranked.begin() + std::min<size_t>(B, ranked.size()));
-          std::sort(selected.begin(), selected.end());
-          for (int32_t p : selected) hs.Touch(p, use);  // staging below cannot evict them
-
-          const int32_t current = row.pos / ps;
-          const int32_t current_tokens = row.pos % ps + 1;
-          int32_t* out_pages = list_pages.data() + row.list_begin + h * row.list_capacity;
-          int32_t* out_tokens = list_tokens.data() + row.list_begin + h * row.list_capacity;
-          int32_t n = 0;
-          auto add = [&](int32_t ref, int32_t page) {
-            CHECK_LT(n, row.list_capacity) << "attend list overflow";
-            out_pages[n] = ref;
-            out_tokens[n] = page == current ? current_tokens : ps;
-            ++n;
-          };
-          for (int32_t p = 0; p < std::min(S, current + 1); ++p)
-            add(static_cast<int32_t>(hs.PoolPage(p)), p);
-          missed.clear();
-          for (int32_t p : selected) {
-            const int32_t j = hs.page_slot[p];
-            const int32_t state = j >= 0 ? LoadState(&hs.state[j]) : kSlotFree;
-            if (state == kSlotReady) {
-              ++count[kCounterHit];
-              add(static_cast<int32_t>(hs.PoolPage(hs.CacheSlot(j))), p);
-              continue;
-            }
-            if (j >= 0) {
-              ++count[kCounterLate];  // its copy is on the way
-            } else {
-              ++count[kCounterMissed];
-              missed.push_back(p);
-            }
-            if (!a.skip_missing) {
-              ++count[kCounterFetched];
-              add(HostPageRef(hs.host_pages[p]), p);
-            }
-          }
-          for (int32_t p = S + row.candidates; p <= current; ++p)
-            add(static_cast<int32_t>(hs.PoolPage(hs.RingSlot(p))), p);
-          list_count[list] = n;
-
-          // For the next step: what missed, then (cross_step) the pages ranked below the cut.
-          bool room = true;
-          for (int32_t p : missed) {
-            if (!(room = stager.Stage(p, use, next))) break;
-          }
-          for (size_t i = selected.size(); room && i < ranked.size(); ++i) {
-            room = stager.Stage(ranked[i], use, next);
+          HeadState hs(row, a.layer, static_cast<int32_t>(list % kv_heads), kv_heads);
+          SelectList l{a,  buffers, row,
+                       hs, list,    buffers.counters.data() + list * kSparseCounterCount};
+          switch (a.mode) {
+            case SelectMode::kLoadNow:
+              LoadNow(l);
+              break;
+            case SelectMode::kStage:
+              StageTop(l);
+              break;
+            case SelectMode::kResolve:
+              Resolve(l);
+              break;
           }
         }
       });
