@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -100,7 +101,8 @@ ChatOutputFormat FormatFor(ChatOutputFormat format, const RenderedChat& rendered
 }  // namespace
 
 ChatStream::ChatStream(ChatOutputFormat format, const RenderedChat& rendered)
-    : parser_(FormatFor(format, rendered), rendered.parse_tool_calls) {
+    : parser_(FormatFor(format, rendered), rendered.parse_tool_calls),
+      max_tool_calls_(rendered.max_tool_calls) {
   // The forced start of a call is the model's answer's beginning, though the prompt holds it.
   if (!rendered.forced_prefix.empty()) {
     ChatOutputDelta held = parser_.Push(rendered.forced_prefix);
@@ -114,6 +116,8 @@ ChatDelta ChatStream::Convert(ChatOutputDelta delta) {
   out.content = std::move(delta.content);
   out.reasoning = std::move(delta.reasoning);
   for (ParsedToolCall& call : delta.tool_calls) {
+    if (max_tool_calls_ > 0 && tool_calls_ == max_tool_calls_) break;  // parallel_tool_calls false
+    ++tool_calls_;
     out.tool_calls.push_back(
         {NewToolCallId(), std::move(call.name), std::move(call.arguments_json)});
   }
@@ -176,8 +180,28 @@ absl::StatusOr<std::unique_ptr<ChatModel>> ChatModel::Load(const Tokenizer& toke
   }
   if (!model->has_template()) return model;
   model->format_ = DetectChatOutputFormat(sources);
+  model->thinking_switch_ = absl::StrContains(sources, "enable_thinking");
   if (syntax->has_value()) model->format_.tool_calls = **syntax;
   return model;
+}
+
+OrderedJson ChatModel::KwargsWithEffort(const ChatRequest& request) const {
+  if (!request.reasoning_effort || !thinking_switch_ ||
+      request.kwargs.contains("enable_thinking")) {
+    return request.kwargs;  // chat_template_kwargs says it explicitly, or there is no switch
+  }
+  OrderedJson kwargs = request.kwargs;
+  kwargs["enable_thinking"] =
+      *request.reasoning_effort != "none" && *request.reasoning_effort != "minimal";
+  return kwargs;
+}
+
+absl::Status CheckReasoningEffort(absl::string_view effort) {
+  for (absl::string_view known : {"none", "minimal", "low", "medium", "high"}) {
+    if (effort == known) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "'reasoning_effort' must be one of none, minimal, low, medium, high, got '", effort, "'"));
 }
 
 std::string ChatModel::ForcedPrefix(const ToolChoice& choice) const {
@@ -213,11 +237,12 @@ absl::StatusOr<RenderedChat> ChatModel::Render(const ChatRequest& request) const
   }
   absl::StatusOr<std::string> text =
       chat_template->Render(request.messages, tools_shown ? request.tools : OrderedJson(),
-                             request.kwargs, request.add_generation_prompt);
+                            KwargsWithEffort(request), request.add_generation_prompt);
   if (!text.ok()) return text.status();
   RenderedChat rendered;
   rendered.prompt_text = *std::move(text);
   rendered.parse_tool_calls = tools_shown && format_.tool_calls != ToolCallSyntax::kNone;
+  rendered.max_tool_calls = request.parallel_tool_calls ? 0 : 1;
   if (forced && request.add_generation_prompt) {
     // A template that opens the answer's think block (QwQ, DeepSeek-R1): the forced call starts
     // after it is closed, so the call is the answer's content, not its reasoning.

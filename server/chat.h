@@ -39,7 +39,17 @@ struct ChatRequest {
   OrderedJson kwargs = OrderedJson::object();   // extra template variables
   ToolChoice tool_choice;
   bool add_generation_prompt = true;
+  // OpenAI's parallel_tool_calls: false keeps an answer to its first tool call.
+  bool parallel_tool_calls = true;
+  // OpenAI's reasoning_effort: "none" and "minimal" turn the template's thinking switch off,
+  // "low", "medium" and "high" on, where the template has one (Qwen3's enable_thinking) and
+  // `kwargs` does not set it; ignored otherwise.
+  std::optional<std::string> reasoning_effort;
 };
+
+// OK for the reasoning_effort values OpenAI defines (none, minimal, low, medium, high);
+// INVALID_ARGUMENT naming the parameter otherwise.
+absl::Status CheckReasoningEffort(absl::string_view effort);
 
 // A rendered conversation.
 struct RenderedChat {
@@ -52,6 +62,8 @@ struct RenderedChat {
   // Whether tool calls are parsed out of the answer (the request has tools, tool_choice not none,
   // and the model has a tool-call syntax).
   bool parse_tool_calls = false;
+  // The most tool calls the answer returns (later ones are dropped); 0 = any number.
+  int32_t max_tool_calls = 0;
 };
 
 // A tool call with the id the server gave it.
@@ -88,6 +100,8 @@ class ChatStream {
   ChatDelta Convert(ChatOutputDelta delta);
 
   ChatOutputParser parser_;
+  int32_t max_tool_calls_ = 0;
+  int32_t tool_calls_ = 0;  // returned so far
   bool called_tools_ = false;
 };
 
@@ -119,6 +133,9 @@ class ChatModel {
  private:
   // The text that starts a call for `choice` in this model's tool-call syntax.
   std::string ForcedPrefix(const ToolChoice& choice) const;
+  // The template variables: the request's kwargs, with enable_thinking from reasoning_effort
+  // where the template has that switch and the kwargs do not set it.
+  OrderedJson KwargsWithEffort(const ChatRequest& request) const;
 
   // The named template of `templates`, compiled; null when it has none of that name.
   static absl::StatusOr<std::unique_ptr<ChatTemplate>> Compile(const ChatTemplates& templates,
@@ -128,6 +145,7 @@ class ChatModel {
   std::unique_ptr<ChatTemplate> chat_template_;  // "default"
   std::unique_ptr<ChatTemplate> tool_template_;  // "tool_use", for requests with tools
   ChatOutputFormat format_;
+  bool thinking_switch_ = false;  // a template reads `enable_thinking` (reasoning_effort)
 };
 
 }  // namespace specula

@@ -50,7 +50,8 @@ const absl::flat_hash_set<std::string>& KnownKeys(OpenAiEndpoint endpoint) {
   static const absl::flat_hash_set<std::string> kChat = [] {
     absl::flat_hash_set<std::string> keys = kCommon;
     keys.insert({"messages", "tools", "tool_choice", "max_completion_tokens", "top_logprobs",
-                 "response_format", "parallel_tool_calls", "chat_template_kwargs"});
+                 "response_format", "parallel_tool_calls", "chat_template_kwargs",
+                 "reasoning_effort"});
     return keys;
   }();
   static const absl::flat_hash_set<std::string> kCompletions = [] {
@@ -83,12 +84,11 @@ Error CheckIgnored(const OrderedJson& body) {
     bool (OrderedJson::*has_type)() const noexcept;
     const char* expected;
   };
-  static constexpr Ignored kIgnored[] = {
-      {"store", &OrderedJson::is_boolean, "a boolean"},
-      {"metadata", &OrderedJson::is_object, "an object"},
-      {"service_tier", &OrderedJson::is_string, "a string"},
-      {"prompt_cache_key", &OrderedJson::is_string, "a string"},
-      {"user", &OrderedJson::is_string, "a string"}};
+  static constexpr Ignored kIgnored[] = {{"store", &OrderedJson::is_boolean, "a boolean"},
+                                         {"metadata", &OrderedJson::is_object, "an object"},
+                                         {"service_tier", &OrderedJson::is_string, "a string"},
+                                         {"prompt_cache_key", &OrderedJson::is_string, "a string"},
+                                         {"user", &OrderedJson::is_string, "a string"}};
   for (const Ignored& i : kIgnored) {
     if (body.contains(i.key) && !body[i.key].is_null() && !(body[i.key].*i.has_type)()) {
       return WrongType(i.key, body[i.key], i.expected);
@@ -112,14 +112,8 @@ Error CheckNeutral(const OrderedJson& body) {
     return BadParam("logit_bias", "logit_bias is not supported");
   }
   if (body.contains("response_format") && !body["response_format"].is_null() &&
-      !(body["response_format"].is_object() &&
-        IsString(body["response_format"], "type", "text"))) {
+      !(body["response_format"].is_object() && IsString(body["response_format"], "type", "text"))) {
     return BadParam("response_format", "only response_format {\"type\": \"text\"} is supported");
-  }
-  if (body.contains("parallel_tool_calls") && body["parallel_tool_calls"] != true &&
-      !body["parallel_tool_calls"].is_null()) {
-    return BadParam("parallel_tool_calls",
-                    "parallel_tool_calls = false is not supported (the model may call several)");
   }
   return std::nullopt;
 }
@@ -279,7 +273,8 @@ Error ReadToolCalls(const OrderedJson& v, const std::string& param, OrderedJson*
       // OpenAI sends the arguments as JSON text; templates expect the object.
       absl::StatusOr<OrderedJson> decoded =
           ParseRequestJson(arguments.get<std::string>(), p + ".function.arguments");
-      if (!decoded.ok()) return BadParam(p + ".function.arguments", std::string(decoded.status().message()));
+      if (!decoded.ok())
+        return BadParam(p + ".function.arguments", std::string(decoded.status().message()));
       arguments = *std::move(decoded);
     }
     if (!arguments.is_object()) {
@@ -369,6 +364,18 @@ Error ReadToolChoice(const OrderedJson& body, const OrderedJson& tools, ToolChoi
   return std::nullopt;
 }
 
+// reasoning_effort: mapped onto the template's thinking switch by ChatModel::Render.
+Error ReadReasoningEffort(const OrderedJson& body, ChatRequest* chat) {
+  if (!body.contains("reasoning_effort") || body["reasoning_effort"].is_null()) return std::nullopt;
+  const OrderedJson& effort = body["reasoning_effort"];
+  if (!effort.is_string()) return WrongType("reasoning_effort", effort, "a string");
+  if (absl::Status s = CheckReasoningEffort(effort.get<std::string>()); !s.ok()) {
+    return BadParam("reasoning_effort", std::string(s.message()));
+  }
+  chat->reasoning_effort = effort.get<std::string>();
+  return std::nullopt;
+}
+
 Error ReadChat(const OrderedJson& body, ChatRequest* chat) {
   if (!body.contains("messages")) return BadParam("messages", "'messages' is required");
   const OrderedJson& messages = body["messages"];
@@ -381,6 +388,8 @@ Error ReadChat(const OrderedJson& body, ChatRequest* chat) {
   }
   if (Error e = ReadTools(body, &chat->tools)) return e;
   if (Error e = ReadToolChoice(body, chat->tools, &chat->tool_choice)) return e;
+  if (Error e = ReadBool(body, "parallel_tool_calls", &chat->parallel_tool_calls)) return e;
+  if (Error e = ReadReasoningEffort(body, chat)) return e;
   if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
     if (!body["chat_template_kwargs"].is_object()) {
       return WrongType("chat_template_kwargs", body["chat_template_kwargs"], "an object");
@@ -509,8 +518,7 @@ HttpResponse OpenAiErrorResponse(const OpenAiError& error) {
 }
 
 std::optional<OpenAiError> ParseOpenAiRequest(OpenAiEndpoint endpoint, const std::string& body_text,
-                                              const std::string& served_model,
-                                              OpenAiRequest* out) {
+                                              const std::string& served_model, OpenAiRequest* out) {
   absl::StatusOr<OrderedJson> parsed = ParseRequestJson(body_text, "the request body");
   if (!parsed.ok()) return BadParam("", std::string(parsed.status().message()));
   const OrderedJson& body = *parsed;
@@ -536,8 +544,7 @@ std::optional<OpenAiError> ParseOpenAiRequest(OpenAiEndpoint endpoint, const std
   if (Error e = CheckIgnored(body)) return e;
   if (Error e = CheckNeutral(body)) return e;
   if (Error e = ReadSampling(body, out->generate.mutable_sampling())) return e;
-  if (Error e =
-          ReadLength(body, endpoint, out->generate.mutable_stopping())) {
+  if (Error e = ReadLength(body, endpoint, out->generate.mutable_stopping())) {
     return e;
   }
   if (Error e = ReadStreamAndLogprobs(body, endpoint, out)) return e;

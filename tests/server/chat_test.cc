@@ -2,17 +2,18 @@
 // conversion of the gRPC chat fields, and OpenAI request bodies and answers.
 #include "server/chat.h"
 
-#include <fstream>
 #include <unistd.h>
+
 #include <cstdio>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "gmock/gmock.h"
 #include "engine/common/capacity_error.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/chat_proto.h"
 #include "server/openai_answer.h"
@@ -116,6 +117,70 @@ TEST_F(ChatModelTest, ARequiredCallStartsTheAnswer) {
   absl::StatusOr<RenderedChat> none = (*chat)->Render(request);
   EXPECT_FALSE(none->parse_tool_calls);
   EXPECT_EQ(none->forced_prefix, "");
+}
+
+// parallel_tool_calls false: the answer keeps its first tool call, later ones are dropped.
+TEST_F(ChatModelTest, ParallelToolCallsFalseKeepsTheFirstCall) {
+  auto chat = ChatModel::Load(*tokenizer_, "", "hermes");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  ChatRequest request;
+  request.messages = OrderedJson::parse(R"([{"role": "user", "content": "hi"}])");
+  request.tools = WeatherTools();
+  const std::string two_calls =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"days\": 1}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"days\": 2}}\n</tool_call>";
+  for (const bool parallel : {true, false}) {
+    request.parallel_tool_calls = parallel;
+    absl::StatusOr<RenderedChat> r = (*chat)->Render(request);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->max_tool_calls, parallel ? 0 : 1);
+    ChatStream stream((*chat)->output_format(), *r);
+    // Fed in two pieces: the limit holds across deltas.
+    ChatDelta first = stream.Push(two_calls.substr(0, two_calls.size() / 2), false);
+    ChatDelta rest = stream.Push(two_calls.substr(two_calls.size() / 2), true);
+    ASSERT_EQ(first.tool_calls.size() + rest.tool_calls.size(), parallel ? 2u : 1u) << parallel;
+    const ChatToolCall& call = first.tool_calls.empty() ? rest.tool_calls[0] : first.tool_calls[0];
+    EXPECT_EQ(call.arguments, "{\"days\":1}");
+    EXPECT_TRUE(stream.EndedInToolCalls(FinishReason::kStop));
+  }
+}
+
+// reasoning_effort sets the template's enable_thinking where it has the switch, unless the
+// request's chat_template_kwargs set it; a template without the switch renders unchanged.
+TEST_F(ChatModelTest, ReasoningEffortSetsTheThinkingSwitch) {
+  char path[] = "/tmp/specula_effort_template_XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  std::ofstream(path) << "{% for m in messages %}{{ m.content }}{% endfor %}"
+                         "{% if enable_thinking is defined and not enable_thinking %}[no-think]"
+                         "{% elif enable_thinking is defined %}[think]{% endif %}";
+  auto chat = ChatModel::Load(*tokenizer_, path, "none");
+  std::remove(path);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  ChatRequest request;
+  request.messages = OrderedJson::parse(R"([{"role": "user", "content": "hi"}])");
+  EXPECT_EQ((*chat)->Render(request)->prompt_text, "hi");
+  for (const auto& [effort, text] :
+       std::vector<std::pair<std::string, std::string>>{{"none", "hi[no-think]"},
+                                                        {"minimal", "hi[no-think]"},
+                                                        {"low", "hi[think]"},
+                                                        {"medium", "hi[think]"},
+                                                        {"high", "hi[think]"}}) {
+    request.reasoning_effort = effort;
+    EXPECT_EQ((*chat)->Render(request)->prompt_text, text) << effort;
+  }
+  request.reasoning_effort = "none";
+  request.kwargs = OrderedJson::parse(R"({"enable_thinking": true})");
+  EXPECT_EQ((*chat)->Render(request)->prompt_text, "hi[think]");  // the explicit kwarg wins
+  // The test model's own template has no switch: the effort changes nothing.
+  auto plain = ChatModel::Load(*tokenizer_, "", "auto");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ChatRequest effortless = request;
+  effortless.kwargs = OrderedJson::object();
+  const std::string with_effort = (*plain)->Render(effortless)->prompt_text;
+  effortless.reasoning_effort.reset();
+  EXPECT_EQ(with_effort, (*plain)->Render(effortless)->prompt_text);
 }
 
 TEST_F(ChatModelTest, ForcedCallsNeedAKnownSyntax) {
@@ -233,7 +298,8 @@ TEST(OpenAiRequestTest, HostileBodiesAreRefusedNotFatal) {
        "tools[0]"},
       {R"({"model": "m", "seed": 18446744073709551615, "messages": []})", "seed"},
       {R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"function":
-         {"name": "f", "arguments": ")" + Nested(65) + R"("}}]}]})",
+         {"name": "f", "arguments": ")" +
+           Nested(65) + R"("}}]}]})",
        "messages[0].tool_calls[0].function.arguments"},
   };
   for (const auto& [body, param] : cases) {
@@ -245,18 +311,20 @@ TEST(OpenAiRequestTest, HostileBodiesAreRefusedNotFatal) {
   }
   // A body nested a million deep (4 MB, under the body limit) is refused before any copy.
   OpenAiRequest r;
-  std::optional<OpenAiError> deep =
-      Parse(OpenAiEndpoint::kCompletions, R"({"model": "m", "prompt": )" + Nested(1 << 20) + "}", &r);
+  std::optional<OpenAiError> deep = Parse(
+      OpenAiEndpoint::kCompletions, R"({"model": "m", "prompt": )" + Nested(1 << 20) + "}", &r);
   ASSERT_TRUE(deep.has_value());
   EXPECT_THAT(deep->message, HasSubstr("deep"));
   // At the limit: accepted as far as nesting goes (then refused as a prompt of the wrong shape).
-  std::optional<OpenAiError> at_limit = Parse(
-      OpenAiEndpoint::kCompletions, R"({"model": "m", "prompt": )" + Nested(kMaxJsonDepth - 1) + "}", &r);
+  std::optional<OpenAiError> at_limit =
+      Parse(OpenAiEndpoint::kCompletions,
+            R"({"model": "m", "prompt": )" + Nested(kMaxJsonDepth - 1) + "}", &r);
   ASSERT_TRUE(at_limit.has_value());
   EXPECT_THAT(at_limit->message, Not(HasSubstr("deep")));
   // Explicit nulls are unset, as every SDK sends them.
   EXPECT_FALSE(Parse(OpenAiEndpoint::kCompletions,
-                     R"({"model": "m", "prompt": "x", "n": null, "best_of": null, "echo": null})", &r));
+                     R"({"model": "m", "prompt": "x", "n": null, "best_of": null, "echo": null})",
+                     &r));
 }
 
 // n and best_of: a wrong type is a type error like any other parameter's ("n": "1" was reported
@@ -272,16 +340,16 @@ TEST(OpenAiRequestTest, NAndBestOfTakeOnlyTheInteger1) {
                                          {R"("best_of": true)", "'best_of' must be an integer"},
                                          {R"("best_of": 3)", "only best_of = 1 is supported"}}) {
     OpenAiRequest r;
-    std::optional<OpenAiError> e = Parse(
-        OpenAiEndpoint::kCompletions, absl::StrCat(R"({"model": "m", "prompt": "x", )", c.field, "}"),
-        &r);
+    std::optional<OpenAiError> e =
+        Parse(OpenAiEndpoint::kCompletions,
+              absl::StrCat(R"({"model": "m", "prompt": "x", )", c.field, "}"), &r);
     ASSERT_TRUE(e.has_value()) << c.field;
     EXPECT_EQ(e->http_status, 400) << c.field;
     EXPECT_THAT(e->message, HasSubstr(c.message)) << c.field;
   }
   OpenAiRequest r;
-  EXPECT_FALSE(
-      Parse(OpenAiEndpoint::kCompletions, R"({"model": "m", "prompt": "x", "n": 1, "best_of": 1})", &r));
+  EXPECT_FALSE(Parse(OpenAiEndpoint::kCompletions,
+                     R"({"model": "m", "prompt": "x", "n": 1, "best_of": 1})", &r));
 }
 
 TEST(ChatProtoTest, DeeplyNestedSchemasAreInvalidArgument) {
@@ -331,6 +399,28 @@ TEST(OpenAiRequestTest, AcceptsAndIgnoresWhatClientsSendByDefault) {
                      R"({"model": "m", "prompt": "hi", "store": true, "user": "u"})", &completion));
 }
 
+// parallel_tool_calls and reasoning_effort, which agent frameworks send, reach the chat request.
+TEST(OpenAiRequestTest, ParallelToolCallsAndReasoningEffortReachTheChatRequest) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
+  OpenAiRequest plain, sent;
+  ASSERT_FALSE(Parse(OpenAiEndpoint::kChatCompletions, R"({"model": "m", )" + msgs + "}", &plain));
+  EXPECT_TRUE(plain.chat->parallel_tool_calls);
+  EXPECT_FALSE(plain.chat->reasoning_effort.has_value());
+  ASSERT_FALSE(Parse(
+      OpenAiEndpoint::kChatCompletions,
+      R"({"model": "m", "parallel_tool_calls": false, "reasoning_effort": "low", )" + msgs + "}",
+      &sent));
+  EXPECT_FALSE(sent.chat->parallel_tool_calls);
+  EXPECT_EQ(sent.chat->reasoning_effort, "low");
+  for (const char* effort : {"none", "minimal", "medium", "high"}) {
+    OpenAiRequest r;
+    EXPECT_FALSE(Parse(
+        OpenAiEndpoint::kChatCompletions,
+        absl::StrCat(R"({"model": "m", "reasoning_effort": ")", effort, R"(", )", msgs, "}"), &r))
+        << effort;
+  }
+}
+
 TEST(OpenAiRequestTest, RefusalsNameTheParameter) {
   const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -344,13 +434,17 @@ TEST(OpenAiRequestTest, RefusalsNameTheParameter) {
       {R"({"model": "m", "store": "no", )" + msgs + "}", "store"},
       {R"({"model": "m", "metadata": [], )" + msgs + "}", "metadata"},
       {R"({"model": "m", "prompt_cache_key": 7, )" + msgs + "}", "prompt_cache_key"},
+      {R"({"model": "m", "parallel_tool_calls": "no", )" + msgs + "}", "parallel_tool_calls"},
+      {R"({"model": "m", "reasoning_effort": "extreme", )" + msgs + "}", "reasoning_effort"},
+      {R"({"model": "m", "reasoning_effort": 3, )" + msgs + "}", "reasoning_effort"},
       {R"({"model": "m", "unknown": 1, )" + msgs + "}", "unknown"},
       {R"({"model": "m", "messages": [{"content": "hi"}]})", "messages[0].role"},
       {R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
        "messages[0].content[0]"},
       {R"({"model": "m", "tool_choice": "required", )" + msgs + "}", "tool_choice"},
       {R"({"model": "m", "tools": [{"type": "function", "function": {"name": "f", "strict": true}}],
-         )" + msgs + "}",
+         )" +
+           msgs + "}",
        "tools[0].function.strict"},
       {R"({"model": "m", "stream": true, "stream_options": {"include_obfuscation": true}, )" +
            msgs + "}",
@@ -378,9 +472,9 @@ TEST(OpenAiRequestTest, RefusalsNameTheParameter) {
 TEST(OpenAiRequestTest, EmptyStopStringsAreRefusedAsOverGrpc) {
   for (const char* stop : {R"("")", R"(["x", ""])"}) {
     OpenAiRequest r;
-    std::optional<OpenAiError> e = Parse(
-        OpenAiEndpoint::kCompletions,
-        absl::StrCat(R"({"model": "m", "prompt": "a", "stop": )", stop, "}"), &r);
+    std::optional<OpenAiError> e =
+        Parse(OpenAiEndpoint::kCompletions,
+              absl::StrCat(R"({"model": "m", "prompt": "a", "stop": )", stop, "}"), &r);
     ASSERT_TRUE(e.has_value()) << stop;
     EXPECT_EQ(e->http_status, 400);
     EXPECT_EQ(e->param, "stop");
