@@ -261,7 +261,7 @@ int Run(int argc, char** argv) {
   absl::SetProgramUsageMessage(absl::StrCat(
       "specula-server [--config FILE] [--model DIR] [--listen HOST:PORT] "
       "[--metrics-listen HOST:PORT] [--http-listen HOST:PORT] [--device cpu|cuda|auto] "
-      "[--log-level LEVEL]\n\n",
+      "[--log-level LEVEL] [--ready-file FILE] [--version]\n\n",
       ConfigKeysHelp()));
   std::vector<std::string> storage;
   std::vector<char*> rest = ParseDashedCommandLine(argc, argv, &storage);

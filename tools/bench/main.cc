@@ -114,8 +114,12 @@ ABSL_FLAG(std::vector<std::string>, decode_shapes,
 namespace {
 
 constexpr char kUsage[] =
-    "specula-bench cpu|serve|sparse|agent|attention [flags]; see --help. Results go to "
-    "docs/BENCHMARKS.md.";
+    "specula-bench SUBCOMMAND [flags]: benchmarks, results to docs/BENCHMARKS.md.\n"
+    "  cpu        engine throughput on generated models (--presets, --batches, --prompt-tokens)\n"
+    "  serve      a running server over gRPC (--server HOST:PORT, --concurrency, --request-rate)\n"
+    "  sparse     sparse vs dense decode and retrieval (--contexts, --budgets, --tbt-contexts)\n"
+    "  agent      multi-turn agent traffic (--conversations, --turns, --modes)\n"
+    "  attention  attention kernels (--device, --contexts, --head-dims, --decode-shapes)";
 
 // --device, or nullopt after saying why not.
 std::optional<specula::DeviceKind> DeviceFlag() {
