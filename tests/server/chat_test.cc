@@ -37,6 +37,20 @@ class ChatModelTest : public ::testing::Test {
     tokenizer_ = std::move(*t).release();
   }
   static void TearDownTestSuite() { delete tokenizer_; }
+
+  // The chat model with the template `text` (model.chat_template, through a temporary file).
+  static absl::StatusOr<std::unique_ptr<ChatModel>> LoadWithTemplate(const std::string& text,
+                                                                     absl::string_view syntax) {
+    char path[] = "/tmp/specula_template_XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0) return absl::InternalError("mkstemp failed");
+    close(fd);
+    std::ofstream(path) << text;
+    auto chat = ChatModel::Load(*tokenizer_, path, syntax);
+    std::remove(path);
+    return chat;
+  }
+
   static const Tokenizer* tokenizer_;
 };
 const Tokenizer* ChatModelTest::tokenizer_ = nullptr;
@@ -57,16 +71,12 @@ TEST_F(ChatModelTest, RendersTheModelsTemplate) {
 // A template that opens the answer's think block (as QwQ's and DeepSeek-R1's do): a forced call
 // closes it first, so the call is parsed as the answer's, not lost in the reasoning.
 TEST_F(ChatModelTest, AForcedCallAfterAnOpenThinkBlockClosesItFirst) {
-  char path[] = "/tmp/specula_think_template_XXXXXX";
-  const int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  close(fd);
-  std::ofstream(path) << "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
-                         "<|im_end|>\n{% endfor %}{% if tools %}<tools>{{ tools | tojson }}"
-                         "</tools>{% endif %}{% if add_generation_prompt %}<|im_start|>assistant"
-                         "\n<think>\n{% endif %}";
-  auto chat = ChatModel::Load(*tokenizer_, path, "hermes");
-  std::remove(path);
+  auto chat = LoadWithTemplate(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+      "<|im_end|>\n{% endfor %}{% if tools %}<tools>{{ tools | tojson }}"
+      "</tools>{% endif %}{% if add_generation_prompt %}<|im_start|>assistant"
+      "\n<think>\n{% endif %}",
+      "hermes");
   ASSERT_TRUE(chat.ok()) << chat.status();
   ASSERT_TRUE((*chat)->output_format().reasoning);
   ChatRequest request;
@@ -148,15 +158,11 @@ TEST_F(ChatModelTest, ParallelToolCallsFalseKeepsTheFirstCall) {
 // reasoning_effort sets the template's enable_thinking where it has the switch, unless the
 // request's chat_template_kwargs set it; a template without the switch renders unchanged.
 TEST_F(ChatModelTest, ReasoningEffortSetsTheThinkingSwitch) {
-  char path[] = "/tmp/specula_effort_template_XXXXXX";
-  const int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  close(fd);
-  std::ofstream(path) << "{% for m in messages %}{{ m.content }}{% endfor %}"
-                         "{% if enable_thinking is defined and not enable_thinking %}[no-think]"
-                         "{% elif enable_thinking is defined %}[think]{% endif %}";
-  auto chat = ChatModel::Load(*tokenizer_, path, "none");
-  std::remove(path);
+  auto chat = LoadWithTemplate(
+      "{% for m in messages %}{{ m.content }}{% endfor %}"
+      "{% if enable_thinking is defined and not enable_thinking %}[no-think]"
+      "{% elif enable_thinking is defined %}[think]{% endif %}",
+      "none");
   ASSERT_TRUE(chat.ok()) << chat.status();
   ChatRequest request;
   request.messages = OrderedJson::parse(R"([{"role": "user", "content": "hi"}])");
