@@ -33,6 +33,7 @@
 #include "engine/common/buffer.h"
 #include "engine/common/dtype.h"
 #include "engine/common/weight_parts.h"
+#include "kernels/sampling_abi.h"
 
 namespace specula {
 
@@ -144,6 +145,12 @@ class Backend {
   virtual void SummarizePages(const PageSummaryArgs& args) = 0;
   // On `stream`, a copy stream from CreateStream(): loads the staged pages and marks them ready.
   virtual void GatherPages(Stream& stream, const PageGatherArgs& args) = 0;
+  // --- Sampling (compute stream) ---
+  // out[r] = the token (and logprobs) rows[r] chooses from row r of `logits` [rows, vocab], by
+  // the method of kernels/sampling_abi.h; `rows` and `out` are in this backend's memory.
+  virtual void SampleRows(const Mat& logits, DeviceSpan<const RowSampling> rows,
+                          DeviceSpan<SampledRow> out) = 0;
+
   // The most cache slots a sparse sequence may have per (layer, KV head): a GPU's selection keeps
   // them in a block's shared memory. Unbounded on the CPU.
   virtual int32_t max_sparse_cache_slots() const { return std::numeric_limits<int32_t>::max(); }

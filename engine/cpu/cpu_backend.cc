@@ -279,4 +279,16 @@ void CpuBackend::GatherRows(const Mat& src, DeviceSpan<const int32_t> row_span, 
   }
 }
 
+void CpuBackend::SampleRows(const Mat& logits, DeviceSpan<const RowSampling> row_span,
+                            DeviceSpan<SampledRow> out_span) {
+  const absl::Span<const RowSampling> rows = Host(row_span);
+  const absl::Span<SampledRow> out = Host(out_span);
+  CHECK_EQ(static_cast<int64_t>(rows.size()), logits.rows);
+  CHECK_EQ(out.size(), rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const int64_t row = static_cast<int64_t>(r);
+    out[r] = row_sampler_.Sample(rows[r], absl::MakeConstSpan(logits.row(row), logits.cols));
+  }
+}
+
 }  // namespace specula

@@ -17,6 +17,7 @@
 #include "engine/common/thread_pool.h"
 #include "engine/cpu/cpu_stream.h"
 #include "engine/cpu/memory_registry.h"
+#include "engine/sampling/row_sampling.h"
 
 namespace specula {
 
@@ -65,6 +66,10 @@ class CpuBackend : public Backend {
   void SummarizePages(const PageSummaryArgs& args) override;
   void GatherPages(Stream& stream, const PageGatherArgs& args) override;
 
+  // The reference: engine/sampling/row_sampling.h, one row after another.
+  void SampleRows(const Mat& logits, DeviceSpan<const RowSampling> rows,
+                  DeviceSpan<SampledRow> out) override;
+
   // The host view of a DeviceSpan: CHECK-fails unless it lies inside memory from Allocate (what
   // a device operation may dereference on a GPU).
   template <typename T>
@@ -83,6 +88,7 @@ class CpuBackend : public Backend {
   ThreadPool pool_;
   std::shared_ptr<MemoryRegistry> memory_ = std::make_shared<MemoryRegistry>();
   CpuComputeStream compute_{&counters_};
+  RowSampler row_sampler_;  // SampleRows' scratch
 };
 
 }  // namespace specula

@@ -18,6 +18,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/kv_write.h"
 #include "kernels/prefill_attention.h"
+#include "kernels/sampling.h"
 #include "kernels/sparse.h"
 
 namespace specula {
@@ -150,6 +151,20 @@ void CudaBackend::GatherRows(const Mat& src, DeviceSpan<const int32_t> rows, Mat
               "GatherRows");
 }
 
+void CudaBackend::SampleRows(const Mat& logits, DeviceSpan<const RowSampling> rows,
+                             DeviceSpan<SampledRow> out) {
+  CHECK_EQ(static_cast<int64_t>(rows.size()), logits.rows);
+  CHECK_EQ(out.size(), rows.size());
+  kernels::SampleRowsParams p;
+  p.logits = logits.data;
+  p.rows = logits.rows;
+  p.vocab = logits.cols;
+  p.stride = logits.stride;
+  p.sampling = rows.data();
+  p.out = out.data();
+  CheckLaunch(kernels::SampleRows(p, stream()), "SampleRows");
+}
+
 void CudaBackend::WriteKv(const Mat& k, const Mat& v, const KvWrite& where,
                           const KvLayerView& layer) {
   CHECK(static_cast<int64_t>(where.blocks.size()) >= k.rows &&
@@ -240,8 +255,8 @@ bool UseTileKernel(const AttentionBatch& batch, const KvLayerView& layer) {
 }  // namespace
 
 // A batch with prefill chunks on the tensor-core tile kernel (kernels/prefill_attention.h).
-void CudaBackend::TileAttention(const Mat& q, const AttentionBatch& batch,
-                                const KvLayerView& layer, Mat* out) {
+void CudaBackend::TileAttention(const Mat& q, const AttentionBatch& batch, const KvLayerView& layer,
+                                Mat* out) {
   kernels::PrefillAttentionLaunch launch;
   kernels::PrefillAttentionParams& p = launch.params;
   p.q = q.data;
@@ -316,15 +331,13 @@ absl::Status CudaDeviceVisible() {
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e == cudaSuccess && count > 0) return absl::OkStatus();
   cudaGetLastError();
-  return absl::FailedPreconditionError(
-      absl::StrFormat("no usable CUDA device (%s)",
-                      e == cudaSuccess ? "none visible" : cudaGetErrorString(e)));
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "no usable CUDA device (%s)", e == cudaSuccess ? "none visible" : cudaGetErrorString(e)));
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend() {
   if (absl::Status visible = CudaDeviceVisible(); !visible.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("model.device: cuda: ", visible.message()));
+    return absl::FailedPreconditionError(absl::StrCat("model.device: cuda: ", visible.message()));
   }
   auto backend = std::make_unique<cuda_internal::CudaBackend>();
   RETURN_IF_ERROR(backend->Init());

@@ -60,6 +60,8 @@ class CudaBackend : public Backend {
   void CompletePages(const SparseCompleteArgs& args) override;
   void SummarizePages(const PageSummaryArgs& args) override;
   void GatherPages(Stream& stream, const PageGatherArgs& args) override;
+  void SampleRows(const Mat& logits, DeviceSpan<const RowSampling> rows,
+                  DeviceSpan<SampledRow> out) override;
   int32_t max_sparse_cache_slots() const override { return max_cache_slots_; }
 
  private:

@@ -1,138 +1,9 @@
 #include "engine/sampling/sampler.h"
 
 #include <algorithm>
-#include <bit>
-#include <cmath>
-#include <cstddef>
 #include <cstdint>
-#include <limits>
 
 namespace specula {
-namespace {
-
-using sampling_internal::Candidate;
-
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-// Total order used everywhere a "most likely first" order is needed: larger value first, then
-// lower token id, so ties resolve the same way as greedy argmax. A function object rather than a
-// function so the selection algorithms inline it.
-struct BetterCandidate {
-  bool operator()(const Candidate& a, const Candidate& b) const {
-    return a.value > b.value || (a.value == b.value && a.token < b.token);
-  }
-};
-constexpr BetterCandidate Better;
-
-// NaN would break the strict weak ordering the selection algorithms rely on (undefined behavior
-// in nth_element), so a NaN logit ranks as impossible.
-float Sanitize(float v) { return std::isnan(v) ? kNegInf : v; }
-
-// Max over finite-or-infinite logits, ignoring NaN.
-float MaxLogit(absl::Span<const float> logits) {
-  float m = kNegInf;
-  for (float v : logits) m = v > m ? v : m;
-  return m;
-}
-
-// Writes the `k` best tokens of `logits` (by Better) into `out`, sorted best first. One pass plus
-// occasional nth_element over a buffer of at most 2k entries, so it costs O(V) rather than the
-// O(V log V) of sorting the vocabulary. Relies on scanning ids in increasing order: a later token
-// whose logit only equals the current k-th best loses the tie and can be skipped.
-void SelectTopK(absl::Span<const float> logits, size_t k, std::vector<Candidate>* out) {
-  out->clear();
-  k = std::min(k, logits.size());
-  if (k == 0) return;
-  const size_t capacity = std::max<size_t>(2 * k, 64);
-  out->reserve(capacity);
-  bool pruning = false;
-  float threshold = kNegInf;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const float v = Sanitize(logits[i]);
-    if (pruning && !(v > threshold)) continue;
-    out->push_back({v, static_cast<int32_t>(i)});
-    if (out->size() == capacity) {
-      std::nth_element(out->begin(), out->begin() + (k - 1), out->end(), Better);
-      out->resize(k);
-      threshold = out->back().value;
-      pruning = true;
-    }
-  }
-  if (out->size() > k) {
-    std::nth_element(out->begin(), out->begin() + (k - 1), out->end(), Better);
-    out->resize(k);
-  }
-  std::sort(out->begin(), out->end(), Better);
-}
-
-// log(sum(exp(logits))), shifted by the max so large logits cannot overflow.
-float LogSumExp(absl::Span<const float> logits) {
-  const float m = MaxLogit(logits);
-  if (!std::isfinite(m)) return m;
-  double sum = 0.0;
-  for (float v : logits) sum += std::exp(v - m);
-  return static_cast<float>(m + std::log(sum));
-}
-
-// Histogram buckets for top-p: the top 14 bits of a non-negative float (sign, exponent, 5
-// mantissa bits) order the same way as the floats, and weights never exceed 1.0f.
-constexpr int kBucketShift = 18;
-constexpr size_t kNumBuckets = (std::bit_cast<uint32_t>(1.0f) >> kBucketShift) + 1;
-size_t Bucket(float w) { return std::bit_cast<uint32_t>(w) >> kBucketShift; }
-
-// Reorders `cands` so that its first k entries are the k most likely (by Better), where k is the
-// smallest count whose weights sum to at least `nucleus` (all of them if none does), and returns
-// k with that sum in `kept_total`. Bisects with nth_element and sorts only the final short block:
-// it runs on the histogram's boundary bucket, which is usually small but is the whole vocabulary
-// when all logits are equal, and this stays O(n) expected either way.
-size_t NucleusPrefix(double nucleus, std::vector<Candidate>* cands, double* kept_total) {
-  auto begin = cands->begin();
-  size_t lo = 0;              // [0, lo): the lo best, all kept, summing to `acc` (< nucleus)
-  size_t hi = cands->size();  // the answer lies in (lo, hi]
-  double acc = 0.0;
-  constexpr size_t kSortBelow = 64;
-  while (hi - lo > kSortBelow) {
-    const size_t mid = lo + (hi - lo) / 2;
-    std::nth_element(begin + lo, begin + mid, begin + hi, Better);
-    double block = 0.0;
-    for (size_t i = lo; i < mid; ++i) block += (*cands)[i].value;
-    if (acc + block >= nucleus) {
-      hi = mid;
-    } else {
-      acc += block;
-      lo = mid;
-    }
-  }
-  std::sort(begin + lo, begin + hi, Better);
-  size_t keep = lo;
-  while (keep < hi) {
-    acc += (*cands)[keep].value;
-    ++keep;
-    if (acc >= nucleus) break;
-  }
-  *kept_total = acc;
-  return keep;
-}
-
-// Draws an index of `weights` (non-negative, `total` = their sum) with probability proportional
-// to its weight. `u` is uniform in [0, 1). Falls back to the last positive weight when rounding
-// leaves the target at or past the running sum.
-template <typename WeightAt>
-size_t DrawIndex(size_t count, WeightAt weight_at, double total, double u) {
-  const double target = u * total;
-  double cum = 0.0;
-  size_t last_positive = 0;
-  for (size_t i = 0; i < count; ++i) {
-    const double w = weight_at(i);
-    if (w <= 0.0) continue;
-    cum += w;
-    last_positive = i;
-    if (target < cum) return i;
-  }
-  return last_positive;
-}
-
-}  // namespace
 
 Sampler::Sampler(const SamplingParams& params, absl::Span<const int32_t> prompt)
     : params_(params), prompt_tokens_(prompt.begin(), prompt.end()) {
@@ -179,134 +50,19 @@ void Sampler::ApplyPenalties(absl::Span<float> logits, std::vector<Candidate>* s
   }
 }
 
-int32_t Sampler::SampleStochastic(absl::Span<const float> logits) {
-  const size_t vocab = logits.size();
-  const float max_logit = MaxLogit(logits);
-  // All tokens masked (or a +inf logit): there is no distribution to draw from.
-  if (!std::isfinite(max_logit)) {
-    for (size_t i = 0; i < vocab; ++i) {
-      if (logits[i] == max_logit) return static_cast<int32_t>(i);
-    }
-    return 0;
-  }
-  const float inv_t = 1.0f / params_.temperature;
-  // Weights are probabilities relative to the most likely token (which gets exactly 1, all others
-  // land in [0, 1]), so the min-p test is a plain comparison with min_p.
-  auto weight = [&](float logit) { return std::exp((Sanitize(logit) - max_logit) * inv_t); };
-
-  const bool top_k = params_.top_k > 0 && static_cast<size_t>(params_.top_k) < vocab;
-  const bool top_p = params_.top_p < 1.0f;
-  const float min_p = params_.min_p;
-  std::vector<Candidate>& cands = candidates_;
-  cands.clear();
-  double kept_total = 0.0;
-
-  if (top_k) {
-    SelectTopK(logits, static_cast<size_t>(params_.top_k), &cands);
-    double top_k_total = 0.0;
-    for (Candidate& c : cands) {
-      c.value = weight(c.value);
-      top_k_total += c.value;
-    }
-    // Sorted already: walk most likely first to the nucleus (a fraction of the top-k mass, as
-    // when top-p follows top-k in HF) or the min-p cut.
-    const double nucleus = static_cast<double>(params_.top_p) * top_k_total;
-    size_t keep = 0;
-    while (keep < cands.size()) {
-      const Candidate& c = cands[keep];
-      if (keep > 0 && c.value < min_p) break;
-      kept_total += c.value;
-      ++keep;
-      if (top_p && kept_total >= nucleus) break;
-    }
-    cands.resize(keep);
-  } else if (top_p) {
-    // Top-p over the whole vocabulary without sorting it: a histogram of probability mass over
-    // the weights' float bit patterns (monotonic for non-negative floats, 32 buckets per octave)
-    // finds the bucket where the nucleus ends. Tokens above it are in, tokens below are out, and
-    // only that one bucket needs ordering.
-    weights_.resize(vocab);
-    bucket_mass_.assign(kNumBuckets, 0.0);
-    double total = 0.0;
-    for (size_t i = 0; i < vocab; ++i) {
-      const float w = weight(logits[i]);
-      weights_[i] = w;
-      total += w;
-      bucket_mass_[Bucket(w)] += w;
-    }
-    const double nucleus = static_cast<double>(params_.top_p) * total;
-    size_t boundary = 0;
-    double above = 0.0;  // mass of the buckets above `boundary`
-    for (size_t b = kNumBuckets; b-- > 0;) {
-      if (above + bucket_mass_[b] >= nucleus) {
-        boundary = b;
-        break;
-      }
-      above += bucket_mass_[b];
-    }
-    // Tokens below min_p are collected by neither list: they sort after every kept token.
-    std::vector<Candidate>& edge = boundary_candidates_;
-    edge.clear();
-    for (size_t i = 0; i < vocab; ++i) {
-      const float w = weights_[i];
-      if (w < min_p || w <= 0.0f) continue;
-      const size_t b = Bucket(w);
-      if (b > boundary) {
-        cands.push_back({w, static_cast<int32_t>(i)});
-        kept_total += w;
-      } else if (b == boundary) {
-        edge.push_back({w, static_cast<int32_t>(i)});
-      }
-    }
-    double edge_total = 0.0;
-    const size_t edge_keep = NucleusPrefix(nucleus - above, &edge, &edge_total);
-    cands.insert(cands.end(), edge.begin(), edge.begin() + edge_keep);
-    kept_total += edge_total;
-  } else {
-    // No ordering needed: plain temperature sampling, filtered by min-p when set.
-    for (size_t i = 0; i < vocab; ++i) {
-      const float w = weight(logits[i]);
-      if (w >= min_p && w > 0.0f) {
-        cands.push_back({w, static_cast<int32_t>(i)});
-        kept_total += w;
-      }
-    }
-  }
-
-  if (cands.empty()) return 0;
-  auto weight_at = [&](size_t i) { return cands[i].value; };
-  return cands[DrawIndex(cands.size(), weight_at, kept_total, NextUniform())].token;
-}
-
 SampledToken Sampler::Sample(absl::Span<float> logits) {
   SampledToken out;
   const bool want_logprobs = params_.logprobs >= 0;
   float log_z = 0.0f;
   if (want_logprobs) {
-    log_z = LogSumExp(logits);
-    if (params_.logprobs > 0) {
-      SelectTopK(logits, static_cast<size_t>(params_.logprobs), &candidates_);
-      out.top.reserve(candidates_.size());
-      for (const Candidate& c : candidates_) out.top.push_back({c.token, c.value - log_z});
-    }
+    log_z = RowSampler::LogSumExp(logits);
+    row_sampler_.TopLogprobs(logits, params_.logprobs, log_z, &out.top);
   }
 
   saved_logits_.clear();
   ApplyPenalties(logits, want_logprobs ? &saved_logits_ : nullptr);
 
-  int32_t token = 0;
-  if (params_.temperature == 0.0f) {
-    // Greedy: one pass; strict '>' keeps the lowest id among equal maxima.
-    float best = kNegInf;
-    for (size_t i = 0; i < logits.size(); ++i) {
-      if (logits[i] > best) {
-        best = logits[i];
-        token = static_cast<int32_t>(i);
-      }
-    }
-  } else {
-    token = SampleStochastic(logits);
-  }
+  const int32_t token = row_sampler_.Choose(NextRow(), logits);
 
   if (want_logprobs && !logits.empty()) {
     float raw = logits[token];
@@ -320,6 +76,36 @@ SampledToken Sampler::Sample(absl::Span<float> logits) {
   }
   out.token = token;
   ++output_counts_[token];
+  return out;
+}
+
+bool Sampler::has_penalties() const {
+  return params_.repetition_penalty != 1.0f || params_.frequency_penalty != 0.0f ||
+         params_.presence_penalty != 0.0f;
+}
+
+RowSampling Sampler::NextRow() {
+  RowSampling row;
+  row.temperature = params_.temperature;
+  row.top_k = params_.top_k;
+  row.top_p = params_.top_p;
+  row.min_p = params_.min_p;
+  row.logprobs = params_.logprobs;
+  // One draw per stochastic step, made whether or not the row ends up needing it, so the stream
+  // a seed gives is the same on the host and on the device.
+  if (row.temperature > 0.0f) row.uniform = NextUniform();
+  return row;
+}
+
+SampledToken Sampler::Record(const SampledRow& row) {
+  SampledToken out;
+  out.token = row.token;
+  out.logprob = row.logprob;
+  out.top.reserve(static_cast<size_t>(row.alternatives));
+  for (int32_t i = 0; i < row.alternatives; ++i) {
+    out.top.push_back({row.alternative_tokens[i], row.alternative_logprobs[i]});
+  }
+  ++output_counts_[row.token];
   return out;
 }
 

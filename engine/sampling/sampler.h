@@ -10,28 +10,16 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "engine/sampling/row_sampling.h"
 #include "engine/sampling/sampling_params.h"
 
 namespace specula {
-
-struct TokenLogprob {
-  int32_t token = 0;
-  float logprob = 0.0f;
-};
 
 struct SampledToken {
   int32_t token = 0;
   float logprob = 0.0f;           // of the chosen token (only when params.logprobs >= 0)
   std::vector<TokenLogprob> top;  // top-N alternatives, most likely first
 };
-
-namespace sampling_internal {
-// A candidate token: `value` is a logit or an unnormalized probability, depending on the stage.
-struct Candidate {
-  float value;
-  int32_t token;
-};
-}  // namespace sampling_internal
 
 class Sampler {
  public:
@@ -45,14 +33,19 @@ class Sampler {
   // before penalties and temperature), as vLLM reports by default.
   SampledToken Sample(absl::Span<float> logits);
 
+  // Sampling on the device (Backend::SampleRows): possible unless a penalty is on (penalties
+  // need the token counts, which live here). NextRow gives the next step's settings, drawing its
+  // uniform from this sequence's stream as Sample would; Record takes the device's result.
+  bool has_penalties() const;
+  RowSampling NextRow();
+  SampledToken Record(const SampledRow& row);
+
  private:
   using Candidate = sampling_internal::Candidate;
 
   // Applies the repetition, frequency and presence penalties. When `saved` is non-null, the raw
   // value of every logit it changes is appended there first (for the chosen token's logprob).
   void ApplyPenalties(absl::Span<float> logits, std::vector<Candidate>* saved) const;
-  // Temperature > 0 path: temperature, top-k, top-p, min-p, then a draw from the RNG.
-  int32_t SampleStochastic(absl::Span<const float> logits);
   // Uniform double in [0, 1) built from 53 RNG bits, identical on every standard library.
   double NextUniform();
 
@@ -60,12 +53,9 @@ class Sampler {
   std::mt19937_64 rng_;
   std::vector<int32_t> prompt_tokens_;                  // distinct prompt tokens, sorted
   std::unordered_map<int32_t, int32_t> output_counts_;  // generated token -> count
-  // Scratch buffers reused across steps so a step allocates nothing in the steady state.
-  std::vector<Candidate> candidates_;
-  std::vector<Candidate> boundary_candidates_;
+  // Scratch reused across steps so a step allocates nothing in the steady state.
+  RowSampler row_sampler_;
   std::vector<Candidate> saved_logits_;
-  std::vector<float> weights_;
-  std::vector<double> bucket_mass_;
 };
 
 }  // namespace specula

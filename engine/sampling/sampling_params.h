@@ -7,11 +7,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/sampling_abi.h"
 
 namespace specula {
 
 // Most top alternatives a request may ask logprobs for.
-inline constexpr int32_t kMaxLogprobs = 20;
+inline constexpr int32_t kMaxLogprobs = kMaxSampledAlternatives;
 
 struct SamplingParams {
   float temperature = 1.0f;         // 0 = greedy

@@ -27,6 +27,7 @@
 #include "tools/bench/agent_bench.h"
 #include "tools/bench/attention_bench.h"
 #include "tools/bench/cpu_bench.h"
+#include "tools/bench/sampling_bench.h"
 #include "tools/bench/serve_bench.h"
 #include "tools/bench/sparse_bench.h"
 #include "tools/common/dashed_flags.h"
@@ -93,7 +94,7 @@ ABSL_FLAG(int32_t, tool_tokens, 64, "agent: tool result appended after each answ
 ABSL_FLAG(int32_t, output_tokens, 32, "agent: answer tokens per turn");
 ABSL_FLAG(int32_t, think_ms, 0, "agent: pause between a turn's end and the next turn");
 ABSL_FLAG(std::string, device, "cpu",
-          "agent, attention: model.device of the engine (cpu | cuda | auto)");
+          "agent, attention, sampling: model.device of the engine (cpu | cuda | auto)");
 ABSL_FLAG(int32_t, suffix_probe_repeats, 5,
           "agent: afterwards, TTFT of a turn's new tokens after a cached prefix of 0, the first "
           "turn's and the last turn's context, one request at a time: the median of this many "
@@ -111,6 +112,11 @@ ABSL_FLAG(std::vector<std::string>, decode_shapes,
           std::vector<std::string>({"1x1024", "1x8192", "1x32768", "8x4096", "32x4096", "64x1024"}),
           "attention: decode shapes BATCHxCONTEXT (one query row per sequence); empty: none");
 
+// sampling
+ABSL_FLAG(int64_t, vocab, 128256, "sampling: tokens per row of logits");
+ABSL_FLAG(std::vector<std::string>, sampling_rows,
+          std::vector<std::string>({"1", "8", "64", "128"}), "sampling: rows per step timed");
+
 namespace {
 
 constexpr char kUsage[] =
@@ -119,7 +125,8 @@ constexpr char kUsage[] =
     "  serve      a running server over gRPC (--server HOST:PORT, --concurrency, --request-rate)\n"
     "  sparse     sparse vs dense decode and retrieval (--contexts, --budgets, --tbt-contexts)\n"
     "  agent      multi-turn agent traffic (--conversations, --turns, --modes)\n"
-    "  attention  attention kernels (--device, --contexts, --head-dims, --decode-shapes)";
+    "  attention  attention kernels (--device, --contexts, --head-dims, --decode-shapes)\n"
+    "  sampling   sampling on the device vs on the host (--device, --vocab, --sampling-rows)";
 
 // --device, or nullopt after saying why not.
 std::optional<specula::DeviceKind> DeviceFlag() {
@@ -224,6 +231,21 @@ int RunAttention() {
   return specula::RunAttentionBench(o);
 }
 
+int RunSampling() {
+  specula::SamplingBenchOptions o;
+  const std::optional<specula::DeviceKind> device = DeviceFlag();
+  if (!device) return 2;
+  o.device = *device;
+  o.vocab = absl::GetFlag(FLAGS_vocab);
+  if (o.vocab < 1 || o.vocab > (int64_t{1} << 24)) {
+    std::cerr << "specula-bench: --vocab must be in [1, 2^24]\n";
+    return 2;
+  }
+  o.rows.clear();
+  if (!ParseList("sampling-rows", absl::GetFlag(FLAGS_sampling_rows), &o.rows)) return 2;
+  return specula::RunSamplingBench(o);
+}
+
 int RunCpu() {
   specula::CpuBenchOptions o;
   o.presets = absl::GetFlag(FLAGS_presets);
@@ -295,6 +317,7 @@ int main(int argc, char** argv) {
   if (command == "sparse") return RunSparse();
   if (command == "agent") return RunAgent();
   if (command == "attention") return RunAttention();
+  if (command == "sampling") return RunSampling();
   std::cerr << kUsage << "\n";
   return 2;
 }

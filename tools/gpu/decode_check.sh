@@ -13,13 +13,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 bundle=/tmp/specula-gpu
 source "$here/env.sh"
 start=$SECONDS
-step() {  # step NAME COMMAND...: logs to REPORT_DIR/NAME.log
-  local name=$1
-  shift
-  "$@" >"$report/$name.log" 2>&1
-  echo "$name: rc $? at $((SECONDS - start)) s; $(grep -E 'PASSED|FAILED|ERROR SUMMARY' \
-    "$report/$name.log" | tr '\n' ' ')"
-}
 step kernels timeout 150 "$bundle/bin/cuda_backend_test" --gtest_filter='-*TileKernel*'
 step generate timeout 60 "$bundle/bin/cuda_generate_test"
 step memcheck timeout 90 compute-sanitizer --tool memcheck --error-exitcode 1 \

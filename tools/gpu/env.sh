@@ -8,6 +8,16 @@ done
 export LD_LIBRARY_PATH=$bundle/lib:${cuda_lib:-}:${LD_LIBRARY_PATH:-}
 export SPECULA_TEST_MODELS_DIR=$bundle/test_models
 
+# step NAME COMMAND...: runs COMMAND with its output in $report/NAME.log, then prints one line:
+# its exit status, the seconds since $start, and the log's test and sanitizer summaries.
+step() {
+  local name=$1
+  shift
+  "$@" >"$report/$name.log" 2>&1
+  echo "$name: rc $? at $((SECONDS - start)) s; $(grep -E 'PASSED|FAILED|ERROR SUMMARY|RACECHECK SUMMARY' \
+    "$report/$name.log" | tr '\n' ' ')"
+}
+
 # wait_healthy PID PORT: waits (up to 60 s) until the server PID answers health on PORT; fails
 # at once if it exited (its log says why).
 wait_healthy() {

@@ -119,6 +119,29 @@ TEST_F(CpuBackendTest, SwiGluAndAddAndGather) {
   EXPECT_EQ(g, (std::vector<float>{33, 44, 11, 22}));
 }
 
+// Each row of a strided logits matrix is sampled with its own settings (the method's own tests
+// are tests/engine/sampling/row_sampling_test.cc).
+TEST_F(CpuBackendTest, SampleRowsSamplesEachRowWithItsSettings) {
+  // Row r's most likely token is r + 1; the padding column would win if the stride were ignored.
+  std::vector<float> logits = {0, 5, 1, 1, 9,  //
+                               0, 1, 5, 1, 9,  //
+                               0, 1, 1, 5, 9};
+  std::vector<RowSampling> rows(3);
+  rows[1].logprobs = 2;
+  rows[2].temperature = 1.0f;
+  rows[2].top_k = 1;
+  rows[2].uniform = 0.9;
+  DeviceBuffer out_buffer = backend_.Allocate(3 * sizeof(SampledRow)).value();
+  const DeviceSpan<SampledRow> out(out_buffer.as<SampledRow>(), 3);
+  backend_.SampleRows(Mat(logits.data(), 3, 4, 5), data_.Put(rows), out);
+  EXPECT_EQ(out.data()[0].token, 1);
+  EXPECT_EQ(out.data()[1].token, 2);
+  EXPECT_EQ(out.data()[1].alternatives, 2);
+  EXPECT_EQ(out.data()[1].alternative_tokens[1], 1);  // of the tied 1s, the lower id
+  EXPECT_EQ(out.data()[2].token, 3);
+  EXPECT_EQ(out.data()[0].alternatives, 0);
+}
+
 // The value a KV page of `dtype` holds for x: x rounded to nearest even.
 float StoredAs(DType dtype, float x) {
   uint32_t stored = 0;
