@@ -135,9 +135,10 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
     ASSIGN_OR_RETURN(g->sparse_,
                      SparseKvCache::Create(options.sparse, shape, *g->backend_, g->kv_, *g->host_));
   }
-  g->plan_ = std::make_unique<StepPlan>(*g->backend_);
   g->dense_attention_ = std::make_unique<DenseKvAttention>(
       *g->backend_, g->kv_, static_cast<int32_t>(c.num_attention_heads), c.softmax_scale());
+  g->runner_ = std::make_unique<ModelRunner>(*g->backend_, *g->model_, *g->dense_attention_,
+                                             g->sparse_.get());
   g->prefix_ = std::make_unique<PrefixCache>(options.prefix_cache, g->kv_, g->host_.get());
   // The largest step: every running sequence decodes while a full prefill chunk runs, or one
   // solo chunk runs alone.
@@ -256,14 +257,6 @@ int64_t Generator::host_pages_capacity() const {
 int64_t Generator::device_slots_used() const {
   return sparse_ == nullptr ? 0 : sparse_->device_slots_used();
 }
-
-namespace {
-
-bool AllFinite(absl::Span<const float> values) {
-  return std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); });
-}
-
-}  // namespace
 
 KvStats Generator::FinalKvStats(const Sequence& s) const {
   if (s.sparse_kv() == nullptr) return KvStats();
@@ -628,14 +621,13 @@ absl::Status Generator::Step(std::vector<SequenceOutput>* outputs) {
   GrowDecodeBlocks();
   GrowSparseHostPages(outputs);
   if (running_.empty()) return absl::OkStatus();
-  plan_->Clear();
-  if (sparse_ != nullptr) sparse_->PlanStep(*plan_);
-  StepRows rows = ChooseRows();
-  if (rows.planned.empty()) return absl::OkStatus();  // every sequence waits for room
-  RETURN_IF_ERROR(PlanStep(rows));
-  RETURN_IF_ERROR(plan_->Upload());
-  RunStep(rows);
-  return FinishStep(rows, outputs);
+  runner_->plan().Clear();
+  if (sparse_ != nullptr) sparse_->PlanStep(runner_->plan());
+  ScheduledStep step = ChooseRows();
+  if (step.rows.empty()) return absl::OkStatus();  // every sequence waits for room
+  RETURN_IF_ERROR(runner_->Plan(step));
+  runner_->Run(step);
+  return FinishStep(step, outputs);
 }
 
 int64_t Generator::PrefillBudget() const {
@@ -646,8 +638,8 @@ int64_t Generator::PrefillBudget() const {
                                                 : options_.prefill_chunk_tokens;
 }
 
-Generator::StepRows Generator::ChooseRows() {
-  StepRows rows;
+ScheduledStep Generator::ChooseRows() {
+  ScheduledStep step;
   int64_t prefill_budget = PrefillBudget();
   // Decode first: every running sequence gets its token each step, so TBT stays bounded while
   // long prompts are prefilled a chunk at a time. Prefills in admission order within the
@@ -658,10 +650,10 @@ Generator::StepRows Generator::ChooseRows() {
     if (prefill_budget == 0) break;
     if (!s->in_prefill() || s->preempted()) continue;
     if (s->sparse_kv() != nullptr) {
-      if (rows.sparse_prefill != nullptr) continue;  // one layer-major prefill at a time
-      rows.sparse_prefill = sparse_prefills_.at(id).get();
-      rows.sparse_prefill_seq = s.get();
-      rows.sparse_layer_tokens = prefill_budget * model_->config().num_hidden_layers;
+      if (step.sparse_prefill != nullptr) continue;  // one layer-major prefill at a time
+      step.sparse_prefill = sparse_prefills_.at(id).get();
+      step.sparse_prefill_seq = s.get();
+      step.sparse_layer_tokens = prefill_budget * model_->config().num_hidden_layers;
       prefill_budget = 0;
       continue;
     }
@@ -671,21 +663,21 @@ Generator::StepRows Generator::ChooseRows() {
   }
   auto add_row = [&](Sequence* s, int64_t n, bool prefill) {
     const bool sample = !prefill || n == s->prefill_remaining();
-    const auto q_begin = static_cast<int32_t>(rows.tokens.size());
+    const auto q_begin = static_cast<int32_t>(step.tokens.size());
     const int64_t start = s->kv_len();
     for (int64_t i = 0; i < n; ++i) {
-      rows.tokens.push_back(s->TokenAt(start + i));
-      rows.positions.push_back(static_cast<int32_t>(start + i));
+      step.tokens.push_back(s->TokenAt(start + i));
+      step.positions.push_back(static_cast<int32_t>(start + i));
     }
     if (s->sparse_kv() != nullptr) {
-      rows.sparse_decode.push_back({s->sparse_kv().get(), q_begin, static_cast<int32_t>(start)});
+      step.sparse_decode.push_back({s->sparse_kv().get(), q_begin, static_cast<int32_t>(start)});
     } else {
       const auto kv_len = static_cast<int32_t>(start + n);
-      rows.dense.push_back({q_begin, static_cast<int32_t>(n), kv_len,
+      step.dense.push_back({q_begin, static_cast<int32_t>(n), kv_len,
                             absl::MakeConstSpan(s->blocks()).subspan(0, kv_.BlocksFor(kv_len))});
     }
-    if (sample) rows.logit_rows.push_back(q_begin + static_cast<int32_t>(n) - 1);
-    rows.planned.push_back({s, n, prefill, sample});
+    if (sample) step.logit_rows.push_back(q_begin + static_cast<int32_t>(n) - 1);
+    step.rows.push_back({s, n, prefill, sample});
   };
   for (auto& [id, s] : running_) {
     if (!s->preempted() && !s->in_prefill() && s->sparse_kv() == nullptr)
@@ -696,65 +688,27 @@ Generator::StepRows Generator::ChooseRows() {
     if (!s->preempted() && !s->in_prefill() && s->sparse_kv() != nullptr)
       add_row(s.get(), 1, false);
   }
-  if (rows.sparse_prefill != nullptr) {
-    rows.planned.push_back({rows.sparse_prefill_seq, 0, true, false});
+  if (step.sparse_prefill != nullptr) {
+    step.rows.push_back({step.sparse_prefill_seq, 0, true, false});
   }
-  return rows;
+  return step;
 }
 
-absl::Status Generator::PlanStep(StepRows& rows) {
-  dense_attention_->Plan(rows.dense, *plan_);
-  if (sparse_ != nullptr) RETURN_IF_ERROR(sparse_->decode().Plan(rows.sparse_decode, *plan_));
-  if (rows.sparse_prefill != nullptr) {
-    RETURN_IF_ERROR(rows.sparse_prefill->Plan(rows.sparse_layer_tokens, *plan_));
-    if (rows.sparse_prefill->finishes_this_step()) rows.planned.back().sample = true;
-  }
-  rows.tokens_slice = plan_->Add<int32_t>(rows.tokens);
-  rows.positions_slice = plan_->Add<int32_t>(rows.positions);
-  rows.logit_rows_slice = plan_->Add<int32_t>(rows.logit_rows);
-  return absl::OkStatus();
-}
-
-void Generator::RunStep(const StepRows& rows) {
-  if (sparse_ != nullptr) sparse_->RunPendingSummaries(*plan_);
-  dense_attention_->Bind(*plan_);
-  if (sparse_ != nullptr) sparse_->decode().Bind(*plan_);
-  if (rows.sparse_prefill != nullptr) rows.sparse_prefill->Bind(*plan_);
-  const auto n = static_cast<int64_t>(rows.tokens.size());
-  if (n > 0) {
-    StepAttention attention(dense_attention_.get(),
-                            sparse_ != nullptr ? &sparse_->decode() : nullptr);
-    model_->Forward(plan_->Device(rows.tokens_slice), plan_->Device(rows.positions_slice),
-                    attention);
-    model_->Logits(model_->hidden(n), plan_->Device(rows.logit_rows_slice), 0);
-  }
-  if (rows.sparse_prefill != nullptr) {
-    rows.sparse_prefill->Run(static_cast<int64_t>(rows.logit_rows.size()));
-  }
-}
-
-absl::Status Generator::FinishStep(const StepRows& rows, std::vector<SequenceOutput>* outputs) {
+absl::Status Generator::FinishStep(const ScheduledStep& step,
+                                   std::vector<SequenceOutput>* outputs) {
   if (sparse_ != nullptr) sparse_->EndStep();
-  if (rows.sparse_prefill != nullptr) rows.sparse_prefill->EndStep();
-  const bool prefill_done =
-      rows.sparse_prefill != nullptr && rows.sparse_prefill->finishes_this_step();
-  const auto n_logits = static_cast<int64_t>(rows.logit_rows.size()) + (prefill_done ? 1 : 0);
-  // The step's one synchronization: the logits' readback, or a plain wait when nothing samples.
-  if (n_logits > 0) {
-    model_->ReadLogits(n_logits, &logits_);
-  } else {
-    backend_->Synchronize();
-  }
+  if (step.sparse_prefill != nullptr) step.sparse_prefill->EndStep();
+  runner_->ReadResults();
+  last_step_.sampled_on_device = runner_->sampled_on_device();
   if (sparse_ != nullptr) sparse_->FinishStep(&last_step_.sparse);
-  if (rows.sparse_prefill != nullptr) rows.sparse_prefill->FinishStep(&last_step_.sparse);
+  if (step.sparse_prefill != nullptr) step.sparse_prefill->FinishStep(&last_step_.sparse);
 
   const absl::flat_hash_set<uint64_t> copy_failed = FailSparseOnCopyError(outputs);
-  const int64_t vocab = model_->config().vocab_size;
-  size_t row = 0;
+  size_t sampled = 0;
   std::vector<uint64_t> done, failed(copy_failed.begin(), copy_failed.end());
-  for (const Planned& p : rows.planned) {
+  for (const ScheduledRow& p : step.rows) {
     if (copy_failed.contains(p.seq->id())) {
-      if (p.sample) ++row;
+      if (p.sample) ++sampled;
       continue;
     }
     if (p.prefill) {
@@ -774,18 +728,13 @@ absl::Status Generator::FinishStep(const StepRows& rows, std::vector<SequenceOut
     if (!p.sample) continue;
     SequenceOutput out;
     out.id = p.seq->id();
-    const absl::Span<float> row_logits(logits_.data() + row * vocab, vocab);
-    ++row;
-    if (!AllFinite(row_logits)) {
+    if (absl::Status s = runner_->Accept(sampled++, *p.seq, &out); !s.ok()) {
       // Only this sequence's activations are poisoned (its own tokens, its own KV): it fails
       // alone, and its KV is never reused.
-      outputs->push_back(FailedOutput(
-          *p.seq, absl::InternalError("the model produced non-finite logits (NaN or Inf) for "
-                                      "this request; its KV cache was discarded")));
+      outputs->push_back(FailedOutput(*p.seq, std::move(s)));
       failed.push_back(p.seq->id());
       continue;
     }
-    p.seq->Accept(row_logits, &out);
     if (out.finish != FinishReason::kNone) out.kv_stats = FinalKvStats(*p.seq);
     if (out.finish != FinishReason::kNone) done.push_back(out.id);
     outputs->push_back(std::move(out));

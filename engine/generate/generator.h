@@ -17,6 +17,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/step_plan.h"
 #include "engine/common/device_kind.h"
+#include "engine/generate/model_runner.h"
 #include "engine/generate/sequence.h"
 #include "engine/generate/sparse_prefill.h"
 #include "engine/kv/dense_attention.h"
@@ -64,7 +65,10 @@ struct GeneratorOptions {
 struct StepStats {
   int32_t decode_rows = 0;     // sequences that decoded one token
   int32_t prefill_tokens = 0;  // prompt tokens run through the model
-  SparseStepStats sparse;      // what the sparse KV cache did in this step
+  // Whether the step's tokens were sampled on the backend (only tokens read back) rather than
+  // from logits read back to the host (a row with a penalty); false when nothing sampled.
+  bool sampled_on_device = false;
+  SparseStepStats sparse;  // what the sparse KV cache did in this step
 };
 
 struct GenerationResult {
@@ -165,34 +169,13 @@ class Generator {
 
  private:
   Generator() = default;
-  // What one step runs: a sequence and its tokens this step.
-  struct Planned {
-    Sequence* seq = nullptr;
-    int64_t n = 0;  // tokens through the batched forward pass (0 for a layer-major prefill)
-    bool prefill = false;
-    bool sample = false;  // has a logit row (in `planned` order)
-  };
-  struct StepRows {
-    std::vector<Planned> planned;
-    std::vector<int32_t> tokens, positions, logit_rows;  // of the batched forward pass
-    std::vector<DenseSeqRows> dense;                     // rows [0, dense rows)
-    std::vector<SparseDecodeRow> sparse_decode;          // after them
-    SparsePrefill* sparse_prefill = nullptr;             // this step's layer-major prefill
-    Sequence* sparse_prefill_seq = nullptr;
-    int64_t sparse_layer_tokens = 0;
-    PlanSlice<int32_t> tokens_slice, positions_slice, logit_rows_slice;
-  };
   // Which sequences run this step and how: decode rows, prefill chunks within the budget.
-  StepRows ChooseRows();
+  ScheduledStep ChooseRows();
   // Prompt tokens this step may prefill: prefill_chunk_tokens while a sequence decodes,
   // solo_prefill_chunk_tokens (when set) while none does.
   int64_t PrefillBudget() const;
-  // Writes the step's metadata into plan_ (uploaded by the caller).
-  absl::Status PlanStep(StepRows& rows);
-  // Enqueues the step: the batched forward pass, then the layer-major prefill's units.
-  void RunStep(const StepRows& rows);
-  // The step's one synchronization, then sampling and retiring.
-  absl::Status FinishStep(const StepRows& rows, std::vector<SequenceOutput>* outputs);
+  // The step's one synchronization, then each sampled row's token to its sequence, and retiring.
+  absl::Status FinishStep(const ScheduledStep& step, std::vector<SequenceOutput>* outputs);
   // After a failed prefetch gather: fails every running sparse sequence (outputs with the error)
   // and returns their ids; empty when no copy failed.
   absl::flat_hash_set<uint64_t> FailSparseOnCopyError(std::vector<SequenceOutput>* outputs);
@@ -263,13 +246,12 @@ class Generator {
   uint64_t next_id_ = 1;
   int64_t preemptions_ = 0;
   int64_t resumed_cached_tokens_ = 0;
-  std::unique_ptr<StepPlan> plan_;  // the step's metadata, uploaded once per step
   std::unique_ptr<DenseKvAttention> dense_attention_;
+  std::unique_ptr<ModelRunner> runner_;  // after the model, the KV pool and the sparse cache
   LoadTimings load_timings_;
   // Layer-major prefills of sparse sequences, by sequence id (engine/generate/sparse_prefill.h).
   std::map<uint64_t, std::unique_ptr<SparsePrefill>> sparse_prefills_;
   StepStats last_step_;
-  std::vector<float> logits_;
 };
 
 }  // namespace specula

@@ -8,11 +8,16 @@ namespace specula {
 
 const char* FinishReasonName(FinishReason r) {
   switch (r) {
-    case FinishReason::kNone: return "none";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kStopSequence: return "stop_sequence";
-    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStopSequence:
+      return "stop_sequence";
+    case FinishReason::kCancelled:
+      return "cancelled";
   }
   return "?";
 }
@@ -58,15 +63,23 @@ void Sequence::Preempt() {
 }
 
 int64_t MaxTotalTokens(const GenerationRequest& request, int64_t max_context) {
-  return std::min<int64_t>(max_context, static_cast<int64_t>(request.prompt.size()) +
-                                            request.stopping.max_tokens);
+  return std::min<int64_t>(
+      max_context, static_cast<int64_t>(request.prompt.size()) + request.stopping.max_tokens);
 }
 
 int64_t Sequence::max_total_tokens() const { return MaxTotalTokens(request_, max_context_); }
 
 void Sequence::Accept(absl::Span<float> logits, SequenceOutput* out) {
   CHECK(!finished());
-  SampledToken s = sampler_.Sample(logits);
+  Take(sampler_.Sample(logits), out);
+}
+
+void Sequence::AcceptSampled(const SampledRow& row, SequenceOutput* out) {
+  CHECK(!finished());
+  Take(sampler_.Record(row), out);
+}
+
+void Sequence::Take(SampledToken s, SequenceOutput* out) {
   generated_.push_back(s.token);
   out->tokens.push_back(s.token);
   if (request_.sampling.logprobs >= 0) out->logprobs.push_back(s);

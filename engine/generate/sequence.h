@@ -38,9 +38,9 @@ const char* FinishReasonName(FinishReason r);
 // What one step produced for one sequence.
 struct SequenceOutput {
   uint64_t id = 0;
-  std::vector<int32_t> tokens;        // new token ids (0 or 1 per step)
-  std::string text;                   // new text, safe to show (complete UTF-8, no stop string)
-  std::vector<SampledToken> logprobs; // per new token, when asked
+  std::vector<int32_t> tokens;         // new token ids (0 or 1 per step)
+  std::string text;                    // new text, safe to show (complete UTF-8, no stop string)
+  std::vector<SampledToken> logprobs;  // per new token, when asked
   FinishReason finish = FinishReason::kNone;
   // Set on a sequence's last output (finished or cancelled): what the KV cache did for it.
   std::optional<KvStats> kv_stats;
@@ -91,12 +91,19 @@ class Sequence {
 
   // Consumes the token sampled from `logits`, updates stop state and fills `out`.
   void Accept(absl::Span<float> logits, SequenceOutput* out);
+  // The same for a token sampled on the device (the engine's ModelRunner): whether this sequence
+  // can be (no penalties), its settings for the next step, and the result.
+  bool CanSampleOnDevice() const { return !sampler_.has_penalties(); }
+  RowSampling NextDeviceRow() { return sampler_.NextRow(); }
+  void AcceptSampled(const SampledRow& row, SequenceOutput* out);
   // Ends the sequence for a reason decided outside (cancellation).
   void Finish(FinishReason reason, SequenceOutput* out);
   bool finished() const { return finish_ != FinishReason::kNone; }
   FinishReason finish_reason() const { return finish_; }
 
  private:
+  // Appends the sampled token and updates the stop state and `out`.
+  void Take(SampledToken s, SequenceOutput* out);
   uint64_t id_;
   GenerationRequest request_;
   absl::flat_hash_set<int32_t> stop_ids_;  // eos (unless ignore_eos) and stop_token_ids
@@ -106,7 +113,7 @@ class Sequence {
   std::shared_ptr<WorkingSet> sparse_kv_;
   int64_t prefilled_ = 0;
   int64_t kv_len_ = 0;
-  int64_t prefill_target_ = 0;  // prompt size, or num_tokens() at the last preemption
+  int64_t prefill_target_ = 0;        // prompt size, or num_tokens() at the last preemption
   int64_t cached_prompt_tokens_ = 0;  // at admission (a resume's reuse is not the prompt's)
   bool preempted_ = false;            // waiting to be resumed: holds no KV
   int32_t preemptions_ = 0;

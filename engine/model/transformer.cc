@@ -59,6 +59,11 @@ absl::Status Transformer::Reserve(int64_t rows, int64_t logit_rows) {
 
 Mat Transformer::hidden(int64_t rows) const { return x_.Rows(0, rows); }
 
+Mat Transformer::logits(int64_t rows) const {
+  CHECK_LE(rows, reserved_logit_rows_);
+  return logits_.Rows(0, rows);
+}
+
 void Transformer::Embed(DeviceSpan<const int32_t> tokens, Mat* x) {
   backend_.Embed(tokens, weights_.embed, x);
 }

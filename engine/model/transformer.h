@@ -46,6 +46,8 @@ class Transformer {
                KvAttention& attention);
   // The hidden states Forward left, [rows, hidden].
   Mat hidden(int64_t rows) const;
+  // Logit rows [0, rows) in backend memory (what Logits wrote), [rows, vocab].
+  Mat logits(int64_t rows) const;
 
   // x[i] = embedding of tokens[i].
   void Embed(DeviceSpan<const int32_t> tokens, Mat* x);

@@ -64,6 +64,55 @@ TEST(GeneratorTest, SameSeedSameSample) {
   EXPECT_NE(a[0].tokens, b[0].tokens);
 }
 
+// A step samples on the backend (SampleRows) unless a row has a penalty, and then on the host.
+// A seeded request's tokens and logprobs must not depend on which: it shares each step with a
+// neighbour of the same shape, once plain (device steps) and once with a repetition penalty (host
+// steps), so its logits are the same in both runs and only the sampling path differs.
+TEST(GeneratorTest, ASeededRequestSamplesTheSameOnTheDeviceAndOnTheHost) {
+  GenerationRequest seeded = Greedy({1, 2, 3, 4}, 16);
+  seeded.sampling.temperature = 3.0f;  // the test model is near-deterministic when cooler
+  seeded.sampling.top_p = 0.95f;
+  seeded.sampling.seed = 11;
+  seeded.sampling.logprobs = 2;
+  struct Run {
+    std::vector<int32_t> tokens;
+    std::vector<float> logprobs;
+    int device_steps = 0, host_steps = 0;
+  };
+  auto run = [&](float neighbour_penalty) {
+    auto gen = Generator::Create(TestModelDir("llama3-f32"), GeneratorOptions{}).value();
+    const uint64_t id = gen->Add(seeded).value();
+    GenerationRequest neighbour = Greedy({5, 6, 7, 8}, 16);
+    neighbour.sampling.repetition_penalty = neighbour_penalty;
+    EXPECT_TRUE(gen->Add(neighbour).ok());
+    Run r;
+    std::vector<SequenceOutput> out;
+    while (gen->HasWork()) {
+      out.clear();
+      EXPECT_TRUE(gen->Step(&out).ok());
+      ++(gen->last_step().sampled_on_device ? r.device_steps : r.host_steps);
+      for (const SequenceOutput& o : out) {
+        if (o.id != id) continue;
+        r.tokens.insert(r.tokens.end(), o.tokens.begin(), o.tokens.end());
+        for (const SampledToken& t : o.logprobs) {
+          r.logprobs.push_back(t.logprob);
+          for (const TokenLogprob& alt : t.top) r.logprobs.push_back(alt.logprob);
+        }
+      }
+    }
+    return r;
+  };
+  const Run device = run(1.0f), host = run(1.2f);
+  seeded.sampling.seed = 12;  // the draws decide the tokens: another stream gives others
+  EXPECT_NE(run(1.0f).tokens, device.tokens);
+  EXPECT_EQ(device.host_steps, 0);
+  EXPECT_EQ(host.device_steps, 0);
+  EXPECT_EQ(device.tokens.size(), 16u);
+  EXPECT_EQ(device.tokens, host.tokens);
+  EXPECT_EQ(device.logprobs, host.logprobs);
+  EXPECT_EQ(device.logprobs.size(), 16u * 3);
+}
+
 TEST(GeneratorTest, StopStringEndsTextBeforeIt) {
   auto gen = Generator::Create(TestModelDir("llama3-f32"), GeneratorOptions{}).value();
   auto full = gen->GenerateAll({Greedy({1, 80, 81, 82}, 24)}).value()[0];
@@ -266,9 +315,9 @@ std::string ModelWithNanEmbedding(const std::string& name, int32_t token, int64_
 }
 
 // NaN logits fail only the request that produced them (INTERNAL), and its KV is never reused:
-// its session keeps nothing. The request beside it in the batch answers exactly as it does on
-// the unpoisoned model.
-TEST(GeneratorTest, NonFiniteLogitsFailOnlyTheirRequestAndDiscardItsKv) {
+// its session keeps nothing. The request beside it in the batch (with `good_penalty`) answers
+// exactly as it does on the unpoisoned model.
+void ExpectNonFiniteLogitsFailOnlyTheirRequest(float good_penalty) {
   const int32_t poison = 7;
   const int64_t hidden = Generator::Create(TestModelDir("llama-f32"), GeneratorOptions{})
                              .value()
@@ -284,13 +333,16 @@ TEST(GeneratorTest, NonFiniteLogitsFailOnlyTheirRequestAndDiscardItsKv) {
   GenerationRequest bad = Greedy(bad_prompt, 4);
   bad.session_id = "agent";
   const uint64_t bad_id = gen->Add(bad).value();
-  const uint64_t good_id = gen->Add(Greedy(good_prompt, 4)).value();
+  GenerationRequest good = Greedy(good_prompt, 4);
+  good.sampling.repetition_penalty = good_penalty;
+  const uint64_t good_id = gen->Add(good).value();
   std::vector<int32_t> good_tokens;
   absl::Status bad_status;
   std::vector<SequenceOutput> out;
   while (gen->HasWork()) {
     out.clear();
     ASSERT_TRUE(gen->Step(&out).ok());
+    EXPECT_EQ(gen->last_step().sampled_on_device, good_penalty == 1.0f);
     for (const SequenceOutput& o : out) {
       if (o.id == bad_id) {
         EXPECT_TRUE(o.tokens.empty());
@@ -306,12 +358,21 @@ TEST(GeneratorTest, NonFiniteLogitsFailOnlyTheirRequestAndDiscardItsKv) {
   EXPECT_EQ(bad_status.code(), absl::StatusCode::kInternal) << bad_status;
   EXPECT_NE(bad_status.message().find("non-finite"), std::string::npos);
   auto clean = Generator::Create(TestModelDir("llama-f32"), GeneratorOptions{}).value();
-  EXPECT_EQ(good_tokens, clean->GenerateAll({Greedy(good_prompt, 4)}).value()[0].tokens);
+  EXPECT_EQ(good_tokens, clean->GenerateAll({good}).value()[0].tokens);
   for (const SessionInfo& s : gen->ListSessions().sessions) EXPECT_EQ(s.tokens, 0) << s.id;
   EXPECT_EQ(gen->kv_blocks_used(), 0);
   // GenerateAll reports the failure too.
   EXPECT_EQ(gen->GenerateAll({Greedy(bad_prompt, 2)}).status().code(), absl::StatusCode::kInternal);
   std::filesystem::remove_all(poisoned);
+}
+
+// On both sampling paths: plain requests sample on the backend (which reports the row), and a
+// penalty on the good request moves every step to the host (which checks the logits).
+TEST(GeneratorTest, NonFiniteLogitsFailOnlyTheirRequestAndDiscardItsKv) {
+  for (float penalty : {1.0f, 1.3f}) {
+    SCOPED_TRACE(penalty == 1.0f ? "device sampling" : "host sampling");
+    ExpectNonFiniteLogitsFailOnlyTheirRequest(penalty);
+  }
 }
 
 TEST(GeneratorTest, FullCacheIsResourceExhaustedAndCancelFreesBlocks) {
