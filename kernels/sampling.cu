@@ -56,6 +56,23 @@ struct Row {
   int32_t vocab;
 };
 
+// Calls fn(id, logit) for each token of the row this thread visits (ids threadIdx.x, + kThreads,
+// ..., rising) with kUnroll loads in flight: one block per row has too few warps to hide the
+// latency of one L2 load at a time.
+constexpr int kUnroll = 8;
+template <typename Fn>
+__device__ __forceinline__ void ForEachToken(Row row, Fn&& fn) {
+  int32_t i = static_cast<int32_t>(threadIdx.x);
+  for (; i + (kUnroll - 1) * kThreads < row.vocab; i += kUnroll * kThreads) {
+    float l[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) l[u] = row.logits[i + u * kThreads];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) fn(i + u * kThreads, l[u]);
+  }
+  for (; i < row.vocab; i += kThreads) fn(i, row.logits[i]);
+}
+
 // Weights relative to the most likely token, computed as the host computes them (float
 // difference and product, then exp rounded to float), and their fixed-point masses.
 struct Weights {
@@ -148,6 +165,20 @@ __device__ Segment ThreadSegment(int32_t vocab) {
   return {begin, min(vocab, begin + per)};
 }
 
+// Calls fn(logit) for each token of `seg` in id order, kUnroll loads in flight.
+template <typename Fn>
+__device__ __forceinline__ void ForEachInSegment(Row row, Segment seg, Fn&& fn) {
+  int32_t i = seg.begin;
+  for (; i + kUnroll <= seg.end; i += kUnroll) {
+    float l[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) l[u] = row.logits[i + u];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) fn(l[u]);
+  }
+  for (; i < seg.end; ++i) fn(row.logits[i]);
+}
+
 struct RowStats {
   uint32_t best_key;  // the most likely token: its key and id (the lowest among equals)
   int32_t best_id;
@@ -158,15 +189,14 @@ __device__ RowStats Stats(Row row, Shared& s) {
   uint32_t key = 0;
   int32_t id = INT_MAX;
   bool finite = true;
-  for (int32_t i = threadIdx.x; i < row.vocab; i += kThreads) {
-    const float l = row.logits[i];
+  ForEachToken(row, [&](int32_t i, float l) {
     finite = finite && isfinite(l);
     const uint32_t k = RankKey(l);
     if (k > key) {  // ids rise within a thread: the first of equal keys stays
       key = k;
       id = i;
     }
-  }
+  });
   for (int o = 16; o > 0; o >>= 1) {
     const uint32_t k = __shfl_xor_sync(kFullMask, key, o);
     const int32_t j = __shfl_xor_sync(kFullMask, id, o);
@@ -226,7 +256,7 @@ __device__ void PickDigit(uint64_t target, uint64_t above, Shared& s) {
 __device__ int32_t NthWithKey(Row row, uint32_t key, uint64_t rank, Shared& s) {
   const Segment seg = ThreadSegment(row.vocab);
   uint64_t count = 0;
-  for (int32_t i = seg.begin; i < seg.end; ++i) count += RankKey(row.logits[i]) == key;
+  ForEachInSegment(row, seg, [&](float l) { count += RankKey(l) == key; });
   uint64_t total = 0;
   const uint64_t before = BlockExclusiveSum(count, s, &total);
   if (threadIdx.x == 0) s.found = INT_MAX;
@@ -255,16 +285,15 @@ __device__ Boundary FindCrossing(Row row, Measure measure, uint64_t x, Shared& s
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < kWarps * kBins; i += kThreads) (&s.hist[0][0])[i] = 0;
     __syncthreads();
-    for (int32_t i = threadIdx.x; i < row.vocab; i += kThreads) {
-      const float l = row.logits[i];
+    ForEachToken(row, [&](int32_t, float l) {
       const uint32_t k = RankKey(l);
-      if ((k & mask) != prefix) continue;
+      if ((k & mask) != prefix) return;
       const uint64_t m = measure(l);
       if (m != 0) {
         atomicAdd(reinterpret_cast<unsigned long long*>(&s.hist[Warp()][(k >> shift) & 0xff]),
                   static_cast<unsigned long long>(m));
       }
-    }
+    });
     __syncthreads();
     for (int b = threadIdx.x; b < kBins; b += kThreads) {
       uint64_t t = 0;
@@ -288,20 +317,18 @@ __device__ Boundary FindCrossing(Row row, Measure measure, uint64_t x, Shared& s
 // The sum of the masses of the tokens in the prefix `b`.
 __device__ uint64_t MassThrough(Row row, Boundary b, const Weights& w, Shared& s) {
   uint64_t sum = 0;
-  for (int32_t i = threadIdx.x; i < row.vocab; i += kThreads) {
-    const float l = row.logits[i];
+  ForEachToken(row, [&](int32_t i, float l) {
     if (InPrefix(RankKey(l), i, b)) sum += w.Mass(l);
-  }
+  });
   return BlockSum(sum, s);
 }
 
 // The prefix of the tokens whose weight is at least min_p (weights fall along the ranking).
 __device__ Boundary MinPBoundary(Row row, const Weights& w, Shared& s) {
   uint32_t lowest = UINT32_MAX;
-  for (int32_t i = threadIdx.x; i < row.vocab; i += kThreads) {
-    const float l = row.logits[i];
+  ForEachToken(row, [&](int32_t, float l) {
     if (w.Weight(l) >= w.min_p) lowest = min(lowest, RankKey(l));
-  }
+  });
   for (int o = 16; o > 0; o >>= 1) lowest = min(lowest, __shfl_xor_sync(kFullMask, lowest, o));
   if (Lane() == 0) s.warp_keys[Warp()] = lowest;
   __syncthreads();
@@ -314,7 +341,7 @@ __device__ Boundary MinPBoundary(Row row, const Weights& w, Shared& s) {
 __device__ int32_t DrawInIdOrder(Row row, const Weights& w, double uniform, Shared& s) {
   const Segment seg = ThreadSegment(row.vocab);
   uint64_t mine = 0;
-  for (int32_t i = seg.begin; i < seg.end; ++i) mine += w.KeptMass(row.logits[i]);
+  ForEachInSegment(row, seg, [&](float l) { mine += w.KeptMass(l); });
   uint64_t total = 0;
   const uint64_t before = BlockExclusiveSum(mine, s, &total);
   const uint64_t x = min(static_cast<uint64_t>(uniform * static_cast<double>(total)), total - 1);
@@ -370,10 +397,10 @@ __device__ int32_t Draw(Row row, const RowSampling& rs, float max_logit, Shared&
 // log(sum(exp(logit - max))) + max, summed in double as on the host.
 __device__ float LogSumExp(Row row, float max_logit, Shared& s) {
   double sum = 0.0;
-  for (int32_t i = threadIdx.x; i < row.vocab; i += kThreads) {
-    sum += static_cast<double>(
-        static_cast<float>(exp(static_cast<double>(__fsub_rn(row.logits[i], max_logit)))));
-  }
+  ForEachToken(row, [&](int32_t, float l) {
+    sum +=
+        static_cast<double>(static_cast<float>(exp(static_cast<double>(__fsub_rn(l, max_logit)))));
+  });
   return static_cast<float>(static_cast<double>(max_logit) + log(BlockSum(sum, s)));
 }
 
@@ -382,15 +409,15 @@ __device__ void CollectTop(Row row, int32_t n, Shared& s) {
   const Boundary b = FindCrossing(row, CountOne{}, static_cast<uint64_t>(n - 1), s);
   if (threadIdx.x == 0) s.count = 0;
   __syncthreads();
-  for (int32_t i = threadIdx.x; i < row.vocab; i += kThreads) {
-    const uint32_t k = RankKey(row.logits[i]);
-    if (!InPrefix(k, i, b)) continue;
+  ForEachToken(row, [&](int32_t i, float l) {
+    const uint32_t k = RankKey(l);
+    if (!InPrefix(k, i, b)) return;
     const int slot = atomicAdd(&s.count, 1);
     if (slot < n) {
       s.top_keys[slot] = k;
       s.top_ids[slot] = i;
     }
-  }
+  });
   __syncthreads();
   if (threadIdx.x == 0) {  // at most 20: insertion sort, most likely first, lower id on ties
     for (int i = 1; i < n; ++i) {
