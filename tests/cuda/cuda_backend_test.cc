@@ -15,6 +15,7 @@
 #include "engine/common/dtype.h"
 #include "engine/cpu/cpu_backend.h"
 #include "gtest/gtest.h"
+#include "tests/cuda/cuda_test_backend.h"
 #include "tests/engine/cpu/device_data.h"
 #include "tests/engine/cpu/random_vector.h"
 #include "tests/engine/cpu/stored_parts.h"
@@ -45,9 +46,7 @@ struct Twin {
 class CudaBackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    BackendOptions options;
-    options.device = DeviceKind::kCuda;
-    auto gpu = CreateBackend(options);
+    auto gpu = testing::CreateCudaBackend();
     if (!gpu.ok()) GTEST_SKIP() << "no GPU: " << gpu.status();
     gpu_ = std::move(*gpu);
     gpu_data_ = std::make_unique<DeviceData>(*gpu_);

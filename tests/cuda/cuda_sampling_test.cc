@@ -13,6 +13,7 @@
 #include "engine/backend/backend_factory.h"
 #include "engine/cpu/cpu_backend.h"
 #include "gtest/gtest.h"
+#include "tests/cuda/cuda_test_backend.h"
 
 namespace specula {
 namespace {
@@ -75,9 +76,7 @@ std::vector<float> Logits(Shape shape, int64_t vocab, uint64_t seed) {
 class CudaSamplingTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    BackendOptions options;
-    options.device = DeviceKind::kCuda;
-    auto gpu = CreateBackend(options);
+    auto gpu = testing::CreateCudaBackend();
     if (!gpu.ok()) GTEST_SKIP() << "no GPU: " << gpu.status();
     gpu_ = std::move(*gpu);
   }

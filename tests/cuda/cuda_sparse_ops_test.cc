@@ -13,6 +13,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/kv/selection_index.h"
 #include "gtest/gtest.h"
+#include "tests/cuda/cuda_test_backend.h"
 #include "tests/engine/cpu/device_data.h"
 #include "tests/engine/cpu/sparse_world.h"
 
@@ -66,9 +67,7 @@ class TwinWorlds {
 class CudaSparseOpsTest : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
-    BackendOptions options;
-    options.device = DeviceKind::kCuda;
-    auto gpu = CreateBackend(options);
+    auto gpu = testing::CreateCudaBackend();
     if (!gpu.ok()) GTEST_SKIP() << "no GPU: " << gpu.status();
     gpu_ = std::move(*gpu);
   }

@@ -5,14 +5,7 @@
 #     generation tests, against the CPU backend;
 #   - compute-sanitizer memcheck on the decode attention and normalization tests;
 #   - specula-bench attention's decode table, then tools/gpu/decode_bench.sh.
-set -uo pipefail
-report=$2
-mkdir -p "$report"
-here=$(cd "$(dirname "$0")" && pwd)
-"$here/unpack.sh" "$1"
-bundle=/tmp/specula-gpu
-source "$here/env.sh"
-start=$SECONDS
+source "$(dirname "$0")/begin.sh" "$1" "$2"
 step kernels timeout 150 "$bundle/bin/cuda_backend_test" --gtest_filter='-*TileKernel*'
 step generate timeout 60 "$bundle/bin/cuda_generate_test"
 step memcheck timeout 90 compute-sanitizer --tool memcheck --error-exitcode 1 \

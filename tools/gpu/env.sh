@@ -14,7 +14,7 @@ step() {
   local name=$1
   shift
   "$@" >"$report/$name.log" 2>&1
-  echo "$name: rc $? at $((SECONDS - start)) s; $(grep -E 'PASSED|FAILED|ERROR SUMMARY|RACECHECK SUMMARY' \
+  echo "$name: rc $? at $((SECONDS - start)) s; $(grep -E '^\[  (PASSED|FAILED)|ERROR SUMMARY|RACECHECK SUMMARY' \
     "$report/$name.log" | tr '\n' ' ')"
 }
 

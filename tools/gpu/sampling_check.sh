@@ -5,14 +5,7 @@
 #   - compute-sanitizer memcheck and racecheck on the sampler's small vocabularies;
 #   - specula-bench sampling: the device sampler against reading the logits back and sampling
 #     on the host, Llama 3's vocabulary, 1 to 128 rows.
-set -uo pipefail
-report=$2
-mkdir -p "$report"
-here=$(cd "$(dirname "$0")" && pwd)
-"$here/unpack.sh" "$1"
-bundle=/tmp/specula-gpu
-source "$here/env.sh"
-start=$SECONDS
+source "$(dirname "$0")/begin.sh" "$1" "$2"
 small='*CudaSampling*Vocab1:*CudaSampling*Vocab37:*CudaSampling*Vocab4099'
 step kernels timeout 150 "$bundle/bin/cuda_backend_test" --gtest_filter='-*TileKernel*'
 step memcheck timeout 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
