@@ -62,14 +62,31 @@ __device__ __forceinline__ void VisitStorageTypeOnDevice(DType t, Fn&& fn) {
   fn(float{});
 }
 
-// Sum over the 32 lanes of a warp; every lane receives it.
-__device__ __forceinline__ float WarpSum(float v) {
+// Sum and minimum over the 32 lanes of a warp; every lane receives it.
+template <typename T>
+__device__ __forceinline__ T WarpSum(T v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
-__device__ __forceinline__ double WarpSum(double v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+template <typename T>
+__device__ __forceinline__ T WarpMin(T v) {
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v = min(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
+}
+
+// The total of `v` over a block of kBlockThreads threads, added in a fixed order (a double sum is
+// the same on every run); every thread receives it. `partial` (kBlockThreads / 32 values in
+// shared memory) is free again on return.
+template <int kBlockThreads, typename T>
+__device__ T BlockSum(T v, T* partial) {
+  v = WarpSum(v);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  T total = 0;
+  for (int w = 0; w < kBlockThreads / 32; ++w) total += partial[w];
+  __syncthreads();
+  return total;
 }
 
 // Calls fn(r, c) for every cell of a rows x cols problem, in a grid-stride loop.

@@ -22,17 +22,6 @@ __global__ void EmbedKernel(EmbedParams p) {
 constexpr int kRmsNormPerThread = 16;
 constexpr int64_t kRmsNormRegisterCols = int64_t{kRmsNormPerThread} * kThreads;
 
-// The block's total of `sum` (every thread receives it); `partial` is free again on return.
-__device__ double BlockSum(double sum, double* partial) {
-  sum = WarpSum(sum);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
-  __syncthreads();
-  double total = 0.0;
-  for (int w = 0; w < kThreads / 32; ++w) total += partial[w];
-  __syncthreads();
-  return total;
-}
-
 // One block per row: the sum of squares in double (as the CPU backend), then the scaled row.
 __global__ void __launch_bounds__(kThreads) RmsNormKernel(RmsNormParams p) {
   __shared__ double partial[kThreads / 32];
@@ -50,7 +39,8 @@ __global__ void __launch_bounds__(kThreads) RmsNormKernel(RmsNormParams p) {
       }
 #pragma unroll
       for (int i = 0; i < kRmsNormPerThread; ++i) sum += static_cast<double>(v[i]) * v[i];
-      const auto inv = static_cast<float>(1.0 / sqrt(BlockSum(sum, partial) / cols + p.eps));
+      const auto inv =
+          static_cast<float>(1.0 / sqrt(BlockSum<kThreads>(sum, partial) / cols + p.eps));
 #pragma unroll
       for (int i = 0; i < kRmsNormPerThread; ++i) {
         const int64_t c = threadIdx.x + int64_t{i} * kThreads;
@@ -62,7 +52,8 @@ __global__ void __launch_bounds__(kThreads) RmsNormKernel(RmsNormParams p) {
     for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
       sum += static_cast<double>(in[c]) * in[c];
     }
-    const auto inv = static_cast<float>(1.0 / sqrt(BlockSum(sum, partial) / cols + p.eps));
+    const auto inv =
+        static_cast<float>(1.0 / sqrt(BlockSum<kThreads>(sum, partial) / cols + p.eps));
     for (int64_t c = threadIdx.x; c < cols; c += kThreads) out[c] = in[c] * inv * p.weight[c];
   }
 }

@@ -84,13 +84,14 @@ struct Weights {
     const float d = __fmul_rn(__fsub_rn(logit, max_logit), inv_t);
     return static_cast<float>(exp(static_cast<double>(d)));
   }
-  __device__ uint64_t Mass(float logit) const {
-    return static_cast<uint64_t>(static_cast<double>(Weight(logit)) * unit);
+  __device__ uint64_t ToMass(float weight) const {
+    return static_cast<uint64_t>(static_cast<double>(weight) * unit);
   }
+  __device__ uint64_t Mass(float logit) const { return ToMass(Weight(logit)); }
   // The mass of a token min-p keeps, 0 for one it drops.
   __device__ uint64_t KeptMass(float logit) const {
     const float w = Weight(logit);
-    return w >= min_p && w > 0.0f ? static_cast<uint64_t>(static_cast<double>(w) * unit) : 0;
+    return w >= min_p && w > 0.0f ? ToMass(w) : 0;
   }
 };
 
@@ -106,6 +107,7 @@ struct Shared {
   uint64_t hist[kWarps][kBins];  // a histogram per warp: fewer same-address atomics
   uint64_t bins[kBins];
   uint64_t warp_values[kWarps];
+  double warp_sums[kWarps];
   uint32_t warp_keys[kWarps];
   int32_t warp_ids[kWarps];
   uint32_t digit;
@@ -119,28 +121,19 @@ struct Shared {
 __device__ __forceinline__ int Lane() { return static_cast<int>(threadIdx.x & 31); }
 __device__ __forceinline__ int Warp() { return static_cast<int>(threadIdx.x / 32); }
 
-// Sums over the block, in a fixed order (so a double sum is the same on every run); every
-// thread gets the result.
-template <typename T>
-__device__ T BlockSum(T v, Shared& s) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
-  static_assert(sizeof(T) == sizeof(uint64_t));
-  if (Lane() == 0) s.warp_values[Warp()] = *reinterpret_cast<const uint64_t*>(&v);
-  __syncthreads();
-  T total = 0;
-  for (int w = 0; w < kWarps; ++w) total += *reinterpret_cast<const T*>(&s.warp_values[w]);
-  __syncthreads();
-  return total;
+// The sum of `v` over this lane and the lanes below it.
+__device__ uint64_t WarpInclusiveSum(uint64_t v) {
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint64_t n = __shfl_up_sync(kFullMask, v, o);
+    if (Lane() >= o) v += n;
+  }
+  return v;
 }
 
 // The sum of `v` over the threads before this one (thread order is id order for the callers'
 // contiguous segments), and the block's total in *total.
 __device__ uint64_t BlockExclusiveSum(uint64_t v, Shared& s, uint64_t* total) {
-  uint64_t inclusive = v;
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint64_t n = __shfl_up_sync(kFullMask, inclusive, o);
-    if (Lane() >= o) inclusive += n;
-  }
+  const uint64_t inclusive = WarpInclusiveSum(v);
   if (Lane() == 31) s.warp_values[Warp()] = inclusive;
   __syncthreads();
   uint64_t before = 0;
@@ -235,11 +228,7 @@ __device__ void PickDigit(uint64_t target, uint64_t above, Shared& s) {
     mine[i] = s.bins[kBins - 1 - 8 * Lane() - i];
     sum += mine[i];
   }
-  uint64_t inclusive = sum;
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint64_t n = __shfl_up_sync(kFullMask, inclusive, o);
-    if (Lane() >= o) inclusive += n;
-  }
+  const uint64_t inclusive = WarpInclusiveSum(sum);
   const unsigned passes = __ballot_sync(kFullMask, inclusive > target);
   // The callers keep `target` below the total, so some lane passes; the last is a safe default.
   const int first = passes != 0 ? __ffs(passes) - 1 : 31;
@@ -320,7 +309,7 @@ __device__ uint64_t MassThrough(Row row, Boundary b, const Weights& w, Shared& s
   ForEachToken(row, [&](int32_t i, float l) {
     if (InPrefix(RankKey(l), i, b)) sum += w.Mass(l);
   });
-  return BlockSum(sum, s);
+  return BlockSum<kThreads>(sum, s.warp_values);
 }
 
 // The prefix of the tokens whose weight is at least min_p (weights fall along the ranking).
@@ -329,7 +318,7 @@ __device__ Boundary MinPBoundary(Row row, const Weights& w, Shared& s) {
   ForEachToken(row, [&](int32_t, float l) {
     if (w.Weight(l) >= w.min_p) lowest = min(lowest, RankKey(l));
   });
-  for (int o = 16; o > 0; o >>= 1) lowest = min(lowest, __shfl_xor_sync(kFullMask, lowest, o));
+  lowest = WarpMin(lowest);
   if (Lane() == 0) s.warp_keys[Warp()] = lowest;
   __syncthreads();
   for (int i = 0; i < kWarps; ++i) lowest = min(lowest, s.warp_keys[i]);
@@ -401,7 +390,8 @@ __device__ float LogSumExp(Row row, float max_logit, Shared& s) {
     sum +=
         static_cast<double>(static_cast<float>(exp(static_cast<double>(__fsub_rn(l, max_logit)))));
   });
-  return static_cast<float>(static_cast<double>(max_logit) + log(BlockSum(sum, s)));
+  return static_cast<float>(static_cast<double>(max_logit) +
+                            log(BlockSum<kThreads>(sum, s.warp_sums)));
 }
 
 // The `n` most likely tokens, ranked, into s.top_keys / s.top_ids.

@@ -160,9 +160,7 @@ __device__ int32_t PickVictim(const Slots& s, uint32_t evict_before) {
     }
     best = min(best, key);
   }
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    best = min(best, __shfl_xor_sync(0xffffffffu, best, offset));
-  }
+  best = WarpMin(best);
   return best == ~0ull ? -1 : static_cast<int32_t>(best & 0xFFFFFF);
 }
 
