@@ -1,17 +1,11 @@
 #include "engine/generate/model_runner.h"
 
-#include <algorithm>
-#include <cmath>
-
 #include "engine/common/status_macros.h"
 #include "engine/kv/sparse_decode.h"
+#include "engine/sampling/row_sampling.h"
 
 namespace specula {
 namespace {
-
-bool AllFinite(absl::Span<const float> values) {
-  return std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); });
-}
 
 absl::Status NonFiniteLogits() {
   return absl::InternalError(

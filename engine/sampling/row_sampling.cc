@@ -125,6 +125,10 @@ size_t DrawIndex(size_t count, WeightAt weight_at, double total, double u) {
 
 }  // namespace
 
+bool AllFinite(absl::Span<const float> logits) {
+  return std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); });
+}
+
 // Shifted by the max so large logits cannot overflow.
 float RowSampler::LogSumExp(absl::Span<const float> logits) {
   const float m = MaxLogit(logits);
@@ -161,7 +165,8 @@ double RowSampler::KeepNucleus(const RowSampling& row, absl::Span<const float> l
                                float max_logit) {
   // A histogram of probability mass over the weights' float bit patterns (monotonic for
   // non-negative floats, 32 buckets per octave) finds the bucket where the nucleus ends. Tokens
-  // above it are in, tokens below are out, and only that one bucket needs ordering.
+  // above it are in, tokens below are out, and only that one bucket needs ordering to decide
+  // which of its tokens are in; the kept tokens alone are then ranked for the draw.
   const size_t vocab = logits.size();
   const float inv_t = 1.0f / row.temperature;
   weights_.resize(vocab);
@@ -268,11 +273,9 @@ int32_t RowSampler::Draw(const RowSampling& row, absl::Span<const float> logits)
 
 SampledRow RowSampler::Sample(const RowSampling& row, absl::Span<const float> logits) {
   SampledRow out;
-  for (float v : logits) {
-    if (!std::isfinite(v)) {
-      out.status = RowSampleStatus::kNonFinite;
-      return out;
-    }
+  if (!AllFinite(logits)) {
+    out.status = RowSampleStatus::kNonFinite;
+    return out;
   }
   out.token = Choose(row, logits);
   if (row.logprobs < 0 || logits.empty()) return out;

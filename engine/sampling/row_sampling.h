@@ -25,6 +25,9 @@ struct Candidate {
 };
 }  // namespace sampling_internal
 
+// Whether every logit is a finite number: a row with NaN or infinity has no token.
+bool AllFinite(absl::Span<const float> logits);
+
 // Keeps scratch buffers across rows so that a steady stream of rows allocates nothing. Not
 // thread-safe; one per thread.
 class RowSampler {

@@ -29,6 +29,14 @@ OrderedJson WeatherTools() {
       "parameters": {"type": "object", "properties": {"days": {"type": "integer"}}}}}])");
 }
 
+// "hi" from the user, with the weather tool offered.
+ChatRequest HiWithWeatherTools() {
+  ChatRequest request;
+  request.messages = OrderedJson::parse(R"([{"role": "user", "content": "hi"}])");
+  request.tools = WeatherTools();
+  return request;
+}
+
 class ChatModelTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -79,9 +87,7 @@ TEST_F(ChatModelTest, AForcedCallAfterAnOpenThinkBlockClosesItFirst) {
       "hermes");
   ASSERT_TRUE(chat.ok()) << chat.status();
   ASSERT_TRUE((*chat)->output_format().reasoning);
-  ChatRequest request;
-  request.messages = OrderedJson::parse(R"([{"role": "user", "content": "hi"}])");
-  request.tools = WeatherTools();
+  ChatRequest request = HiWithWeatherTools();
   request.tool_choice = *ParseToolChoice("required", request.tools, "tool_choice");
   absl::StatusOr<RenderedChat> r = (*chat)->Render(request);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -98,9 +104,7 @@ TEST_F(ChatModelTest, AForcedCallAfterAnOpenThinkBlockClosesItFirst) {
 TEST_F(ChatModelTest, ARequiredCallStartsTheAnswer) {
   auto chat = ChatModel::Load(*tokenizer_, "", "hermes");
   ASSERT_TRUE(chat.ok()) << chat.status();
-  ChatRequest request;
-  request.messages = OrderedJson::parse(R"([{"role": "user", "content": "hi"}])");
-  request.tools = WeatherTools();
+  ChatRequest request = HiWithWeatherTools();
   request.tool_choice = *ParseToolChoice("get_weather", request.tools, "tool_choice");
   absl::StatusOr<RenderedChat> named = (*chat)->Render(request);
   ASSERT_TRUE(named.ok()) << named.status();
@@ -133,9 +137,7 @@ TEST_F(ChatModelTest, ARequiredCallStartsTheAnswer) {
 TEST_F(ChatModelTest, ParallelToolCallsFalseKeepsTheFirstCall) {
   auto chat = ChatModel::Load(*tokenizer_, "", "hermes");
   ASSERT_TRUE(chat.ok()) << chat.status();
-  ChatRequest request;
-  request.messages = OrderedJson::parse(R"([{"role": "user", "content": "hi"}])");
-  request.tools = WeatherTools();
+  ChatRequest request = HiWithWeatherTools();
   const std::string two_calls =
       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"days\": 1}}\n</tool_call>\n"
       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"days\": 2}}\n</tool_call>";
@@ -192,9 +194,7 @@ TEST_F(ChatModelTest, ReasoningEffortSetsTheThinkingSwitch) {
 TEST_F(ChatModelTest, ForcedCallsNeedAKnownSyntax) {
   auto chat = ChatModel::Load(*tokenizer_, "", "none");
   ASSERT_TRUE(chat.ok());
-  ChatRequest request;
-  request.messages = OrderedJson::parse(R"([{"role": "user", "content": "hi"}])");
-  request.tools = WeatherTools();
+  ChatRequest request = HiWithWeatherTools();
   request.tool_choice.kind = ToolChoice::Kind::kRequired;
   EXPECT_EQ((*chat)->Render(request).status().code(), absl::StatusCode::kFailedPrecondition);
 }

@@ -1,6 +1,6 @@
 #include "tools/bench/sampling_bench.h"
 
-#include <algorithm>
+#include <utility>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -12,6 +12,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/sampling/row_sampling.h"
+#include "tools/bench/serve_stats.h"
 
 namespace specula {
 namespace {
@@ -40,8 +41,7 @@ double MedianMs(int repeats, Fn&& fn) {
     ms.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-  return ms[ms.size() / 2];
+  return Median(std::move(ms));
 }
 
 // One row count's logits, settings and results in backend memory.
