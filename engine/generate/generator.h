@@ -15,7 +15,6 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/backend/backend.h"
-#include "engine/backend/step_plan.h"
 #include "engine/common/device_kind.h"
 #include "engine/generate/model_runner.h"
 #include "engine/generate/sequence.h"
