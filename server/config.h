@@ -44,6 +44,7 @@ struct ServerSection {
   double grpc_max_idle_seconds = 3600;    // no call for this long; 0 = never
   double grpc_handshake_seconds = 10;     // TLS handshake unfinished this long
   int http_idle_seconds = 10;             // an HTTP connection with no traffic
+  int http_stream_stall_seconds = 300;    // a streamed answer its client does not read; 0 = never
   int http_max_connections = 1024;        // open HTTP connections at once
   double http_request_read_seconds = 10;  // to complete a request head (and handshake)
   int http_max_connections_per_ip = 0;    // from one client address; 0 = no limit

@@ -11,7 +11,6 @@
 #include <exception>
 #include <mutex>
 #include <optional>
-
 #include <shared_mutex>
 
 #include "absl/strings/ascii.h"
@@ -45,7 +44,8 @@ struct HttpExchangeState {
   MHD_Connection* connection = nullptr;  // null once libmicrohttpd is done with it
   ConnectionWatcher* watcher = nullptr;
   int fd = -1;
-  bool parked = false;  // suspended in libmicrohttpd (and watched)
+  unsigned stream_stall_seconds = 0;  // the connection's timeout while its answer streams
+  bool parked = false;                // suspended in libmicrohttpd (and watched)
   uint64_t watch_id = 0;
   enum class Mode { kWaiting, kFull, kStream } mode = Mode::kWaiting;
   HttpResponse response;  // kFull: all of it; kStream: status and headers
@@ -71,8 +71,7 @@ struct PendingRequest {
 std::string AddressString(const sockaddr* addr) {
   if (addr == nullptr) return "";
   char host[NI_MAXHOST] = {};
-  const socklen_t len =
-      addr->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  const socklen_t len = addr->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
   if (getnameinfo(addr, len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) != 0) return "";
   return host;
 }
@@ -117,11 +116,11 @@ MHD_Result QueueWithHeaders(MHD_Connection* connection, MHD_Response* response,
 }
 
 MHD_Result Send(MHD_Connection* connection, const HttpResponse& r) {
-  return QueueWithHeaders(connection,
-                          MHD_create_response_from_buffer(r.body.size(),
-                                                          const_cast<char*>(r.body.data()),
-                                                          MHD_RESPMEM_MUST_COPY),
-                          r);
+  return QueueWithHeaders(
+      connection,
+      MHD_create_response_from_buffer(r.body.size(), const_cast<char*>(r.body.data()),
+                                      MHD_RESPMEM_MUST_COPY),
+      r);
 }
 
 HttpResponse Plain(int status, std::string body) {
@@ -164,7 +163,6 @@ std::optional<size_t> ContentLength(MHD_Connection* connection) {
   if (value == nullptr || !absl::SimpleAtoi(value, &length)) return std::nullopt;
   return length;
 }
-
 
 void OnHangUp(const std::weak_ptr<HttpExchangeState>& weak);
 
@@ -229,14 +227,16 @@ ssize_t ReadStream(void* cls, uint64_t /*pos*/, char* buf, size_t max) {
 
 void FreeStreamState(void* cls) { delete static_cast<std::shared_ptr<HttpExchangeState>*>(cls); }
 
+// While the answer streams, a client that pauses reading is not idle: the connection's timeout
+// becomes the stall bound (the completion callback puts the idle timeout back).
 MHD_Result QueueStream(MHD_Connection* connection,
                        const std::shared_ptr<HttpExchangeState>& state) {
-  return QueueWithHeaders(
-      connection,
-      MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, &ReadStream,
-                                        new std::shared_ptr<HttpExchangeState>(state),
-                                        &FreeStreamState),
-      state->response);
+  MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT, state->stream_stall_seconds);
+  return QueueWithHeaders(connection,
+                          MHD_create_response_from_callback(
+                              MHD_SIZE_UNKNOWN, 16 * 1024, &ReadStream,
+                              new std::shared_ptr<HttpExchangeState>(state), &FreeStreamState),
+                          state->response);
 }
 
 // The access handler's answer for an asynchronous route: the response if the route gave one,
@@ -370,7 +370,8 @@ struct HttpServerCallbacks {
     }
     if (pending->route->async_handler) return StartAsync(server, connection, pending);
     HttpResponse response;
-    if (!RunGuarded(pending->request, [&] { response = pending->route->handler(pending->request); })) {
+    if (!RunGuarded(pending->request,
+                    [&] { response = pending->route->handler(pending->request); })) {
       response = server->Refusal(500, "internal error");
     }
     return Send(connection, response);
@@ -435,6 +436,7 @@ struct HttpServerCallbacks {
     const MHD_ConnectionInfo* info =
         MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
     state->fd = info == nullptr ? -1 : info->connect_fd;
+    state->stream_stall_seconds = static_cast<unsigned>(server->options_.stream_stall_seconds);
     pending->exchange = state;
     auto exchange = std::make_shared<HttpExchange>(state);
     if (!RunGuarded(pending->request,
@@ -449,7 +451,14 @@ struct HttpServerCallbacks {
     static_cast<const HttpServer*>(cls)->guard_->ResponseDone(connection);
     auto* pending = static_cast<PendingRequest*>(*state);
     *state = nullptr;
-    if (pending != nullptr && pending->exchange != nullptr) Finished(*pending->exchange, code);
+    if (pending != nullptr && pending->exchange != nullptr) {
+      if (code == MHD_REQUEST_TERMINATED_COMPLETED_OK) {  // kept alive: idle rules again
+        const auto idle = static_cast<unsigned>(
+            static_cast<const HttpServer*>(cls)->options_.idle_timeout_seconds);
+        MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT, idle);
+      }
+      Finished(*pending->exchange, code);
+    }
     delete pending;
   }
 
@@ -544,10 +553,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
                                                               std::vector<HttpRoute> routes,
                                                               const HttpServerOptions& options) {
   if (options.idle_timeout_seconds < 1 || options.max_connections < 1 || options.threads < 1 ||
-      !(options.request_read_seconds > 0) || options.max_connections_per_ip < 0) {
+      !(options.request_read_seconds > 0) || options.max_connections_per_ip < 0 ||
+      options.stream_stall_seconds < 0) {
     return absl::InvalidArgumentError(
         "http server: idle_timeout_seconds, max_connections and threads must be >= 1, "
-        "request_read_seconds > 0 and max_connections_per_ip >= 0");
+        "request_read_seconds > 0, max_connections_per_ip and stream_stall_seconds >= 0");
   }
   absl::StatusOr<sockaddr_storage> addr = ResolveListenAddress(host_port);
   if (!addr.ok()) return addr.status();
@@ -587,15 +597,15 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   // internal polling thread itself; a pool is only asked for beyond that.
   server->daemon_ = MHD_start_daemon(
       flags, /*port=*/0, &HttpServerCallbacks::AcceptPolicy, server.get(),
-      &HttpServerCallbacks::Access, server.get(),
-      MHD_OPTION_EXTERNAL_LOGGER, &LogMhdError, server.get(),     //
+      &HttpServerCallbacks::Access, server.get(), MHD_OPTION_EXTERNAL_LOGGER, &LogMhdError,
+      server.get(),                                               //
       MHD_OPTION_SOCK_ADDR, reinterpret_cast<sockaddr*>(&*addr),  //
       MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(options.idle_timeout_seconds),
-      MHD_OPTION_CONNECTION_LIMIT, HardConnectionLimit(options),
-      MHD_OPTION_NOTIFY_COMPLETED, &HttpServerCallbacks::Completed, server.get(),
-      MHD_OPTION_NOTIFY_CONNECTION, &HttpServerCallbacks::ConnectionNotice, server.get(),
-      MHD_OPTION_URI_LOG_CALLBACK, &HttpServerCallbacks::RequestStarted, server.get(),
-      MHD_OPTION_UNESCAPE_CALLBACK, &UnescapeKeepingNul, nullptr,  //
+      MHD_OPTION_CONNECTION_LIMIT, HardConnectionLimit(options), MHD_OPTION_NOTIFY_COMPLETED,
+      &HttpServerCallbacks::Completed, server.get(), MHD_OPTION_NOTIFY_CONNECTION,
+      &HttpServerCallbacks::ConnectionNotice, server.get(), MHD_OPTION_URI_LOG_CALLBACK,
+      &HttpServerCallbacks::RequestStarted, server.get(), MHD_OPTION_UNESCAPE_CALLBACK,
+      &UnescapeKeepingNul, nullptr,  //
       MHD_OPTION_THREAD_POOL_SIZE, static_cast<unsigned>(options.threads > 1 ? options.threads : 0),
       MHD_OPTION_ARRAY, tls_options.data(),  //
       MHD_OPTION_END);

@@ -83,15 +83,19 @@ class HttpExchange {
 using HttpAsyncHandler = std::function<void(const HttpRequest&, std::shared_ptr<HttpExchange>)>;
 
 struct HttpRoute {
-  std::string path;                  // matched exactly
-  std::vector<std::string> methods;  // e.g. {"GET", "HEAD"}; HEAD answers without the body
-  HttpHandler handler;               // answers at once; or
+  std::string path;                          // matched exactly
+  std::vector<std::string> methods;          // e.g. {"GET", "HEAD"}; HEAD answers without the body
+  HttpHandler handler;                       // answers at once; or
   HttpAsyncHandler async_handler = nullptr;  // answers later through the exchange
 };
 
 struct HttpServerOptions {
   // A connection with no traffic for this long is closed (idle keep-alive or a stalled request).
   int idle_timeout_seconds = 10;
+  // A streamed answer (SSE) whose client reads nothing for this long is closed; until then its
+  // output waits in the server (a pause longer than idle_timeout_seconds is not an idle
+  // connection: the server has something to say). 0 = never.
+  int stream_stall_seconds = 300;
   // Connections held at once. At the limit a new connection is admitted by closing an idle
   // keep-alive connection or else the one reading its request longest; with every connection's
   // request being answered, it is refused.

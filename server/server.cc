@@ -206,6 +206,7 @@ namespace {
 HttpServerOptions HttpConnectionOptions(const ServerSection& s) {
   HttpServerOptions options;
   options.idle_timeout_seconds = s.http_idle_seconds;
+  options.stream_stall_seconds = s.http_stream_stall_seconds;
   options.max_connections = s.http_max_connections;
   options.request_read_seconds = s.http_request_read_seconds;
   options.max_connections_per_ip = s.http_max_connections_per_ip;

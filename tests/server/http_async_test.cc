@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <future>
 #include <memory>
@@ -12,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -46,7 +48,8 @@ struct Parked {
   }
 };
 
-std::unique_ptr<HttpServer> StartAsyncServer(Parked* parked) {
+std::unique_ptr<HttpServer> StartAsyncServer(Parked* parked,
+                                             const HttpServerOptions& options = {}) {
   std::vector<HttpRoute> routes;
   HttpRoute later{"/later", {"POST"}, nullptr};
   later.async_handler = [parked](const HttpRequest& r, std::shared_ptr<HttpExchange> ex) {
@@ -61,7 +64,7 @@ std::unique_ptr<HttpServer> StartAsyncServer(Parked* parked) {
   };
   routes.push_back(std::move(later));
   absl::StatusOr<std::unique_ptr<HttpServer>> server =
-      HttpServer::Start("127.0.0.1:0", std::move(routes));
+      HttpServer::Start("127.0.0.1:0", std::move(routes), options);
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? *std::move(server) : nullptr;
 }
@@ -170,6 +173,77 @@ TEST(HttpAsyncTest, AHangUpDuringAStreamIsReported) {
   parked.WaitGone();
   ex->Write("data: ignored\n\n");
   ex->End();
+}
+
+// Reads from `fd` until the last chunk of a chunked body; what came, or less if it closed first.
+std::string ReadToLastChunk(int fd) {
+  std::string got;
+  std::vector<char> buf(1 << 16);
+  for (ssize_t n; (n = ::recv(fd, buf.data(), buf.size(), 0)) > 0;) {
+    got.append(buf.data(), static_cast<size_t>(n));
+    if (absl::EndsWith(got, "\r\n0\r\n\r\n")) break;
+  }
+  return got;
+}
+
+// Sends a keep-alive POST /later and returns its socket, once the route has parked the exchange.
+int OpenStream(const HttpServer& server, Parked* parked, std::shared_ptr<HttpExchange>* ex) {
+  const int fd = testing::ConnectLoopback(server.port());
+  const std::string request = "POST /later HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}";
+  EXPECT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  *ex = WaitForExchange(parked);
+  (*ex)->StartStream(200, "text/event-stream");
+  return fd;
+}
+
+HttpServerOptions OneSecondIdle(int stream_stall_seconds) {
+  HttpServerOptions options;
+  options.idle_timeout_seconds = 1;
+  options.stream_stall_seconds = stream_stall_seconds;
+  return options;
+}
+
+// A client may pause reading a stream longer than the idle timeout (the hostile round saw SSE
+// streams cut after 12 s pauses with 2.8 MB buffered, where gRPC streams lived on): with the
+// socket buffers full nothing moves, yet the connection is not idle. Once the answer is whole,
+// the idle timeout applies again to the kept-alive connection.
+TEST(HttpAsyncTest, AStreamOutlivesAClientPauseLongerThanTheIdleTimeout) {
+  Parked parked;
+  auto server = StartAsyncServer(&parked, OneSecondIdle(60));
+  ASSERT_NE(server, nullptr);
+  std::shared_ptr<HttpExchange> ex;
+  const int fd = OpenStream(*server, &parked, &ex);
+  const std::string piece = "data: " + std::string(64 * 1024 - 8, 'x') + "\n\n";
+  constexpr int kPieces = 256;  // 16 MiB: far more than loopback's socket buffers hold
+  for (int i = 0; i < kPieces; ++i) ex->Write(piece);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // the pause under test
+  ex->End();
+  const std::string got = ReadToLastChunk(fd);
+  EXPECT_TRUE(absl::EndsWith(got, "\r\n0\r\n\r\n")) << "cut after " << got.size() << " bytes";
+  EXPECT_GE(got.size(), kPieces * piece.size());
+  EXPECT_EQ(parked.gone(), 0);
+  // Kept alive and idle now: closed by the one-second idle timeout, not the minute's stall bound.
+  const timeval wait{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+  char byte;
+  EXPECT_EQ(::recv(fd, &byte, 1, 0), 0);
+  ::close(fd);
+}
+
+// A client that stops reading for good is closed after the stall bound, and the route hears it
+// (a generation would be cancelled).
+TEST(HttpAsyncTest, AStreamWhoseClientNeverReadsIsClosedAfterTheStallBound) {
+  Parked parked;
+  auto server = StartAsyncServer(&parked, OneSecondIdle(3));
+  ASSERT_NE(server, nullptr);
+  std::shared_ptr<HttpExchange> ex;
+  const int fd = OpenStream(*server, &parked, &ex);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string piece(1 << 20, 'x');
+  for (int i = 0; i < 16; ++i) ex->Write(piece);
+  parked.WaitGone();
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2500));
+  ::close(fd);
 }
 
 // Stopping the listener with connections parked (a request not answered yet, a stream between
