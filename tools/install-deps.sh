@@ -20,6 +20,7 @@ packages=(
               # also enables a Prometheus service on :9090; CI containers do not start it)
   python3-numpy python3-grpcio python3-protobuf python3-yaml
   python3-jinja2  # the reference renderer of chat templates in the tests (as transformers sets it up)
+  python3-jsonschema  # the independent validator of constrained (structured) outputs in the tests
   python3-venv python3-pip python3-setuptools python3-wheel
   curl ca-certificates
   openssl  # makes the certificates of the TLS tests

@@ -1,0 +1,234 @@
+#include "engine/grammar/json_rules.h"
+
+#include <algorithm>
+#include <string_view>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace specula::grammar {
+namespace {
+
+using B = GrammarBuilder;
+
+Symbol Byte(char c) { return B::Bytes(ByteSet::Of(std::string_view(&c, 1))); }
+Symbol Range(uint8_t lo, uint8_t hi) { return B::Bytes(ByteSet::Range(lo, hi)); }
+Symbol Set(std::string_view bytes) { return B::Bytes(ByteSet::Of(bytes)); }
+Symbol Digit() { return Range('0', '9'); }
+
+Alternative Join(std::initializer_list<Alternative> parts) {
+  Alternative all;
+  for (const Alternative& p : parts) all.insert(all.end(), p.begin(), p.end());
+  return all;
+}
+
+}  // namespace
+
+int32_t JsonRules::Once(std::optional<int32_t>& slot, int32_t (JsonRules::*make)()) {
+  if (!slot) slot = (this->*make)();
+  return *slot;
+}
+
+int32_t JsonRules::Whitespace() { return Once(ws_, &JsonRules::MakeWhitespace); }
+int32_t JsonRules::Char() { return Once(char_, &JsonRules::MakeChar); }
+int32_t JsonRules::Integer() { return Once(integer_, &JsonRules::MakeInteger); }
+int32_t JsonRules::Number() { return Once(number_, &JsonRules::MakeNumber); }
+int32_t JsonRules::Boolean() { return Once(boolean_, &JsonRules::MakeBoolean); }
+int32_t JsonRules::Null() { return Once(null_, &JsonRules::MakeNull); }
+int32_t JsonRules::AnyValue() { return Once(any_value_, &JsonRules::MakeAnyValue); }
+int32_t JsonRules::AnyObject() {
+  AnyValue();  // makes the object rule too: the two refer to each other
+  return *any_object_;
+}
+int32_t JsonRules::Date() { return Once(date_, &JsonRules::MakeDate); }
+int32_t JsonRules::Time() { return Once(time_, &JsonRules::MakeTime); }
+int32_t JsonRules::Uuid() { return Once(uuid_, &JsonRules::MakeUuid); }
+int32_t JsonRules::DateTime() {
+  if (!date_time_) {
+    date_time_ = b_.AddRule("date_time",
+                            {{Byte('"'), B::Ref(Once(date_body_, &JsonRules::DateBody)), Byte('T'),
+                              B::Ref(Once(time_body_, &JsonRules::TimeBody)), Byte('"')}});
+  }
+  return *date_time_;
+}
+
+int32_t JsonRules::MakeWhitespace() {
+  const int32_t ws_char = b_.AddRule("ws_char", {{Set(" \t\n\r")}});
+  return b_.Repeat("ws", ws_char, 0, max_whitespace_);
+}
+
+// One character of a JSON string: unescaped ASCII but the quote, the backslash and controls;
+// a well-formed UTF-8 sequence (no overlongs, no surrogates); a short escape; or \uXXXX outside
+// the surrogates (a lone surrogate is not text: several parsers refuse it).
+int32_t JsonRules::MakeChar() {
+  ByteSet ascii = ByteSet::Range(0x20, 0x21);
+  ascii.Add(0x23, 0x5B);
+  ascii.Add(0x5D, 0x7F);
+  const Symbol tail = Range(0x80, 0xBF);
+  const Symbol hex = Set("0123456789abcdefABCDEF");
+  return b_.AddRule("char", {{B::Bytes(ascii)},
+                             {Range(0xC2, 0xDF), tail},
+                             {Byte('\xE0'), Range(0xA0, 0xBF), tail},
+                             {Range(0xE1, 0xEC), tail, tail},
+                             {Byte('\xED'), Range(0x80, 0x9F), tail},
+                             {Range(0xEE, 0xEF), tail, tail},
+                             {Byte('\xF0'), Range(0x90, 0xBF), tail, tail},
+                             {Range(0xF1, 0xF3), tail, tail, tail},
+                             {Byte('\xF4'), Range(0x80, 0x8F), tail, tail},
+                             {Byte('\\'), Set("\"\\/bfnrt")},
+                             {Byte('\\'), Byte('u'), Set("0123456789abcABC"), hex, hex, hex},
+                             {Byte('\\'), Byte('u'), Set("dD"), Range('0', '7'), hex, hex},
+                             {Byte('\\'), Byte('u'), Set("efEF"), hex, hex, hex}});
+}
+
+int32_t JsonRules::String(int64_t min, int64_t max) {
+  const int32_t chars = b_.Repeat(absl::StrCat("chars_", min, "_", max), Char(), min, max);
+  return b_.AddRule("string", {{Byte('"'), B::Ref(chars), Byte('"')}});
+}
+
+int32_t JsonRules::Digits(const std::string& name, int64_t min, int64_t max) {
+  return b_.Repeat(name, b_.AddRule("digit", {{Digit()}}), min, max);
+}
+
+int32_t JsonRules::MakeInteger() {
+  const int32_t magnitude =
+      b_.AddRule("magnitude", {{Byte('0')}, {Range('1', '9'), B::Ref(Digits("digits", 0, 14))}});
+  return b_.AddRule("integer", {{Byte('-'), B::Ref(magnitude)}, {B::Ref(magnitude)}});
+}
+
+int32_t JsonRules::MakeNumber() {
+  const int32_t fraction =
+      b_.AddRule("fraction", {{Byte('.'), B::Ref(Digits("fraction_digits", 1, 15))}, {}});
+  const int32_t exponent =
+      b_.AddRule("exponent", {{Set("eE"), B::Ref(b_.AddRule("sign", {{Set("+-")}, {}})),
+                               B::Ref(Digits("exponent_digits", 1, 3))},
+                              {}});
+  return b_.AddRule("number", {{B::Ref(Integer()), B::Ref(fraction), B::Ref(exponent)}});
+}
+
+int32_t JsonRules::MakeBoolean() { return LiteralChoice("boolean", {"true", "false"}); }
+int32_t JsonRules::MakeNull() { return b_.AddRule("null", {B::Literal("null")}); }
+
+int32_t JsonRules::MakeAnyValue() {
+  const int32_t value = b_.NewRule("value");
+  any_value_ = value;
+  any_object_ = Map("object", value);
+  for (const int32_t r :
+       {*any_object_, Array("array", value, 0, -1), String(0, -1), Number(), Boolean(), Null()}) {
+    b_.AddAlternative(value, {B::Ref(r)});
+  }
+  return value;
+}
+
+int32_t JsonRules::Map(const std::string& name, int32_t value) {
+  const Symbol ws = B::Ref(Whitespace());
+  const int32_t member =
+      b_.AddRule(name + "_member", {{B::Ref(String(0, -1)), ws, Byte(':'), ws, B::Ref(value), ws}});
+  const int32_t more = b_.AddRule(name + "_more", {{Byte(','), ws, B::Ref(member)}});
+  const int32_t rest = b_.Repeat(name + "_members", more, 0, -1);
+  return b_.AddRule(
+      name, {{Byte('{'), ws, Byte('}')}, {Byte('{'), ws, B::Ref(member), B::Ref(rest), Byte('}')}});
+}
+
+int32_t JsonRules::Array(const std::string& name, int32_t item, int64_t min, int64_t max) {
+  const Symbol ws = B::Ref(Whitespace());
+  const int32_t rule = b_.NewRule(name);
+  if (min == 0) b_.AddAlternative(rule, {Byte('['), ws, Byte(']')});
+  if (max == 0) return rule;
+  const int32_t element = b_.AddRule(name + "_item", {{B::Ref(item), ws}});
+  const int32_t more = b_.AddRule(name + "_more", {{Byte(','), ws, B::Ref(element)}});
+  const int32_t rest =
+      b_.Repeat(name + "_items", more, std::max<int64_t>(min - 1, 0), max < 0 ? -1 : max - 1);
+  b_.AddAlternative(rule, {Byte('['), ws, B::Ref(element), B::Ref(rest), Byte(']')});
+  return rule;
+}
+
+int32_t JsonRules::DateBody() {
+  const Symbol d = Digit();
+  const int32_t day28 = b_.AddRule(
+      "day28", {{Byte('0'), Range('1', '9')}, {Byte('1'), d}, {Byte('2'), Range('0', '8')}});
+  const int32_t day30 = b_.AddRule("day30", {{B::Ref(day28)}, B::Literal("29"), B::Literal("30")});
+  const int32_t day31 = b_.AddRule("day31", {{B::Ref(day30)}, B::Literal("31")});
+  const int32_t long_month = LiteralChoice("month31", {"01", "03", "05", "07", "08", "10", "12"});
+  const int32_t short_month = LiteralChoice("month30", {"04", "06", "09", "11"});
+  const int32_t month_day =
+      b_.AddRule("month_day", {{B::Ref(long_month), Byte('-'), B::Ref(day31)},
+                               {B::Ref(short_month), Byte('-'), B::Ref(day30)},
+                               Join({B::Literal("02-"), {B::Ref(day28)}})});
+  return b_.AddRule("date_body", {{d, d, d, d, Byte('-'), B::Ref(month_day)}});
+}
+
+int32_t JsonRules::TimeBody() {
+  const int32_t hour =
+      b_.AddRule("hour", {{Range('0', '1'), Digit()}, {Byte('2'), Range('0', '3')}});
+  const int32_t minute = b_.AddRule("minute", {{Range('0', '5'), Digit()}});
+  const int32_t offset =
+      b_.AddRule("offset", {{Byte('Z')}, {Set("+-"), B::Ref(hour), Byte(':'), B::Ref(minute)}});
+  return b_.AddRule("time_body", {{B::Ref(hour), Byte(':'), B::Ref(minute), Byte(':'),
+                                   B::Ref(minute), B::Ref(offset)}});
+}
+
+int32_t JsonRules::MakeDate() {
+  return b_.AddRule("date",
+                    {{Byte('"'), B::Ref(Once(date_body_, &JsonRules::DateBody)), Byte('"')}});
+}
+
+int32_t JsonRules::MakeTime() {
+  return b_.AddRule("time",
+                    {{Byte('"'), B::Ref(Once(time_body_, &JsonRules::TimeBody)), Byte('"')}});
+}
+
+int32_t JsonRules::MakeUuid() {
+  const Symbol h = Set("0123456789abcdef");
+  Alternative a{Byte('"')};
+  for (const int group : {8, 4, 4, 4, 12}) {
+    if (a.size() > 1) a.push_back(Byte('-'));
+    a.insert(a.end(), group, h);
+  }
+  a.push_back(Byte('"'));
+  return b_.AddRule("uuid", {std::move(a)});
+}
+
+namespace {
+
+// Rules matching exactly one of the sorted, distinct `texts[lo, hi)` from byte `depth` on, all
+// of which share their first `depth` bytes.
+int32_t Trie(GrammarBuilder& b, const std::string& name, const std::vector<std::string>& texts,
+             size_t lo, size_t hi, size_t depth) {
+  const int32_t rule = b.NewRule(name);
+  size_t i = lo;
+  if (texts[i].size() == depth) {  // sorted: the text that ends here comes first
+    b.AddAlternative(rule, {});
+    ++i;
+  }
+  while (i < hi) {
+    size_t j = i + 1;
+    while (j < hi && texts[j][depth] == texts[i][depth]) ++j;
+    if (j - i == 1) {
+      b.AddAlternative(rule, B::Literal(std::string_view(texts[i]).substr(depth)));
+    } else {  // the group's common prefix (first and last share it, being sorted), then a branch
+      const std::string& first = texts[i];
+      const std::string& last = texts[j - 1];
+      size_t common = depth + 1;
+      while (common < first.size() && common < last.size() && first[common] == last[common]) {
+        ++common;
+      }
+      Alternative a = B::Literal(std::string_view(first).substr(depth, common - depth));
+      a.push_back(B::Ref(Trie(b, name, texts, i, j, common)));
+      b.AddAlternative(rule, std::move(a));
+    }
+    i = j;
+  }
+  return rule;
+}
+
+}  // namespace
+
+int32_t JsonRules::LiteralChoice(const std::string& name, std::vector<std::string> texts) {
+  std::sort(texts.begin(), texts.end());
+  texts.erase(std::unique(texts.begin(), texts.end()), texts.end());
+  if (texts.empty()) return b_.NewRule(name);  // no alternative: Build refuses it
+  return Trie(b_, name, texts, 0, texts.size(), 0);
+}
+
+}  // namespace specula::grammar

@@ -1,0 +1,67 @@
+// The rules of JSON text itself (whitespace, strings, numbers, literals, any value, a few string
+// formats), written into a GrammarBuilder once each and shared by every schema that uses them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/grammar/grammar.h"
+
+namespace specula::grammar {
+
+class JsonRules {
+ public:
+  JsonRules(GrammarBuilder& b, int max_whitespace) : b_(b), max_whitespace_(max_whitespace) {}
+
+  // Between tokens: at most max_whitespace bytes of space, tab, newline or carriage return.
+  int32_t Whitespace();
+  // A string of `min` to `max` characters (max < 0: no bound), quotes included.
+  int32_t String(int64_t min, int64_t max);
+  int32_t Integer();
+  int32_t Number();
+  int32_t Boolean();
+  int32_t Null();
+  // Any JSON value; any object.
+  int32_t AnyValue();
+  int32_t AnyObject();
+  // Quoted strings in a format: "YYYY-MM-DD", "HH:MM:SS" with Z or an offset, their join by "T",
+  // and a lowercase UUID.
+  int32_t Date();
+  int32_t Time();
+  int32_t DateTime();
+  int32_t Uuid();
+  // Exactly one of `texts`, with shared prefixes merged so that the grammar stays unambiguous
+  // (a 1,000-value enum does not open 1,000 parse stacks).
+  int32_t LiteralChoice(const std::string& name, std::vector<std::string> texts);
+  // "{" ws ( member ( "," ws member )* )? "}" where member ::= string ws ":" ws value ws.
+  int32_t Map(const std::string& name, int32_t value);
+  // "[" ws ( item ws ( "," ws item ws ){min-1, max-1} )? "]".
+  int32_t Array(const std::string& name, int32_t item, int64_t min, int64_t max);
+
+ private:
+  int32_t Char();
+  int32_t Digits(const std::string& name, int64_t min, int64_t max);
+  int32_t Once(std::optional<int32_t>& slot, int32_t (JsonRules::*make)());
+  int32_t MakeWhitespace();
+  int32_t MakeChar();
+  int32_t MakeInteger();
+  int32_t MakeNumber();
+  int32_t MakeBoolean();
+  int32_t MakeNull();
+  int32_t MakeAnyValue();
+  int32_t MakeDate();
+  int32_t MakeTime();
+  int32_t MakeUuid();
+  // Unquoted date and time, for Date(), Time() and DateTime().
+  int32_t DateBody();
+  int32_t TimeBody();
+
+  GrammarBuilder& b_;
+  int max_whitespace_;
+  std::optional<int32_t> ws_, char_, integer_, number_, boolean_, null_, any_value_, any_object_,
+      date_, time_, date_time_, uuid_, date_body_, time_body_;
+};
+
+}  // namespace specula::grammar

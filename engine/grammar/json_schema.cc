@@ -1,0 +1,369 @@
+#include "engine/grammar/json_schema.h"
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "engine/common/status_macros.h"
+#include "engine/grammar/json_rules.h"
+
+namespace specula::grammar {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using B = GrammarBuilder;
+
+constexpr int kMaxDepth = 64;
+
+// Keywords with no effect on which texts are valid.
+bool IsAnnotation(std::string_view key) {
+  static const auto* const kAnnotations = new absl::flat_hash_set<std::string_view>{
+      "title",    "description", "default",  "examples",  "$schema", "$id",
+      "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions"};
+  return kAnnotations->contains(key);
+}
+
+bool IsSupported(std::string_view key) {
+  static const auto* const kSupported =
+      new absl::flat_hash_set<std::string_view>{"type",       "enum",      "const",
+                                                "anyOf",      "oneOf",     "$ref",
+                                                "properties", "required",  "additionalProperties",
+                                                "items",      "minItems",  "maxItems",
+                                                "minLength",  "maxLength", "format"};
+  return kSupported->contains(key);
+}
+
+absl::Status Unsatisfiable(const std::string& path, absl::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("JSON Schema at '", path, "': no value satisfies it (", why, ")"));
+}
+
+absl::Status Invalid(const std::string& path, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("JSON Schema at '", path, "': ", what));
+}
+
+// The JSON types a value has ("integer" values are numbers too).
+std::vector<std::string> TypesOf(const Json& v) {
+  if (v.is_number_integer()) return {"integer", "number"};
+  if (v.is_number()) return {"number"};
+  if (v.is_string()) return {"string"};
+  if (v.is_boolean()) return {"boolean"};
+  if (v.is_null()) return {"null"};
+  if (v.is_array()) return {"array"};
+  return {"object"};
+}
+
+// The non-negative integer `key` of `s`, or `fallback` when absent.
+absl::StatusOr<int64_t> Count(const Json& s, const char* key, int64_t fallback,
+                              const std::string& path) {
+  auto it = s.find(key);
+  if (it == s.end()) return fallback;
+  if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+    return Invalid(path, absl::StrCat("'", key, "' must be a non-negative integer"));
+  }
+  return it->get<int64_t>();
+}
+
+class SchemaCompiler {
+ public:
+  SchemaCompiler(const Json& root, const JsonSchemaOptions& options)
+      : root_(root),
+        options_(options),
+        b_(options.max_symbols),
+        json_(b_, options.max_whitespace) {}
+
+  absl::StatusOr<std::shared_ptr<const Grammar>> Run() {
+    ASSIGN_OR_RETURN(const int32_t root, Compile(root_, "", 0));
+    ASSIGN_OR_RETURN(Grammar g, b_.Build(root));
+    return std::make_shared<const Grammar>(std::move(g));
+  }
+
+ private:
+  absl::StatusOr<int32_t> Compile(const Json& s, const std::string& path, int depth);
+  absl::StatusOr<int32_t> CompileOrAny(const Json& s, const char* key, const std::string& path,
+                                       int depth);
+  absl::StatusOr<int32_t> Reference(const Json& s, const std::string& path, int depth);
+  absl::StatusOr<int32_t> Enum(const Json& s, const std::string& path);
+  absl::StatusOr<int32_t> Choice(const Json& s, const std::string& path, int depth);
+  absl::StatusOr<std::vector<std::string>> Types(const Json& s, const std::string& path);
+  absl::StatusOr<int32_t> Typed(const Json& s, const std::string& type, const std::string& path,
+                                int depth);
+  absl::StatusOr<int32_t> Object(const Json& s, const std::string& path, int depth);
+  absl::StatusOr<int32_t> Properties(const Json& s, const std::string& path, int depth);
+  absl::StatusOr<int32_t> Array(const Json& s, const std::string& path, int depth);
+  absl::StatusOr<int32_t> String(const Json& s, const std::string& path);
+
+  const Json& root_;
+  const JsonSchemaOptions& options_;
+  GrammarBuilder b_;
+  JsonRules json_;
+  absl::flat_hash_map<std::string, int32_t> refs_;  // "$ref" value -> its rule
+};
+
+absl::StatusOr<int32_t> SchemaCompiler::Compile(const Json& s, const std::string& path, int depth) {
+  if (depth > kMaxDepth) return Invalid(path, absl::StrCat("nested deeper than ", kMaxDepth));
+  if (s.is_boolean()) {
+    if (!s.get<bool>()) return Unsatisfiable(path, "the schema is false");
+    return json_.AnyValue();
+  }
+  if (!s.is_object()) return Invalid(path, "a schema must be an object or a boolean");
+  for (const auto& [key, value] : s.items()) {
+    if (!IsSupported(key) && !IsAnnotation(key)) {
+      return Invalid(path, absl::StrCat("keyword '", key, "' is not supported"));
+    }
+  }
+  if (s.contains("$ref")) return Reference(s, path, depth);
+  if (s.contains("enum") || s.contains("const")) return Enum(s, path);
+  if (s.contains("anyOf") || s.contains("oneOf")) return Choice(s, path, depth);
+  ASSIGN_OR_RETURN(const std::vector<std::string> types, Types(s, path));
+  if (types.empty()) return json_.AnyValue();
+  const int32_t rule = b_.NewRule("typed");
+  for (const std::string& type : types) {
+    ASSIGN_OR_RETURN(const int32_t t, Typed(s, type, path, depth));
+    b_.AddAlternative(rule, {B::Ref(t)});
+  }
+  return rule;
+}
+
+absl::StatusOr<int32_t> SchemaCompiler::CompileOrAny(const Json& s, const char* key,
+                                                     const std::string& path, int depth) {
+  auto it = s.find(key);
+  if (it == s.end()) return json_.AnyValue();
+  return Compile(*it, absl::StrCat(path, "/", key), depth + 1);
+}
+
+// Only with annotations beside it: the draft-2020 meaning of other keywords next to $ref (both
+// apply) is not compiled.
+absl::StatusOr<int32_t> SchemaCompiler::Reference(const Json& s, const std::string& path,
+                                                  int depth) {
+  for (const auto& [key, value] : s.items()) {
+    if (key != "$ref" && !IsAnnotation(key)) {
+      return Invalid(path, absl::StrCat("keyword '", key, "' beside $ref is not supported"));
+    }
+  }
+  if (!s["$ref"].is_string()) return Invalid(path, "$ref must be a string");
+  const std::string ref = s["$ref"].get<std::string>();
+  if (auto it = refs_.find(ref); it != refs_.end()) return it->second;
+  if (ref != "#" && ref.rfind("#/", 0) != 0) {
+    return Invalid(path, absl::StrCat("$ref '", ref, "' does not point into this schema"));
+  }
+  const Json* target = &root_;
+  if (ref != "#") {
+    const Json::json_pointer pointer(ref.substr(1));
+    if (!root_.contains(pointer)) {
+      return Invalid(path, absl::StrCat("$ref '", ref, "' points at nothing"));
+    }
+    target = &root_.at(pointer);
+  }
+  const int32_t rule = b_.NewRule("ref");
+  refs_[ref] = rule;  // before compiling the target: it may refer to itself
+  ASSIGN_OR_RETURN(const int32_t body, Compile(*target, ref.substr(1), depth + 1));
+  b_.AddAlternative(rule, {B::Ref(body)});
+  return rule;
+}
+
+absl::StatusOr<int32_t> SchemaCompiler::Enum(const Json& s, const std::string& path) {
+  for (const auto& [key, value] : s.items()) {
+    if (key != "enum" && key != "const" && key != "type" && !IsAnnotation(key)) {
+      return Invalid(path,
+                     absl::StrCat("keyword '", key, "' beside enum or const is not supported"));
+    }
+  }
+  if (s.contains("enum") && s.contains("const")) return Invalid(path, "both enum and const");
+  Json values = s.contains("const") ? Json::array({s["const"]}) : s["enum"];
+  if (!values.is_array()) return Invalid(path, "enum must be an array");
+  ASSIGN_OR_RETURN(const std::vector<std::string> types, Types(s, path));
+  std::vector<std::string> texts;
+  for (const Json& v : values) {
+    bool typed = types.empty();
+    for (const std::string& t : TypesOf(v)) {
+      typed = typed || std::find(types.begin(), types.end(), t) != types.end();
+    }
+    if (typed) texts.push_back(v.dump());
+  }
+  if (texts.empty()) return Unsatisfiable(path, "no enum value has the schema's type");
+  return json_.LiteralChoice("enum", std::move(texts));
+}
+
+absl::StatusOr<int32_t> SchemaCompiler::Choice(const Json& s, const std::string& path, int depth) {
+  const bool one_of = s.contains("oneOf");
+  const char* key = one_of ? "oneOf" : "anyOf";
+  for (const auto& [k, value] : s.items()) {
+    if (k != key && !IsAnnotation(k)) {
+      return Invalid(path, absl::StrCat("keyword '", k, "' beside ", key, " is not supported"));
+    }
+  }
+  const Json& branches = s[key];
+  if (!branches.is_array() || branches.empty()) {
+    return Invalid(path, absl::StrCat(key, " must be a non-empty array"));
+  }
+  absl::flat_hash_set<std::string> seen;  // oneOf: each branch's types, which may not overlap
+  const int32_t rule = b_.NewRule(key);
+  for (size_t i = 0; i < branches.size(); ++i) {
+    const std::string branch_path = absl::StrCat(path, "/", key, "/", i);
+    if (one_of) {
+      ASSIGN_OR_RETURN(std::vector<std::string> types, Types(branches[i], branch_path));
+      if (std::find(types.begin(), types.end(), "number") != types.end()) {
+        types.push_back("integer");  // every integer is a number
+      }
+      bool disjoint = !types.empty();
+      for (const std::string& t : types) disjoint = seen.insert(t).second && disjoint;
+      if (!disjoint) {
+        return Invalid(branch_path,
+                       "oneOf is supported only when each branch has a type of its own (an "
+                       "answer valid for two branches would be invalid)");
+      }
+    }
+    ASSIGN_OR_RETURN(const int32_t r, Compile(branches[i], branch_path, depth + 1));
+    b_.AddAlternative(rule, {B::Ref(r)});
+  }
+  return rule;
+}
+
+// The schema's "type" as a list; without one, the type its keywords imply (an object's for
+// properties, ...), or none (any value).
+absl::StatusOr<std::vector<std::string>> SchemaCompiler::Types(const Json& s,
+                                                               const std::string& path) {
+  if (!s.is_object()) return std::vector<std::string>{};
+  auto it = s.find("type");
+  if (it == s.end()) {
+    if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) {
+      return std::vector<std::string>{"object"};
+    }
+    if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
+      return std::vector<std::string>{"array"};
+    }
+    if (s.contains("minLength") || s.contains("maxLength") || s.contains("format")) {
+      return std::vector<std::string>{"string"};
+    }
+    return std::vector<std::string>{};
+  }
+  std::vector<std::string> types;
+  for (const Json& t : it->is_array() ? *it : Json::array({*it})) {
+    if (!t.is_string()) return Invalid(path, "type must be a string or an array of strings");
+    types.push_back(t.get<std::string>());
+  }
+  if (types.empty()) return Unsatisfiable(path, "type is an empty list");
+  return types;
+}
+
+absl::StatusOr<int32_t> SchemaCompiler::Typed(const Json& s, const std::string& type,
+                                              const std::string& path, int depth) {
+  if (type == "string") return String(s, path);
+  if (type == "integer") return json_.Integer();
+  if (type == "number") return json_.Number();
+  if (type == "boolean") return json_.Boolean();
+  if (type == "null") return json_.Null();
+  if (type == "object") return Object(s, path, depth);
+  if (type == "array") return Array(s, path, depth);
+  return Invalid(path, absl::StrCat("unknown type '", type, "'"));
+}
+
+absl::StatusOr<int32_t> SchemaCompiler::Object(const Json& s, const std::string& path, int depth) {
+  const bool has_properties = (s.contains("properties") && !s["properties"].empty()) ||
+                              (s.contains("required") && !s["required"].empty());
+  if (has_properties) return Properties(s, path, depth);
+  const Json extra = s.value("additionalProperties", Json(!options_.strict));
+  if (extra.is_boolean() && !extra.get<bool>()) {
+    const int32_t ws = json_.Whitespace();
+    return b_.AddRule("empty_object",
+                      {{B::Bytes(ByteSet::Of("{")), B::Ref(ws), B::Bytes(ByteSet::Of("}"))}});
+  }
+  ASSIGN_OR_RETURN(const int32_t value, Compile(extra, path + "/additionalProperties", depth + 1));
+  return json_.Map("map", value);
+}
+
+// An object of the declared properties, in the schema's order, the required ones always and each
+// optional one or not: after_[i][first] writes properties i.. (first: no comma before the first).
+absl::StatusOr<int32_t> SchemaCompiler::Properties(const Json& s, const std::string& path,
+                                                   int depth) {
+  const Json properties = s.value("properties", Json::object());
+  if (!properties.is_object()) return Invalid(path, "properties must be an object");
+  const Json required_list = s.value("required", Json::array());
+  if (!required_list.is_array()) return Invalid(path, "required must be an array");
+  std::vector<std::string> names;
+  absl::flat_hash_set<std::string> required;
+  for (const auto& [name, schema] : properties.items()) names.push_back(name);
+  for (const Json& r : required_list) {
+    if (!r.is_string()) return Invalid(path, "required must list strings");
+    required.insert(r.get<std::string>());
+    if (!properties.contains(r.get<std::string>())) names.push_back(r.get<std::string>());
+  }
+  const Symbol ws = B::Ref(json_.Whitespace());
+  const Symbol comma = B::Bytes(ByteSet::Of(","));
+  std::vector<int32_t> members;
+  for (const std::string& name : names) {
+    ASSIGN_OR_RETURN(
+        const int32_t value,
+        properties.contains(name)
+            ? Compile(properties.at(name), absl::StrCat(path, "/properties/", name), depth + 1)
+            : absl::StatusOr<int32_t>(json_.AnyValue()));
+    Alternative member = B::Literal(Json(name).dump());
+    member.insert(member.end(), {ws, B::Bytes(ByteSet::Of(":")), ws, B::Ref(value), ws});
+    members.push_back(b_.AddRule("member", {std::move(member)}));
+  }
+  std::array<int32_t, 2> after{b_.AddRule("no_more", {{}}), -1};
+  after[1] = after[0];
+  for (size_t i = names.size(); i-- > 0;) {
+    std::array<int32_t, 2> here{};
+    for (const bool first : {false, true}) {
+      Alternative with = first ? Alternative{} : Alternative{comma, ws};
+      with.insert(with.end(), {B::Ref(members[i]), B::Ref(after[0])});
+      std::vector<Alternative> alternatives{std::move(with)};
+      if (!required.contains(names[i])) alternatives.push_back({B::Ref(after[first])});
+      here[first] = b_.AddRule("properties", std::move(alternatives));
+    }
+    after = here;
+  }
+  return b_.AddRule(
+      "object", {{B::Bytes(ByteSet::Of("{")), ws, B::Ref(after[1]), B::Bytes(ByteSet::Of("}"))}});
+}
+
+absl::StatusOr<int32_t> SchemaCompiler::Array(const Json& s, const std::string& path, int depth) {
+  if (s.contains("items") && s["items"].is_array()) {
+    return Invalid(path, "items as an array (tuples) is not supported");
+  }
+  ASSIGN_OR_RETURN(const int64_t min, Count(s, "minItems", 0, path));
+  ASSIGN_OR_RETURN(const int64_t max, Count(s, "maxItems", -1, path));
+  if (max >= 0 && min > max) return Unsatisfiable(path, "minItems > maxItems");
+  ASSIGN_OR_RETURN(const int32_t item, CompileOrAny(s, "items", path, depth));
+  return json_.Array("array", item, min, max);
+}
+
+absl::StatusOr<int32_t> SchemaCompiler::String(const Json& s, const std::string& path) {
+  ASSIGN_OR_RETURN(const int64_t min, Count(s, "minLength", 0, path));
+  ASSIGN_OR_RETURN(const int64_t max, Count(s, "maxLength", -1, path));
+  if (max >= 0 && min > max) return Unsatisfiable(path, "minLength > maxLength");
+  if (!s.contains("format")) return json_.String(min, max);
+  if (s.contains("minLength") || s.contains("maxLength")) {
+    return Invalid(path, "format together with minLength or maxLength is not supported");
+  }
+  const std::string format = s["format"].is_string() ? s["format"].get<std::string>() : "";
+  if (format == "date") return json_.Date();
+  if (format == "time") return json_.Time();
+  if (format == "date-time") return json_.DateTime();
+  if (format == "uuid") return json_.Uuid();
+  return Invalid(path, absl::StrCat("format '", format,
+                                    "' is not supported (date, time, date-time, uuid are)"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const Grammar>> CompileJsonSchema(
+    const nlohmann::ordered_json& schema, const JsonSchemaOptions& options) {
+  return SchemaCompiler(schema, options).Run();
+}
+
+absl::StatusOr<std::shared_ptr<const Grammar>> AnyJsonObject(const JsonSchemaOptions& options) {
+  GrammarBuilder b(options.max_symbols);
+  JsonRules json(b, options.max_whitespace);
+  ASSIGN_OR_RETURN(Grammar g, b.Build(json.AnyObject()));
+  return std::make_shared<const Grammar>(std::move(g));
+}
+
+}  // namespace specula::grammar

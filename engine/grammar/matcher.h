@@ -1,0 +1,73 @@
+// Runs a Grammar over bytes as they are generated: which bytes may come next, whether the output
+// so far is a complete sentence.
+//
+// The state is the set of parse stacks a pushdown automaton could be in (several when the grammar
+// is ambiguous at this point, e.g. optional whitespace). A stack lists grammar positions, the
+// innermost rule's on top; every stack's top is a byte symbol, or the stack is empty (the root
+// rule is complete). A byte advances each stack whose top takes it, then expands the new tops:
+// a rule reference opens one stack per alternative, an alternative's end returns to the rule
+// that referred to it. Grammars are free of left recursion (GrammarBuilder::Build), so the
+// expansion ends.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "engine/grammar/grammar.h"
+
+namespace specula::grammar {
+
+// A set of parse stacks, stored flat so that copying one reuses its memory.
+class StackSet {
+ public:
+  // More stacks than this at once: the grammar is too ambiguous to follow, and the stacks past
+  // it are dropped. Dropping a stack only takes continuations away (what the remaining stacks
+  // allow, the grammar allows), so an overflow can narrow the output, never make it invalid;
+  // Step reports it.
+  static constexpr size_t kMaxStacks = 1024;
+
+  size_t size() const { return offsets_.size() - 1; }
+  bool empty() const { return size() == 0; }
+  void Clear();
+  // Adds `stack` unless an equal one is there. False when the set is full.
+  bool Add(const std::vector<int32_t>& stack);
+  const int32_t* begin(size_t i) const { return frames_.data() + offsets_[i]; }
+  const int32_t* end(size_t i) const { return frames_.data() + offsets_[i + 1]; }
+  bool Contains(const std::vector<int32_t>& stack) const;
+
+ private:
+  std::vector<int32_t> frames_;
+  std::vector<uint32_t> offsets_{0};
+};
+
+// `in` after one more byte; empty when no stack takes it. False when `out` overflowed.
+bool Step(const Grammar& g, const StackSet& in, uint8_t byte, StackSet* out);
+// Whether some stack of `s` is empty: the bytes so far are a complete sentence.
+bool CanEnd(const StackSet& s);
+
+class GrammarMatcher {
+ public:
+  explicit GrammarMatcher(std::shared_ptr<const Grammar> grammar);
+
+  // Takes `bytes` if the grammar allows all of them next; otherwise (or when the grammar became
+  // too ambiguous to follow) changes nothing and returns false.
+  bool Advance(std::string_view bytes);
+  // The bytes so far form a complete sentence.
+  bool CanEnd() const { return grammar::CanEnd(stacks_); }
+  // Complete, and no byte may follow.
+  bool IsComplete() const;
+  // Whether `byte` may come next.
+  bool Allows(uint8_t byte) const;
+
+  const Grammar& grammar() const { return *grammar_; }
+  const StackSet& stacks() const { return stacks_; }
+
+ private:
+  std::shared_ptr<const Grammar> grammar_;
+  StackSet stacks_;
+  StackSet next_;
+};
+
+}  // namespace specula::grammar

@@ -1,0 +1,166 @@
+// The JSON Schema compiler: texts its grammar accepts and refuses for each supported keyword, and
+// the errors for what it does not support (named, never ignored). tools' sample check
+// (json_schema_samples_test) validates random sentences with Python's jsonschema on top.
+#include "engine/grammar/json_schema.h"
+
+#include <string>
+#include <vector>
+
+#include "engine/grammar/matcher.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace specula::grammar {
+namespace {
+
+using ::testing::HasSubstr;
+using Json = nlohmann::ordered_json;
+
+struct Case {
+  const char* schema;
+  std::vector<std::string> accepted;
+  std::vector<std::string> refused;
+};
+
+bool Accepts(const std::shared_ptr<const Grammar>& g, const std::string& text) {
+  GrammarMatcher m(g);
+  return m.Advance(text) && m.CanEnd();
+}
+
+void Check(const Case& c, const JsonSchemaOptions& options = {}) {
+  auto g = CompileJsonSchema(Json::parse(c.schema), options);
+  ASSERT_TRUE(g.ok()) << c.schema << ": " << g.status();
+  for (const std::string& t : c.accepted) EXPECT_TRUE(Accepts(*g, t)) << c.schema << " " << t;
+  for (const std::string& t : c.refused) EXPECT_FALSE(Accepts(*g, t)) << c.schema << " " << t;
+}
+
+TEST(JsonSchemaTest, Primitives) {
+  Check({R"({"type": "integer"})",
+         {"0", "-7", "123456789012345"},
+         {"01", "1.5", "-", "\"1\"", "1e3"}});
+  Check({R"({"type": "number"})", {"0", "-0.25", "1e+10", "2E-3", "7"}, {".5", "1.", "1e", "+1"}});
+  Check({R"({"type": "boolean"})", {"true", "false"}, {"True", "1", "tru"}});
+  Check({R"({"type": "null"})", {"null"}, {"nul", "None"}});
+  Check({R"({"type": ["string", "null"]})", {"null", "\"x\""}, {"1"}});
+}
+
+TEST(JsonSchemaTest, StringsEscapesUtf8AndLengths) {
+  Check({R"({"type": "string"})",
+         {"\"\"", "\"a b\"", "\"\\\"\\\\\\n\\u00e9\"", "\"\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80\""},
+         {"\"a", "\"\n\"", "\"\\x\"", "\"\\ud800\"", "\"\xC0\xAF\"", "\"\xED\xA0\x80\"", "'a'"}});
+  // Lengths count characters, not bytes.
+  Check({R"({"type": "string", "minLength": 2, "maxLength": 3})",
+         {"\"ab\"", "\"abc\"", "\"\xC3\xA9\xC3\xA9\"", "\"\\n\\t\""},
+         {"\"a\"", "\"abcd\"", "\"\xC3\xA9\""}});
+}
+
+TEST(JsonSchemaTest, Formats) {
+  Check({R"({"type": "string", "format": "date"})",
+         {"\"2024-02-28\"", "\"1999-12-31\""},
+         {"\"2024-02-30\"", "\"2024-13-01\"", "\"2024-04-31\"", "\"24-01-01\""}});
+  Check({R"({"format": "date-time"})",
+         {"\"2024-01-31T23:59:59Z\"", "\"2024-06-30T00:00:00+05:30\""},
+         {"\"2024-01-31T24:00:00Z\"", "\"2024-01-31T23:59:59\"", "\"2024-01-31 23:59:59Z\""}});
+  Check({R"({"type": "string", "format": "uuid"})",
+         {"\"123e4567-e89b-12d3-a456-426614174000\""},
+         {"\"123e4567e89b12d3a456426614174000\"", "\"123E4567-E89B-12D3-A456-426614174000\""}});
+}
+
+TEST(JsonSchemaTest, ObjectsWriteDeclaredPropertiesInOrderRequiredOnesAlways) {
+  const Case c{R"({"type": "object",
+                   "properties": {"a": {"type": "integer"}, "b": {"type": "string"},
+                                  "c": {"type": "boolean"}},
+                   "required": ["b"]})",
+               {R"({"b":"x"})", R"({"a":1,"b":"x"})", R"({"a": 1, "b": "x", "c": true})",
+                "{\n  \"b\": \"x\",\n  \"c\": false\n}"},
+               {R"({})", R"({"a":1})", R"({"b":"x","a":1})", R"({"b":"x","d":1})", R"({"b":"x",})",
+                R"({,"b":"x"})", R"({"b":"x""c":true})", R"({"b":1})"}};
+  Check(c);
+  Check({R"({"type": "object", "required": ["id"]})", {R"({"id": [1, {"x": null}]})"}, {R"({})"}});
+}
+
+TEST(JsonSchemaTest, ObjectsWithoutPropertiesFollowAdditionalProperties) {
+  Check({R"({"type": "object", "additionalProperties": {"type": "integer"}})",
+         {R"({})", R"({"x": 1, "y": 2})"},
+         {R"({"x": "1"})"}});
+  Check({R"({"type": "object", "additionalProperties": false})", {R"({})", "{ }"}, {R"({"x":1})"}});
+  // Under strict, additionalProperties defaults to false; otherwise any member is allowed.
+  Check({R"({"type": "object"})", {R"({})"}, {R"({"x":1})"}}, {.strict = true});
+  Check({R"({"type": "object"})", {R"({"x": {"y": [true]}})"}, {}});
+}
+
+TEST(JsonSchemaTest, ArraysBoundTheirItems) {
+  Check({R"({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3})",
+         {"[1]", "[1, 2,3]", "[ 1 ]"},
+         {"[]", "[1,2,3,4]", "[1,]", "[\"1\"]"}});
+  Check({R"({"type": "array", "maxItems": 0})", {"[]"}, {"[1]"}});
+  Check({R"({"type": "array"})", {"[]", "[1, \"a\", null, {}]"}, {"[,]"}});
+}
+
+TEST(JsonSchemaTest, EnumConstAnyOfOneOfAndRefs) {
+  Check({R"({"enum": ["red", "green", "greenish", 3, null]})",
+         {"\"red\"", "\"green\"", "\"greenish\"", "3", "null"},
+         {"\"gree\"", "\"blue\"", "4"}});
+  Check({R"({"type": "string", "enum": ["a", 1]})", {"\"a\""}, {"1"}});
+  Check({R"({"const": {"k": [1, 2]}})", {R"({"k":[1,2]})"}, {R"({"k": [1, 2]})"}});
+  Check({R"({"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 1}]})",
+         {"1", "\"a\""},
+         {"\"ab\"", "true"}});
+  Check({R"({"oneOf": [{"type": "integer"}, {"type": "string"}]})", {"1", "\"a\""}, {"null"}});
+  Check({R"({"$defs": {"node": {"type": "object",
+                                "properties": {"v": {"type": "integer"},
+                                               "next": {"anyOf": [{"$ref": "#/$defs/node"},
+                                                                  {"type": "null"}]}},
+                                "required": ["v", "next"]}},
+            "$ref": "#/$defs/node"})",
+         {R"({"v":1,"next":{"v":2,"next":null}})"},
+         {R"({"v":1,"next":{"v":2}})"}});
+}
+
+TEST(JsonSchemaTest, WhitespaceBetweenTokensIsBounded) {
+  const std::string spaces(16, ' ');
+  Check({R"({"type": "array"})", {"[" + spaces + "]"}, {"[" + spaces + " ]", " []", "[] "}});
+}
+
+TEST(JsonSchemaTest, WhatIsNotSupportedIsRefusedByName) {
+  const std::vector<std::pair<const char*, const char*>> cases{
+      {R"({"type": "string", "pattern": "^a+$"})", "keyword 'pattern' is not supported"},
+      {R"({"type": "integer", "minimum": 1})", "keyword 'minimum' is not supported"},
+      {R"({"properties": {"x": {"nullable": true}}})", "'/properties/x': keyword 'nullable'"},
+      {R"({"type": "string", "format": "email"})", "format 'email' is not supported"},
+      {R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})", "a type of its own"},
+      {R"({"allOf": [{"type": "integer"}]})", "keyword 'allOf'"},
+      {R"({"$ref": "http://example.com/s.json"})", "does not point into this schema"},
+      {R"({"$ref": "#/$defs/missing"})", "points at nothing"},
+      {R"({"type": "tuple"})", "unknown type 'tuple'"},
+  };
+  for (const auto& [schema, message] : cases) {
+    auto g = CompileJsonSchema(Json::parse(schema));
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << schema;
+    EXPECT_THAT(g.status().message(), HasSubstr(message)) << schema;
+  }
+}
+
+TEST(JsonSchemaTest, SchemasNoValueSatisfiesAreErrors) {
+  for (const char* schema :
+       {R"(false)", R"({"enum": []})", R"({"type": "string", "enum": [1]})",
+        R"({"type": "array", "minItems": 3, "maxItems": 2})", R"({"type": []})",
+        R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})"}) {
+    auto g = CompileJsonSchema(Json::parse(schema));
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << schema;
+  }
+}
+
+TEST(JsonSchemaTest, HugeSchemasAreRefusedNotCompiledForever) {
+  auto g = CompileJsonSchema(Json::parse(R"({"type": "string", "maxLength": 100000000})"));
+  EXPECT_THAT(g.status().message(), HasSubstr("symbols"));
+  Json many = Json::object({{"enum", Json::array()}});
+  for (int i = 0; i < 10000; ++i) many["enum"].push_back("value-" + std::to_string(i));
+  auto e = CompileJsonSchema(many);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_TRUE(Accepts(*e, "\"value-9999\""));
+  EXPECT_FALSE(Accepts(*e, "\"value-10000\""));
+}
+
+}  // namespace
+}  // namespace specula::grammar
