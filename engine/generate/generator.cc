@@ -100,6 +100,8 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
   for (int64_t id : gen.eos_token_ids) g->eos_ids_.insert(static_cast<int32_t>(id));
   for (int64_t id : c.eos_token_ids) g->eos_ids_.insert(static_cast<int32_t>(id));
   if (auto eos = g->tokenizer_->eos_token_id()) g->eos_ids_.insert(*eos);
+  g->token_table_ = std::make_unique<grammar::TokenTable>(GrammarTokenTable(*g->tokenizer_));
+  g->masker_ = std::make_unique<grammar::TokenMasker>(*g->token_table_);
 
   KvPoolOptions kv;
   kv.num_layers = static_cast<int32_t>(c.num_hidden_layers);
@@ -275,7 +277,7 @@ absl::StatusOr<uint64_t> Generator::Add(GenerationRequest request) {
   }
   const uint64_t id = next_id_++;
   auto seq = std::make_unique<Sequence>(id, std::move(request), *tokenizer_, eos_ids_,
-                                        model_->config().max_position_embeddings);
+                                        model_->config().max_position_embeddings, &masker());
   RETURN_IF_ERROR(AttachKv(*seq, /*resume=*/false));
   running_.emplace(id, std::move(seq));
   return id;

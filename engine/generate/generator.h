@@ -241,6 +241,10 @@ class Generator {
   std::unique_ptr<SparseKvCache> sparse_;  // null unless sparse.enabled; after kv_ and host_
   std::unique_ptr<PrefixCache> prefix_;    // after kv_, host_ and sparse_ (holds their pages)
   absl::flat_hash_set<int32_t> eos_ids_;
+  // The vocabulary as output constraints see it, and the scratch of their masks.
+  std::unique_ptr<grammar::TokenTable> token_table_;
+  std::unique_ptr<grammar::TokenMasker> masker_;
+  grammar::TokenMasker& masker() { return *masker_; }
   std::map<uint64_t, std::unique_ptr<Sequence>> running_;  // ordered: admission order
   uint64_t next_id_ = 1;
   int64_t preemptions_ = 0;

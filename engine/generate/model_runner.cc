@@ -93,8 +93,7 @@ absl::Status ModelRunner::Accept(size_t i, Sequence& seq, SequenceOutput* out) {
   const int64_t vocab = model_.config().vocab_size;
   const absl::Span<float> row(logits_.data() + static_cast<int64_t>(i) * vocab, vocab);
   if (!AllFinite(row)) return NonFiniteLogits();
-  seq.Accept(row, out);
-  return absl::OkStatus();
+  return seq.Accept(row, out);
 }
 
 }  // namespace specula

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/common/check.h"
+#include "engine/common/status_macros.h"
 
 namespace specula {
 
@@ -23,7 +24,8 @@ const char* FinishReasonName(FinishReason r) {
 }
 
 Sequence::Sequence(uint64_t id, GenerationRequest request, const Tokenizer& tokenizer,
-                   absl::flat_hash_set<int32_t> eos_ids, int64_t max_context)
+                   absl::flat_hash_set<int32_t> eos_ids, int64_t max_context,
+                   grammar::TokenMasker* masker)
     : id_(id),
       request_(std::move(request)),
       max_context_(max_context),
@@ -34,6 +36,11 @@ Sequence::Sequence(uint64_t id, GenerationRequest request, const Tokenizer& toke
   if (!request_.stopping.ignore_eos) stop_ids_ = std::move(eos_ids);
   stop_ids_.insert(request_.stopping.stop_token_ids.begin(),
                    request_.stopping.stop_token_ids.end());
+  if (request_.constraint != nullptr) {
+    CHECK(masker != nullptr);
+    constraint_ =
+        std::make_unique<OutputConstraint>(request_.constraint, *masker, tokenizer, stop_ids_);
+  }
 }
 
 int32_t Sequence::TokenAt(int64_t i) const {
@@ -69,9 +76,13 @@ int64_t MaxTotalTokens(const GenerationRequest& request, int64_t max_context) {
 
 int64_t Sequence::max_total_tokens() const { return MaxTotalTokens(request_, max_context_); }
 
-void Sequence::Accept(absl::Span<float> logits, SequenceOutput* out) {
+absl::Status Sequence::Accept(absl::Span<float> logits, SequenceOutput* out) {
   CHECK(!finished());
-  Take(sampler_.Sample(logits), out);
+  if (constraint_ != nullptr) RETURN_IF_ERROR(constraint_->Mask(logits));
+  const SampledToken s = sampler_.Sample(logits);
+  if (constraint_ != nullptr) RETURN_IF_ERROR(constraint_->Accept(s.token));
+  Take(s, out);
+  return absl::OkStatus();
 }
 
 void Sequence::AcceptSampled(const SampledRow& row, SequenceOutput* out) {
@@ -91,6 +102,9 @@ void Sequence::Take(SampledToken s, SequenceOutput* out) {
     out->text += r.text;
     if (r.stopped) finish_ = FinishReason::kStopSequence;
   }
+  // A complete structured output ends the request: nothing else may follow.
+  if (!finished() && constraint_ != nullptr && constraint_->complete())
+    finish_ = FinishReason::kStop;
   if (!finished() && (static_cast<int64_t>(generated_.size()) >= request_.stopping.max_tokens ||
                       num_tokens() >= max_context_)) {
     finish_ = FinishReason::kLength;

@@ -10,6 +10,8 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "engine/generate/output_constraint.h"
+#include "engine/grammar/grammar.h"
 #include "engine/kv/prefix_cache.h"
 #include "engine/kv/sparse_options.h"
 #include "engine/kv/working_set.h"
@@ -27,6 +29,9 @@ struct GenerationRequest {
   SparseRequestOptions sparse;
   // A conversation whose KV the engine keeps between requests (docs/SESSIONS.md); empty = none.
   std::string session_id;
+  // The grammar every output must follow (structured outputs, docs/STRUCTURED_OUTPUT.md);
+  // null = none. Compiled before the request reaches the engine.
+  std::shared_ptr<const grammar::Grammar> constraint;
 };
 
 // The most tokens a request can ever hold: prompt + max_tokens, capped by the model's context.
@@ -51,8 +56,10 @@ struct SequenceOutput {
 
 class Sequence {
  public:
+  // `masker` is needed only when the request has a constraint.
   Sequence(uint64_t id, GenerationRequest request, const Tokenizer& tokenizer,
-           absl::flat_hash_set<int32_t> eos_ids, int64_t max_context);
+           absl::flat_hash_set<int32_t> eos_ids, int64_t max_context,
+           grammar::TokenMasker* masker = nullptr);
 
   uint64_t id() const { return id_; }
   const GenerationRequest& request() const { return request_; }
@@ -89,11 +96,13 @@ class Sequence {
   // The most tokens this sequence can ever hold: prompt + max_tokens, capped by the model.
   int64_t max_total_tokens() const;
 
-  // Consumes the token sampled from `logits`, updates stop state and fills `out`.
-  void Accept(absl::Span<float> logits, SequenceOutput* out);
+  // Consumes the token sampled from `logits` (masked first by the output constraint, if any),
+  // updates stop state and fills `out`. An error (the constraint allows no token) accepts
+  // nothing.
+  absl::Status Accept(absl::Span<float> logits, SequenceOutput* out);
   // The same for a token sampled on the device (the engine's ModelRunner): whether this sequence
-  // can be (no penalties), its settings for the next step, and the result.
-  bool CanSampleOnDevice() const { return !sampler_.has_penalties(); }
+  // can be (no penalties, no constraint), its settings for the next step, and the result.
+  bool CanSampleOnDevice() const { return !sampler_.has_penalties() && constraint_ == nullptr; }
   RowSampling NextDeviceRow() { return sampler_.NextRow(); }
   void AcceptSampled(const SampledRow& row, SequenceOutput* out);
   // Ends the sequence for a reason decided outside (cancellation).
@@ -121,6 +130,7 @@ class Sequence {
   Sampler sampler_;
   StreamingDetokenizer detok_;
   StopMatcher stops_;
+  std::unique_ptr<OutputConstraint> constraint_;  // null without one
   FinishReason finish_ = FinishReason::kNone;
 };
 

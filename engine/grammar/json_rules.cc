@@ -52,9 +52,14 @@ int32_t JsonRules::DateTime() {
   return *date_time_;
 }
 
+// At most one line break, then at most max_whitespace spaces or tabs: room for indentation, and
+// little for a model that would pad forever.
 int32_t JsonRules::MakeWhitespace() {
-  const int32_t ws_char = b_.AddRule("ws_char", {{Set(" \t\n\r")}});
-  return b_.Repeat("ws", ws_char, 0, max_whitespace_);
+  const int32_t blank = b_.AddRule("blank", {{Set(" \t")}});
+  const int32_t indent = b_.Repeat("indent", blank, 0, max_whitespace_);
+  return b_.AddRule(
+      "ws",
+      {{B::Ref(indent)}, {Byte('\n'), B::Ref(indent)}, {Byte('\r'), Byte('\n'), B::Ref(indent)}});
 }
 
 // One character of a JSON string: unescaped ASCII but the quote, the backslash and controls;

@@ -15,7 +15,8 @@ class JsonRules {
  public:
   JsonRules(GrammarBuilder& b, int max_whitespace) : b_(b), max_whitespace_(max_whitespace) {}
 
-  // Between tokens: at most max_whitespace bytes of space, tab, newline or carriage return.
+  // Between tokens: an optional line break (\n or \r\n), then at most max_whitespace spaces or
+  // tabs.
   int32_t Whitespace();
   // A string of `min` to `max` characters (max < 0: no bound), quotes included.
   int32_t String(int64_t min, int64_t max);

@@ -13,7 +13,8 @@
 // - an object writes its declared properties in the schema's order (each optional one may be
 //   left out) and no others; only an object schema without properties whose
 //   additionalProperties allows them (not under `strict`) takes arbitrary keys;
-// - whitespace between tokens is at most `max_whitespace` bytes of space, tab or newline;
+// - whitespace between tokens is at most one line break and `max_whitespace` spaces or tabs
+//   (enough to indent a few levels, too little for a model to pad forever);
 // - numbers have at most 15 integer digits, 15 fraction digits and 3 exponent digits;
 // - strings escape with \uXXXX only outside the surrogate range;
 // - a date's day is at most 28 in February (no leap-year arithmetic).
@@ -30,7 +31,7 @@ namespace specula::grammar {
 struct JsonSchemaOptions {
   // OpenAI's strict mode: additionalProperties defaults to false.
   bool strict = false;
-  int max_whitespace = 16;
+  int max_whitespace = 8;
   // A schema compiling to more grammar symbols than this is refused (e.g. a huge maxLength).
   int64_t max_symbols = 1 << 20;
 };

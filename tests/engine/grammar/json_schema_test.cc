@@ -117,9 +117,11 @@ TEST(JsonSchemaTest, EnumConstAnyOfOneOfAndRefs) {
          {R"({"v":1,"next":{"v":2}})"}});
 }
 
-TEST(JsonSchemaTest, WhitespaceBetweenTokensIsBounded) {
-  const std::string spaces(16, ' ');
-  Check({R"({"type": "array"})", {"[" + spaces + "]"}, {"[" + spaces + " ]", " []", "[] "}});
+TEST(JsonSchemaTest, WhitespaceBetweenTokensIsOneLineBreakAndBoundedIndentation) {
+  const std::string eight(8, ' ');
+  Check({R"({"type": "array"})",
+         {"[" + eight + "]", "[\n" + eight + "1,\r\n\t2\n]", "[ ]"},
+         {"[" + eight + " ]", "[\n\n]", " []", "[] ", "[\n" + eight + " 1]"}});
 }
 
 TEST(JsonSchemaTest, WhatIsNotSupportedIsRefusedByName) {

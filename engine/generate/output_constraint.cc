@@ -1,0 +1,56 @@
+#include "engine/generate/output_constraint.h"
+
+#include <limits>
+#include <string>
+#include <utility>
+
+namespace specula {
+
+grammar::TokenTable GrammarTokenTable(const Tokenizer& tokenizer) {
+  std::vector<std::string> bytes(static_cast<size_t>(tokenizer.vocab_size()));
+  for (size_t id = 0; id < bytes.size(); ++id) {
+    const auto token = static_cast<TokenId>(id);
+    if (!tokenizer.IsSpecial(token)) bytes[id] = tokenizer.TokenBytes(token);
+  }
+  return grammar::TokenTable(bytes);
+}
+
+OutputConstraint::OutputConstraint(std::shared_ptr<const grammar::Grammar> grammar,
+                                   grammar::TokenMasker& masker, const Tokenizer& tokenizer,
+                                   absl::flat_hash_set<int32_t> end_ids)
+    : matcher_(std::move(grammar)),
+      masker_(masker),
+      tokenizer_(tokenizer),
+      end_ids_(std::move(end_ids)) {}
+
+absl::Status OutputConstraint::Mask(absl::Span<float> logits) {
+  int64_t allowed = masker_.Compute(matcher_, &mask_);
+  const bool can_end = matcher_.CanEnd();
+  const auto table_size = static_cast<int64_t>(mask_.size()) * 32;
+  for (int64_t id = 0; id < static_cast<int64_t>(logits.size()); ++id) {
+    const bool end = end_ids_.contains(static_cast<int32_t>(id));
+    if (end && can_end) {
+      ++allowed;
+      continue;
+    }
+    if (end || id >= table_size || !grammar::MaskAllows(mask_, id)) {
+      logits[id] = -std::numeric_limits<float>::infinity();
+    }
+  }
+  if (allowed == 0) {
+    return absl::FailedPreconditionError(
+        "the output constraint allows no token here: the model's vocabulary cannot spell what "
+        "the grammar needs next");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OutputConstraint::Accept(int32_t token) {
+  if (end_ids_.contains(token)) return absl::OkStatus();
+  if (!matcher_.Advance(tokenizer_.TokenBytes(token))) {
+    return absl::InternalError("a token the output constraint refused was sampled");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace specula

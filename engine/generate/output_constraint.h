@@ -1,0 +1,48 @@
+// A request's output constraint while it decodes (docs/STRUCTURED_OUTPUT.md): each step's logits
+// are masked to the tokens the grammar allows next, the request's end tokens only where the
+// output can end, and the sampled token is followed through the grammar. A row with a constraint
+// samples on the host (the mask is computed there; a device mask is future work).
+//
+// Engine thread only: the masker's scratch is the Generator's.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "engine/grammar/matcher.h"
+#include "engine/grammar/token_mask.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace specula {
+
+// The grammar's view of a tokenizer's vocabulary: each token's bytes, none for special tokens
+// (their text is never output, so no grammar can ask for them).
+grammar::TokenTable GrammarTokenTable(const Tokenizer& tokenizer);
+
+class OutputConstraint {
+ public:
+  OutputConstraint(std::shared_ptr<const grammar::Grammar> grammar, grammar::TokenMasker& masker,
+                   const Tokenizer& tokenizer, absl::flat_hash_set<int32_t> end_ids);
+
+  // Sets every refused token's logit to -infinity. FAILED_PRECONDITION when none is left: the
+  // vocabulary cannot spell what the grammar needs next.
+  absl::Status Mask(absl::Span<float> logits);
+  // Follows a token the mask allowed (an end token takes nothing). INTERNAL if the grammar
+  // refuses it, which the mask rules out.
+  absl::Status Accept(int32_t token);
+  // The output is complete and nothing may follow: the request ends here.
+  bool complete() const { return matcher_.IsComplete(); }
+
+ private:
+  grammar::GrammarMatcher matcher_;
+  grammar::TokenMasker& masker_;
+  const Tokenizer& tokenizer_;
+  absl::flat_hash_set<int32_t> end_ids_;
+  std::vector<uint32_t> mask_;
+};
+
+}  // namespace specula
