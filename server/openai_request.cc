@@ -111,10 +111,6 @@ Error CheckNeutral(const OrderedJson& body) {
       !(body["logit_bias"].is_object() && body["logit_bias"].empty())) {
     return BadParam("logit_bias", "logit_bias is not supported");
   }
-  if (body.contains("response_format") && !body["response_format"].is_null() &&
-      !(body["response_format"].is_object() && IsString(body["response_format"], "type", "text"))) {
-    return BadParam("response_format", "only response_format {\"type\": \"text\"} is supported");
-  }
   return std::nullopt;
 }
 
@@ -150,6 +146,47 @@ Error ReadBool(const OrderedJson& body, const std::string& key, bool* out) {
   if (!body.contains(key) || body[key].is_null()) return std::nullopt;
   if (!body[key].is_boolean()) return WrongType(key, body[key], "a boolean");
   *out = body[key].get<bool>();
+  return std::nullopt;
+}
+
+// response_format: text (unconstrained), json_object, or json_schema {name, schema, strict}, as
+// the request's output constraint. The schema is compiled with the rest of the request
+// (ToEngineRequest), which names what it does not support.
+Error ReadResponseFormat(const OrderedJson& body, v1::GenerateRequest* out) {
+  if (!body.contains("response_format") || body["response_format"].is_null()) return std::nullopt;
+  const OrderedJson& f = body["response_format"];
+  if (!f.is_object()) return WrongType("response_format", f, "an object");
+  if (IsString(f, "type", "text")) return std::nullopt;
+  if (IsString(f, "type", "json_object")) {
+    out->mutable_output_constraint()->set_json_object(true);
+    return std::nullopt;
+  }
+  if (!IsString(f, "type", "json_schema")) {
+    return BadParam("response_format.type",
+                    "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+  }
+  const auto spec = f.find("json_schema");
+  if (spec == f.end() || !spec->is_object()) {
+    return BadParam("response_format.json_schema",
+                    "'response_format.json_schema' must be an object {\"name\", \"schema\", "
+                    "\"strict\"}");
+  }
+  if (!spec->contains("name") || !(*spec)["name"].is_string()) {
+    return BadParam("response_format.json_schema.name",
+                    "'response_format.json_schema.name' is required (a string)");
+  }
+  const auto schema = spec->find("schema");
+  if (schema == spec->end() || !(schema->is_object() || schema->is_boolean())) {
+    return BadParam("response_format.json_schema.schema",
+                    "'response_format.json_schema.schema' must be a JSON Schema object");
+  }
+  bool strict = false;
+  if (Error e = ReadBool(*spec, "strict", &strict)) {
+    e->param = "response_format.json_schema.strict";
+    return e;
+  }
+  out->mutable_output_constraint()->set_json_schema(schema->dump());
+  out->mutable_output_constraint()->set_strict(strict);
   return std::nullopt;
 }
 
@@ -549,6 +586,7 @@ std::optional<OpenAiError> ParseOpenAiRequest(OpenAiEndpoint endpoint, const std
   }
   if (Error e = ReadStreamAndLogprobs(body, endpoint, out)) return e;
   if (endpoint == OpenAiEndpoint::kCompletions) return ReadPrompt(body, &out->generate);
+  if (Error e = ReadResponseFormat(body, &out->generate)) return e;
   out->chat.emplace();
   return ReadChat(body, &*out->chat);
 }

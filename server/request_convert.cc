@@ -4,7 +4,10 @@
 #include <limits>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/grammar/json_schema.h"
+#include "server/request_json.h"
 
 namespace specula {
 namespace {
@@ -89,6 +92,36 @@ int32_t DefaultLength(GenerationRequest& g, int32_t default_max_tokens,
   return g.stopping.max_tokens;
 }
 
+// The constraint's grammar: compiled here, on the calling thread, never on the engine's (a big
+// schema costs milliseconds; compilation stops at the grammar size budget).
+absl::Status ConvertConstraint(const v1::OutputConstraint& in,
+                               std::shared_ptr<const grammar::Grammar>* out) {
+  absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g;
+  grammar::JsonSchemaOptions options;
+  options.strict = in.strict();
+  switch (in.kind_case()) {
+    case v1::OutputConstraint::KIND_NOT_SET:
+      return absl::OkStatus();
+    case v1::OutputConstraint::kJsonObject:
+      if (!in.json_object()) return absl::OkStatus();
+      g = grammar::AnyJsonObject(options);
+      break;
+    case v1::OutputConstraint::kJsonSchema: {
+      absl::StatusOr<OrderedJson> schema =
+          ParseRequestJson(in.json_schema(), "output_constraint.json_schema");
+      if (!schema.ok()) return schema.status();
+      g = grammar::CompileJsonSchema(*schema, options);
+      break;
+    }
+  }
+  if (!g.ok()) {
+    return absl::Status(g.status().code(), absl::StrCat("output_constraint (response_format): ",
+                                                        g.status().message()));
+  }
+  *out = *std::move(g);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<int32_t>> EncodePrompt(const Tokenizer& tokenizer,
@@ -125,8 +158,8 @@ std::string NewRequestId() {
 
 absl::Status ValidateSessionId(absl::string_view id) {
   if (id.empty() || id.size() > kMaxSessionIdBytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "session_id is %d bytes; it must be 1 to %d", id.size(), kMaxSessionIdBytes));
+    return absl::InvalidArgumentError(absl::StrFormat("session_id is %d bytes; it must be 1 to %d",
+                                                      id.size(), kMaxSessionIdBytes));
   }
   for (size_t i = 0; i < id.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(id[i]);
@@ -173,14 +206,15 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
     if (request.prompt_token_ids().ids().empty()) {
       return absl::InvalidArgumentError("prompt_token_ids is empty");
     }
-    if (absl::Status s = ConvertIds(request.prompt_token_ids().ids(), "prompt_token_ids",
-                                    &g.prompt);
+    if (absl::Status s =
+            ConvertIds(request.prompt_token_ids().ids(), "prompt_token_ids", &g.prompt);
         !s.ok()) {
       return s;
     }
   }
 
-  if (limits.max_prompt_tokens > 0 && static_cast<int64_t>(g.prompt.size()) > limits.max_prompt_tokens) {
+  if (limits.max_prompt_tokens > 0 &&
+      static_cast<int64_t>(g.prompt.size()) > limits.max_prompt_tokens) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "the prompt is %d tokens; this server accepts at most %d (server.limits.max_prompt_tokens)",
         g.prompt.size(), limits.max_prompt_tokens));
@@ -199,12 +233,15 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
     g.stopping.max_tokens = DefaultLength(g, default_max_tokens, limits);
   }
   g.stopping.stop.assign(stop.stop().begin(), stop.stop().end());
-  if (absl::Status s = ConvertIds(stop.stop_token_ids(), "stopping.stop_token_ids",
-                                  &g.stopping.stop_token_ids);
+  if (absl::Status s =
+          ConvertIds(stop.stop_token_ids(), "stopping.stop_token_ids", &g.stopping.stop_token_ids);
       !s.ok()) {
     return s;
   }
   g.stopping.ignore_eos = stop.ignore_eos();
+  if (absl::Status s = ConvertConstraint(request.output_constraint(), &g.constraint); !s.ok()) {
+    return s;
+  }
   return out;
 }
 

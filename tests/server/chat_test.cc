@@ -299,7 +299,8 @@ TEST(OpenAiRequestTest, HostileBodiesAreRefusedNotFatal) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"model": "m", "messages": [{"role": "user", "content": [{"type": 1, "text": "x"}]}]})",
        "messages[0].content[0]"},
-      {R"({"model": "m", "response_format": {"type": null}, "messages": []})", "response_format"},
+      {R"({"model": "m", "response_format": {"type": null}, "messages": []})",
+       "response_format.type"},
       {R"({"model": "m", "tools": [{"type": 7}], "messages": [{"role": "user", "content": "x"}]})",
        "tools[0]"},
       {R"({"model": "m", "seed": 18446744073709551615, "messages": []})", "seed"},

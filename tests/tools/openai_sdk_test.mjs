@@ -19,6 +19,8 @@ import assert from 'node:assert/strict';
 
 const require = createRequire(join(process.env.OPENAI_SDK_DIR, 'node_modules', 'noop.js'));
 const OpenAI = require('openai');
+const Ajv2020 = require('ajv/dist/2020').default;
+const addFormats = require('ajv-formats').default;
 
 const TOOLS = [{
   type: 'function',
@@ -206,9 +208,65 @@ test('bad requests raise the SDK\'s error types', async () => {
       (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice');
   await assert.rejects(
       client.chat.completions.create({model, messages: MESSAGES,
-                                      response_format: {type: 'json_object'}}),
-      (e) => e instanceof OpenAI.BadRequestError && e.param === 'response_format');
+                                      response_format: {type: 'xml'}}),
+      (e) => e instanceof OpenAI.BadRequestError && e.param === 'response_format.type');
   // The server still serves.
   const r = await client.chat.completions.create({model, messages: MESSAGES, max_tokens: 2});
   assert.equal(r.choices.length, 1);
+});
+
+// Structured outputs: the scripted model wants to answer a tool call, the response format forces a
+// JSON text valid against the schema instead. Validated by ajv with ajv-formats (formats really
+// checked), an independent implementation of JSON Schema.
+const FORECAST_SCHEMA = {
+  type: 'object',
+  properties: {
+    city: {type: 'string', maxLength: 12},
+    unit: {type: 'string', enum: ['celsius', 'fahrenheit']},
+    days: {type: 'array', items: {type: 'integer'}, minItems: 1, maxItems: 3},
+    issued: {type: 'string', format: 'date-time'},
+    id: {type: 'string', format: 'uuid'},
+    note: {anyOf: [{type: 'string', maxLength: 6}, {type: 'null'}]},
+  },
+  required: ['city', 'unit', 'days', 'issued', 'id', 'note'],
+  additionalProperties: false,
+};
+
+test('response_format json_schema: the answer validates and ends by itself', async () => {
+  const ajv = new Ajv2020({strict: false});
+  addFormats(ajv);
+  const validate = ajv.compile(FORECAST_SCHEMA);
+  for (const [temperature, seed] of [[0, 1], [1, 2], [1, 3]]) {
+    const r = await client.chat.completions.create({
+      model, messages: MESSAGES, max_tokens: 400, temperature, seed,
+      response_format: {type: 'json_schema',
+                        json_schema: {name: 'forecast', schema: FORECAST_SCHEMA, strict: true}},
+    });
+    const choice = r.choices[0];
+    assert.equal(choice.finish_reason, 'stop', choice.message.content);
+    const answer = JSON.parse(choice.message.content);
+    assert.ok(validate(answer), `${choice.message.content}: ${ajv.errorsText(validate.errors)}`);
+  }
+});
+
+test('response_format json_object: the answer is a JSON object', async () => {
+  const stream = await client.chat.completions.create({
+    model, messages: MESSAGES, max_tokens: 64, stream: true,
+    response_format: {type: 'json_object'},
+  });
+  let content = '';
+  for await (const chunk of stream) content += chunk.choices[0]?.delta?.content ?? '';
+  // 64 tokens may end inside the object; what there is opens one and holds no tool call.
+  assert.match(content, /^\{/);
+  assert.ok(!content.includes('<tool_call>'), content);
+});
+
+test('a schema keyword the server cannot honour is a 400 naming it', async () => {
+  await assert.rejects(
+      client.chat.completions.create({
+        model, messages: MESSAGES,
+        response_format: {type: 'json_schema', json_schema: {
+          name: 'x', schema: {type: 'object', properties: {a: {type: 'string', pattern: '^a$'}}}}},
+      }),
+      (e) => e instanceof OpenAI.BadRequestError && /'pattern' is not supported/.test(e.message));
 });
