@@ -27,6 +27,7 @@
 #include "tools/bench/agent_bench.h"
 #include "tools/bench/attention_bench.h"
 #include "tools/bench/cpu_bench.h"
+#include "tools/bench/grammar_bench.h"
 #include "tools/bench/sampling_bench.h"
 #include "tools/bench/serve_bench.h"
 #include "tools/bench/sparse_bench.h"
@@ -117,6 +118,11 @@ ABSL_FLAG(int64_t, vocab, 128256, "sampling: tokens per row of logits");
 ABSL_FLAG(std::vector<std::string>, sampling_rows,
           std::vector<std::string>({"1", "8", "64", "128"}), "sampling: rows per step timed");
 
+// grammar
+ABSL_FLAG(std::string, tokenizer_dir, "", "grammar: directory holding the tokenizer.json");
+ABSL_FLAG(std::string, schemas, "tests/engine/grammar/agent_schemas.json",
+          "grammar: JSON array of {\"schema\", \"strict\"}");
+
 namespace {
 
 constexpr char kUsage[] =
@@ -126,7 +132,9 @@ constexpr char kUsage[] =
     "  sparse     sparse vs dense decode and retrieval (--contexts, --budgets, --tbt-contexts)\n"
     "  agent      multi-turn agent traffic (--conversations, --turns, --modes)\n"
     "  attention  attention kernels (--device, --contexts, --head-dims, --decode-shapes)\n"
-    "  sampling   sampling on the device vs on the host (--device, --vocab, --sampling-rows)";
+    "  sampling   sampling on the device vs on the host (--device, --vocab, --sampling-rows)\n"
+    "  grammar    structured outputs: schema compile and token mask times (--tokenizer-dir, "
+    "--schemas)";
 
 // --device, or nullopt after saying why not.
 std::optional<specula::DeviceKind> DeviceFlag() {
@@ -318,6 +326,12 @@ int main(int argc, char** argv) {
   if (command == "agent") return RunAgent();
   if (command == "attention") return RunAttention();
   if (command == "sampling") return RunSampling();
+  if (command == "grammar") {
+    specula::GrammarBenchOptions o;
+    o.tokenizer_dir = absl::GetFlag(FLAGS_tokenizer_dir);
+    o.schemas_file = absl::GetFlag(FLAGS_schemas);
+    return specula::RunGrammarBench(o);
+  }
   std::cerr << kUsage << "\n";
   return 2;
 }

@@ -1,0 +1,106 @@
+#include "tools/bench/grammar_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "engine/generate/output_constraint.h"
+#include "engine/grammar/json_schema.h"
+#include "engine/grammar/matcher.h"
+#include "engine/grammar/token_mask.h"
+#include "tools/bench/serve_stats.h"
+
+namespace specula {
+namespace {
+
+double MicrosSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+struct Timings {
+  std::vector<double> compile_us, mask_us;
+  int walks = 0, ended = 0;
+};
+
+// One random walk: masks, then a uniformly random allowed token, until the answer is complete
+// (or may end, with probability 1/4 each such step) or max_steps.
+void Walk(const std::shared_ptr<const grammar::Grammar>& g, const Tokenizer& tokenizer,
+          grammar::TokenMasker& masker, int max_steps, std::mt19937& rng, Timings* t) {
+  grammar::GrammarMatcher matcher(g);
+  std::vector<uint32_t> mask;
+  ++t->walks;
+  for (int step = 0; step < max_steps; ++step) {
+    if (matcher.IsComplete() || (matcher.CanEnd() && rng() % 4 == 0)) {
+      ++t->ended;
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const int64_t allowed = masker.Compute(matcher, &mask);
+    t->mask_us.push_back(MicrosSince(start));
+    if (allowed == 0) return;
+    int64_t pick = static_cast<int64_t>(rng() % static_cast<uint64_t>(allowed));
+    for (int64_t id = 0;; ++id) {
+      if (grammar::MaskAllows(mask, id) && pick-- == 0) {
+        matcher.Advance(tokenizer.TokenBytes(static_cast<TokenId>(id)));
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int RunGrammarBench(const GrammarBenchOptions& options) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      Tokenizer::FromDirectory(options.tokenizer_dir);
+  if (!tokenizer.ok()) {
+    std::cerr << "specula-bench grammar: " << tokenizer.status() << "\n";
+    return 1;
+  }
+  std::ifstream in(options.schemas_file);
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto schemas = nlohmann::ordered_json::parse(text.str(), nullptr, false);
+  if (!schemas.is_array()) {
+    std::cerr << "specula-bench grammar: " << options.schemas_file << " is not a JSON array\n";
+    return 1;
+  }
+  auto start = std::chrono::steady_clock::now();
+  const grammar::TokenTable table = GrammarTokenTable(**tokenizer);
+  const double table_ms = MicrosSince(start) / 1000;
+  grammar::TokenMasker masker(table);
+  std::mt19937 rng(42);
+  Timings t;
+  for (const auto& entry : schemas) {
+    grammar::JsonSchemaOptions o;
+    o.strict = entry.value("strict", false);
+    start = std::chrono::steady_clock::now();
+    auto g = grammar::CompileJsonSchema(entry["schema"], o);
+    t.compile_us.push_back(MicrosSince(start));
+    if (!g.ok()) {
+      std::cerr << "specula-bench grammar: " << g.status() << "\n";
+      return 1;
+    }
+    for (int w = 0; w < options.walks_per_schema; ++w)
+      Walk(*g, **tokenizer, masker, options.max_steps, rng, &t);
+  }
+  std::sort(t.mask_us.begin(), t.mask_us.end());
+  std::sort(t.compile_us.begin(), t.compile_us.end());
+  std::printf(
+      "vocabulary %lld tokens (table built in %.1f ms), %zu schemas, %d walks (%d ended)\n\n",
+      static_cast<long long>(table.vocab_size()), table_ms, schemas.size(), t.walks, t.ended);
+  std::printf("| | median | p99 | max | count |\n|---|---|---|---|---|\n");
+  std::printf("| compile (us) | %.0f | %.0f | %.0f | %zu |\n", Percentile(t.compile_us, 50),
+              Percentile(t.compile_us, 99), t.compile_us.back(), t.compile_us.size());
+  std::printf("| mask per token (us) | %.0f | %.0f | %.0f | %zu |\n", Percentile(t.mask_us, 50),
+              Percentile(t.mask_us, 99), t.mask_us.back(), t.mask_us.size());
+  return 0;
+}
+
+}  // namespace specula
