@@ -24,7 +24,7 @@ OutputConstraint::OutputConstraint(std::shared_ptr<const grammar::Grammar> gramm
       end_ids_(std::move(end_ids)) {}
 
 absl::Status OutputConstraint::Mask(absl::Span<float> logits) {
-  int64_t allowed = masker_.Compute(matcher_, &mask_);
+  int64_t allowed = masker_.Compute(matcher_, &cache_, &mask_);
   const bool can_end = matcher_.CanEnd();
   const auto table_size = static_cast<int64_t>(mask_.size()) * 32;
   for (int64_t id = 0; id < static_cast<int64_t>(logits.size()); ++id) {

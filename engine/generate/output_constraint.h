@@ -42,6 +42,7 @@ class OutputConstraint {
   grammar::TokenMasker& masker_;
   const Tokenizer& tokenizer_;
   absl::flat_hash_set<int32_t> end_ids_;
+  grammar::MaskCache cache_;  // this request's: shared by its steps
   std::vector<uint32_t> mask_;
 };
 

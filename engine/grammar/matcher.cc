@@ -1,6 +1,7 @@
 #include "engine/grammar/matcher.h"
 
 #include <algorithm>
+#include <deque>
 #include <utility>
 
 namespace specula::grammar {
@@ -27,10 +28,27 @@ bool StackSet::Add(const std::vector<int32_t>& stack) {
 
 namespace {
 
+// Scratch stacks, one per recursion depth of Expand, kept between calls so that stepping
+// allocates nothing once warm. A deque: growing it keeps the references held by shallower calls.
+std::deque<std::vector<int32_t>>& ScratchStacks() {
+  thread_local std::deque<std::vector<int32_t>> stacks;
+  return stacks;
+}
+
+std::vector<int32_t>& Scratch(size_t depth) {
+  std::deque<std::vector<int32_t>>& stacks = ScratchStacks();
+  if (stacks.size() <= depth) stacks.resize(depth + 1);
+  return stacks[depth];
+}
+
 // Adds to `out` every stack `stack` stands for once its top is a byte symbol (or it is empty):
 // an alternative's end returns to the referring position's successor, a rule reference opens
-// each alternative. `stack` is scratch. False when `out` overflowed.
-bool Expand(const Grammar& g, std::vector<int32_t>& stack, StackSet* out) {
+// each alternative. A reference that is the last symbol of its alternative replaces its frame
+// (a tail call), so right recursion (repetition) keeps stacks shallow. `stack` is scratch at
+// `depth`. With `escaped`, the stack is the top of a longer one: ending it sets *escaped instead
+// of adding the empty stack. False when `out` overflowed.
+bool Expand(const Grammar& g, std::vector<int32_t>& stack, size_t depth, StackSet* out,
+            bool* escaped) {
   while (!stack.empty()) {
     const int32_t pos = stack.back();
     switch (g.kind(pos)) {
@@ -41,30 +59,37 @@ bool Expand(const Grammar& g, std::vector<int32_t>& stack, StackSet* out) {
         if (!stack.empty()) ++stack.back();
         continue;
       case PositionKind::kRule: {
-        for (const int32_t start : g.alternative_starts(g.referenced_rule(pos))) {
-          std::vector<int32_t> branch = stack;
+        const bool tail = g.kind(pos + 1) == PositionKind::kEnd;
+        const std::vector<int32_t>& starts = g.alternative_starts(g.referenced_rule(pos));
+        std::vector<int32_t>& branch = Scratch(depth + 1);
+        for (const int32_t start : starts) {
+          branch.assign(stack.begin(), stack.end() - (tail ? 1 : 0));
           branch.push_back(start);
-          if (!Expand(g, branch, out)) return false;
+          if (!Expand(g, branch, depth + 1, out, escaped)) return false;
         }
         return true;
       }
     }
+  }
+  if (escaped != nullptr) {
+    *escaped = true;
+    return true;
   }
   return out->Add(stack);
 }
 
 }  // namespace
 
-bool Step(const Grammar& g, const StackSet& in, uint8_t byte, StackSet* out) {
+bool Step(const Grammar& g, const StackSet& in, uint8_t byte, StackSet* out, bool* escaped) {
   out->Clear();
-  std::vector<int32_t> stack;
+  std::vector<int32_t>& stack = Scratch(0);
   for (size_t i = 0; i < in.size(); ++i) {
     if (in.begin(i) == in.end(i)) continue;  // complete: nothing may follow on this stack
     const int32_t top = *(in.end(i) - 1);
     if (!g.bytes(top).Contains(byte)) continue;
     stack.assign(in.begin(i), in.end(i));
     ++stack.back();
-    if (!Expand(g, stack, out)) return false;
+    if (!Expand(g, stack, 0, out, escaped)) return false;
   }
   return true;
 }
@@ -78,10 +103,10 @@ bool CanEnd(const StackSet& s) {
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar)
     : grammar_(std::move(grammar)) {
-  std::vector<int32_t> stack;
+  std::vector<int32_t>& stack = Scratch(0);
   for (const int32_t start : grammar_->alternative_starts(grammar_->root())) {
     stack.assign(1, start);
-    Expand(*grammar_, stack, &stacks_);
+    Expand(*grammar_, stack, 0, &stacks_, nullptr);
   }
 }
 

@@ -43,7 +43,10 @@ class StackSet {
 };
 
 // `in` after one more byte; empty when no stack takes it. False when `out` overflowed.
-bool Step(const Grammar& g, const StackSet& in, uint8_t byte, StackSet* out);
+// With `escaped`, the stacks of `in` are the top frames of longer stacks (TokenMasker's cache
+// keys): a stack that would end is not added, and *escaped is set instead.
+bool Step(const Grammar& g, const StackSet& in, uint8_t byte, StackSet* out,
+          bool* escaped = nullptr);
 // Whether some stack of `s` is empty: the bytes so far are a complete sentence.
 bool CanEnd(const StackSet& s);
 

@@ -27,36 +27,122 @@ TokenTable::TokenTable(const std::vector<std::string>& token_bytes)
   }
 }
 
-TokenMasker::TokenMasker(const TokenTable& table) : table_(table), states_(table.max_length_ + 1) {}
+TokenMasker::TokenMasker(const TokenTable& table)
+    : table_(table),
+      states_(table.max_length_ + 1),
+      escaped_(table.max_length_ + 1),
+      left_(table.max_length_ + 1) {}
 
-int64_t TokenMasker::Compute(const GrammarMatcher& matcher, std::vector<uint32_t>* allowed) {
-  allowed->assign(table_.mask_words(), 0);
-  const Grammar& g = matcher.grammar();
-  states_[0] = matcher.stacks();
-  int64_t count = 0;
+namespace {
+
+void SetBit(std::vector<uint32_t>& bits, int32_t id) {
+  bits[static_cast<size_t>(id) >> 5] |= uint32_t{1} << (id & 31);
+}
+
+}  // namespace
+
+MaskEntry TokenMasker::Classify(const Grammar& g, const StackSet& start, bool partial) {
+  MaskEntry entry;
+  entry.accepted.assign(table_.mask_words(), 0);
+  states_[0] = start;
+  escaped_[0] = left_[0] = 0;
   size_t valid = 0;  // states_[0..valid] hold for the previous token's prefix
-  const size_t n = table_.ids_.size();
-  for (size_t i = 0; i < n;) {
+  for (size_t i = 0; i < table_.ids_.size(); ++i) {
     const std::string_view token(table_.bytes_.data() + table_.offsets_[i],
                                  table_.offsets_[i + 1] - table_.offsets_[i]);
+    const size_t length = token.size();
     size_t d = std::min<size_t>(table_.common_[i], valid);
-    while (d < token.size() &&
-           Step(g, states_[d], static_cast<uint8_t>(token[d]), &states_[d + 1]) &&
-           !states_[d + 1].empty()) {
-      ++d;
+    for (; d < length && !states_[d].empty(); ++d) {
+      bool escaped = false;
+      if (!Step(g, states_[d], static_cast<uint8_t>(token[d]), &states_[d + 1],
+                partial ? &escaped : nullptr)) {
+        states_[d + 1].Clear();  // too ambiguous here: let the whole stack decide
+        escaped = partial;
+      }
+      escaped_[d + 1] = escaped;
+      left_[d + 1] = left_[d] || escaped;
     }
     valid = d;
-    if (d == token.size()) {
-      const int32_t id = table_.ids_[i];
-      (*allowed)[static_cast<size_t>(id) >> 5] |= uint32_t{1} << (id & 31);
-      ++count;
-      ++i;
-      continue;
+    if (d == length && (!states_[d].empty() || escaped_[d])) {
+      SetBit(entry.accepted, table_.ids_[i]);
+    } else if (left_[std::min(d, length - 1)]) {
+      entry.uncertain.push_back(static_cast<uint32_t>(i));
     }
-    // Byte d is refused after this prefix: so it is for every token that shares bytes 0..d.
-    ++i;
-    while (i < n && table_.common_[i] > d) ++i;
   }
+  return entry;
+}
+
+void TokenMasker::Check(const Grammar& g, const StackSet& start,
+                        const std::vector<uint32_t>& indices, std::vector<uint32_t>* allowed) {
+  states_[0] = start;
+  size_t valid = 0;
+  std::string_view previous;
+  for (const uint32_t i : indices) {
+    const std::string_view token(table_.bytes_.data() + table_.offsets_[i],
+                                 table_.offsets_[i + 1] - table_.offsets_[i]);
+    const size_t common = static_cast<size_t>(
+        std::mismatch(previous.begin(), previous.end(), token.begin(), token.end()).first -
+        previous.begin());
+    previous = token;
+    size_t d = std::min(common, valid);
+    for (; d < token.size() && !states_[d].empty(); ++d) {
+      if (!Step(g, states_[d], static_cast<uint8_t>(token[d]), &states_[d + 1])) {
+        states_[d + 1].Clear();  // narrows, never widens (StackSet::kMaxStacks)
+      }
+    }
+    valid = d;
+    if (d == token.size() && !states_[d].empty()) SetBit(*allowed, table_.ids_[i]);
+  }
+}
+
+const MaskEntry& TokenMasker::Entry(const Grammar& g, const int32_t* begin, const int32_t* end,
+                                    size_t frames, MaskCache* cache, MaskEntry* uncached) {
+  const bool partial = static_cast<size_t>(end - begin) > frames;
+  std::vector<int32_t> key(partial ? end - frames : begin, end);
+  if (!partial) key.push_back(-1);  // the whole stack: ending it ends the output
+  auto it = cache->entries_.find(key);
+  if (it == cache->entries_.end()) {
+    StackSet start;
+    start.Add(std::vector<int32_t>(key.begin(), key.end() - (partial ? 0 : 1)));
+    MaskEntry entry = Classify(g, start, partial);
+    if (partial && entry.uncertain.size() > MaskCache::kMaxUncertain) entry = {{}, {}, true};
+    if (cache->entries_.size() >= cache->max_entries_) {
+      if (entry.deeper)
+        return Entry(g, begin, end, frames + MaskCache::kKeyFrames, cache, uncached);
+      *uncached = std::move(entry);
+      return *uncached;
+    }
+    it = cache->entries_.emplace(std::move(key), std::make_unique<MaskEntry>(std::move(entry)))
+             .first;
+  }
+  if (it->second->deeper)
+    return Entry(g, begin, end, frames + MaskCache::kKeyFrames, cache, uncached);
+  return *it->second;
+}
+
+int64_t TokenMasker::Compute(const GrammarMatcher& matcher, MaskCache* cache,
+                             std::vector<uint32_t>* allowed) {
+  allowed->assign(table_.mask_words(), 0);
+  const Grammar& g = matcher.grammar();
+  const StackSet& stacks = matcher.stacks();
+  if (cache == nullptr) {
+    *allowed = Classify(g, stacks, /*partial=*/false).accepted;
+  } else {
+    MaskEntry uncached;
+    StackSet whole;
+    for (size_t s = 0; s < stacks.size(); ++s) {
+      if (stacks.begin(s) == stacks.end(s)) continue;  // complete: only end tokens follow
+      const MaskEntry& entry =
+          Entry(g, stacks.begin(s), stacks.end(s), MaskCache::kKeyFrames, cache, &uncached);
+      for (size_t w = 0; w < allowed->size(); ++w) (*allowed)[w] |= entry.accepted[w];
+      if (entry.uncertain.empty()) continue;
+      whole.Clear();
+      whole.Add(std::vector<int32_t>(stacks.begin(s), stacks.end(s)));
+      Check(g, whole, entry.uncertain, allowed);
+    }
+  }
+  int64_t count = 0;
+  for (const uint32_t w : *allowed) count += __builtin_popcount(w);
   return count;
 }
 

@@ -9,9 +9,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "engine/grammar/matcher.h"
 
 namespace specula::grammar {
@@ -35,17 +37,63 @@ class TokenTable {
   size_t max_length_ = 0;
 };
 
+// What a stack's top frames decide alone (XGrammar's adaptive token mask cache, in specula's
+// terms): the tokens taken without ever leaving those frames are allowed whatever lies below
+// them; the tokens that leave them (end the frames' rules with bytes to spare) depend on the rest
+// of the stack and are checked against it at each step; all others are refused. In a string,
+// every token without a quote is decided here, and only the few with one are checked.
+// A key whose frames leave too many tokens uncertain (whitespace before a closing brace that a
+// frame further down provides) is only a pointer to a deeper key.
+struct MaskEntry {
+  std::vector<uint32_t> accepted;   // one bit per token id
+  std::vector<uint32_t> uncertain;  // indices into the sorted vocabulary, ascending
+  bool deeper = false;              // look up more frames instead
+};
+
+// The entries of one grammar over one TokenTable, by their stacks' top frames. Engine thread
+// only; bounded (past max_entries, masks are computed without caching).
+class MaskCache {
+ public:
+  // Frames of a key at first, and added each time a key leaves more than kMaxUncertain tokens
+  // to the whole stack. More frames decide more tokens alone but make more keys.
+  static constexpr size_t kKeyFrames = 3;
+  static constexpr size_t kMaxUncertain = 1024;
+  explicit MaskCache(size_t max_entries = 4096) : max_entries_(max_entries) {}
+  size_t size() const { return entries_.size(); }
+
+ private:
+  friend class TokenMasker;
+  absl::flat_hash_map<std::vector<int32_t>, std::unique_ptr<const MaskEntry>> entries_;
+  size_t max_entries_;
+};
+
 // Computes masks; holds the walk's scratch states, so one per thread.
 class TokenMasker {
  public:
   explicit TokenMasker(const TokenTable& table);
   // Sets bit `id % 32` of word `id / 32` of `allowed` for every token `matcher` takes whole,
-  // and clears the others. Returns how many are allowed.
-  int64_t Compute(const GrammarMatcher& matcher, std::vector<uint32_t>* allowed);
+  // and clears the others. Returns how many are allowed. With a cache (the grammar's, built over
+  // this masker's table), each stack costs its entry's bits and checks of its uncertain tokens;
+  // without, a walk of the whole vocabulary.
+  int64_t Compute(const GrammarMatcher& matcher, MaskCache* cache, std::vector<uint32_t>* allowed);
+  int64_t Compute(const GrammarMatcher& matcher, std::vector<uint32_t>* allowed) {
+    return Compute(matcher, nullptr, allowed);
+  }
 
  private:
+  // Walks every token from `start` (a stack, or the top frames of one when `partial`).
+  MaskEntry Classify(const Grammar& g, const StackSet& start, bool partial);
+  // Sets the bits of the tokens at `indices` (sorted) that `start` takes whole.
+  void Check(const Grammar& g, const StackSet& start, const std::vector<uint32_t>& indices,
+             std::vector<uint32_t>* allowed);
+  // The entry of the stack [begin, end) for its top `frames` frames, or deeper.
+  const MaskEntry& Entry(const Grammar& g, const int32_t* begin, const int32_t* end, size_t frames,
+                         MaskCache* cache, MaskEntry* uncached);
+
   const TokenTable& table_;
   std::vector<StackSet> states_;  // states_[d]: after the first d bytes of the current token
+  std::vector<uint8_t> escaped_;  // escaped_[d]: a stack left the key's frames at byte d - 1
+  std::vector<uint8_t> left_;     // left_[d]: one did at some byte before d
 };
 
 inline bool MaskAllows(const std::vector<uint32_t>& mask, int64_t id) {

@@ -44,31 +44,55 @@ std::vector<uint32_t> BruteForceMask(const GrammarMatcher& m,
   return mask;
 }
 
-TEST(TokenMaskTest, EqualsTryingEveryTokenAlongRandomWalks) {
-  const std::vector<std::string> vocab = TestVocabulary();
+// Random walks through `grammar`, comparing at every step the mask with and without `cache` to
+// trying every token. Returns the steps checked.
+int CheckWalks(const std::shared_ptr<const Grammar>& grammar, const std::vector<std::string>& vocab,
+               MaskCache* cache, uint32_t seed) {
   const TokenTable table(vocab);
   TokenMasker masker(table);
-  auto grammar = AnyJsonObject();
-  ASSERT_TRUE(grammar.ok()) << grammar.status();
-  std::mt19937 rng(11);
+  std::mt19937 rng(seed);
   int checked = 0;
   for (int walk = 0; walk < 20; ++walk) {
-    GrammarMatcher m(*grammar);
+    GrammarMatcher m(grammar);
     for (int step = 0; step < 40; ++step) {
-      std::vector<uint32_t> mask;
-      const int64_t allowed = masker.Compute(m, &mask);
-      ASSERT_EQ(mask, BruteForceMask(m, vocab)) << "walk " << walk << " step " << step;
+      std::vector<uint32_t> plain, cached;
+      const int64_t allowed = masker.Compute(m, &plain);
+      EXPECT_EQ(masker.Compute(m, cache, &cached), allowed);
+      const std::vector<uint32_t> expected = BruteForceMask(m, vocab);
+      EXPECT_EQ(plain, expected) << "walk " << walk << " step " << step;
+      EXPECT_EQ(cached, expected) << "walk " << walk << " step " << step;
+      if (::testing::Test::HasFailure()) return checked;
       ++checked;
       if (allowed == 0) break;
       std::vector<size_t> ids;
       for (size_t id = 0; id < vocab.size(); ++id) {
-        if (MaskAllows(mask, static_cast<int64_t>(id))) ids.push_back(id);
+        if (MaskAllows(plain, static_cast<int64_t>(id))) ids.push_back(id);
       }
-      ASSERT_EQ(static_cast<int64_t>(ids.size()), allowed);
-      ASSERT_TRUE(m.Advance(vocab[ids[rng() % ids.size()]]));
+      EXPECT_EQ(static_cast<int64_t>(ids.size()), allowed);
+      EXPECT_TRUE(m.Advance(vocab[ids[rng() % ids.size()]]));
     }
   }
-  EXPECT_GE(checked, 200);
+  return checked;
+}
+
+// The cache is shared by every walk, as by every step of a request: entries built at one stack
+// serve others with the same top frames, whatever lies below.
+TEST(TokenMaskTest, EqualsTryingEveryTokenAlongRandomWalks) {
+  auto object = AnyJsonObject();
+  ASSERT_TRUE(object.ok()) << object.status();
+  MaskCache object_cache;
+  EXPECT_GE(CheckWalks(*object, TestVocabulary(), &object_cache, 11), 200);
+  EXPECT_GT(object_cache.size(), 5u);
+  auto schema = CompileJsonSchema(nlohmann::ordered_json::parse(R"({
+      "type": "object",
+      "properties": {"a": {"type": "string", "maxLength": 4},
+                     "b": {"type": "array", "items": {"enum": ["ab", "a\"b", 12]}, "maxItems": 3},
+                     "c": {"anyOf": [{"type": "null"}, {"type": "object", "properties":
+                           {"d": {"type": "string", "minLength": 2}}, "required": ["d"]}]}},
+      "required": ["a", "b", "c"]})"));
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  MaskCache schema_cache;
+  EXPECT_GE(CheckWalks(*schema, TestVocabulary(), &schema_cache, 12), 100);
 }
 
 TEST(TokenMaskTest, SpecialTokensAndRefusedPrefixesAreNeverAllowed) {
