@@ -9,20 +9,36 @@ namespace specula::grammar {
 void StackSet::Clear() {
   frames_.clear();
   offsets_.resize(1);
+  hashes_.clear();
 }
 
+namespace {
+
+uint64_t HashOf(const std::vector<int32_t>& stack) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the frames
+  for (const int32_t f : stack) h = (h ^ static_cast<uint32_t>(f)) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
 bool StackSet::Contains(const std::vector<int32_t>& stack) const {
+  const uint64_t h = HashOf(stack);
   for (size_t i = 0; i < size(); ++i) {
-    if (std::equal(begin(i), end(i), stack.begin(), stack.end())) return true;
+    if (hashes_[i] == h && std::equal(begin(i), end(i), stack.begin(), stack.end())) return true;
   }
   return false;
 }
 
 bool StackSet::Add(const std::vector<int32_t>& stack) {
-  if (Contains(stack)) return true;
+  const uint64_t h = HashOf(stack);
+  for (size_t i = 0; i < size(); ++i) {
+    if (hashes_[i] == h && std::equal(begin(i), end(i), stack.begin(), stack.end())) return true;
+  }
   if (size() >= kMaxStacks) return false;
   frames_.insert(frames_.end(), stack.begin(), stack.end());
   offsets_.push_back(static_cast<uint32_t>(frames_.size()));
+  hashes_.push_back(h);
   return true;
 }
 
@@ -46,13 +62,15 @@ std::vector<int32_t>& Scratch(size_t depth) {
 // each alternative. A reference that is the last symbol of its alternative replaces its frame
 // (a tail call), so right recursion (repetition) keeps stacks shallow. `stack` is scratch at
 // `depth`. With `escaped`, the stack is the top of a longer one: ending it sets *escaped instead
-// of adding the empty stack. False when `out` overflowed.
+// of adding the empty stack. With `next` >= 0, only stacks that take that byte are added. False
+// when `out` overflowed.
 bool Expand(const Grammar& g, std::vector<int32_t>& stack, size_t depth, StackSet* out,
-            bool* escaped) {
+            bool* escaped, int next) {
   while (!stack.empty()) {
     const int32_t pos = stack.back();
     switch (g.kind(pos)) {
       case PositionKind::kBytes:
+        if (next >= 0 && !g.bytes(pos).Contains(static_cast<uint8_t>(next))) return true;
         return out->Add(stack);
       case PositionKind::kEnd:
         stack.pop_back();
@@ -65,7 +83,7 @@ bool Expand(const Grammar& g, std::vector<int32_t>& stack, size_t depth, StackSe
         for (const int32_t start : starts) {
           branch.assign(stack.begin(), stack.end() - (tail ? 1 : 0));
           branch.push_back(start);
-          if (!Expand(g, branch, depth + 1, out, escaped)) return false;
+          if (!Expand(g, branch, depth + 1, out, escaped, next)) return false;
         }
         return true;
       }
@@ -75,12 +93,14 @@ bool Expand(const Grammar& g, std::vector<int32_t>& stack, size_t depth, StackSe
     *escaped = true;
     return true;
   }
+  if (next >= 0) return true;  // complete, yet a byte follows
   return out->Add(stack);
 }
 
 }  // namespace
 
-bool Step(const Grammar& g, const StackSet& in, uint8_t byte, StackSet* out, bool* escaped) {
+bool Step(const Grammar& g, const StackSet& in, uint8_t byte, StackSet* out, bool* escaped,
+          int next) {
   out->Clear();
   std::vector<int32_t>& stack = Scratch(0);
   for (size_t i = 0; i < in.size(); ++i) {
@@ -89,7 +109,7 @@ bool Step(const Grammar& g, const StackSet& in, uint8_t byte, StackSet* out, boo
     if (!g.bytes(top).Contains(byte)) continue;
     stack.assign(in.begin(i), in.end(i));
     ++stack.back();
-    if (!Expand(g, stack, 0, out, escaped)) return false;
+    if (!Expand(g, stack, 0, out, escaped, next)) return false;
   }
   return true;
 }
@@ -106,7 +126,7 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar)
   std::vector<int32_t>& stack = Scratch(0);
   for (const int32_t start : grammar_->alternative_starts(grammar_->root())) {
     stack.assign(1, start);
-    Expand(*grammar_, stack, 0, &stacks_, nullptr);
+    Expand(*grammar_, stack, 0, &stacks_, nullptr, -1);
   }
 }
 

@@ -40,13 +40,15 @@ class StackSet {
  private:
   std::vector<int32_t> frames_;
   std::vector<uint32_t> offsets_{0};
+  std::vector<uint64_t> hashes_;  // of each stack: most comparisons end there
 };
 
 // `in` after one more byte; empty when no stack takes it. False when `out` overflowed.
 // With `escaped`, the stacks of `in` are the top frames of longer stacks (TokenMasker's cache
-// keys): a stack that would end is not added, and *escaped is set instead.
+// keys): a stack that would end is not added, and *escaped is set instead. With `next` >= 0, the
+// byte after this one is known (a token's): only the stacks that take it are kept.
 bool Step(const Grammar& g, const StackSet& in, uint8_t byte, StackSet* out,
-          bool* escaped = nullptr);
+          bool* escaped = nullptr, int next = -1);
 // Whether some stack of `s` is empty: the bytes so far are a complete sentence.
 bool CanEnd(const StackSet& s);
 

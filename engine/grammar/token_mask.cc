@@ -31,7 +31,8 @@ TokenMasker::TokenMasker(const TokenTable& table)
     : table_(table),
       states_(table.max_length_ + 1),
       escaped_(table.max_length_ + 1),
-      left_(table.max_length_ + 1) {}
+      left_(table.max_length_ + 1),
+      filtered_(table.max_length_ + 1) {}
 
 namespace {
 
@@ -41,21 +42,36 @@ void SetBit(std::vector<uint32_t>& bits, int32_t id) {
 
 }  // namespace
 
+// states_[d + 1] from states_[d] and byte d of `token`, keeping only the stacks that take the
+// token's next byte (all of them after its last byte).
+bool TokenMasker::StepWithin(const Grammar& g, std::string_view token, size_t d, bool* escaped) {
+  const int next = d + 1 < token.size() ? static_cast<uint8_t>(token[d + 1]) : -1;
+  filtered_[d + 1] = next >= 0;
+  return Step(g, states_[d], static_cast<uint8_t>(token[d]), &states_[d + 1], escaped, next);
+}
+
+// How many bytes of the previous token's states a token sharing `common` bytes with it can reuse:
+// states_[common] was kept only for the previous token's next byte, which differs, unless it was
+// that token's end.
+size_t TokenMasker::Reusable(size_t common, size_t valid) const {
+  const size_t d = std::min(common, valid);
+  return d > 0 && filtered_[d] ? d - 1 : d;
+}
+
 MaskEntry TokenMasker::Classify(const Grammar& g, const StackSet& start, bool partial) {
   MaskEntry entry;
   entry.accepted.assign(table_.mask_words(), 0);
   states_[0] = start;
-  escaped_[0] = left_[0] = 0;
+  escaped_[0] = left_[0] = filtered_[0] = 0;
   size_t valid = 0;  // states_[0..valid] hold for the previous token's prefix
   for (size_t i = 0; i < table_.ids_.size(); ++i) {
     const std::string_view token(table_.bytes_.data() + table_.offsets_[i],
                                  table_.offsets_[i + 1] - table_.offsets_[i]);
     const size_t length = token.size();
-    size_t d = std::min<size_t>(table_.common_[i], valid);
+    size_t d = Reusable(table_.common_[i], valid);
     for (; d < length && !states_[d].empty(); ++d) {
       bool escaped = false;
-      if (!Step(g, states_[d], static_cast<uint8_t>(token[d]), &states_[d + 1],
-                partial ? &escaped : nullptr)) {
+      if (!StepWithin(g, token, d, partial ? &escaped : nullptr)) {
         states_[d + 1].Clear();  // too ambiguous here: let the whole stack decide
         escaped = partial;
       }
@@ -75,6 +91,7 @@ MaskEntry TokenMasker::Classify(const Grammar& g, const StackSet& start, bool pa
 void TokenMasker::Check(const Grammar& g, const StackSet& start,
                         const std::vector<uint32_t>& indices, std::vector<uint32_t>* allowed) {
   states_[0] = start;
+  filtered_[0] = 0;
   size_t valid = 0;
   std::string_view previous;
   for (const uint32_t i : indices) {
@@ -84,9 +101,9 @@ void TokenMasker::Check(const Grammar& g, const StackSet& start,
         std::mismatch(previous.begin(), previous.end(), token.begin(), token.end()).first -
         previous.begin());
     previous = token;
-    size_t d = std::min(common, valid);
+    size_t d = Reusable(common, valid);
     for (; d < token.size() && !states_[d].empty(); ++d) {
-      if (!Step(g, states_[d], static_cast<uint8_t>(token[d]), &states_[d + 1])) {
+      if (!StepWithin(g, token, d, nullptr)) {
         states_[d + 1].Clear();  // narrows, never widens (StackSet::kMaxStacks)
       }
     }

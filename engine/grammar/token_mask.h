@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -90,10 +91,14 @@ class TokenMasker {
   const MaskEntry& Entry(const Grammar& g, const int32_t* begin, const int32_t* end, size_t frames,
                          MaskCache* cache, MaskEntry* uncached);
 
+  bool StepWithin(const Grammar& g, std::string_view token, size_t d, bool* escaped);
+  size_t Reusable(size_t common, size_t valid) const;
+
   const TokenTable& table_;
-  std::vector<StackSet> states_;  // states_[d]: after the first d bytes of the current token
-  std::vector<uint8_t> escaped_;  // escaped_[d]: a stack left the key's frames at byte d - 1
-  std::vector<uint8_t> left_;     // left_[d]: one did at some byte before d
+  std::vector<StackSet> states_;   // states_[d]: after the first d bytes of the current token
+  std::vector<uint8_t> escaped_;   // escaped_[d]: a stack left the key's frames at byte d - 1
+  std::vector<uint8_t> left_;      // left_[d]: one did at some byte before d
+  std::vector<uint8_t> filtered_;  // filtered_[d]: states_[d] kept only stacks taking byte d
 };
 
 inline bool MaskAllows(const std::vector<uint32_t>& mask, int64_t id) {
