@@ -6,8 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/grammar/json_schema.h"
-#include "server/request_json.h"
+#include "server/compiled_constraints.h"
 
 namespace specula {
 namespace {
@@ -90,36 +89,6 @@ int32_t DefaultLength(GenerationRequest& g, int32_t default_max_tokens,
     if (!limits.uses_sparse(g)) g.stopping.max_tokens = dense_tokens;
   }
   return g.stopping.max_tokens;
-}
-
-// The constraint's grammar: compiled here, on the calling thread, never on the engine's (a big
-// schema costs milliseconds; compilation stops at the grammar size budget).
-absl::Status ConvertConstraint(const v1::OutputConstraint& in,
-                               std::shared_ptr<const grammar::Grammar>* out) {
-  absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g;
-  grammar::JsonSchemaOptions options;
-  options.strict = in.strict();
-  switch (in.kind_case()) {
-    case v1::OutputConstraint::KIND_NOT_SET:
-      return absl::OkStatus();
-    case v1::OutputConstraint::kJsonObject:
-      if (!in.json_object()) return absl::OkStatus();
-      g = grammar::AnyJsonObject(options);
-      break;
-    case v1::OutputConstraint::kJsonSchema: {
-      absl::StatusOr<OrderedJson> schema =
-          ParseRequestJson(in.json_schema(), "output_constraint.json_schema");
-      if (!schema.ok()) return schema.status();
-      g = grammar::CompileJsonSchema(*schema, options);
-      break;
-    }
-  }
-  if (!g.ok()) {
-    return absl::Status(g.status().code(), absl::StrCat("output_constraint (response_format): ",
-                                                        g.status().message()));
-  }
-  *out = *std::move(g);
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -239,9 +208,11 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
     return s;
   }
   g.stopping.ignore_eos = stop.ignore_eos();
-  if (absl::Status s = ConvertConstraint(request.output_constraint(), &g.constraint); !s.ok()) {
-    return s;
-  }
+  // Compiled here, on the calling thread, never on the engine's; once per distinct schema.
+  absl::StatusOr<std::shared_ptr<const grammar::Grammar>> constraint =
+      SharedCompiledConstraints().Get(request.output_constraint());
+  if (!constraint.ok()) return constraint.status();
+  g.constraint = *std::move(constraint);
   return out;
 }
 

@@ -277,7 +277,8 @@ absl::StatusOr<uint64_t> Generator::Add(GenerationRequest request) {
   }
   const uint64_t id = next_id_++;
   auto seq = std::make_unique<Sequence>(id, std::move(request), *tokenizer_, eos_ids_,
-                                        model_->config().max_position_embeddings, &masker());
+                                        model_->config().max_position_embeddings, &masker(),
+                                        &mask_caches_);
   RETURN_IF_ERROR(AttachKv(*seq, /*resume=*/false));
   running_.emplace(id, std::move(seq));
   return id;

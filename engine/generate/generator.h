@@ -244,6 +244,7 @@ class Generator {
   // The vocabulary as output constraints see it, and the scratch of their masks.
   std::unique_ptr<grammar::TokenTable> token_table_;
   std::unique_ptr<grammar::TokenMasker> masker_;
+  MaskCaches mask_caches_;
   grammar::TokenMasker& masker() { return *masker_; }
   std::map<uint64_t, std::unique_ptr<Sequence>> running_;  // ordered: admission order
   uint64_t next_id_ = 1;

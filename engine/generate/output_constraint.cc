@@ -15,16 +15,26 @@ grammar::TokenTable GrammarTokenTable(const Tokenizer& tokenizer) {
   return grammar::TokenTable(bytes);
 }
 
+std::shared_ptr<grammar::MaskCache> MaskCaches::For(
+    const std::shared_ptr<const grammar::Grammar>& g) {
+  absl::erase_if(slots_, [](const auto& slot) { return slot.second.grammar.expired(); });
+  Slot& slot = slots_[g.get()];
+  if (slot.cache == nullptr) slot = {g, std::make_shared<grammar::MaskCache>()};
+  return slot.cache;
+}
+
 OutputConstraint::OutputConstraint(std::shared_ptr<const grammar::Grammar> grammar,
-                                   grammar::TokenMasker& masker, const Tokenizer& tokenizer,
-                                   absl::flat_hash_set<int32_t> end_ids)
+                                   grammar::TokenMasker& masker,
+                                   std::shared_ptr<grammar::MaskCache> cache,
+                                   const Tokenizer& tokenizer, absl::flat_hash_set<int32_t> end_ids)
     : matcher_(std::move(grammar)),
       masker_(masker),
+      cache_(std::move(cache)),
       tokenizer_(tokenizer),
       end_ids_(std::move(end_ids)) {}
 
 absl::Status OutputConstraint::Mask(absl::Span<float> logits) {
-  int64_t allowed = masker_.Compute(matcher_, &cache_, &mask_);
+  int64_t allowed = masker_.Compute(matcher_, cache_.get(), &mask_);
   const bool can_end = matcher_.CanEnd();
   const auto table_size = static_cast<int64_t>(mask_.size()) * 32;
   for (int64_t id = 0; id < static_cast<int64_t>(logits.size()); ++id) {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -23,10 +24,27 @@ namespace specula {
 // (their text is never output, so no grammar can ask for them).
 grammar::TokenTable GrammarTokenTable(const Tokenizer& tokenizer);
 
+// The mask caches of the grammars in use, one per grammar: requests that share a compiled
+// grammar (the server compiles each distinct schema once) share its cache, so a schema's masks
+// are classified once while it stays in use. A cache goes with its grammar.
+class MaskCaches {
+ public:
+  std::shared_ptr<grammar::MaskCache> For(const std::shared_ptr<const grammar::Grammar>& g);
+  size_t size() const { return slots_.size(); }
+
+ private:
+  struct Slot {
+    std::weak_ptr<const grammar::Grammar> grammar;
+    std::shared_ptr<grammar::MaskCache> cache;
+  };
+  absl::flat_hash_map<const grammar::Grammar*, Slot> slots_;
+};
+
 class OutputConstraint {
  public:
   OutputConstraint(std::shared_ptr<const grammar::Grammar> grammar, grammar::TokenMasker& masker,
-                   const Tokenizer& tokenizer, absl::flat_hash_set<int32_t> end_ids);
+                   std::shared_ptr<grammar::MaskCache> cache, const Tokenizer& tokenizer,
+                   absl::flat_hash_set<int32_t> end_ids);
 
   // Sets every refused token's logit to -infinity. FAILED_PRECONDITION when none is left: the
   // vocabulary cannot spell what the grammar needs next.
@@ -40,9 +58,9 @@ class OutputConstraint {
  private:
   grammar::GrammarMatcher matcher_;
   grammar::TokenMasker& masker_;
+  std::shared_ptr<grammar::MaskCache> cache_;
   const Tokenizer& tokenizer_;
   absl::flat_hash_set<int32_t> end_ids_;
-  grammar::MaskCache cache_;  // this request's: shared by its steps
   std::vector<uint32_t> mask_;
 };
 

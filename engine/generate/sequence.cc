@@ -25,7 +25,7 @@ const char* FinishReasonName(FinishReason r) {
 
 Sequence::Sequence(uint64_t id, GenerationRequest request, const Tokenizer& tokenizer,
                    absl::flat_hash_set<int32_t> eos_ids, int64_t max_context,
-                   grammar::TokenMasker* masker)
+                   grammar::TokenMasker* masker, MaskCaches* mask_caches)
     : id_(id),
       request_(std::move(request)),
       max_context_(max_context),
@@ -37,9 +37,9 @@ Sequence::Sequence(uint64_t id, GenerationRequest request, const Tokenizer& toke
   stop_ids_.insert(request_.stopping.stop_token_ids.begin(),
                    request_.stopping.stop_token_ids.end());
   if (request_.constraint != nullptr) {
-    CHECK(masker != nullptr);
-    constraint_ =
-        std::make_unique<OutputConstraint>(request_.constraint, *masker, tokenizer, stop_ids_);
+    CHECK(masker != nullptr && mask_caches != nullptr);
+    constraint_ = std::make_unique<OutputConstraint>(
+        request_.constraint, *masker, mask_caches->For(request_.constraint), tokenizer, stop_ids_);
   }
 }
 

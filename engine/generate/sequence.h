@@ -56,10 +56,10 @@ struct SequenceOutput {
 
 class Sequence {
  public:
-  // `masker` is needed only when the request has a constraint.
+  // `masker` and `mask_caches` are needed only when the request has a constraint.
   Sequence(uint64_t id, GenerationRequest request, const Tokenizer& tokenizer,
            absl::flat_hash_set<int32_t> eos_ids, int64_t max_context,
-           grammar::TokenMasker* masker = nullptr);
+           grammar::TokenMasker* masker = nullptr, MaskCaches* mask_caches = nullptr);
 
   uint64_t id() const { return id_; }
   const GenerationRequest& request() const { return request_; }

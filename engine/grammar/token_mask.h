@@ -59,7 +59,8 @@ class MaskCache {
   // to the whole stack. More frames decide more tokens alone but make more keys.
   static constexpr size_t kKeyFrames = 3;
   static constexpr size_t kMaxUncertain = 1024;
-  explicit MaskCache(size_t max_entries = 4096) : max_entries_(max_entries) {}
+  // An entry holds a bit per token (16 KB at a 128K vocabulary): 256 of them are 4 MB.
+  explicit MaskCache(size_t max_entries = 256) : max_entries_(max_entries) {}
   size_t size() const { return entries_.size(); }
 
  private:

@@ -105,5 +105,20 @@ TEST(ConstrainedGenerationTest, ConstrainedStepsSampleOnTheHostAndIgnoreTheirNei
   EXPECT_EQ(tokens, solo.tokens);
 }
 
+// Requests that share a compiled grammar share its mask cache; the cache goes with the grammar.
+TEST(MaskCachesTest, OneCachePerGrammarWhileItLives) {
+  MaskCaches caches;
+  auto g = Compile(kWeather);
+  const auto cache = caches.For(g);
+  EXPECT_EQ(caches.For(g), cache);
+  auto other = Compile(kWeather);  // the same schema compiled again: another grammar
+  EXPECT_NE(caches.For(other), cache);
+  g.reset();
+  other.reset();
+  auto third = Compile(R"({"type": "integer"})");
+  caches.For(third);
+  EXPECT_EQ(caches.size(), 1u);  // the freed grammars' caches are gone
+}
+
 }  // namespace
 }  // namespace specula
