@@ -154,11 +154,17 @@ absl::StatusOr<int32_t> SchemaCompiler::Reference(const Json& s, const std::stri
   }
   const Json* target = &root_;
   if (ref != "#") {
-    const Json::json_pointer pointer(ref.substr(1));
-    if (!root_.contains(pointer)) {
-      return Invalid(path, absl::StrCat("$ref '", ref, "' points at nothing"));
+    // nlohmann throws on a malformed pointer ("~" not followed by 0 or 1, a bad array index): on
+    // a request thread that would end the process, so every way it fails is an answer.
+    try {
+      const Json::json_pointer pointer(ref.substr(1));
+      if (!root_.contains(pointer)) {
+        return Invalid(path, absl::StrCat("$ref '", ref, "' points at nothing"));
+      }
+      target = &root_.at(pointer);
+    } catch (const nlohmann::json::exception& e) {
+      return Invalid(path, absl::StrCat("$ref '", ref, "' is not a JSON pointer: ", e.what()));
     }
-    target = &root_.at(pointer);
   }
   const int32_t rule = b_.NewRule("ref");
   refs_[ref] = rule;  // before compiling the target: it may refer to itself
