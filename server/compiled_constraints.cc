@@ -30,11 +30,14 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> Compile(const v1::Output
 
 }  // namespace
 
+bool Constrains(const v1::OutputConstraint& c) {
+  return c.kind_case() == v1::OutputConstraint::kJsonSchema ||
+         (c.kind_case() == v1::OutputConstraint::kJsonObject && c.json_object());
+}
+
 absl::StatusOr<std::shared_ptr<const grammar::Grammar>> CompiledConstraints::Get(
     const v1::OutputConstraint& c) {
-  const bool none = c.kind_case() == v1::OutputConstraint::KIND_NOT_SET ||
-                    (c.kind_case() == v1::OutputConstraint::kJsonObject && !c.json_object());
-  if (none) return std::shared_ptr<const grammar::Grammar>();
+  if (!Constrains(c)) return std::shared_ptr<const grammar::Grammar>();
   const std::string key = c.kind_case() == v1::OutputConstraint::kJsonObject
                               ? "object"
                               : absl::StrCat(c.strict() ? "strict:" : "schema:", c.json_schema());

@@ -37,6 +37,9 @@ class CompiledConstraints {
   std::list<std::string> uses_;                      // guarded by mu_
 };
 
+// Whether `c` constrains anything (unset, or json_object false, does not).
+bool Constrains(const v1::OutputConstraint& c);
+
 // The process's cache, used by ToEngineRequest.
 CompiledConstraints& SharedCompiledConstraints();
 

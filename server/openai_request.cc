@@ -588,7 +588,17 @@ std::optional<OpenAiError> ParseOpenAiRequest(OpenAiEndpoint endpoint, const std
   if (endpoint == OpenAiEndpoint::kCompletions) return ReadPrompt(body, &out->generate);
   if (Error e = ReadResponseFormat(body, &out->generate)) return e;
   out->chat.emplace();
-  return ReadChat(body, &*out->chat);
+  if (Error e = ReadChat(body, &*out->chat)) return e;
+  // The constraint holds from the first token, so a tool call could never be written.
+  const bool tools = out->chat->tools.is_array() && !out->chat->tools.empty() &&
+                     out->chat->tool_choice.kind != ToolChoice::Kind::kNone;
+  if (tools && out->generate.has_output_constraint()) {
+    return BadParam("response_format",
+                    "response_format json_object or json_schema together with tools is not "
+                    "supported yet (the model could not call them); use tool_choice \"none\" "
+                    "or leave one out");
+  }
+  return std::nullopt;
 }
 
 }  // namespace specula

@@ -1,5 +1,6 @@
 #include "engine/grammar/grammar.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -158,6 +159,20 @@ int32_t FindLeftRecursion(const std::vector<Rule>& rules, const std::vector<bool
   return -1;
 }
 
+// Removes every alternative holding a symbol that can never be completed (a rule that derives no
+// finite string, an empty byte set): the matcher could enter it and never end, e.g. a required
+// property whose schema refers to itself. Every rule left then derives some string (productive
+// ones keep an alternative; the others are no longer referred to).
+void DropAlternativesThatCannotEnd(const std::vector<bool>& productive, std::vector<Rule>& rules) {
+  for (Rule& rule : rules) {
+    std::erase_if(rule.alternatives, [&](const Alternative& a) {
+      return std::any_of(a.begin(), a.end(), [&](const Symbol& s) {
+        return s.rule >= 0 ? !productive[s.rule] : s.bytes.empty();
+      });
+    });
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<Grammar> GrammarBuilder::Build(int32_t root) {
@@ -178,9 +193,9 @@ absl::StatusOr<Grammar> GrammarBuilder::Build(int32_t root) {
       }
     }
   }
-  if (!RulesWithAnAlternativeThatHolds(rules_, /*bytes_hold=*/true)[root]) {
-    return absl::InvalidArgumentError("no output can satisfy the constraint");
-  }
+  const std::vector<bool> productive = RulesWithAnAlternativeThatHolds(rules_, /*bytes_hold=*/true);
+  if (!productive[root]) return absl::InvalidArgumentError("no output can satisfy the constraint");
+  DropAlternativesThatCannotEnd(productive, rules_);
   const std::vector<bool> nullable = RulesWithAnAlternativeThatHolds(rules_, false);
   if (const int32_t r = FindLeftRecursion(rules_, nullable); r >= 0) {
     return absl::InvalidArgumentError(

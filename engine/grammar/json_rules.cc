@@ -160,7 +160,13 @@ int32_t JsonRules::DateBody() {
       b_.AddRule("month_day", {{B::Ref(long_month), Byte('-'), B::Ref(day31)},
                                {B::Ref(short_month), Byte('-'), B::Ref(day30)},
                                Join({B::Literal("02-"), {B::Ref(day28)}})});
-  return b_.AddRule("date_body", {{d, d, d, d, Byte('-'), B::Ref(month_day)}});
+  // Years 0001 to 9999: Python's date (jsonschema's format check) has no year 0.
+  const Symbol nz = Range('1', '9');
+  const int32_t year = b_.AddRule("year", {{Byte('0'), Byte('0'), Byte('0'), nz},
+                                           {Byte('0'), Byte('0'), nz, d},
+                                           {Byte('0'), nz, d, d},
+                                           {nz, d, d, d}});
+  return b_.AddRule("date_body", {{B::Ref(year), Byte('-'), B::Ref(month_day)}});
 }
 
 int32_t JsonRules::TimeBody() {

@@ -19,6 +19,7 @@ using Json = nlohmann::ordered_json;
 using B = GrammarBuilder;
 
 constexpr int kMaxDepth = 64;
+constexpr int64_t kMaxOptionalProperties = 256;
 
 // Keywords with no effect on which texts are valid.
 bool IsAnnotation(std::string_view key) {
@@ -297,18 +298,31 @@ absl::StatusOr<int32_t> SchemaCompiler::Properties(const Json& s, const std::str
   for (const auto& [name, schema] : properties.items()) names.push_back(name);
   for (const Json& r : required_list) {
     if (!r.is_string()) return Invalid(path, "required must list strings");
-    required.insert(r.get<std::string>());
-    if (!properties.contains(r.get<std::string>())) names.push_back(r.get<std::string>());
+    const std::string& name = r.get_ref<const std::string&>();
+    if (required.insert(name).second && !properties.contains(name)) names.push_back(name);
   }
+  // Each optional property may be the first written: one parse stack each at the opening brace,
+  // and the matcher follows at most StackSet::kMaxStacks.
+  const auto optional = static_cast<int64_t>(names.size() - required.size());
+  if (optional > kMaxOptionalProperties) {
+    return Invalid(path, absl::StrCat(optional, " optional properties; at most ",
+                                      kMaxOptionalProperties, " are supported in one object"));
+  }
+  // A required name with no schema of its own takes additionalProperties' (JSON Schema's rule).
+  const Json extra = s.value("additionalProperties", Json(!options_.strict));
   const Symbol ws = B::Ref(json_.Whitespace());
   const Symbol comma = B::Bytes(ByteSet::Of(","));
   std::vector<int32_t> members;
   for (const std::string& name : names) {
+    if (!properties.contains(name) && extra.is_boolean() && !extra.get<bool>()) {
+      return Unsatisfiable(
+          path, absl::StrCat("'", name, "' is required but additionalProperties forbids it"));
+    }
     ASSIGN_OR_RETURN(
         const int32_t value,
         properties.contains(name)
             ? Compile(properties.at(name), absl::StrCat(path, "/properties/", name), depth + 1)
-            : absl::StatusOr<int32_t>(json_.AnyValue()));
+            : Compile(extra, path + "/additionalProperties", depth + 1));
     Alternative member = B::Literal(Json(name).dump());
     member.insert(member.end(), {ws, B::Bytes(ByteSet::Of(":")), ws, B::Ref(value), ws});
     members.push_back(b_.AddRule("member", {std::move(member)}));

@@ -72,8 +72,12 @@ MaskEntry TokenMasker::Classify(const Grammar& g, const StackSet& start, bool pa
     for (; d < length && !states_[d].empty(); ++d) {
       bool escaped = false;
       if (!StepWithin(g, token, d, partial ? &escaped : nullptr)) {
-        states_[d + 1].Clear();  // too ambiguous here: let the whole stack decide
-        escaped = partial;
+        // Too ambiguous here: undecided, so the whole stack decides (as the matcher would,
+        // refusing it if it overflows there too); never accepted on a partial view.
+        states_[d + 1].Clear();
+        escaped_[d + 1] = false;
+        left_[d + 1] = true;
+        continue;
       }
       escaped_[d + 1] = escaped;
       left_[d + 1] = left_[d] || escaped;
@@ -113,7 +117,7 @@ void TokenMasker::Check(const Grammar& g, const StackSet& start,
 }
 
 const MaskEntry& TokenMasker::Entry(const Grammar& g, const int32_t* begin, const int32_t* end,
-                                    size_t frames, MaskCache* cache, MaskEntry* uncached) {
+                                    size_t frames, MaskCache* cache) {
   const bool partial = static_cast<size_t>(end - begin) > frames;
   std::vector<int32_t> key(partial ? end - frames : begin, end);
   if (!partial) key.push_back(-1);  // the whole stack: ending it ends the output
@@ -123,17 +127,15 @@ const MaskEntry& TokenMasker::Entry(const Grammar& g, const int32_t* begin, cons
     start.Add(std::vector<int32_t>(key.begin(), key.end() - (partial ? 0 : 1)));
     MaskEntry entry = Classify(g, start, partial);
     if (partial && entry.uncertain.size() > MaskCache::kMaxUncertain) entry = {{}, {}, true};
+    // Full: drop an entry (any: it is rebuilt if needed again), so that a schema with many keys
+    // keeps a working cache rather than walking the vocabulary at every step.
     if (cache->entries_.size() >= cache->max_entries_) {
-      if (entry.deeper)
-        return Entry(g, begin, end, frames + MaskCache::kKeyFrames, cache, uncached);
-      *uncached = std::move(entry);
-      return *uncached;
+      cache->entries_.erase(cache->entries_.begin());
     }
     it = cache->entries_.emplace(std::move(key), std::make_unique<MaskEntry>(std::move(entry)))
              .first;
   }
-  if (it->second->deeper)
-    return Entry(g, begin, end, frames + MaskCache::kKeyFrames, cache, uncached);
+  if (it->second->deeper) return Entry(g, begin, end, frames + MaskCache::kKeyFrames, cache);
   return *it->second;
 }
 
@@ -145,12 +147,11 @@ int64_t TokenMasker::Compute(const GrammarMatcher& matcher, MaskCache* cache,
   if (cache == nullptr) {
     *allowed = Classify(g, stacks, /*partial=*/false).accepted;
   } else {
-    MaskEntry uncached;
     StackSet whole;
     for (size_t s = 0; s < stacks.size(); ++s) {
       if (stacks.begin(s) == stacks.end(s)) continue;  // complete: only end tokens follow
       const MaskEntry& entry =
-          Entry(g, stacks.begin(s), stacks.end(s), MaskCache::kKeyFrames, cache, &uncached);
+          Entry(g, stacks.begin(s), stacks.end(s), MaskCache::kKeyFrames, cache);
       for (size_t w = 0; w < allowed->size(); ++w) (*allowed)[w] |= entry.accepted[w];
       if (entry.uncertain.empty()) continue;
       whole.Clear();

@@ -52,7 +52,7 @@ struct MaskEntry {
 };
 
 // The entries of one grammar over one TokenTable, by their stacks' top frames. Engine thread
-// only; bounded (past max_entries, masks are computed without caching).
+// only; bounded (past max_entries, an entry is dropped for each new one).
 class MaskCache {
  public:
   // Frames of a key at first, and added each time a key leaves more than kMaxUncertain tokens
@@ -90,7 +90,7 @@ class TokenMasker {
              std::vector<uint32_t>* allowed);
   // The entry of the stack [begin, end) for its top `frames` frames, or deeper.
   const MaskEntry& Entry(const Grammar& g, const int32_t* begin, const int32_t* end, size_t frames,
-                         MaskCache* cache, MaskEntry* uncached);
+                         MaskCache* cache);
 
   bool StepWithin(const Grammar& g, std::string_view token, size_t d, bool* escaped);
   size_t Reusable(size_t common, size_t valid) const;

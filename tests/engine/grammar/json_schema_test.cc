@@ -57,7 +57,8 @@ TEST(JsonSchemaTest, StringsEscapesUtf8AndLengths) {
 TEST(JsonSchemaTest, Formats) {
   Check({R"({"type": "string", "format": "date"})",
          {"\"2024-02-28\"", "\"1999-12-31\""},
-         {"\"2024-02-30\"", "\"2024-13-01\"", "\"2024-04-31\"", "\"24-01-01\""}});
+         {"\"2024-02-30\"", "\"2024-13-01\"", "\"2024-04-31\"", "\"24-01-01\"",
+          "\"0000-01-01\""}});
   Check({R"({"format": "date-time"})",
          {"\"2024-01-31T23:59:59Z\"", "\"2024-06-30T00:00:00+05:30\""},
          {"\"2024-01-31T24:00:00Z\"", "\"2024-01-31T23:59:59\"", "\"2024-01-31 23:59:59Z\""}});
@@ -87,6 +88,37 @@ TEST(JsonSchemaTest, ObjectsWithoutPropertiesFollowAdditionalProperties) {
   // Under strict, additionalProperties defaults to false; otherwise any member is allowed.
   Check({R"({"type": "object"})", {R"({})"}, {R"({"x":1})"}}, {.strict = true});
   Check({R"({"type": "object"})", {R"({"x": {"y": [true]}})"}, {}});
+}
+
+// A required name without a schema of its own takes additionalProperties' (the review's find: it
+// took any value); a name required twice is written once.
+TEST(JsonSchemaTest, RequiredNamesWithoutAPropertyFollowAdditionalProperties) {
+  Check({R"({"required": ["b", "b"], "additionalProperties": {"type": "integer"}})",
+         {R"({"b": 1})"}, {R"({"b": "1"})", R"({"b": 1, "b": 1})", R"({})"}});
+  for (const char* schema :
+       {R"({"properties": {"a": {}}, "required": ["a", "b"], "additionalProperties": false})"}) {
+    EXPECT_THAT(CompileJsonSchema(Json::parse(schema)).status().message(),
+                HasSubstr("'b' is required but additionalProperties forbids it"));
+  }
+}
+
+// A branch that can never end (a required property whose schema is its own) is left out, so the
+// output cannot start it and be stuck: only the other branch remains (the review's find).
+TEST(JsonSchemaTest, BranchesThatCanNeverEndAreLeftOut) {
+  auto g = CompileJsonSchema(Json::parse(R"({"anyOf": [{"type": "null"}, {"$ref": "#/$defs/x"}],
+      "$defs": {"x": {"type": "object", "properties": {"a": {"$ref": "#/$defs/x"}},
+                      "required": ["a"]}}})"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(Accepts(*g, "null"));
+  GrammarMatcher m(*g);
+  EXPECT_FALSE(m.Advance("{"));  // not even a prefix: nothing after it could ever end
+}
+
+TEST(JsonSchemaTest, TooManyOptionalPropertiesAreRefused) {
+  Json schema = Json::object({{"type", "object"}, {"properties", Json::object()}});
+  for (int i = 0; i < 300; ++i) schema["properties"]["p" + std::to_string(i)] = Json::object();
+  EXPECT_THAT(CompileJsonSchema(schema).status().message(),
+              HasSubstr("300 optional properties; at most 256"));
 }
 
 TEST(JsonSchemaTest, ArraysBoundTheirItems) {

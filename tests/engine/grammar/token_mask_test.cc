@@ -95,6 +95,41 @@ TEST(TokenMaskTest, EqualsTryingEveryTokenAlongRandomWalks) {
   EXPECT_GE(CheckWalks(*schema, TestVocabulary(), &schema_cache, 12), 100);
 }
 
+// A token after which the stacks overflow (StackSet::kMaxStacks) is refused by the matcher: the
+// cache, which sees only a stack's top frames, must not accept it (it did: the review's find).
+TEST(TokenMaskTest, ATokenThatOverflowsTheStacksIsRefusedWithTheCacheToo) {
+  GrammarBuilder b;
+  Alternative body;
+  std::vector<Alternative> many;
+  for (int i = 0; i < 1100; ++i) {
+    many.push_back({GrammarBuilder::Bytes(ByteSet::Of("x")),
+                    GrammarBuilder::Bytes(ByteSet::Range(static_cast<uint8_t>(32 + i % 90),
+                                                         static_cast<uint8_t>(32 + i % 90)))});
+  }
+  int32_t inner = b.AddRule("many", std::move(many));
+  inner = b.AddRule("paren", {{GrammarBuilder::Bytes(ByteSet::Of("(")), GrammarBuilder::Ref(inner),
+                               GrammarBuilder::Bytes(ByteSet::Of(")"))}});
+  for (int level = 0; level < 4; ++level) {
+    inner = b.AddRule("wrap", {{GrammarBuilder::Bytes(ByteSet::Of("<")), GrammarBuilder::Ref(inner),
+                                GrammarBuilder::Bytes(ByteSet::Of(">"))}});
+  }
+  auto g = b.Build(inner);
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto grammar = std::make_shared<const Grammar>(*std::move(g));
+  const std::vector<std::string> vocab{"<", "(", "(x", "<(", "x"};
+  const TokenTable table(vocab);
+  TokenMasker masker(table);
+  MaskCache cache;
+  GrammarMatcher m(grammar);
+  ASSERT_TRUE(m.Advance("<<<<"));
+  std::vector<uint32_t> plain, cached;
+  masker.Compute(m, &plain);
+  masker.Compute(m, &cache, &cached);
+  EXPECT_EQ(plain, BruteForceMask(m, vocab));
+  EXPECT_EQ(cached, BruteForceMask(m, vocab));
+  EXPECT_FALSE(MaskAllows(cached, 1));  // "(": the matcher cannot follow what comes after it
+}
+
 TEST(TokenMaskTest, SpecialTokensAndRefusedPrefixesAreNeverAllowed) {
   const std::vector<std::string> vocab{"", "{", "{\"", "x", "xy", "xyz", "{}"};
   const TokenTable table(vocab);
