@@ -208,12 +208,6 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
     return s;
   }
   g.stopping.ignore_eos = stop.ignore_eos();
-  if (Constrains(request.output_constraint()) && request.tools_size() > 0 &&
-      request.tool_choice() != "none") {
-    return absl::InvalidArgumentError(
-        "output_constraint together with tools is not supported yet (the model could not call "
-        "them); set tool_choice \"none\" or leave one out");
-  }
   // Compiled here, on the calling thread, never on the engine's; once per distinct schema.
   absl::StatusOr<std::shared_ptr<const grammar::Grammar>> constraint =
       SharedCompiledConstraints().Get(request.output_constraint());

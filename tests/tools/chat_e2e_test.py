@@ -220,6 +220,31 @@ class ChatE2ETest(unittest.TestCase):
 
     # --- refusals ------------------------------------------------------------------------------
 
+    # --- structured outputs (docs/STRUCTURED_OUTPUT.md) ----------------------------------------
+
+    def test_output_constraint_over_grpc_validates_with_jsonschema(self):
+        """The model wants to write a tool call; the constraint makes it a valid JSON answer."""
+        import jsonschema  # python3-jsonschema: an independent validator
+        schema = {"type": "object",
+                  "properties": {"city": {"type": "string", "maxLength": 10},
+                                 "days": {"type": "integer"},
+                                 "when": {"type": "string", "format": "date"},
+                                 "rain": {"type": "boolean"}},
+                  "required": ["city", "days", "when", "rain"], "additionalProperties": False}
+        request = pb.GenerateRequest(
+            messages=proto_messages(CONVERSATION[:2]),
+            output_constraint=pb.OutputConstraint(json_schema=json.dumps(schema), strict=True),
+            stopping=pb.StoppingCriteria(max_tokens=300))
+        responses = self.generate(request)
+        text = "".join(r.text for r in responses)
+        self.assertEqual(responses[-1].finish_reason, pb.STOP, text)
+        self.assertEqual(len(responses[-1].tool_calls), 0)
+        jsonschema.validate(json.loads(text), schema,
+                            format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+        # With tools the constraint would forbid the call: refused, named.
+        request.tools.append(self.tool())
+        self.expect_code(request, grpc.StatusCode.INVALID_ARGUMENT, "output_constraint")
+
     def expect_code(self, request, code, fragment):
         with self.assertRaises(grpc.RpcError) as e:
             self.generate(request)
