@@ -21,6 +21,7 @@ packages=(
   python3-numpy python3-grpcio python3-protobuf python3-yaml
   python3-jinja2  # the reference renderer of chat templates in the tests (as transformers sets it up)
   python3-jsonschema  # the independent validator of constrained (structured) outputs in the tests
+  json-schema-test-suite  # the official JSON Schema Test Suite: acceptance tests of the compiler
   python3-venv python3-pip python3-setuptools python3-wheel
   curl ca-certificates
   openssl  # makes the certificates of the TLS tests
