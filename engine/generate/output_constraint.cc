@@ -1,5 +1,6 @@
 #include "engine/generate/output_constraint.h"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <utility>
@@ -36,16 +37,26 @@ OutputConstraint::OutputConstraint(std::shared_ptr<const grammar::Grammar> gramm
 absl::Status OutputConstraint::Mask(absl::Span<float> logits) {
   int64_t allowed = masker_.Compute(matcher_, cache_.get(), &mask_);
   const bool can_end = matcher_.CanEnd();
+  const auto n = static_cast<int64_t>(logits.size());
+  // The end tokens' logits, kept: allowed exactly where the output can end, whatever the mask.
+  ends_.clear();
+  for (const int32_t e : end_ids_) {
+    if (e < n) ends_.push_back({e, logits[e]});
+  }
+  constexpr float kRefused = -std::numeric_limits<float>::infinity();
   const auto table_size = static_cast<int64_t>(mask_.size()) * 32;
-  for (int64_t id = 0; id < static_cast<int64_t>(logits.size()); ++id) {
-    const bool end = end_ids_.contains(static_cast<int32_t>(id));
-    if (end && can_end) {
-      ++allowed;
-      continue;
+  for (int64_t word = 0; word * 32 < n; ++word) {
+    const uint32_t bits = word * 32 < table_size ? mask_[static_cast<size_t>(word)] : 0;
+    if (bits == ~uint32_t{0}) continue;  // all 32 allowed
+    const int64_t end = std::min(n, word * 32 + 32);
+    for (int64_t id = word * 32; id < end; ++id) {
+      if (!((bits >> (id & 31)) & 1)) logits[id] = kRefused;
     }
-    if (end || id >= table_size || !grammar::MaskAllows(mask_, id)) {
-      logits[id] = -std::numeric_limits<float>::infinity();
-    }
+  }
+  for (const auto& [e, logit] : ends_) {
+    const bool in_mask = e < table_size && grammar::MaskAllows(mask_, e);
+    logits[e] = can_end ? logit : kRefused;
+    allowed += (can_end && !in_mask) - (!can_end && in_mask);
   }
   if (allowed == 0) {
     return absl::FailedPreconditionError(

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -62,6 +63,7 @@ class OutputConstraint {
   const Tokenizer& tokenizer_;
   absl::flat_hash_set<int32_t> end_ids_;
   std::vector<uint32_t> mask_;
+  std::vector<std::pair<int32_t, float>> ends_;  // Mask's scratch: the end tokens' logits
 };
 
 }  // namespace specula

@@ -1,10 +1,13 @@
 // Structured outputs through the Generator: with random-weight models (the harshest case: the
 // mask alone must make the output valid) every constrained answer follows its schema, ends by
 // itself when the grammar is complete, and samples on the host.
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "engine/generate/generator.h"
+#include "engine/generate/output_constraint.h"
 #include "engine/grammar/json_schema.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -103,6 +106,34 @@ TEST(ConstrainedGenerationTest, ConstrainedStepsSampleOnTheHostAndIgnoreTheirNei
     }
   }
   EXPECT_EQ(tokens, solo.tokens);
+}
+
+// The end tokens are allowed exactly where the output can end, with their own logits; every
+// token the grammar refuses is -inf, the others keep theirs.
+TEST(OutputConstraintTest, EndTokensOnlyWhereTheOutputCanEnd) {
+  auto tokenizer = Tokenizer::FromDirectory(TestModelDir("llama3-f32")).value();
+  const grammar::TokenTable table = GrammarTokenTable(*tokenizer);
+  grammar::TokenMasker masker(table);
+  MaskCaches caches;
+  auto g = Compile(R"({"enum": ["a"]})");
+  const int32_t eos = *tokenizer->eos_token_id();
+  OutputConstraint c(g, masker, caches.For(g), *tokenizer, {eos});
+  const auto vocab = static_cast<size_t>(tokenizer->vocab_size()) + 7;  // padded past the table
+  const int32_t quote = *tokenizer->TokenToId("\"");
+  const int32_t a = *tokenizer->TokenToId("a");
+  std::vector<float> logits(vocab, 0.5f);
+  ASSERT_TRUE(c.Mask(absl::MakeSpan(logits)).ok());
+  EXPECT_EQ(logits[quote], 0.5f);
+  EXPECT_TRUE(std::isinf(logits[eos]));  // "" is not an answer
+  EXPECT_TRUE(std::isinf(logits[a]));
+  EXPECT_TRUE(std::isinf(logits[vocab - 1]));
+  for (const int32_t token : {quote, a, quote}) ASSERT_TRUE(c.Accept(token).ok());
+  EXPECT_TRUE(c.complete());
+  logits.assign(vocab, 0.25f);
+  ASSERT_TRUE(c.Mask(absl::MakeSpan(logits)).ok());
+  EXPECT_EQ(logits[eos], 0.25f);
+  EXPECT_EQ(std::count(logits.begin(), logits.end(), 0.25f), 1);
+  EXPECT_FALSE(c.Accept(a).ok());  // refused by the grammar: INTERNAL, nothing taken
 }
 
 // Requests that share a compiled grammar share its mask cache; the cache goes with the grammar.
