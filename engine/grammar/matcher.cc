@@ -14,7 +14,7 @@ void StackSet::Clear() {
 
 namespace {
 
-uint64_t HashOf(const std::vector<int32_t>& stack) {
+uint64_t HashOf(absl::Span<const int32_t> stack) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the frames
   for (const int32_t f : stack) h = (h ^ static_cast<uint32_t>(f)) * 1099511628211ull;
   return h;
@@ -22,15 +22,7 @@ uint64_t HashOf(const std::vector<int32_t>& stack) {
 
 }  // namespace
 
-bool StackSet::Contains(const std::vector<int32_t>& stack) const {
-  const uint64_t h = HashOf(stack);
-  for (size_t i = 0; i < size(); ++i) {
-    if (hashes_[i] == h && std::equal(begin(i), end(i), stack.begin(), stack.end())) return true;
-  }
-  return false;
-}
-
-bool StackSet::Add(const std::vector<int32_t>& stack) {
+bool StackSet::Add(absl::Span<const int32_t> stack) {
   const uint64_t h = HashOf(stack);
   for (size_t i = 0; i < size(); ++i) {
     if (hashes_[i] == h && std::equal(begin(i), end(i), stack.begin(), stack.end())) return true;

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "engine/grammar/grammar.h"
 
 namespace specula::grammar {
@@ -32,10 +33,9 @@ class StackSet {
   bool empty() const { return size() == 0; }
   void Clear();
   // Adds `stack` unless an equal one is there. False when the set is full.
-  bool Add(const std::vector<int32_t>& stack);
+  bool Add(absl::Span<const int32_t> stack);
   const int32_t* begin(size_t i) const { return frames_.data() + offsets_[i]; }
   const int32_t* end(size_t i) const { return frames_.data() + offsets_[i + 1]; }
-  bool Contains(const std::vector<int32_t>& stack) const;
 
  private:
   std::vector<int32_t> frames_;

@@ -22,7 +22,7 @@ TokenTable::TokenTable(const std::vector<std::string>& token_bytes)
     common_.push_back(static_cast<uint32_t>(mismatch.first - previous.begin()));
     bytes_ += t;
     offsets_.push_back(static_cast<uint32_t>(bytes_.size()));
-    previous = std::string_view(bytes_).substr(offsets_[offsets_.size() - 2], t.size());
+    previous = sorted_bytes(common_.size() - 1);  // the token just added
     max_length_ = std::max(max_length_, t.size());
   }
 }
@@ -65,8 +65,7 @@ MaskEntry TokenMasker::Classify(const Grammar& g, const StackSet& start, bool pa
   escaped_[0] = left_[0] = filtered_[0] = 0;
   size_t valid = 0;  // states_[0..valid] hold for the previous token's prefix
   for (size_t i = 0; i < table_.ids_.size(); ++i) {
-    const std::string_view token(table_.bytes_.data() + table_.offsets_[i],
-                                 table_.offsets_[i + 1] - table_.offsets_[i]);
+    const std::string_view token = table_.sorted_bytes(i);
     const size_t length = token.size();
     size_t d = Reusable(table_.common_[i], valid);
     for (; d < length && !states_[d].empty(); ++d) {
@@ -99,8 +98,7 @@ void TokenMasker::Check(const Grammar& g, const StackSet& start,
   size_t valid = 0;
   std::string_view previous;
   for (const uint32_t i : indices) {
-    const std::string_view token(table_.bytes_.data() + table_.offsets_[i],
-                                 table_.offsets_[i + 1] - table_.offsets_[i]);
+    const std::string_view token = table_.sorted_bytes(i);
     const size_t common = static_cast<size_t>(
         std::mismatch(previous.begin(), previous.end(), token.begin(), token.end()).first -
         previous.begin());
@@ -124,7 +122,7 @@ const MaskEntry& TokenMasker::Entry(const Grammar& g, const int32_t* begin, cons
   auto it = cache->entries_.find(key);
   if (it == cache->entries_.end()) {
     StackSet start;
-    start.Add(std::vector<int32_t>(key.begin(), key.end() - (partial ? 0 : 1)));
+    start.Add(absl::MakeConstSpan(key).first(key.size() - (partial ? 0 : 1)));
     MaskEntry entry = Classify(g, start, partial);
     if (partial && entry.uncertain.size() > MaskCache::kMaxUncertain) entry = {{}, {}, true};
     // Full: drop an entry (any: it is rebuilt if needed again), so that a schema with many keys
@@ -155,7 +153,7 @@ int64_t TokenMasker::Compute(const GrammarMatcher& matcher, MaskCache* cache,
       for (size_t w = 0; w < allowed->size(); ++w) (*allowed)[w] |= entry.accepted[w];
       if (entry.uncertain.empty()) continue;
       whole.Clear();
-      whole.Add(std::vector<int32_t>(stacks.begin(s), stacks.end(s)));
+      whole.Add(absl::MakeConstSpan(stacks.begin(s), stacks.end(s)));
       Check(g, whole, entry.uncertain, allowed);
     }
   }

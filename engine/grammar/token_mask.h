@@ -30,6 +30,10 @@ class TokenTable {
 
  private:
   friend class TokenMasker;
+  // The bytes of the i-th token in sorted order.
+  std::string_view sorted_bytes(size_t i) const {
+    return std::string_view(bytes_).substr(offsets_[i], offsets_[i + 1] - offsets_[i]);
+  }
   int64_t vocab_size_ = 0;
   std::vector<int32_t> ids_;       // tokens with bytes, sorted by their bytes
   std::vector<uint32_t> offsets_;  // ids_[i]'s bytes are bytes_[offsets_[i], offsets_[i + 1])
