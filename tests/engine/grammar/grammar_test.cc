@@ -5,17 +5,15 @@
 #include "engine/grammar/matcher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/engine/grammar/accepts.h"
 
 namespace specula::grammar {
 namespace {
 
+using ::specula::grammar::testing::Accepts;
+
 using ::testing::HasSubstr;
 using B = GrammarBuilder;
-
-bool Accepts(std::shared_ptr<const Grammar> g, std::string_view text) {
-  GrammarMatcher m(std::move(g));
-  return m.Advance(text) && m.CanEnd();
-}
 
 TEST(GrammarBuilderTest, RefusesLeftRecursionDirectAndThroughNullableRules) {
   {

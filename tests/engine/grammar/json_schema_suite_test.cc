@@ -12,17 +12,15 @@
 #include "engine/grammar/json_schema.h"
 #include "engine/grammar/matcher.h"
 #include "gtest/gtest.h"
+#include "tests/engine/grammar/accepts.h"
 
 namespace specula::grammar {
 namespace {
 
+using ::specula::grammar::testing::Accepts;
+
 using Json = nlohmann::ordered_json;
 constexpr char kSuite[] = "/usr/share/json-schema-test-suite/tests/draft7";
-
-bool Accepts(const std::shared_ptr<const Grammar>& g, const std::string& text) {
-  GrammarMatcher m(g);
-  return m.Advance(text) && m.CanEnd();
-}
 
 TEST(JsonSchemaSuiteTest, NoInvalidInstanceIsEverAccepted) {
   ASSERT_TRUE(std::filesystem::is_directory(kSuite))
