@@ -220,9 +220,13 @@ std::string ChatModel::ForcedPrefix(const ToolChoice& choice) const {
   return "";
 }
 
+bool ToolsShown(const ChatRequest& request) {
+  return request.tools.is_array() && !request.tools.empty() &&
+         request.tool_choice.kind != ToolChoice::Kind::kNone;
+}
+
 absl::StatusOr<RenderedChat> ChatModel::Render(const ChatRequest& request) const {
-  const bool tools_shown = request.tools.is_array() && !request.tools.empty() &&
-                           request.tool_choice.kind != ToolChoice::Kind::kNone;
+  const bool tools_shown = ToolsShown(request);
   // As transformers' apply_chat_template: the `tool_use` template when tools are given and the
   // model has one, else the default.
   const ChatTemplate* chat_template =

@@ -47,6 +47,9 @@ struct ChatRequest {
   std::optional<std::string> reasoning_effort;
 };
 
+// Whether the request's tools reach the model (some are given and tool_choice is not "none").
+bool ToolsShown(const ChatRequest& request);
+
 // OK for the reasoning_effort values OpenAI defines (none, minimal, low, medium, high);
 // INVALID_ARGUMENT naming the parameter otherwise.
 absl::Status CheckReasoningEffort(absl::string_view effort);

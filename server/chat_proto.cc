@@ -118,17 +118,16 @@ absl::StatusOr<std::optional<RenderedChat>> ApplyChatTemplate(const ChatModel* c
         "set exactly one of prompt, prompt_token_ids and messages, not several");
   }
   if (chat == nullptr || !chat->has_template()) return NoChatTemplateError();
-  // The constraint holds from the first token, so a tool call could never be written.
-  if (Constrains(request->output_constraint()) && request->tools_size() > 0 &&
-      request->tool_choice() != "none") {
-    return absl::InvalidArgumentError(
-        "output_constraint together with tools is not supported yet (the model could not call "
-        "them); set tool_choice \"none\" or leave one out");
-  }
   absl::StatusOr<ChatRequest> converted =
       ToChatRequest(request->messages(), request->tools(), request->tool_choice(),
                     request->chat_template_kwargs());
   if (!converted.ok()) return converted.status();
+  // The constraint holds from the first token, so a tool call could never be written.
+  if (Constrains(request->output_constraint()) && ToolsShown(*converted)) {
+    return absl::InvalidArgumentError(
+        "output_constraint together with tools is not supported yet (the model could not call "
+        "them); set tool_choice \"none\" or leave one out");
+  }
   absl::StatusOr<RenderedChat> rendered = chat->Render(*converted);
   if (!rendered.ok()) return rendered.status();
   request->set_prompt(rendered->prompt_text);

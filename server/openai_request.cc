@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/chat/template/chat_template.h"
 #include "engine/common/capacity_error.h"
+#include "server/compiled_constraints.h"
 
 namespace specula {
 namespace {
@@ -590,9 +591,7 @@ std::optional<OpenAiError> ParseOpenAiRequest(OpenAiEndpoint endpoint, const std
   out->chat.emplace();
   if (Error e = ReadChat(body, &*out->chat)) return e;
   // The constraint holds from the first token, so a tool call could never be written.
-  const bool tools = out->chat->tools.is_array() && !out->chat->tools.empty() &&
-                     out->chat->tool_choice.kind != ToolChoice::Kind::kNone;
-  if (tools && out->generate.has_output_constraint()) {
+  if (ToolsShown(*out->chat) && Constrains(out->generate.output_constraint())) {
     return BadParam("response_format",
                     "response_format json_object or json_schema together with tools is not "
                     "supported yet (the model could not call them); use tool_choice \"none\" "
