@@ -43,8 +43,6 @@ for t in "${tsan_targets[@]}"; do
 done
 
 cmake --preset fuzz -DSPECULA_FUZZ_SECONDS="${SPECULA_FUZZ_SECONDS:-20}" >/dev/null
-cmake --build --preset fuzz -j "$jobs" --target \
-  fuzz_config_yaml fuzz_model_config fuzz_safetensors fuzz_tokenizer_json fuzz_chat_template \
-  fuzz_generate_request fuzz_openai_request fuzz_http_head
+cmake --build --preset fuzz -j "$jobs" --target specula_fuzzers
 ctest --preset fuzz -j "$jobs"
 echo "hardening: sanitizers and fuzzers clean"
