@@ -55,6 +55,9 @@ struct ServerSection {
   int64_t max_prompt_tokens = 0;    // limits.max_prompt_tokens
   int64_t max_output_tokens = 0;    // limits.max_tokens: cap on max_tokens
   int max_requests_per_client = 0;  // limits.max_requests_per_client, 0 = none
+  // server.responses: the Responses API's stored responses (previous_response_id, GET).
+  int64_t responses_max_stored = 10000;    // responses.max_stored: the least recently used go
+  double responses_ttl_seconds = 3600;     // responses.ttl_seconds: unused this long, dropped
   bool operator==(const ServerSection&) const = default;
 };
 

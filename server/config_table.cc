@@ -142,6 +142,12 @@ std::vector<ConfigKey> ConnectionKeys() {
       {"server.limits.max_requests_per_client",
        [](C c) -> ConfigField { return &c.server.max_requests_per_client; }, IntRange{0, kIntMax},
        "", "requests one client may have in flight; 0 = no limit"},
+      {"server.responses.max_stored",
+       [](C c) -> ConfigField { return &c.server.responses_max_stored; }, IntRange{1, 10000000},
+       "", "Responses API responses kept for previous_response_id and GET"},
+      {"server.responses.ttl_seconds",
+       [](C c) -> ConfigField { return &c.server.responses_ttl_seconds; },
+       RealRange{1, 31536000}, "", "a stored response unused this long is dropped"},
   };
 }
 

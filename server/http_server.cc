@@ -15,6 +15,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/log.h"
@@ -493,7 +494,13 @@ std::optional<HttpResponse> HttpServer::Authenticate(const HttpRequest& request)
 const HttpRoute* HttpServer::Match(const HttpRequest& request, HttpResponse* refusal) const {
   const HttpRoute* route = nullptr;
   for (const HttpRoute& r : routes_) {
-    if (r.path == request.path) route = &r;
+    if (!r.with_id && r.path == request.path) route = &r;
+  }
+  for (const HttpRoute& r : routes_) {
+    if (route != nullptr) break;
+    if (!r.with_id || !absl::StartsWith(request.path, r.path)) continue;
+    const std::string_view id = std::string_view(request.path).substr(r.path.size());
+    if (!id.empty() && id.find('/') == std::string_view::npos) route = &r;
   }
   if (route == nullptr) {
     *refusal = Refusal(404, absl::StrCat("no such path: ", request.path));

@@ -83,10 +83,14 @@ class HttpExchange {
 using HttpAsyncHandler = std::function<void(const HttpRequest&, std::shared_ptr<HttpExchange>)>;
 
 struct HttpRoute {
-  std::string path;                          // matched exactly
+  std::string path;                          // matched exactly, or (with_id) as a prefix
   std::vector<std::string> methods;          // e.g. {"GET", "HEAD"}; HEAD answers without the body
   HttpHandler handler;                       // answers at once; or
   HttpAsyncHandler async_handler = nullptr;  // answers later through the exchange
+  // The path ends with '/' and is followed by one non-empty segment, the id of what the route
+  // serves ("/v1/responses/" matches "/v1/responses/resp_1", not ".../resp_1/x"). A route
+  // matched exactly wins.
+  bool with_id = false;
 };
 
 struct HttpServerOptions {

@@ -12,32 +12,7 @@
 namespace specula {
 namespace {
 
-using Error = std::optional<OpenAiError>;
-
-OpenAiError BadParam(std::string param, std::string message) {
-  return {400, "invalid_request_error", std::move(message), std::move(param), ""};
-}
-
-// Whether object `o` has `key` and it is the string `value`. (json::value(key, default) throws
-// when the key holds another type, which on a worker thread would end the process.)
-bool IsString(const OrderedJson& o, const char* key, const char* value) {
-  const auto it = o.find(key);
-  return it != o.end() && it->is_string() && it->get_ref<const std::string&>() == value;
-}
-
-const char* JsonTypeName(const OrderedJson& v) {
-  if (v.is_null()) return "null";
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number()) return "a number";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "an array";
-  return "an object";
-}
-
-Error WrongType(const std::string& param, const OrderedJson& v, const char* expected) {
-  return BadParam(param,
-                  absl::StrCat("'", param, "' must be ", expected, ", got ", JsonTypeName(v)));
-}
+using Error = ParamError;
 
 // The parameters each endpoint takes; anything else is refused by name.
 const absl::flat_hash_set<std::string>& KnownKeys(OpenAiEndpoint endpoint) {
@@ -79,24 +54,11 @@ Error CheckOnlyOne(const OrderedJson& body, const std::string& key) {
 // ignored: `store` (nothing is kept: there is no retrieval API for chat completions), `metadata`
 // (goes with store), `service_tier` (one tier), `prompt_cache_key` (the prefix cache finds
 // shared prefixes without a key), `user` (an end-user id for abuse tracking).
-Error CheckIgnored(const OrderedJson& body) {
-  struct Ignored {
-    const char* key;
-    bool (OrderedJson::*has_type)() const noexcept;
-    const char* expected;
-  };
-  static constexpr Ignored kIgnored[] = {{"store", &OrderedJson::is_boolean, "a boolean"},
-                                         {"metadata", &OrderedJson::is_object, "an object"},
-                                         {"service_tier", &OrderedJson::is_string, "a string"},
-                                         {"prompt_cache_key", &OrderedJson::is_string, "a string"},
-                                         {"user", &OrderedJson::is_string, "a string"}};
-  for (const Ignored& i : kIgnored) {
-    if (body.contains(i.key) && !body[i.key].is_null() && !(body[i.key].*i.has_type)()) {
-      return WrongType(i.key, body[i.key], i.expected);
-    }
-  }
-  return std::nullopt;
-}
+constexpr IgnoredParam kIgnored[] = {{"store", &OrderedJson::is_boolean, "a boolean"},
+                                     {"metadata", &OrderedJson::is_object, "an object"},
+                                     {"service_tier", &OrderedJson::is_string, "a string"},
+                                     {"prompt_cache_key", &OrderedJson::is_string, "a string"},
+                                     {"user", &OrderedJson::is_string, "a string"}};
 
 // Parameters accepted only at their neutral value (so a client relying on them hears about it).
 Error CheckNeutral(const OrderedJson& body) {
@@ -115,44 +77,8 @@ Error CheckNeutral(const OrderedJson& body) {
   return std::nullopt;
 }
 
-Error ReadNumber(const OrderedJson& body, const std::string& key, double lo, double hi,
-                 std::optional<double>* out) {
-  if (!body.contains(key) || body[key].is_null()) return std::nullopt;
-  const OrderedJson& v = body[key];
-  if (!v.is_number()) return WrongType(key, v, "a number");
-  const double x = v.get<double>();
-  if (!(x >= lo && x <= hi)) {
-    return BadParam(key, absl::StrCat("'", key, "' must be in [", lo, ", ", hi, "], got ", x));
-  }
-  *out = x;
-  return std::nullopt;
-}
-
-Error ReadInt(const OrderedJson& body, const std::string& key, int64_t lo, int64_t hi,
-              std::optional<int64_t>* out) {
-  if (!body.contains(key) || body[key].is_null()) return std::nullopt;
-  const OrderedJson& v = body[key];
-  if (!v.is_number_integer()) return WrongType(key, v, "an integer");
-  const bool above = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi);
-  const int64_t x = above ? hi : v.get<int64_t>();
-  if (above || x < lo || x > hi) {
-    return BadParam(key,
-                    absl::StrCat("'", key, "' must be in [", lo, ", ", hi, "], got ", v.dump()));
-  }
-  *out = x;
-  return std::nullopt;
-}
-
-Error ReadBool(const OrderedJson& body, const std::string& key, bool* out) {
-  if (!body.contains(key) || body[key].is_null()) return std::nullopt;
-  if (!body[key].is_boolean()) return WrongType(key, body[key], "a boolean");
-  *out = body[key].get<bool>();
-  return std::nullopt;
-}
-
 // response_format: text (unconstrained), json_object, or json_schema {name, schema, strict}, as
-// the request's output constraint. The schema is compiled with the rest of the request
-// (ToEngineRequest), which names what it does not support.
+// the request's output constraint.
 Error ReadResponseFormat(const OrderedJson& body, v1::GenerateRequest* out) {
   if (!body.contains("response_format") || body["response_format"].is_null()) return std::nullopt;
   const OrderedJson& f = body["response_format"];
@@ -172,58 +98,7 @@ Error ReadResponseFormat(const OrderedJson& body, v1::GenerateRequest* out) {
                     "'response_format.json_schema' must be an object {\"name\", \"schema\", "
                     "\"strict\"}");
   }
-  if (!spec->contains("name") || !(*spec)["name"].is_string()) {
-    return BadParam("response_format.json_schema.name",
-                    "'response_format.json_schema.name' is required (a string)");
-  }
-  const auto schema = spec->find("schema");
-  if (schema == spec->end() || !(schema->is_object() || schema->is_boolean())) {
-    return BadParam("response_format.json_schema.schema",
-                    "'response_format.json_schema.schema' must be a JSON Schema object");
-  }
-  bool strict = false;
-  if (Error e = ReadBool(*spec, "strict", &strict)) {
-    e->param = "response_format.json_schema.strict";
-    return e;
-  }
-  out->mutable_output_constraint()->set_json_schema(schema->dump());
-  out->mutable_output_constraint()->set_strict(strict);
-  return std::nullopt;
-}
-
-Error ReadSampling(const OrderedJson& body, v1::SamplingParams* s) {
-  std::optional<double> x;
-  Error e;
-  if ((e = ReadNumber(body, "temperature", 0, 2, &x))) return e;
-  if (x) s->set_temperature(static_cast<float>(*x));
-  x.reset();
-  if ((e = ReadNumber(body, "top_p", 0, 1, &x))) return e;
-  if (x) {
-    if (*x == 0) return BadParam("top_p", "'top_p' must be in (0, 1], got 0");
-    s->set_top_p(static_cast<float>(*x));
-  }
-  x.reset();
-  if ((e = ReadNumber(body, "frequency_penalty", -2, 2, &x))) return e;
-  if (x) s->set_frequency_penalty(static_cast<float>(*x));
-  x.reset();
-  if ((e = ReadNumber(body, "presence_penalty", -2, 2, &x))) return e;
-  if (x) s->set_presence_penalty(static_cast<float>(*x));
-  x.reset();
-  if ((e = ReadNumber(body, "min_p", 0, 1, &x))) return e;
-  if (x) s->set_min_p(static_cast<float>(*x));
-  x.reset();
-  if ((e = ReadNumber(body, "repetition_penalty", 1e-6, 1e6, &x))) return e;
-  if (x) s->set_repetition_penalty(static_cast<float>(*x));
-  std::optional<int64_t> i;
-  if ((e = ReadInt(body, "top_k", -1, std::numeric_limits<int32_t>::max(), &i))) return e;
-  if (i) s->set_top_k(static_cast<int32_t>(std::max<int64_t>(*i, 0)));  // vLLM: -1 = off
-  i.reset();
-  if ((e = ReadInt(body, "seed", std::numeric_limits<int64_t>::min(),
-                   std::numeric_limits<int64_t>::max(), &i))) {
-    return e;
-  }
-  if (i) s->set_seed(static_cast<uint64_t>(*i));
-  return std::nullopt;
+  return ReadJsonSchemaFormat(*spec, "response_format.json_schema", out);
 }
 
 // An empty stop string is refused, as over gRPC (the engine's rule): it would match before any
@@ -306,17 +181,10 @@ Error ReadToolCalls(const OrderedJson& v, const std::string& param, OrderedJson*
                                       "' must be {\"id\", \"type\": \"function\", "
                                       "\"function\": {\"name\", \"arguments\"}}"));
     }
-    OrderedJson arguments = call["function"].value("arguments", OrderedJson::object());
-    if (arguments.is_string()) {
-      // OpenAI sends the arguments as JSON text; templates expect the object.
-      absl::StatusOr<OrderedJson> decoded =
-          ParseRequestJson(arguments.get<std::string>(), p + ".function.arguments");
-      if (!decoded.ok())
-        return BadParam(p + ".function.arguments", std::string(decoded.status().message()));
-      arguments = *std::move(decoded);
-    }
-    if (!arguments.is_object()) {
-      return BadParam(p + ".function.arguments", "tool call arguments must be a JSON object");
+    OrderedJson arguments;
+    if (Error e = ReadToolArguments(call["function"].value("arguments", OrderedJson::object()),
+                                    p + ".function.arguments", &arguments)) {
+      return e;
     }
     OrderedJson converted = OrderedJson::object();
     if (call.contains("id") && call["id"].is_string()) converted["id"] = call["id"];
@@ -369,9 +237,7 @@ Error ReadTools(const OrderedJson& body, OrderedJson* out) {
     }
     OrderedJson function = t["function"];
     if (function.contains("strict") && function["strict"] == true) {
-      return BadParam(p + ".function.strict",
-                      "strict tool schemas are not supported: the arguments the model writes are "
-                      "not constrained to the schema");
+      return StrictToolRefusal(p + ".function.strict");
     }
     function.erase("strict");  // false or null: the schema is shown to the model, as always
     out->push_back({{"type", "function"}, {"function", std::move(function)}});
@@ -403,15 +269,9 @@ Error ReadToolChoice(const OrderedJson& body, const OrderedJson& tools, ToolChoi
 }
 
 // reasoning_effort: mapped onto the template's thinking switch by ChatModel::Render.
-Error ReadReasoningEffort(const OrderedJson& body, ChatRequest* chat) {
-  if (!body.contains("reasoning_effort") || body["reasoning_effort"].is_null()) return std::nullopt;
-  const OrderedJson& effort = body["reasoning_effort"];
-  if (!effort.is_string()) return WrongType("reasoning_effort", effort, "a string");
-  if (absl::Status s = CheckReasoningEffort(effort.get<std::string>()); !s.ok()) {
-    return BadParam("reasoning_effort", std::string(s.message()));
-  }
-  chat->reasoning_effort = effort.get<std::string>();
-  return std::nullopt;
+Error ReadChatReasoningEffort(const OrderedJson& body, ChatRequest* chat) {
+  if (!body.contains("reasoning_effort")) return std::nullopt;
+  return ReadReasoningEffort(body["reasoning_effort"], "reasoning_effort", &chat->reasoning_effort);
 }
 
 Error ReadChat(const OrderedJson& body, ChatRequest* chat) {
@@ -427,7 +287,7 @@ Error ReadChat(const OrderedJson& body, ChatRequest* chat) {
   if (Error e = ReadTools(body, &chat->tools)) return e;
   if (Error e = ReadToolChoice(body, chat->tools, &chat->tool_choice)) return e;
   if (Error e = ReadBool(body, "parallel_tool_calls", &chat->parallel_tool_calls)) return e;
-  if (Error e = ReadReasoningEffort(body, chat)) return e;
+  if (Error e = ReadChatReasoningEffort(body, chat)) return e;
   if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
     if (!body["chat_template_kwargs"].is_object()) {
       return WrongType("chat_template_kwargs", body["chat_template_kwargs"], "an object");
@@ -547,6 +407,14 @@ std::string OpenAiErrorJson(const OpenAiError& error) {
   return body.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
 }
 
+HttpResponse JsonResponse(int status, const OrderedJson& body) {
+  HttpResponse r;
+  r.status = status;
+  r.content_type = "application/json";
+  r.body = body.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
+  return r;
+}
+
 HttpResponse OpenAiErrorResponse(const OpenAiError& error) {
   HttpResponse r;
   r.status = error.http_status;
@@ -557,29 +425,12 @@ HttpResponse OpenAiErrorResponse(const OpenAiError& error) {
 
 std::optional<OpenAiError> ParseOpenAiRequest(OpenAiEndpoint endpoint, const std::string& body_text,
                                               const std::string& served_model, OpenAiRequest* out) {
-  absl::StatusOr<OrderedJson> parsed = ParseRequestJson(body_text, "the request body");
-  if (!parsed.ok()) return BadParam("", std::string(parsed.status().message()));
-  const OrderedJson& body = *parsed;
-  if (!body.is_object()) return BadParam("", "the request body must be a JSON object");
-  for (const auto& [key, value] : body.items()) {
-    if (!KnownKeys(endpoint).contains(key)) {
-      return BadParam(key, absl::StrCat("unsupported parameter '", key, "'"));
-    }
-  }
+  OrderedJson body;
   out->endpoint = endpoint;
-  if (!body.contains("model") || !body["model"].is_string()) {
-    return BadParam("model", "'model' is required (a string)");
+  if (Error e = ReadBody(body_text, KnownKeys(endpoint), served_model, &body, &out->model)) {
+    return e;
   }
-  out->model = body["model"].get<std::string>();
-  if (out->model != served_model) {
-    return OpenAiError{404, "not_found_error",
-                       absl::StrCat("the model '", out->model,
-                                    "' does not exist; this server "
-                                    "serves '",
-                                    served_model, "'"),
-                       "model", "model_not_found"};
-  }
-  if (Error e = CheckIgnored(body)) return e;
+  if (Error e = CheckIgnored(body, std::begin(kIgnored), std::end(kIgnored))) return e;
   if (Error e = CheckNeutral(body)) return e;
   if (Error e = ReadSampling(body, out->generate.mutable_sampling())) return e;
   if (Error e = ReadLength(body, endpoint, out->generate.mutable_stopping())) {

@@ -13,22 +13,16 @@
 #include "absl/status/statusor.h"
 #include "server/chat.h"
 #include "server/http_server.h"
+#include "server/openai_params.h"
 #include "specula/v1/specula.pb.h"
 
 namespace specula {
 
-// An error in OpenAI's format: {"error": {"message", "type", "param", "code"}} with its status.
-struct OpenAiError {
-  int http_status = 400;
-  std::string type;  // invalid_request_error, not_found_error, ...
-  std::string message;
-  std::string param;  // the offending field, or ""
-  std::string code;   // e.g. "model_not_found", or ""
-};
-
 OpenAiError OpenAiErrorFrom(const absl::Status& status, std::string param = "");
 HttpResponse OpenAiErrorResponse(const OpenAiError& error);
 std::string OpenAiErrorJson(const OpenAiError& error);
+// A JSON answer (invalid UTF-8 in generated text written as U+FFFD).
+HttpResponse JsonResponse(int status, const OrderedJson& body);
 
 enum class OpenAiEndpoint { kChatCompletions, kCompletions };
 

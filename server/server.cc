@@ -430,8 +430,10 @@ std::string ServedModelName(const ServerConfig& config) {
 absl::Status Server::StartHttp(const ServerConfig& config, const v1::ModelInfo& model_info) {
   served_model_name_ = ServedModelName(config);
   if (config.server.http_listen.empty()) return absl::OkStatus();
-  openai_ =
-      std::make_unique<OpenAiService>(&env_, served_model_name_, model_info.max_context_tokens());
+  responses_ = std::make_unique<ResponseStore>(
+      config.server.responses_max_stored, absl::Seconds(config.server.responses_ttl_seconds));
+  openai_ = std::make_unique<OpenAiService>(&env_, served_model_name_,
+                                            model_info.max_context_tokens(), responses_.get());
   HttpServerOptions options = HttpConnectionOptions(config.server);
   if (config.server.tls()) {
     absl::StatusOr<std::unique_ptr<HttpTls>> tls =

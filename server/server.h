@@ -104,6 +104,7 @@ class Server {
   std::unique_ptr<WorkQueue> tokenizer_queue_;
   CallEnv env_;
   std::unique_ptr<SpeculaService> service_;
+  std::unique_ptr<ResponseStore> responses_;  // the Responses API's; outlives openai_
   std::unique_ptr<OpenAiService> openai_;
   std::unique_ptr<grpc::Server> grpc_server_;  // destroyed after the HTTP listener
   std::unique_ptr<GrpcAcceptor> grpc_acceptor_;  // plaintext only; stopped before grpc_server_

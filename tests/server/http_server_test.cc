@@ -173,6 +173,34 @@ TEST(HttpServerTest, AmbiguousOrUnknownBodyFramingIsRefusedAndTheConnectionClose
 }
 
 // HEAD is GET without the body on every GET route, not a 405 where the route lists only GET.
+// A route with an id serves its path plus one segment; an exact route of the same prefix wins.
+TEST(HttpServerTest, ARouteWithAnIdServesOneSegmentAfterItsPath) {
+  std::vector<HttpRoute> routes;
+  HttpRoute items{"/items/", {"GET", "DELETE"}, [](const HttpRequest& r) {
+                    HttpResponse out;
+                    out.body = absl::StrCat(r.method, " ", r.path);
+                    return out;
+                  }};
+  items.with_id = true;
+  routes.push_back(std::move(items));
+  routes.push_back({"/items/all", {"GET"}, [](const HttpRequest&) {
+                      HttpResponse out;
+                      out.body = "every item";
+                      return out;
+                    }});
+  auto server = HttpServer::Start("127.0.0.1:0", std::move(routes), {});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  EXPECT_THAT(HttpGet(port, "/items/resp_1"), HasSubstr("\r\n\r\nGET /items/resp_1"));
+  EXPECT_THAT(HttpExchange(port, Request("DELETE", "/items/resp_1")),
+              HasSubstr("\r\n\r\nDELETE /items/resp_1"));
+  EXPECT_THAT(HttpGet(port, "/items/all"), HasSubstr("\r\n\r\nevery item"));
+  for (const char* path : {"/items/", "/items", "/items/a/b", "/items/a/"}) {
+    EXPECT_EQ(HttpStatus(HttpGet(port, path)), 404) << path;
+  }
+  EXPECT_EQ(HttpStatus(HttpExchange(port, Request("POST", "/items/x", "b"))), 405);
+}
+
 TEST(HttpServerTest, HeadReachesAGetOnlyRoute) {
   auto server = StartTestServer();
   ASSERT_NE(server, nullptr);

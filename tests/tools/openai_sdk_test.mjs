@@ -9,18 +9,14 @@
 //
 // Environment (CTest sets it): SPECULA_SERVER (binary), SPECULA_CHAT_MODEL (model directory),
 // OPENAI_SDK_DIR (the directory holding node_modules/openai). Run: node --test <this file>.
-import {spawn} from 'node:child_process';
-import {mkdtempSync, readFileSync, existsSync, rmSync} from 'node:fs';
-import {createRequire} from 'node:module';
-import {tmpdir} from 'node:os';
-import {join} from 'node:path';
 import {after, before, test} from 'node:test';
 import assert from 'node:assert/strict';
 
-const require = createRequire(join(process.env.OPENAI_SDK_DIR, 'node_modules', 'noop.js'));
-const OpenAI = require('openai');
-const Ajv2020 = require('ajv/dist/2020').default;
-const addFormats = require('ajv-formats').default;
+import {requireFixture, startOpenAiServer} from './specula_server.mjs';
+
+const OpenAI = requireFixture('openai');
+const Ajv2020 = requireFixture('ajv/dist/2020').default;
+const addFormats = requireFixture('ajv-formats').default;
 
 const TOOLS = [{
   type: 'function',
@@ -42,35 +38,12 @@ const MESSAGES = [
 let server;
 let client;
 let model;
-let tmp;
-
-async function waitForReady(file, child) {
-  const deadline = Date.now() + 120_000;
-  while (Date.now() < deadline) {
-    if (child.exitCode !== null) throw new Error(`specula-server exited with ${child.exitCode}`);
-    if (existsSync(file)) return JSON.parse(readFileSync(file, 'utf8'));
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  throw new Error('specula-server did not become ready');
-}
 
 before(async () => {
-  tmp = mkdtempSync(join(tmpdir(), 'specula_openai_'));
-  const ready = join(tmp, 'ready.json');
-  server = spawn(process.env.SPECULA_SERVER, [
-    `--model=${process.env.SPECULA_CHAT_MODEL}`, '--listen=127.0.0.1:0', '--metrics-listen=',
-    '--http-listen=127.0.0.1:0', `--ready-file=${ready}`,
-  ], {stdio: ['ignore', 'ignore', 'inherit']});
-  const addresses = await waitForReady(ready, server);
-  model = addresses.model;
-  client = new OpenAI({baseURL: `http://${addresses.http_listen}/v1`, apiKey: 'unused',
-                       maxRetries: 0});
+  ({server, client, model} = await startOpenAiServer());
 });
 
-after(() => {
-  server?.kill('SIGTERM');
-  if (tmp) rmSync(tmp, {recursive: true, force: true});
-});
+after(() => server?.stop());
 
 test('models.list names the served model', async () => {
   const page = await client.models.list();
