@@ -10,6 +10,7 @@
 #include "engine/common/log.h"
 #include "engine/common/status_macros.h"
 #include "engine/tokenizer/chat_templates.h"
+#include "server/tool_constraint.h"
 
 namespace specula {
 
@@ -255,6 +256,8 @@ absl::StatusOr<RenderedChat> ChatModel::Render(const ChatRequest& request) const
         absl::StrCat(in_reasoning ? "</think>\n\n" : "", ForcedPrefix(request.tool_choice));
     rendered.prompt_text += rendered.forced_prefix;
   }
+  ASSIGN_OR_RETURN(rendered.constraint, StrictToolConstraint(request, format_.tool_calls,
+                                                             !rendered.forced_prefix.empty()));
   return rendered;
 }
 

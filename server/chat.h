@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/chat/output/chat_output_parser.h"
@@ -36,7 +37,9 @@ absl::StatusOr<ToolChoice> ParseToolChoice(absl::string_view value, const Ordere
 struct ChatRequest {
   OrderedJson messages = OrderedJson::array();  // [{"role", "content", ...}]
   OrderedJson tools;                            // null, or [{"type": "function", "function"}]
-  OrderedJson kwargs = OrderedJson::object();   // extra template variables
+  // The tools whose calls must follow their parameters schema (OpenAI's strict: true), by name.
+  absl::flat_hash_set<std::string> strict_tools;
+  OrderedJson kwargs = OrderedJson::object();  // extra template variables
   ToolChoice tool_choice;
   bool add_generation_prompt = true;
   // OpenAI's parallel_tool_calls: false keeps an answer to its first tool call.
@@ -67,6 +70,9 @@ struct RenderedChat {
   bool parse_tool_calls = false;
   // The most tool calls the answer returns (later ones are dropped); 0 = any number.
   int32_t max_tool_calls = 0;
+  // What holds strict tools' calls to their schemas (server/tool_constraint.h); empty when no
+  // shown tool is strict.
+  ConstraintSpec constraint;
 };
 
 // A tool call with the id the server gave it.

@@ -89,6 +89,7 @@ absl::StatusOr<ChatRequest> ToChatRequest(const ProtoMessages& messages, const P
       absl::StatusOr<OrderedJson> t = ToolJson(tools[i], i);
       if (!t.ok()) return t.status();
       out.tools.push_back(*std::move(t));
+      if (tools[i].strict()) out.strict_tools.insert(tools[i].name());
     }
   }
   absl::StatusOr<ToolChoice> choice = ParseToolChoice(tool_choice, out.tools, "tool_choice");

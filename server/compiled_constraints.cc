@@ -41,6 +41,12 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> CompiledConstraints::Get
   const std::string key = c.kind_case() == v1::OutputConstraint::kJsonObject
                               ? "object"
                               : absl::StrCat(c.strict() ? "strict:" : "schema:", c.json_schema());
+  return GetOrCompile(key, [&c] { return Compile(c); });
+}
+
+absl::StatusOr<std::shared_ptr<const grammar::Grammar>> CompiledConstraints::GetOrCompile(
+    const std::string& key,
+    absl::FunctionRef<absl::StatusOr<std::shared_ptr<const grammar::Grammar>>()> compile) {
   {
     std::lock_guard lock(mu_);
     if (auto it = entries_.find(key); it != entries_.end()) {
@@ -49,7 +55,7 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> CompiledConstraints::Get
     }
   }
   // Compiled outside the lock: a big schema takes milliseconds, other requests need not wait.
-  absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g = Compile(c);
+  absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g = compile();
   if (!g.ok()) return g.status();
   std::lock_guard lock(mu_);
   if (auto it = entries_.find(key); it != entries_.end()) return it->second.grammar;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "engine/grammar/grammar.h"
 #include "specula/v1/specula.pb.h"
@@ -19,11 +20,15 @@ namespace specula {
 
 class CompiledConstraints {
  public:
-  explicit CompiledConstraints(size_t capacity = 16) : capacity_(capacity) {}
+  explicit CompiledConstraints(size_t capacity = 32) : capacity_(capacity) {}
 
   // The constraint's grammar, or null when it constrains nothing. INVALID_ARGUMENT naming what
   // the schema does not support (compile errors are not kept).
   absl::StatusOr<std::shared_ptr<const grammar::Grammar>> Get(const v1::OutputConstraint& c);
+  // The grammar kept under `key`, made by `compile` on first use (strict tool calls).
+  absl::StatusOr<std::shared_ptr<const grammar::Grammar>> GetOrCompile(
+      const std::string& key,
+      absl::FunctionRef<absl::StatusOr<std::shared_ptr<const grammar::Grammar>>()> compile);
   size_t size() const;
 
  private:

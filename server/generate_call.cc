@@ -33,9 +33,9 @@ absl::Status ApplySessionMetadata(const grpc::CallbackServerContext& ctx,
     return absl::OkStatus();
   }
   if (request->session_id() != *id) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "session_id '%s' differs from the %s metadata '%s'", request->session_id(),
-        kSessionIdMetadata, *id));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("session_id '%s' differs from the %s metadata '%s'", request->session_id(),
+                        kSessionIdMetadata, *id));
   }
   return absl::OkStatus();
 }
@@ -110,7 +110,8 @@ void GenerateCall::MarkFinishedLocked() {
 void GenerateCall::Reject(const absl::Status& status) {
   if (env_->metrics) env_->metrics->RecordRejected(status.code());
   Log(LogLevel::kInfo, "request_rejected",
-      {{"request_id", request_id_}, {"status", StatusCodeName(status.code())},
+      {{"request_id", request_id_},
+       {"status", StatusCodeName(status.code())},
        {"error", status.message()}});
   {
     std::lock_guard lock(mu_);
@@ -165,6 +166,11 @@ void GenerateCall::Submit() {
   // gRPC still holds the request bytes until the call ends.
   v1::GenerateRequest().Swap(&request_);
   if (!converted.ok()) return Reject(converted.status());
+  // Strict tools' constraint (a response format's is compiled by ToEngineRequest; the two are
+  // never both set: ApplyChatTemplate refuses that).
+  if (chat->has_value() && !(**chat).constraint.empty()) {
+    converted->generation.constraint = std::move((**chat).constraint);
+  }
   request_id_ = converted->request_id;
   if (ctx_->deadline() != std::chrono::system_clock::time_point::max()) {
     converted->deadline = absl::FromChrono(ctx_->deadline());

@@ -95,6 +95,7 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
     v1::GenerateRequest& generate = protocol_->generate();
     if (!session_id_.empty()) generate.set_session_id(session_id_);
     std::optional<ChatStream> chat;
+    ConstraintSpec tool_constraint;  // strict tools'
     if (const ChatRequest* request = protocol_->chat()) {
       if (env_->chat == nullptr || !env_->chat->has_template())
         return Reject(NoChatTemplateError());
@@ -103,11 +104,14 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
       generate.set_prompt(rendered->prompt_text);
       generate.set_add_special_tokens(false);  // the template wrote them
       chat.emplace(env_->chat->output_format(), *rendered);
+      tool_constraint = std::move(rendered->constraint);
     }
     const Tokenizer& tokenizer = env_->engine->generator().tokenizer();
     absl::StatusOr<EngineRequest> converted =
         ToEngineRequest(generate, tokenizer, env_->default_max_tokens, env_->max_total_tokens);
     if (!converted.ok()) return Reject(converted.status());
+    // Never set together with a response format's (the parsers refuse that).
+    if (!tool_constraint.empty()) converted->generation.constraint = std::move(tool_constraint);
     request_id_ = converted->request_id;
     stream_mode_ = protocol_->stream();
     protocol_->Begin(request_id_, tokenizer, std::move(chat));

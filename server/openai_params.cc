@@ -49,8 +49,8 @@ ParamError ReadBody(const std::string& text, const absl::flat_hash_set<std::stri
   *model = (*body)["model"].get<std::string>();
   if (*model != served_model) {
     return OpenAiError{404, "not_found_error",
-                       absl::StrCat("the model '", *model,
-                                    "' does not exist; this server serves '", served_model, "'"),
+                       absl::StrCat("the model '", *model, "' does not exist; this server serves '",
+                                    served_model, "'"),
                        "model", "model_not_found"};
   }
   return std::nullopt;
@@ -179,12 +179,6 @@ ParamError ReadToolArguments(const OrderedJson& arguments, const std::string& pa
   }
   if (!out->is_object()) return BadParam(param, "tool call arguments must be a JSON object");
   return std::nullopt;
-}
-
-OpenAiError StrictToolRefusal(const std::string& param) {
-  return BadParam(param,
-                  "strict tool schemas are not supported: the arguments the model writes are "
-                  "not constrained to the schema");
 }
 
 ParamError ReadReasoningEffort(const OrderedJson& v, const std::string& param,

@@ -8,7 +8,6 @@
 #include <string>
 
 #include "absl/container/flat_hash_set.h"
-
 #include "server/request_json.h"
 #include "specula/v1/specula.pb.h"
 
@@ -72,9 +71,6 @@ ParamError CheckIgnored(const OrderedJson& body, const IgnoredParam* begin,
 // text, which is decoded; anything but an object is refused, naming `param`.
 ParamError ReadToolArguments(const OrderedJson& arguments, const std::string& param,
                              OrderedJson* out);
-
-// The refusal of `strict: true` on a function tool, at `param`.
-OpenAiError StrictToolRefusal(const std::string& param);
 
 // reasoning_effort's values: none, minimal, low, medium, high.
 ParamError ReadReasoningEffort(const OrderedJson& v, const std::string& param,

@@ -219,7 +219,9 @@ Error ReadMessage(const OrderedJson& m, size_t index, OrderedJson* out) {
   return std::nullopt;
 }
 
-Error ReadTools(const OrderedJson& body, OrderedJson* out) {
+// Function tools in the chat form; the names of the strict ones go to chat->strict_tools.
+Error ReadTools(const OrderedJson& body, ChatRequest* chat) {
+  OrderedJson* out = &chat->tools;
   if (!body.contains("tools") || body["tools"].is_null()) return std::nullopt;
   const OrderedJson& v = body["tools"];
   if (!v.is_array()) return WrongType("tools", v, "an array");
@@ -236,10 +238,14 @@ Error ReadTools(const OrderedJson& body, OrderedJson* out) {
                                       "{\"name\", \"description\", \"parameters\"}}"));
     }
     OrderedJson function = t["function"];
-    if (function.contains("strict") && function["strict"] == true) {
-      return StrictToolRefusal(p + ".function.strict");
+    if (function.contains("strict") && !function["strict"].is_null() &&
+        !function["strict"].is_boolean()) {
+      return WrongType(p + ".function.strict", function["strict"], "a boolean");
     }
-    function.erase("strict");  // false or null: the schema is shown to the model, as always
+    if (function.contains("strict") && function["strict"] == true) {
+      chat->strict_tools.insert(function["name"].get<std::string>());
+    }
+    function.erase("strict");  // the template sees the tool as without strict
     out->push_back({{"type", "function"}, {"function", std::move(function)}});
   }
   return std::nullopt;
@@ -284,7 +290,7 @@ Error ReadChat(const OrderedJson& body, ChatRequest* chat) {
     if (Error e = ReadMessage(messages[i], i, &m)) return e;
     chat->messages.push_back(std::move(m));
   }
-  if (Error e = ReadTools(body, &chat->tools)) return e;
+  if (Error e = ReadTools(body, chat)) return e;
   if (Error e = ReadToolChoice(body, chat->tools, &chat->tool_choice)) return e;
   if (Error e = ReadBool(body, "parallel_tool_calls", &chat->parallel_tool_calls)) return e;
   if (Error e = ReadChatReasoningEffort(body, chat)) return e;

@@ -212,7 +212,7 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
   absl::StatusOr<std::shared_ptr<const grammar::Grammar>> constraint =
       SharedCompiledConstraints().Get(request.output_constraint());
   if (!constraint.ok()) return constraint.status();
-  g.constraint = *std::move(constraint);
+  g.constraint.grammar = *std::move(constraint);
   return out;
 }
 

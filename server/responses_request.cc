@@ -165,8 +165,8 @@ ParamError ReadInput(const OrderedJson& body, OrderedJson* messages) {
   return std::nullopt;
 }
 
-// Function tools {type: function, name, description, parameters, strict}: shown to the model
-// in the chat form; the Responses form is echoed.
+// Function tools {type: function, name, description, parameters, strict (default true, as at
+// OpenAI)}: shown to the model in the chat form; the Responses form is echoed.
 ParamError ReadTools(const OrderedJson& body, ResponsesRequest* out) {
   out->echo["tools"] = OrderedJson::array();
   if (!Present(body, "tools")) return std::nullopt;
@@ -184,13 +184,18 @@ ParamError ReadTools(const OrderedJson& body, ResponsesRequest* out) {
     }
     std::string name;
     if (ParamError e = RequiredString(t, "name", p, &name)) return e;
-    if (Present(t, "strict") && t["strict"] == true) return StrictToolRefusal(p + ".strict");
+    if (Present(t, "strict") && !t["strict"].is_boolean()) {
+      return WrongType(p + ".strict", t["strict"], "a boolean");
+    }
+    // The Responses API's default is strict.
+    const bool strict = !Present(t, "strict") || t["strict"] == true;
+    if (strict) out->chat.strict_tools.insert(name);
     OrderedJson function = {{"name", name}};
     if (Present(t, "description")) function["description"] = t["description"];
     if (Present(t, "parameters")) function["parameters"] = t["parameters"];
     out->chat.tools.push_back({{"type", "function"}, {"function", function}});
     OrderedJson echoed = t;
-    echoed["strict"] = false;
+    echoed["strict"] = strict;
     out->echo["tools"].push_back(std::move(echoed));
   }
   return std::nullopt;

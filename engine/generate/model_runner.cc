@@ -87,8 +87,7 @@ absl::Status ModelRunner::Accept(size_t i, Sequence& seq, SequenceOutput* out) {
   CHECK_LT(static_cast<int64_t>(i), sampled_rows_);
   if (on_device_) {
     if (results_[i].status != RowSampleStatus::kOk) return NonFiniteLogits();
-    seq.AcceptSampled(results_[i], out);
-    return absl::OkStatus();
+    return seq.AcceptSampled(results_[i], out);
   }
   const int64_t vocab = model_.config().vocab_size;
   const absl::Span<float> row(logits_.data() + static_cast<int64_t>(i) * vocab, vocab);

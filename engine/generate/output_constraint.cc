@@ -5,6 +5,8 @@
 #include <string>
 #include <utility>
 
+#include "engine/common/check.h"
+
 namespace specula {
 
 grammar::TokenTable GrammarTokenTable(const Tokenizer& tokenizer) {
@@ -24,19 +26,31 @@ std::shared_ptr<grammar::MaskCache> MaskCaches::For(
   return slot.cache;
 }
 
-OutputConstraint::OutputConstraint(std::shared_ptr<const grammar::Grammar> grammar,
-                                   grammar::TokenMasker& masker,
-                                   std::shared_ptr<grammar::MaskCache> cache,
-                                   const Tokenizer& tokenizer, absl::flat_hash_set<int32_t> end_ids)
-    : matcher_(std::move(grammar)),
+OutputConstraint::OutputConstraint(ConstraintSpec spec, grammar::TokenMasker& masker,
+                                   MaskCaches& caches, const Tokenizer& tokenizer,
+                                   absl::flat_hash_set<int32_t> end_ids)
+    : spec_(std::move(spec)),
+      caches_(caches),
       masker_(masker),
-      cache_(std::move(cache)),
       tokenizer_(tokenizer),
-      end_ids_(std::move(end_ids)) {}
+      end_ids_(std::move(end_ids)) {
+  CHECK(!spec_.empty());
+  CHECK(spec_.triggered == nullptr || !spec_.trigger.empty());
+  if (spec_.grammar != nullptr) {
+    Activate(spec_.grammar);
+    initial_ = true;
+  }
+}
+
+void OutputConstraint::Activate(const std::shared_ptr<const grammar::Grammar>& g) {
+  matcher_.emplace(g);
+  cache_ = caches_.For(g);
+}
 
 absl::Status OutputConstraint::Mask(absl::Span<float> logits) {
-  int64_t allowed = masker_.Compute(matcher_, cache_.get(), &mask_);
-  const bool can_end = matcher_.CanEnd();
+  if (!active()) return absl::OkStatus();
+  int64_t allowed = masker_.Compute(*matcher_, cache_.get(), &mask_);
+  const bool can_end = matcher_->CanEnd();
   const auto n = static_cast<int64_t>(logits.size());
   // The end tokens' logits, kept: allowed exactly where the output can end, whatever the mask.
   ends_.clear();
@@ -66,9 +80,49 @@ absl::Status OutputConstraint::Mask(absl::Span<float> logits) {
   return absl::OkStatus();
 }
 
+bool OutputConstraint::Advance(std::string_view bytes) {
+  if (!matcher_->Advance(bytes)) return false;
+  if (matcher_->IsComplete()) {
+    // The output ends here: the grammar stays, allowing the end tokens only.
+    if (initial_ && spec_.ends_output) {
+      complete_ = true;
+      return true;
+    }
+    matcher_.reset();
+    cache_.reset();
+    initial_ = false;
+  }
+  return true;
+}
+
+absl::Status OutputConstraint::Watch(std::string_view bytes) {
+  if (spec_.triggered == nullptr) return absl::OkStatus();
+  std::string text = tail_;
+  text += bytes;
+  const size_t at = text.find(spec_.trigger);
+  if (at == std::string::npos) {
+    const size_t keep = std::min(text.size(), spec_.trigger.size() - 1);
+    tail_ = text.substr(text.size() - keep);
+    return absl::OkStatus();
+  }
+  tail_.clear();
+  Activate(spec_.triggered);
+  const std::string_view rest = std::string_view(text).substr(at + spec_.trigger.size());
+  if (!rest.empty() && !Advance(rest)) {
+    return absl::FailedPreconditionError(
+        "the model opened a tool call and began it in one token that the tool's strict schema "
+        "refuses");
+  }
+  // The trigger again inside the same token: a nested opening is left to the grammar, which
+  // refuses it.
+  return absl::OkStatus();
+}
+
 absl::Status OutputConstraint::Accept(int32_t token) {
   if (end_ids_.contains(token)) return absl::OkStatus();
-  if (!matcher_.Advance(tokenizer_.TokenBytes(token))) {
+  const std::string bytes = tokenizer_.TokenBytes(token);
+  if (!active()) return Watch(bytes);
+  if (!Advance(bytes)) {
     return absl::InternalError("a token the output constraint refused was sampled");
   }
   return absl::OkStatus();

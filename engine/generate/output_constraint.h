@@ -1,13 +1,18 @@
 // A request's output constraint while it decodes (docs/STRUCTURED_OUTPUT.md): each step's logits
 // are masked to the tokens the grammar allows next, the request's end tokens only where the
-// output can end, and the sampled token is followed through the grammar. A row with a constraint
-// samples on the host (the mask is computed there; a device mask is future work).
+// output can end, and the sampled token is followed through the grammar. A grammar holds from the
+// first token (a response format, a forced tool call) or from each time the output writes a
+// trigger (a strict tool call the model opens); a row samples on the host while one holds (the
+// mask is computed there; a device mask is future work).
 //
 // Engine thread only: the masker's scratch is the Generator's.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -41,23 +46,54 @@ class MaskCaches {
   absl::flat_hash_map<const grammar::Grammar*, Slot> slots_;
 };
 
+// What a request's output must follow.
+struct ConstraintSpec {
+  // Holds from the first token; null: the output starts free.
+  std::shared_ptr<const grammar::Grammar> grammar;
+  // Whether the output ends once `grammar` is complete (a response format). Otherwise free text
+  // follows it (a forced tool call: the model closes the call and may go on).
+  bool ends_output = true;
+  // While the output is free: each time its text ends with `trigger` (a tool call's opening tag),
+  // `triggered` holds until it is complete, and then the output is free again.
+  std::string trigger;
+  std::shared_ptr<const grammar::Grammar> triggered;
+
+  bool empty() const { return grammar == nullptr && triggered == nullptr; }
+};
+
 class OutputConstraint {
  public:
-  OutputConstraint(std::shared_ptr<const grammar::Grammar> grammar, grammar::TokenMasker& masker,
-                   std::shared_ptr<grammar::MaskCache> cache, const Tokenizer& tokenizer,
-                   absl::flat_hash_set<int32_t> end_ids);
+  // `spec` is not empty; with `triggered`, `trigger` is not empty.
+  OutputConstraint(ConstraintSpec spec, grammar::TokenMasker& masker, MaskCaches& caches,
+                   const Tokenizer& tokenizer, absl::flat_hash_set<int32_t> end_ids);
 
+  // Whether a grammar holds for the next token (else the output is free and Mask changes
+  // nothing).
+  bool active() const { return matcher_.has_value(); }
   // Sets every refused token's logit to -infinity. FAILED_PRECONDITION when none is left: the
   // vocabulary cannot spell what the grammar needs next.
   absl::Status Mask(absl::Span<float> logits);
-  // Follows a token the mask allowed (an end token takes nothing). INTERNAL if the grammar
-  // refuses it, which the mask rules out.
+  // Follows a token the mask allowed (an end token takes nothing), or a free token (watching for
+  // the trigger). INTERNAL if the grammar refuses a token the mask allowed; FAILED_PRECONDITION
+  // if the token that completed the trigger went on with text the triggered grammar refuses (the
+  // model wrote the tag and the call's start as one token, so the mask could not hold it).
   absl::Status Accept(int32_t token);
   // The output is complete and nothing may follow: the request ends here.
-  bool complete() const { return matcher_.IsComplete(); }
+  bool complete() const { return complete_; }
 
  private:
-  grammar::GrammarMatcher matcher_;
+  void Activate(const std::shared_ptr<const grammar::Grammar>& g);
+  // Follows `bytes` through the active grammar; free again once it is complete (or the end).
+  bool Advance(std::string_view bytes);
+  // Watches free text for the trigger; activates the triggered grammar after it.
+  absl::Status Watch(std::string_view bytes);
+
+  const ConstraintSpec spec_;
+  MaskCaches& caches_;
+  std::optional<grammar::GrammarMatcher> matcher_;  // the grammar holding now
+  bool initial_ = false;                            // the one holding is spec_.grammar
+  bool complete_ = false;
+  std::string tail_;  // the end of the free text, shorter than the trigger
   grammar::TokenMasker& masker_;
   std::shared_ptr<grammar::MaskCache> cache_;
   const Tokenizer& tokenizer_;

@@ -36,10 +36,10 @@ Sequence::Sequence(uint64_t id, GenerationRequest request, const Tokenizer& toke
   if (!request_.stopping.ignore_eos) stop_ids_ = std::move(eos_ids);
   stop_ids_.insert(request_.stopping.stop_token_ids.begin(),
                    request_.stopping.stop_token_ids.end());
-  if (request_.constraint != nullptr) {
+  if (!request_.constraint.empty()) {
     CHECK(masker != nullptr && mask_caches != nullptr);
-    constraint_ = std::make_unique<OutputConstraint>(
-        request_.constraint, *masker, mask_caches->For(request_.constraint), tokenizer, stop_ids_);
+    constraint_ = std::make_unique<OutputConstraint>(request_.constraint, *masker, *mask_caches,
+                                                     tokenizer, stop_ids_);
   }
 }
 
@@ -85,9 +85,12 @@ absl::Status Sequence::Accept(absl::Span<float> logits, SequenceOutput* out) {
   return absl::OkStatus();
 }
 
-void Sequence::AcceptSampled(const SampledRow& row, SequenceOutput* out) {
+absl::Status Sequence::AcceptSampled(const SampledRow& row, SequenceOutput* out) {
   CHECK(!finished());
-  Take(sampler_.Record(row), out);
+  const SampledToken s = sampler_.Record(row);
+  if (constraint_ != nullptr) RETURN_IF_ERROR(constraint_->Accept(s.token));
+  Take(s, out);
+  return absl::OkStatus();
 }
 
 void Sequence::Take(SampledToken s, SequenceOutput* out) {

@@ -29,9 +29,9 @@ struct GenerationRequest {
   SparseRequestOptions sparse;
   // A conversation whose KV the engine keeps between requests (docs/SESSIONS.md); empty = none.
   std::string session_id;
-  // The grammar every output must follow (structured outputs, docs/STRUCTURED_OUTPUT.md);
-  // null = none. Compiled before the request reaches the engine.
-  std::shared_ptr<const grammar::Grammar> constraint;
+  // What the output must follow (structured outputs and strict tool calls,
+  // docs/STRUCTURED_OUTPUT.md); empty = nothing. Compiled before the request reaches the engine.
+  ConstraintSpec constraint;
 };
 
 // The most tokens a request can ever hold: prompt + max_tokens, capped by the model's context.
@@ -101,10 +101,13 @@ class Sequence {
   // nothing.
   absl::Status Accept(absl::Span<float> logits, SequenceOutput* out);
   // The same for a token sampled on the device (the engine's ModelRunner): whether this sequence
-  // can be (no penalties, no constraint), its settings for the next step, and the result.
-  bool CanSampleOnDevice() const { return !sampler_.has_penalties() && constraint_ == nullptr; }
+  // can be (no penalties, no grammar holding now), its settings for the next step, and the
+  // result (an error as Accept's: the constraint still watches free tokens for its trigger).
+  bool CanSampleOnDevice() const {
+    return !sampler_.has_penalties() && (constraint_ == nullptr || !constraint_->active());
+  }
   RowSampling NextDeviceRow() { return sampler_.NextRow(); }
-  void AcceptSampled(const SampledRow& row, SequenceOutput* out);
+  absl::Status AcceptSampled(const SampledRow& row, SequenceOutput* out);
   // Ends the sequence for a reason decided outside (cancellation).
   void Finish(FinishReason reason, SequenceOutput* out);
   bool finished() const { return finish_ != FinishReason::kNone; }

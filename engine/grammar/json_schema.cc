@@ -72,17 +72,12 @@ absl::StatusOr<int64_t> Count(const Json& s, const char* key, int64_t fallback,
 
 class SchemaCompiler {
  public:
-  SchemaCompiler(const Json& root, const JsonSchemaOptions& options)
-      : root_(root),
-        options_(options),
-        b_(options.max_symbols),
-        json_(b_, options.max_whitespace) {}
+  SchemaCompiler(const Json& root, const JsonSchemaOptions& options, GrammarBuilder& b,
+                 JsonRules& json)
+      : root_(root), options_(options), b_(b), json_(json) {}
 
-  absl::StatusOr<std::shared_ptr<const Grammar>> Run() {
-    ASSIGN_OR_RETURN(const int32_t root, Compile(root_, "", 0));
-    ASSIGN_OR_RETURN(Grammar g, b_.Build(root));
-    return std::make_shared<const Grammar>(std::move(g));
-  }
+  // The rule of the schema's texts.
+  absl::StatusOr<int32_t> Run() { return Compile(root_, "", 0); }
 
  private:
   absl::StatusOr<int32_t> Compile(const Json& s, const std::string& path, int depth);
@@ -101,8 +96,8 @@ class SchemaCompiler {
 
   const Json& root_;
   const JsonSchemaOptions& options_;
-  GrammarBuilder b_;
-  JsonRules json_;
+  GrammarBuilder& b_;
+  JsonRules& json_;
   absl::flat_hash_map<std::string, int32_t> refs_;  // "$ref" value -> its rule
 };
 
@@ -374,9 +369,19 @@ absl::StatusOr<int32_t> SchemaCompiler::String(const Json& s, const std::string&
 
 }  // namespace
 
+absl::StatusOr<int32_t> AddJsonSchema(const nlohmann::ordered_json& schema,
+                                      const JsonSchemaOptions& options, GrammarBuilder& b,
+                                      JsonRules& json) {
+  return SchemaCompiler(schema, options, b, json).Run();
+}
+
 absl::StatusOr<std::shared_ptr<const Grammar>> CompileJsonSchema(
     const nlohmann::ordered_json& schema, const JsonSchemaOptions& options) {
-  return SchemaCompiler(schema, options).Run();
+  GrammarBuilder b(options.max_symbols);
+  JsonRules json(b, options.max_whitespace);
+  ASSIGN_OR_RETURN(const int32_t root, AddJsonSchema(schema, options, b, json));
+  ASSIGN_OR_RETURN(Grammar g, b.Build(root));
+  return std::make_shared<const Grammar>(std::move(g));
 }
 
 absl::StatusOr<std::shared_ptr<const Grammar>> AnyJsonObject(const JsonSchemaOptions& options) {

@@ -36,6 +36,15 @@ struct JsonSchemaOptions {
   int64_t max_symbols = 1 << 20;
 };
 
+class JsonRules;
+
+// Adds the rules of `schema`'s texts to `b` (whose JSON building blocks are `json`) and returns
+// the rule: for grammars that embed a schema's values (tool calls). `options.max_symbols` is
+// `b`'s.
+absl::StatusOr<int32_t> AddJsonSchema(const nlohmann::ordered_json& schema,
+                                      const JsonSchemaOptions& options, GrammarBuilder& b,
+                                      JsonRules& json);
+
 absl::StatusOr<std::shared_ptr<const Grammar>> CompileJsonSchema(
     const nlohmann::ordered_json& schema, const JsonSchemaOptions& options = {});
 

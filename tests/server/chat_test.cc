@@ -17,6 +17,8 @@
 #include "gtest/gtest.h"
 #include "server/chat_proto.h"
 #include "server/openai_answer.h"
+#include "server/tool_constraint.h"
+#include "tests/engine/grammar/accepts.h"
 
 namespace specula {
 namespace {
@@ -207,6 +209,47 @@ TEST_F(ChatModelTest, LoadErrorsNameTheKey) {
   EXPECT_THAT(std::string(parser.status().message()), HasSubstr("model.tool_call_parser"));
 }
 
+// Which grammar holds a strict tool's call, for each way the call starts.
+TEST(StrictToolConstraintTest, HoldsEachWayACallStarts) {
+  ChatRequest request = HiWithWeatherTools();
+  absl::StatusOr<ConstraintSpec> none =
+      StrictToolConstraint(request, ToolCallSyntax::kHermes, false);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());  // no strict tool: nothing constrained
+  request.strict_tools.insert("get_weather");
+  absl::StatusOr<ConstraintSpec> autos =
+      StrictToolConstraint(request, ToolCallSyntax::kHermes, false);
+  ASSERT_TRUE(autos.ok()) << autos.status();
+  EXPECT_EQ(autos->grammar, nullptr);  // free until the model opens a call
+  EXPECT_EQ(autos->trigger, "<tool_call>");
+  ASSERT_NE(autos->triggered, nullptr);
+  EXPECT_FALSE(autos->ends_output);
+  EXPECT_TRUE(grammar::testing::Accepts(
+      autos->triggered,
+      "\n{\"name\": \"get_weather\", \"arguments\": {\"days\": 1}}\n</tool_call>"));
+  // The same tools compile once.
+  EXPECT_EQ(StrictToolConstraint(request, ToolCallSyntax::kHermes, false)->triggered,
+            autos->triggered);
+  request.tool_choice.kind = ToolChoice::Kind::kRequired;
+  absl::StatusOr<ConstraintSpec> required =
+      StrictToolConstraint(request, ToolCallSyntax::kHermes, true);
+  ASSERT_TRUE(required.ok());
+  EXPECT_TRUE(grammar::testing::Accepts(
+      required->grammar, "get_weather\", \"arguments\": {\"days\": 1}}\n</tool_call>"));
+  EXPECT_NE(required->triggered, nullptr);  // later calls too
+  // Llama 3.1 JSON: a forced call can be held; one the model opens cannot be seen.
+  absl::StatusOr<ConstraintSpec> llama =
+      StrictToolConstraint(request, ToolCallSyntax::kLlama3Json, true);
+  ASSERT_TRUE(llama.ok());
+  EXPECT_TRUE(
+      grammar::testing::Accepts(llama->grammar, "get_weather\", \"parameters\": {\"days\": 1}}"));
+  request.tool_choice.kind = ToolChoice::Kind::kAuto;
+  EXPECT_EQ(StrictToolConstraint(request, ToolCallSyntax::kLlama3Json, false).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  request.tool_choice.kind = ToolChoice::Kind::kNone;
+  EXPECT_TRUE(StrictToolConstraint(request, ToolCallSyntax::kLlama3Json, false)->empty());
+}
+
 TEST(ToolChoiceTest, Parses) {
   const OrderedJson tools = WeatherTools();
   EXPECT_EQ(ParseToolChoice("", tools, "tool_choice")->kind, ToolChoice::Kind::kAuto);
@@ -289,6 +332,15 @@ TEST(OpenAiRequestTest, ChatFieldsReachTheRequest) {
             R"([{"type":"function","function":{"name":"f","parameters":{"b":1,"a":2}}}])");
   EXPECT_EQ(r.chat->tool_choice.kind, ToolChoice::Kind::kFunction);
   EXPECT_EQ(r.chat->kwargs.dump(), R"({"enable_thinking":false})");
+  EXPECT_TRUE(r.chat->strict_tools.empty());
+  // strict: true marks the tool by name; the template still sees the tool without the key.
+  OpenAiRequest strict;
+  ASSERT_FALSE(Parse(OpenAiEndpoint::kChatCompletions, R"({"model": "m",
+      "messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function",
+      "function": {"name": "f", "strict": true}}, {"type": "function", "function": {"name": "g"}}]})",
+                     &strict));
+  EXPECT_THAT(strict.chat->strict_tools, ::testing::UnorderedElementsAre("f"));
+  EXPECT_EQ(strict.chat->tools[0].dump(), R"({"type":"function","function":{"name":"f"}})");
 }
 
 std::string Nested(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
@@ -453,7 +505,7 @@ TEST(OpenAiRequestTest, RefusalsNameTheParameter) {
       {R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
        "messages[0].content[0]"},
       {R"({"model": "m", "tool_choice": "required", )" + msgs + "}", "tool_choice"},
-      {R"({"model": "m", "tools": [{"type": "function", "function": {"name": "f", "strict": true}}],
+      {R"({"model": "m", "tools": [{"type": "function", "function": {"name": "f", "strict": 1}}],
          )" +
            msgs + "}",
        "tools[0].function.strict"},

@@ -69,9 +69,22 @@ TEST(ResponsesRequestTest, ParametersReachTheRequest) {
   EXPECT_EQ(r.chat.tools, OrderedJson::parse(R"([{"type": "function", "function":
       {"name": "f", "description": "d", "parameters": {"type": "object"}}}])"));
   EXPECT_EQ(r.chat.tool_choice.kind, ToolChoice::Kind::kFunction);
+  EXPECT_TRUE(r.chat.strict_tools.empty());
   EXPECT_EQ(r.echo["tool_choice"]["name"], "f");
   EXPECT_EQ(r.echo["metadata"]["k"], "v");
   EXPECT_EQ(r.echo["max_output_tokens"], 7);
+}
+
+// The Responses API's function tools are strict unless they say otherwise, as at OpenAI.
+TEST(ResponsesRequestTest, ToolsAreStrictByDefault) {
+  ResponsesRequest r;
+  ASSERT_FALSE(Parse(R"({"model": "m", "input": "hi", "tools": [
+      {"type": "function", "name": "a"}, {"type": "function", "name": "b", "strict": true},
+      {"type": "function", "name": "c", "strict": false}]})",
+                     &r));
+  EXPECT_THAT(r.chat.strict_tools, ::testing::UnorderedElementsAre("a", "b"));
+  EXPECT_EQ(r.echo["tools"][0]["strict"], true);
+  EXPECT_EQ(r.echo["tools"][2]["strict"], false);
 }
 
 TEST(ResponsesRequestTest, TextFormatIsTheOutputConstraint) {
@@ -111,7 +124,7 @@ TEST(ResponsesRequestTest, RefusalsNameTheParameter) {
       {R"({"model": "m", "input": "x", "tools": [{"type": "web_search_preview"}]})",
        "tools[0].type"},
       {R"({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f",
-          "strict": true}]})",
+          "strict": "yes"}]})",
        "tools[0].strict"},
       {R"({"model": "m", "input": "x", "tool_choice": "required"})", "tool_choice"},
       {R"({"model": "m", "input": "x", "truncation": "auto"})", "truncation"},

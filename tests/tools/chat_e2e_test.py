@@ -246,6 +246,25 @@ class ChatE2ETest(unittest.TestCase):
         request.tools.append(self.tool())
         self.expect_code(request, grpc.StatusCode.INVALID_ARGUMENT, "output_constraint")
 
+    def test_strict_tool_calls_over_grpc_validate_with_jsonschema(self):
+        """The model wants {"days": 3}; the strict tool's schema holds its call to a city."""
+        import jsonschema
+        schema = {"type": "object",
+                  "properties": {"city": {"type": "string", "maxLength": 8},
+                                 "unit": {"enum": ["C", "F"]}},
+                  "required": ["city", "unit"], "additionalProperties": False}
+        tool = pb.Tool(name="get_weather", parameters=json.dumps(schema), strict=True)
+        for seed in (1, 2, 3):
+            with self.subTest(seed=seed):
+                responses = self.generate(pb.GenerateRequest(
+                    messages=proto_messages(CONVERSATION[:2]), tools=[tool],
+                    tool_choice="required", sampling=pb.SamplingParams(temperature=1, seed=seed),
+                    stopping=pb.StoppingCriteria(max_tokens=120)), timeout=240)
+                calls = [call for r in responses for call in r.tool_calls]
+                self.assertEqual(len(calls), 1, responses)
+                self.assertEqual(calls[0].name, "get_weather")
+                jsonschema.validate(json.loads(calls[0].arguments), schema)
+
     def expect_code(self, request, code, fragment):
         with self.assertRaises(grpc.RpcError) as e:
             self.generate(request)

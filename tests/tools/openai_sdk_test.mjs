@@ -243,3 +243,51 @@ test('a schema keyword the server cannot honour is a 400 naming it', async () =>
       }),
       (e) => e instanceof OpenAI.BadRequestError && /'pattern' is not supported/.test(e.message));
 });
+
+// Strict tools: the scripted model wants to call get_weather with {"days": 3}; a strict schema
+// that wants a city holds the call's arguments to it, whether the model opens the call itself
+// (auto), the server opens it (required), or names it.
+const STRICT_TOOLS = [{
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    parameters: {
+      type: 'object',
+      properties: {city: {type: 'string', enum: ['Paris', 'Rome']}},
+      required: ['city'],
+      additionalProperties: false,
+    },
+    strict: true,
+  },
+}];
+
+test('strict tools: every call\'s arguments follow the schema', async () => {
+  const ajv = new Ajv2020({strict: false});
+  const validate = ajv.compile(STRICT_TOOLS[0].function.parameters);
+  for (const tool_choice of ['auto', 'required', {type: 'function', function: {name: 'get_weather'}}]) {
+    const r = await client.chat.completions.create({model, messages: MESSAGES, tools: STRICT_TOOLS,
+                                                    tool_choice, temperature: 0, max_tokens: 60});
+    const choice = r.choices[0];
+    const label = JSON.stringify(tool_choice);
+    assert.equal(choice.finish_reason, 'tool_calls', `${label}: ${JSON.stringify(choice)}`);
+    const call = choice.message.tool_calls[0];
+    assert.equal(call.function.name, 'get_weather');
+    const args = JSON.parse(call.function.arguments);
+    assert.ok(validate(args), `${label}: ${call.function.arguments}`);
+  }
+  // The same tool without strict: the model's own arguments, which the schema would refuse.
+  const free = structuredClone(STRICT_TOOLS);
+  free[0].function.strict = false;
+  const r = await client.chat.completions.create({model, messages: MESSAGES, tools: free,
+                                                  temperature: 0, max_tokens: 60});
+  assert.deepEqual(JSON.parse(r.choices[0].message.tool_calls[0].function.arguments), {days: 3});
+});
+
+test('a strict tool whose schema cannot be honoured is a 400 naming the keyword', async () => {
+  const tools = structuredClone(STRICT_TOOLS);
+  tools[0].function.parameters.properties.city = {type: 'string', pattern: '^[A-Z]'};
+  await assert.rejects(
+      client.chat.completions.create({model, messages: MESSAGES, tools, max_tokens: 5}),
+      (e) => e instanceof OpenAI.BadRequestError && /strict tool 'get_weather'/.test(e.message) &&
+             /pattern/.test(e.message));
+});

@@ -43,14 +43,20 @@ function ask(extra) {
                                   temperature: 0, max_output_tokens: 40, ...extra});
 }
 
-function onlyCall(response) {
+function onlyCallNamed(response, name) {
   assert.equal(response.status, 'completed');
   const calls = response.output.filter((item) => item.type === 'function_call');
   assert.equal(calls.length, 1, JSON.stringify(response.output));
-  assert.equal(calls[0].name, 'get_weather');
-  assert.deepEqual(JSON.parse(calls[0].arguments), {days: 3});
+  assert.equal(calls[0].name, name);
   assert.match(calls[0].call_id, /^call_/);
   return calls[0];
+}
+
+// The scripted model's own call (the tools below are not strict).
+function onlyCall(response) {
+  const call = onlyCallNamed(response, 'get_weather');
+  assert.deepEqual(JSON.parse(call.arguments), {days: 3});
+  return call;
 }
 
 function toolOutput(call, output) {
@@ -173,6 +179,19 @@ test('what cannot be honoured is a 400 naming the parameter', async () => {
   await assert.rejects(
       ask({input: [{role: 'user', content: [{type: 'input_image', image_url: 'x'}]}]}),
       (e) => e instanceof OpenAI.BadRequestError && e.param === 'input[0].content[0]');
+});
+
+// Function tools are strict by default in the Responses API (the Agents SDK relies on it): the
+// call's arguments follow the schema although the model wants {"days": 3}.
+test('function tools are strict unless they say otherwise', async () => {
+  const tools = [{type: 'function', name: 'get_weather',
+                  parameters: {type: 'object', properties: {city: {enum: ['Paris', 'Rome']}},
+                               required: ['city'], additionalProperties: false}}];
+  const r = await client.responses.create({model, input: 'Will it rain?', tools, temperature: 0,
+                                           max_output_tokens: 60});
+  const call = onlyCallNamed(r, 'get_weather');
+  assert.ok(['Paris', 'Rome'].includes(JSON.parse(call.arguments).city), call.arguments);
+  assert.equal(r.tools[0].strict, true);
 });
 
 test('text.format json_schema constrains the answer', async () => {

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/chat/output/chat_output_parser.h"
+#include "engine/chat/output/hermes_tool_call_parser.h"
 #include "engine/chat/output/text_scan.h"
 
 namespace specula {
@@ -56,6 +57,14 @@ bool PromptEndsInReasoning(std::string_view rendered_prompt) {
   size_t end = rendered_prompt.size();
   while (end > 0 && chat_output_internal::IsSpace(rendered_prompt[end - 1])) --end;
   return rendered_prompt.substr(0, end).ends_with("<think>");
+}
+
+std::string_view ToolCallOpening(ToolCallSyntax syntax) {
+  return syntax == ToolCallSyntax::kHermes ? chat_output_internal::kToolCallOpen : "";
+}
+
+std::string_view ToolCallClosing(ToolCallSyntax syntax) {
+  return syntax == ToolCallSyntax::kHermes ? chat_output_internal::kToolCallClose : "";
 }
 
 absl::StatusOr<std::optional<ToolCallSyntax>> ParseToolCallSyntax(std::string_view name) {

@@ -41,6 +41,12 @@ bool PromptEndsInReasoning(std::string_view rendered_prompt);
 // "llama3_json"; anything else is InvalidArgument.
 absl::StatusOr<std::optional<ToolCallSyntax>> ParseToolCallSyntax(std::string_view name);
 
+// The text that opens a tool call in `syntax` ("<tool_call>" for Hermes), or "" when calls have
+// no opening of their own (Llama 3.1 JSON: the answer is the call).
+std::string_view ToolCallOpening(ToolCallSyntax syntax);
+// The text that closes it ("</tool_call>" for Hermes), or "".
+std::string_view ToolCallClosing(ToolCallSyntax syntax);
+
 struct ParsedToolCall {
   std::string name;
   std::string arguments_json;  // compact JSON object, keys in the order the model wrote them

@@ -33,7 +33,7 @@ GenerationRequest Constrained(std::shared_ptr<const grammar::Grammar> g, uint64_
   r.sampling.temperature = 1.0f;
   r.sampling.seed = seed;
   r.stopping.max_tokens = 300;
-  r.constraint = std::move(g);
+  r.constraint.grammar = std::move(g);
   return r;
 }
 
@@ -108,19 +108,27 @@ TEST(ConstrainedGenerationTest, ConstrainedStepsSampleOnTheHostAndIgnoreTheirNei
   EXPECT_EQ(tokens, solo.tokens);
 }
 
+// A constraint's pieces over the Llama 3 tokenizer.
+class OutputConstraintTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Tokenizer> tokenizer_ =
+      Tokenizer::FromDirectory(TestModelDir("llama3-f32")).value();
+  const grammar::TokenTable table_ = GrammarTokenTable(*tokenizer_);
+  grammar::TokenMasker masker_{table_};
+  MaskCaches caches_;
+};
+
 // The end tokens are allowed exactly where the output can end, with their own logits; every
 // token the grammar refuses is -inf, the others keep theirs.
-TEST(OutputConstraintTest, EndTokensOnlyWhereTheOutputCanEnd) {
-  auto tokenizer = Tokenizer::FromDirectory(TestModelDir("llama3-f32")).value();
-  const grammar::TokenTable table = GrammarTokenTable(*tokenizer);
-  grammar::TokenMasker masker(table);
-  MaskCaches caches;
+TEST_F(OutputConstraintTest, EndTokensOnlyWhereTheOutputCanEnd) {
   auto g = Compile(R"({"enum": ["a"]})");
-  const int32_t eos = *tokenizer->eos_token_id();
-  OutputConstraint c(g, masker, caches.For(g), *tokenizer, {eos});
-  const auto vocab = static_cast<size_t>(tokenizer->vocab_size()) + 7;  // padded past the table
-  const int32_t quote = *tokenizer->TokenToId("\"");
-  const int32_t a = *tokenizer->TokenToId("a");
+  const int32_t eos = *tokenizer_->eos_token_id();
+  ConstraintSpec spec;
+  spec.grammar = g;
+  OutputConstraint c(spec, masker_, caches_, *tokenizer_, {eos});
+  const auto vocab = static_cast<size_t>(tokenizer_->vocab_size()) + 7;  // padded past the table
+  const int32_t quote = *tokenizer_->TokenToId("\"");
+  const int32_t a = *tokenizer_->TokenToId("a");
   std::vector<float> logits(vocab, 0.5f);
   ASSERT_TRUE(c.Mask(absl::MakeSpan(logits)).ok());
   EXPECT_EQ(logits[quote], 0.5f);
@@ -134,6 +142,62 @@ TEST(OutputConstraintTest, EndTokensOnlyWhereTheOutputCanEnd) {
   EXPECT_EQ(logits[eos], 0.25f);
   EXPECT_EQ(std::count(logits.begin(), logits.end(), 0.25f), 1);
   EXPECT_FALSE(c.Accept(a).ok());  // refused by the grammar: INTERNAL, nothing taken
+}
+
+// The ids of `text` as the model would write it (no special tokens added).
+std::vector<int32_t> Ids(const Tokenizer& tokenizer, std::string_view text) {
+  EncodeOptions options;
+  options.add_special_tokens = false;
+  return tokenizer.Encode(text, options).value();
+}
+
+// How many logits Mask set to -inf.
+int64_t Refused(OutputConstraint& c, size_t vocab) {
+  std::vector<float> logits(vocab, 0.5f);
+  EXPECT_TRUE(c.Mask(absl::MakeSpan(logits)).ok());
+  return std::count_if(logits.begin(), logits.end(), [](float x) { return std::isinf(x); });
+}
+
+// A strict tool call the model opens itself: free text until the trigger (written here in
+// several tokens), the grammar from there to the call object's end, free again after it.
+TEST_F(OutputConstraintTest, ATriggeredGrammarHoldsFromTheTriggerToItsEnd) {
+  ConstraintSpec spec;
+  spec.ends_output = false;
+  spec.trigger = "<tool_call>";
+  spec.triggered = Compile(R"({"type": "object", "properties": {"days": {"type": "integer"}},
+                               "required": ["days"]})");
+  const auto vocab = static_cast<size_t>(tokenizer_->vocab_size());
+  OutputConstraint c(spec, masker_, caches_, *tokenizer_, {*tokenizer_->eos_token_id()});
+  for (const int32_t t : Ids(*tokenizer_, "Let me check.\n<tool_call>")) {
+    EXPECT_FALSE(c.active());
+    EXPECT_EQ(Refused(c, vocab), 0);  // free text: nothing masked
+    ASSERT_TRUE(c.Accept(t).ok());
+  }
+  ASSERT_TRUE(c.active());
+  EXPECT_GT(Refused(c, vocab), static_cast<int64_t>(vocab) / 2);
+  for (const int32_t t : Ids(*tokenizer_, R"({"days": 3})")) ASSERT_TRUE(c.Accept(t).ok());
+  EXPECT_FALSE(c.active());
+  EXPECT_FALSE(c.complete());  // the answer goes on: the model closes the call
+  EXPECT_EQ(Refused(c, vocab), 0);
+  // A second call is held again.
+  for (const int32_t t : Ids(*tokenizer_, "</tool_call>\n<tool_call>")) {
+    ASSERT_TRUE(c.Accept(t).ok());
+  }
+  EXPECT_TRUE(c.active());
+  EXPECT_FALSE(c.Accept(Ids(*tokenizer_, "x")[0]).ok());  // the grammar refuses it
+}
+
+// A forced call: held from the first token, free after its end, and the request goes on.
+TEST_F(OutputConstraintTest, AForcedCallIsFreeAfterItsEnd) {
+  ConstraintSpec spec;
+  spec.grammar = Compile(R"({"enum": [1]})");
+  spec.ends_output = false;
+  OutputConstraint c(spec, masker_, caches_, *tokenizer_, {*tokenizer_->eos_token_id()});
+  ASSERT_TRUE(c.active());
+  ASSERT_TRUE(c.Accept(Ids(*tokenizer_, "1")[0]).ok());
+  EXPECT_FALSE(c.active());
+  EXPECT_FALSE(c.complete());
+  EXPECT_TRUE(c.Accept(Ids(*tokenizer_, "x")[0]).ok());
 }
 
 // Requests that share a compiled grammar share its mask cache; the cache goes with the grammar.
