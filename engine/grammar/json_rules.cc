@@ -1,8 +1,10 @@
 #include "engine/grammar/json_rules.h"
 
 #include <algorithm>
+#include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -22,7 +24,65 @@ Alternative Join(std::initializer_list<Alternative> parts) {
   return all;
 }
 
+// Alternatives for the decimal strings from `lo` to `hi`, both of the same length: digit by
+// digit, the shared prefix, then the low end's tail, the digits between, the high end's tail.
+void SameLengthRange(std::string_view lo, std::string_view hi, Alternative prefix,
+                     std::vector<Alternative>* out) {
+  size_t i = 0;
+  while (i < lo.size() && lo[i] == hi[i]) prefix.push_back(Byte(lo[i++]));
+  if (i == lo.size()) {
+    out->push_back(std::move(prefix));
+    return;
+  }
+  const size_t rest = lo.size() - i - 1;
+  auto any_tail = [rest](Alternative a) {
+    for (size_t k = 0; k < rest; ++k) a.push_back(Digit());
+    return a;
+  };
+  const bool lo_tail_zero = lo.substr(i + 1).find_first_not_of('0') == std::string_view::npos;
+  const bool hi_tail_nine = hi.substr(i + 1).find_first_not_of('9') == std::string_view::npos;
+  // Leading digits whose whole tail range is taken: lo[i] (if its tail is all zeros) through
+  // hi[i] (if its tail is all nines).
+  const char first = lo_tail_zero ? lo[i] : static_cast<char>(lo[i] + 1);
+  const char last = hi_tail_nine ? hi[i] : static_cast<char>(hi[i] - 1);
+  if (!lo_tail_zero) {
+    Alternative low = prefix;
+    low.push_back(Byte(lo[i]));
+    SameLengthRange(lo.substr(i + 1), std::string(rest, '9'), std::move(low), out);
+  }
+  if (first <= last) {
+    Alternative middle = prefix;
+    middle.push_back(Range(static_cast<uint8_t>(first), static_cast<uint8_t>(last)));
+    out->push_back(any_tail(std::move(middle)));
+  }
+  if (!hi_tail_nine) {
+    Alternative high = prefix;
+    high.push_back(Byte(hi[i]));
+    SameLengthRange(std::string(rest, '0'), hi.substr(i + 1), std::move(high), out);
+  }
+}
+
+// Alternatives for the magnitudes from `lo` to `hi` (0 <= lo <= hi), after `prefix`.
+void MagnitudeRange(int64_t lo, int64_t hi, const Alternative& prefix,
+                    std::vector<Alternative>* out) {
+  for (int64_t low = lo; low <= hi;) {
+    const std::string digits = std::to_string(low);
+    int64_t top = 9;  // the largest number with as many digits
+    for (size_t k = 1; k < digits.size(); ++k) top = top * 10 + 9;
+    const int64_t high = std::min(hi, top);
+    SameLengthRange(digits, std::to_string(high), prefix, out);
+    low = high + 1;
+  }
+}
+
 }  // namespace
+
+int32_t JsonRules::IntegerRange(int64_t lo, int64_t hi) {
+  std::vector<Alternative> alternatives;
+  if (lo < 0) MagnitudeRange(std::max<int64_t>(1, -hi), -lo, {Byte('-')}, &alternatives);
+  if (hi >= 0) MagnitudeRange(std::max<int64_t>(0, lo), hi, {}, &alternatives);
+  return b_.AddRule(absl::StrCat("integer_", lo, "_", hi), std::move(alternatives));
+}
 
 int32_t JsonRules::Once(std::optional<int32_t>& slot, int32_t (JsonRules::*make)()) {
   if (!slot) slot = (this->*make)();

@@ -21,6 +21,11 @@ class JsonRules {
   // A string of `min` to `max` characters (max < 0: no bound), quotes included.
   int32_t String(int64_t min, int64_t max);
   int32_t Integer();
+  // The integers in [lo, hi] (lo <= hi, both within +-kMaxInteger), written without leading
+  // zeros.
+  int32_t IntegerRange(int64_t lo, int64_t hi);
+  // The largest magnitude Integer() writes: 15 digits.
+  static constexpr int64_t kMaxInteger = 999'999'999'999'999;
   int32_t Number();
   int32_t Boolean();
   int32_t Null();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +20,8 @@ using Json = nlohmann::ordered_json;
 using B = GrammarBuilder;
 
 constexpr int kMaxDepth = 64;
+// The numeric bounds (draft 6 and later: each a number).
+constexpr const char* kBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 constexpr int64_t kMaxOptionalProperties = 256;
 
 // Keywords with no effect on which texts are valid.
@@ -31,11 +34,25 @@ bool IsAnnotation(std::string_view key) {
 
 bool IsSupported(std::string_view key) {
   static const auto* const kSupported =
-      new absl::flat_hash_set<std::string_view>{"type",       "enum",      "const",
-                                                "anyOf",      "oneOf",     "$ref",
-                                                "properties", "required",  "additionalProperties",
-                                                "items",      "minItems",  "maxItems",
-                                                "minLength",  "maxLength", "format"};
+      new absl::flat_hash_set<std::string_view>{"type",
+                                                "enum",
+                                                "const",
+                                                "anyOf",
+                                                "oneOf",
+                                                "$ref",
+                                                "properties",
+                                                "required",
+                                                "additionalProperties",
+                                                "items",
+                                                "minItems",
+                                                "maxItems",
+                                                "minLength",
+                                                "maxLength",
+                                                "format",
+                                                "minimum",
+                                                "maximum",
+                                                "exclusiveMinimum",
+                                                "exclusiveMaximum"};
   return kSupported->contains(key);
 }
 
@@ -93,6 +110,7 @@ class SchemaCompiler {
   absl::StatusOr<int32_t> Properties(const Json& s, const std::string& path, int depth);
   absl::StatusOr<int32_t> Array(const Json& s, const std::string& path, int depth);
   absl::StatusOr<int32_t> String(const Json& s, const std::string& path);
+  absl::StatusOr<int32_t> Integer(const Json& s, const std::string& path);
 
   const Json& root_;
   const JsonSchemaOptions& options_;
@@ -243,6 +261,11 @@ absl::StatusOr<std::vector<std::string>> SchemaCompiler::Types(const Json& s,
     if (s.contains("minLength") || s.contains("maxLength") || s.contains("format")) {
       return std::vector<std::string>{"string"};
     }
+    // Bounds without a type: the number's (refused there) rather than any value, which would
+    // write numbers outside them.
+    for (const char* bound : kBounds) {
+      if (s.contains(bound)) return std::vector<std::string>{"number"};
+    }
     return std::vector<std::string>{};
   }
   std::vector<std::string> types;
@@ -257,8 +280,16 @@ absl::StatusOr<std::vector<std::string>> SchemaCompiler::Types(const Json& s,
 absl::StatusOr<int32_t> SchemaCompiler::Typed(const Json& s, const std::string& type,
                                               const std::string& path, int depth) {
   if (type == "string") return String(s, path);
-  if (type == "integer") return json_.Integer();
-  if (type == "number") return json_.Number();
+  if (type == "integer") return Integer(s, path);
+  if (type == "number") {
+    for (const char* bound : kBounds) {
+      if (s.contains(bound)) {
+        return Invalid(path, absl::StrCat("keyword '", bound,
+                                          "' on a number is not supported (on an integer it is)"));
+      }
+    }
+    return json_.Number();
+  }
   if (type == "boolean") return json_.Boolean();
   if (type == "null") return json_.Null();
   if (type == "object") return Object(s, path, depth);
@@ -348,6 +379,28 @@ absl::StatusOr<int32_t> SchemaCompiler::Array(const Json& s, const std::string& 
   if (max >= 0 && min > max) return Unsatisfiable(path, "minItems > maxItems");
   ASSIGN_OR_RETURN(const int32_t item, CompileOrAny(s, "items", path, depth));
   return json_.Array("array", item, min, max);
+}
+
+// minimum / maximum / exclusiveMinimum / exclusiveMaximum (draft 6+ numbers) as an integer range;
+// bounds past what the integer grammar writes anyway (15 digits, e.g. JavaScript's safe-integer
+// bounds that zod writes) change nothing.
+absl::StatusOr<int32_t> SchemaCompiler::Integer(const Json& s, const std::string& path) {
+  constexpr int64_t kMax = JsonRules::kMaxInteger;
+  double lo = -double(kMax), hi = double(kMax);
+  for (const auto& [key, value] : s.items()) {
+    const bool lower = key == "minimum" || key == "exclusiveMinimum";
+    const bool upper = key == "maximum" || key == "exclusiveMaximum";
+    if (!lower && !upper) continue;
+    if (!value.is_number()) return Invalid(path, absl::StrCat("'", key, "' must be a number"));
+    const double v = value.get<double>();
+    const bool exclusive = key.rfind("exclusive", 0) == 0;
+    if (lower) lo = std::max(lo, exclusive ? std::floor(v) + 1 : std::ceil(v));
+    if (upper) hi = std::min(hi, exclusive ? std::ceil(v) - 1 : std::floor(v));
+  }
+  if (lo <= -double(kMax) && hi >= double(kMax)) return json_.Integer();
+  if (lo > hi) return Unsatisfiable(path, "no integer lies within its bounds");
+  return json_.IntegerRange(static_cast<int64_t>(std::max(lo, -double(kMax))),
+                            static_cast<int64_t>(std::min(hi, double(kMax))));
 }
 
 absl::StatusOr<int32_t> SchemaCompiler::String(const Json& s, const std::string& path) {

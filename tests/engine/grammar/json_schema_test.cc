@@ -157,7 +157,10 @@ TEST(JsonSchemaTest, WhitespaceBetweenTokensIsOneLineBreakAndBoundedIndentation)
 TEST(JsonSchemaTest, WhatIsNotSupportedIsRefusedByName) {
   const std::vector<std::pair<const char*, const char*>> cases{
       {R"({"type": "string", "pattern": "^a+$"})", "keyword 'pattern' is not supported"},
-      {R"({"type": "integer", "minimum": 1})", "keyword 'minimum' is not supported"},
+      {R"({"type": "integer", "multipleOf": 2})", "keyword 'multipleOf' is not supported"},
+      {R"({"type": "number", "minimum": 0})", "'minimum' on a number is not supported"},
+      {R"({"maximum": 3})", "'maximum' on a number is not supported"},
+      {R"({"type": "integer", "minimum": "1"})", "'minimum' must be a number"},
       {R"({"properties": {"x": {"nullable": true}}})", "'/properties/x': keyword 'nullable'"},
       {R"({"type": "string", "format": "email"})", "format 'email' is not supported"},
       {R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})", "a type of its own"},
@@ -175,6 +178,39 @@ TEST(JsonSchemaTest, WhatIsNotSupportedIsRefusedByName) {
     EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << schema;
     EXPECT_THAT(g.status().message(), HasSubstr(message)) << schema;
   }
+}
+
+// Integer bounds: every integer of a window around each bound is accepted exactly when it lies
+// within them (inclusive, exclusive, fractional, negative, across digit counts).
+TEST(JsonSchemaTest, IntegerBoundsAcceptExactlyTheIntegersWithinThem) {
+  struct Case {
+    const char* schema;
+    int64_t lo, hi;
+  };
+  const Case cases[] = {
+      {R"({"type": "integer", "minimum": 0, "maximum": 100})", 0, 100},
+      {R"({"type": "integer", "minimum": 123, "maximum": 456})", 123, 456},
+      {R"({"type": "integer", "exclusiveMinimum": -10, "exclusiveMaximum": 5})", -9, 4},
+      {R"({"type": "integer", "minimum": -1000.5, "maximum": -7.5})", -1000, -8},
+      {R"({"type": "integer", "minimum": 95, "maximum": 1005})", 95, 1005},
+      {R"({"type": "integer", "minimum": 7, "maximum": 7})", 7, 7},
+  };
+  for (const Case& c : cases) {
+    auto g = CompileJsonSchema(Json::parse(c.schema));
+    ASSERT_TRUE(g.ok()) << c.schema << ": " << g.status();
+    for (int64_t x = c.lo - 1200; x <= c.hi + 1200; ++x) {
+      ASSERT_EQ(Accepts(*g, std::to_string(x)), x >= c.lo && x <= c.hi) << c.schema << ": " << x;
+    }
+    EXPECT_FALSE(Accepts(*g, "007")) << c.schema;
+    EXPECT_FALSE(Accepts(*g, "1.0")) << c.schema;
+  }
+  // JavaScript's safe-integer bounds (zod's int()) are wider than the grammar's 15 digits.
+  auto safe = CompileJsonSchema(Json::parse(
+      R"({"type": "integer", "minimum": -9007199254740991, "maximum": 9007199254740991})"));
+  ASSERT_TRUE(safe.ok()) << safe.status();
+  EXPECT_TRUE(Accepts(*safe, "-999999999999999"));
+  auto none = CompileJsonSchema(Json::parse(R"({"type": "integer", "minimum": 3, "maximum": 2})"));
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(JsonSchemaTest, SchemasNoValueSatisfiesAreErrors) {
