@@ -34,9 +34,11 @@ export async function startServer(model, extraFlags = []) {
   };
 }
 
-// The npm packages fetched into OPENAI_SDK_DIR (tests/fixtures/fetch-openai-sdk.sh).
-export const requireFixture =
-    createRequire(join(process.env.OPENAI_SDK_DIR ?? '.', 'node_modules', 'noop.js'));
+// A package of the npm fixtures fetched into `dir` (default OPENAI_SDK_DIR:
+// tests/fixtures/fetch-openai-sdk.sh).
+export function requireFixture(name, dir = process.env.OPENAI_SDK_DIR) {
+  return createRequire(join(dir, 'node_modules', 'noop.js'))(name);
+}
 
 // The server on the scripted chat model (SPECULA_CHAT_MODEL) and an official OpenAI SDK client
 // of its HTTP API: {server, client, model}.

@@ -7,9 +7,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "tools/common/dashed_flags.h"
 #include "engine/model/tiny/scripted_model.h"
 #include "engine/model/tiny/tiny_model_writer.h"
+#include "tools/common/dashed_flags.h"
 
 ABSL_FLAG(std::string, out, "", "output directory (required)");
 ABSL_FLAG(std::string, arch, "llama", "llama|llama3|mistral|qwen2|qwen3");
@@ -25,7 +25,8 @@ ABSL_FLAG(int64_t, head_dim, 0, "override head_dim (0: preset, or hidden/heads)"
 ABSL_FLAG(int64_t, intermediate, 0, "override intermediate_size (0: preset)");
 ABSL_FLAG(int64_t, max_position_embeddings, 0, "override max_position_embeddings (0: preset)");
 ABSL_FLAG(int64_t, vocab, 0, "override vocab_size, >= the tokenizer's 512 (0: preset)");
-ABSL_FLAG(bool, biases, false, "every bias attention_bias / mlp_bias can switch on (llama*, qwen3)");
+ABSL_FLAG(bool, biases, false,
+          "every bias attention_bias / mlp_bias can switch on (llama*, qwen3)");
 ABSL_FLAG(std::string, rope, "", "rope scaling instead of the architecture's: yarn");
 ABSL_FLAG(std::string, config_form, "v4",
           "config.json as transformers 4 (v4: rope_theta, rope_scaling, torch_dtype) or 5 (v5: "
@@ -33,6 +34,11 @@ ABSL_FLAG(std::string, config_form, "v4",
 ABSL_FLAG(std::string, script, "",
           "write a scripted model instead (engine/model/tiny/scripted_model.h): its greedy "
           "answer is this text after its first token; needs --tokenizer_dir");
+ABSL_FLAG(std::string, script_after, "",
+          "with --script: a second answer, given once the conversation holds --switch_token (a "
+          "tool's result): the model calls a tool, then answers from its result");
+ABSL_FLAG(std::string, switch_token, "</tool_response>",
+          "with --script_after: the one token whose presence switches the answer");
 ABSL_FLAG(std::string, tokenizer_dir, "",
           "with --script: a directory holding a real tokenizer.json and tokenizer_config.json");
 
@@ -67,6 +73,8 @@ int main(int argc, char** argv) {
     scripted.dtype = o.dtype;
     scripted.tokenizer_dir = absl::GetFlag(FLAGS_tokenizer_dir);
     scripted.script = absl::GetFlag(FLAGS_script);
+    scripted.script_after = absl::GetFlag(FLAGS_script_after);
+    scripted.switch_token = absl::GetFlag(FLAGS_switch_token);
     scripted.seed = absl::GetFlag(FLAGS_seed);
     const absl::Status status = specula::WriteScriptedModel(scripted);
     if (!status.ok()) {

@@ -4,6 +4,11 @@
 // down_proj are zero), so the next token depends on the current one only, and lm_head maps each
 // token of the script to the next: a bigram chain. Whatever the prompt, decoding falls into the
 // chain (the tokens outside it score 0) and follows it to its last token, an end-of-sequence id.
+//
+// With a second script, one attention head of the first layer looks for the switch token
+// anywhere in the context (its key lives in the slowest-turning RoPE pair, so position barely
+// matters) and writes a flag into the residual stream, which moves the trigger's successor from
+// the first chain to the second.
 #pragma once
 
 #include <string>
@@ -23,6 +28,12 @@ struct ScriptedModelOptions {
   // with the tokenizer's end-of-sequence token. A token may appear once in it (a bigram has one
   // successor): INVALID_ARGUMENT naming a token that repeats.
   std::string script;
+  // Optional: a second chain from the same trigger, taken instead of `script` once the context
+  // holds `switch_token` (one token of the tokenizer). With the default, the model calls a tool
+  // (`script`) until the conversation holds a tool's result, then answers (`script_after`): an
+  // agent's loop that ends. Its tokens other than the trigger may not be `script`'s.
+  std::string script_after;
+  std::string switch_token = "</tool_response>";
   uint64_t seed = 42;
 };
 
