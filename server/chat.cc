@@ -154,6 +154,7 @@ absl::StatusOr<std::unique_ptr<ChatModel>> ChatModel::Load(const Tokenizer& toke
                                                            const std::string& template_file,
                                                            absl::string_view tool_call_syntax) {
   auto model = std::make_unique<ChatModel>();
+  model->guard_ = std::make_unique<ControlTokenGuard>(tokenizer);
   ChatTemplates templates = tokenizer.chat_templates();
   if (!template_file.empty()) {
     absl::StatusOr<std::string> text = ReadTemplateFile(template_file);
@@ -221,6 +222,21 @@ std::string ChatModel::ForcedPrefix(const ToolChoice& choice) const {
   return "";
 }
 
+absl::StatusOr<std::vector<std::pair<size_t, size_t>>> ChatModel::ClientControlRanges(
+    const ChatTemplate& chat_template, const ChatRequest& request, bool tools_shown,
+    std::string_view rendered) const {
+  OrderedJson messages = request.messages;
+  OrderedJson tools = tools_shown ? request.tools : OrderedJson();
+  OrderedJson kwargs = KwargsWithEffort(request);
+  // Every string is looked at (no short circuit).
+  const bool changed =
+      guard_->Neutralize(&messages) | guard_->Neutralize(&tools) | guard_->Neutralize(&kwargs);
+  if (!changed) return std::vector<std::pair<size_t, size_t>>();
+  ASSIGN_OR_RETURN(const std::string neutral,
+                   chat_template.Render(messages, tools, kwargs, request.add_generation_prompt));
+  return guard_->ClientRanges(rendered, neutral);
+}
+
 bool ToolsShown(const ChatRequest& request) {
   return request.tools.is_array() && !request.tools.empty() &&
          request.tool_choice.kind != ToolChoice::Kind::kNone;
@@ -246,6 +262,10 @@ absl::StatusOr<RenderedChat> ChatModel::Render(const ChatRequest& request) const
   if (!text.ok()) return text.status();
   RenderedChat rendered;
   rendered.prompt_text = *std::move(text);
+  if (!request.control_tokens_in_content) {
+    ASSIGN_OR_RETURN(rendered.plain_ranges, ClientControlRanges(*chat_template, request,
+                                                                tools_shown, rendered.prompt_text));
+  }
   rendered.parse_tool_calls = tools_shown && format_.tool_calls != ToolCallSyntax::kNone;
   rendered.max_tool_calls = request.parallel_tool_calls ? 0 : 1;
   if (forced && request.add_generation_prompt) {

@@ -17,6 +17,7 @@
 #include "engine/generate/sequence.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "server/control_token_guard.h"
 #include "server/request_json.h"
 
 namespace specula {
@@ -48,6 +49,9 @@ struct ChatRequest {
   // "low", "medium" and "high" on, where the template has one (Qwen3's enable_thinking) and
   // `kwargs` does not set it; ignored otherwise.
   std::optional<std::string> reasoning_effort;
+  // Control-token text in the client's strings becomes control tokens (transformers' behaviour);
+  // by default it is ordinary text (server/control_token_guard.h).
+  bool control_tokens_in_content = false;
 };
 
 // Whether the request's tools reach the model (some are given and tool_choice is not "none").
@@ -73,6 +77,9 @@ struct RenderedChat {
   // What holds strict tools' calls to their schemas (server/tool_constraint.h); empty when no
   // shown tool is strict.
   ConstraintSpec constraint;
+  // Byte ranges of prompt_text where control-token text came from the client: tokenized as
+  // ordinary text (EncodeOptions::plain_ranges).
+  std::vector<std::pair<size_t, size_t>> plain_ranges;
 };
 
 // A tool call with the id the server gave it.
@@ -146,6 +153,12 @@ class ChatModel {
   // where the template has that switch and the kwargs do not set it.
   OrderedJson KwargsWithEffort(const ChatRequest& request) const;
 
+  // Where the client's strings put control-token text into `rendered` (the template's
+  // rendering of `request`), unless the request lets it be control tokens.
+  absl::StatusOr<std::vector<std::pair<size_t, size_t>>> ClientControlRanges(
+      const ChatTemplate& chat_template, const ChatRequest& request, bool tools_shown,
+      std::string_view rendered) const;
+
   // The named template of `templates`, compiled; null when it has none of that name.
   static absl::StatusOr<std::unique_ptr<ChatTemplate>> Compile(const ChatTemplates& templates,
                                                                const std::string& name,
@@ -155,6 +168,7 @@ class ChatModel {
   std::unique_ptr<ChatTemplate> tool_template_;  // "tool_use", for requests with tools
   ChatOutputFormat format_;
   bool thinking_switch_ = false;  // a template reads `enable_thinking` (reasoning_effort)
+  std::unique_ptr<ControlTokenGuard> guard_;
 };
 
 }  // namespace specula

@@ -123,6 +123,7 @@ absl::StatusOr<std::optional<RenderedChat>> ApplyChatTemplate(const ChatModel* c
       ToChatRequest(request->messages(), request->tools(), request->tool_choice(),
                     request->chat_template_kwargs());
   if (!converted.ok()) return converted.status();
+  converted->control_tokens_in_content = request->control_tokens_in_content();
   // The constraint holds from the first token, so a tool call could never be written.
   if (Constrains(request->output_constraint()) && ToolsShown(*converted)) {
     return absl::InvalidArgumentError(

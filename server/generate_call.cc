@@ -159,9 +159,10 @@ void GenerateCall::Submit() {
   absl::StatusOr<std::optional<RenderedChat>> chat = ApplyChatTemplate(env_->chat, &request_);
   if (!chat.ok()) return Reject(chat.status());
   if (chat->has_value()) chat_.emplace(env_->chat->output_format(), **chat);
-  absl::StatusOr<EngineRequest> converted =
-      ToEngineRequest(request_, env_->engine->generator().tokenizer(), env_->default_max_tokens,
-                      env_->max_total_tokens);
+  absl::StatusOr<EngineRequest> converted = ToEngineRequest(
+      request_, env_->engine->generator().tokenizer(), env_->default_max_tokens,
+      env_->max_total_tokens,
+      chat->has_value() ? (**chat).plain_ranges : std::vector<std::pair<size_t, size_t>>());
   // The engine request holds what is needed; free the prompt text (Clear would keep its memory).
   // gRPC still holds the request bytes until the call ends.
   v1::GenerateRequest().Swap(&request_);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/chat/template/chat_template.h"
 #include "engine/common/capacity_error.h"
+#include "engine/common/session_busy.h"
 #include "server/compiled_constraints.h"
 
 namespace specula {
@@ -27,7 +28,7 @@ const absl::flat_hash_set<std::string>& KnownKeys(OpenAiEndpoint endpoint) {
     absl::flat_hash_set<std::string> keys = kCommon;
     keys.insert({"messages", "tools", "tool_choice", "max_completion_tokens", "top_logprobs",
                  "response_format", "parallel_tool_calls", "chat_template_kwargs",
-                 "reasoning_effort"});
+                 "reasoning_effort", "control_tokens_in_content"});
     return keys;
   }();
   static const absl::flat_hash_set<std::string> kCompletions = [] {
@@ -294,6 +295,9 @@ Error ReadChat(const OrderedJson& body, ChatRequest* chat) {
   if (Error e = ReadToolChoice(body, chat->tools, &chat->tool_choice)) return e;
   if (Error e = ReadBool(body, "parallel_tool_calls", &chat->parallel_tool_calls)) return e;
   if (Error e = ReadChatReasoningEffort(body, chat)) return e;
+  if (Error e = ReadBool(body, "control_tokens_in_content", &chat->control_tokens_in_content)) {
+    return e;
+  }
   if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
     if (!body["chat_template_kwargs"].is_object()) {
       return WrongType("chat_template_kwargs", body["chat_template_kwargs"], "an object");
@@ -364,9 +368,13 @@ OpenAiError OpenAiErrorFrom(const absl::Status& status, std::string param) {
   e.message = std::string(status.message());
   e.param = std::move(param);
   switch (status.code()) {
+    case absl::StatusCode::kFailedPrecondition:
+      // A session whose last turn still runs: a conflict the client can wait out.
+      e.http_status = IsSessionBusy(status) ? 409 : 400;
+      e.type = IsSessionBusy(status) ? "conflict_error" : "invalid_request_error";
+      break;
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kOutOfRange:
-    case absl::StatusCode::kFailedPrecondition:
       e.http_status = 400;
       e.type = "invalid_request_error";
       break;

@@ -140,10 +140,9 @@ absl::Status ValidateSessionId(absl::string_view id) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request,
-                                              const Tokenizer& tokenizer,
-                                              int32_t default_max_tokens,
-                                              const TotalTokenLimits& limits) {
+absl::StatusOr<EngineRequest> ToEngineRequest(
+    const v1::GenerateRequest& request, const Tokenizer& tokenizer, int32_t default_max_tokens,
+    const TotalTokenLimits& limits, const std::vector<std::pair<size_t, size_t>>& plain_ranges) {
   EngineRequest out;
   if (request.request_id().size() > kMaxRequestIdBytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -166,8 +165,10 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
   GenerationRequest& g = out.generation;
   if (has_text) {
     if (request.prompt().empty()) return absl::InvalidArgumentError("prompt is empty");
+    EncodeOptions options = EncodeOptionsOf(request);
+    options.plain_ranges = plain_ranges;
     absl::StatusOr<std::vector<int32_t>> ids =
-        EncodePrompt(tokenizer, request.prompt(), "prompt", EncodeOptionsOf(request), limits);
+        EncodePrompt(tokenizer, request.prompt(), "prompt", std::move(options), limits);
     if (!ids.ok()) return ids.status();
     if (ids->empty()) return absl::InvalidArgumentError("prompt tokenizes to no tokens");
     g.prompt = *std::move(ids);

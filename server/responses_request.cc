@@ -18,8 +18,8 @@ const absl::flat_hash_set<std::string>& KnownKeys() {
       "text", "reasoning", "truncation", "include", "background",
       // Accepted and ignored (CheckIgnored).
       "metadata", "user", "service_tier", "prompt_cache_key", "safety_identifier",
-      // vLLM-style extensions, as on chat completions.
-      "top_k", "min_p", "repetition_penalty", "seed"};
+      // Extensions, as on chat completions.
+      "top_k", "min_p", "repetition_penalty", "seed", "control_tokens_in_content"};
   return kKeys;
 }
 
@@ -356,6 +356,10 @@ ParamError ParseResponsesRequest(const std::string& body_text, const std::string
   if (ParamError e = ReadTools(body, out)) return e;
   if (ParamError e = ReadToolChoice(body, out)) return e;
   if (ParamError e = ReadBool(body, "parallel_tool_calls", &out->chat.parallel_tool_calls)) {
+    return e;
+  }
+  if (ParamError e =
+          ReadBool(body, "control_tokens_in_content", &out->chat.control_tokens_in_content)) {
     return e;
   }
   if (ParamError e = ReadTextConfig(body, out)) return e;

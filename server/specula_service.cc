@@ -38,8 +38,8 @@ absl::Status Serve(const CallEnv& env, const grpc::ByteBuffer& bytes, grpc::Byte
 
 // For messages: the rendered prompt (as Generate would render it), its tokenizing options and the
 // field errors name.
-absl::StatusOr<std::string> RenderTokenizeMessages(const ChatModel* chat,
-                                                   const v1::TokenizeRequest& request) {
+absl::StatusOr<RenderedChat> RenderTokenizeMessages(const ChatModel* chat,
+                                                    const v1::TokenizeRequest& request) {
   if (!request.text().empty()) {
     return absl::InvalidArgumentError("set exactly one of text and messages, not both");
   }
@@ -49,9 +49,8 @@ absl::StatusOr<std::string> RenderTokenizeMessages(const ChatModel* chat,
   if (!converted.ok()) return converted.status();
   converted->add_generation_prompt =
       !request.has_add_generation_prompt() || request.add_generation_prompt();
-  absl::StatusOr<RenderedChat> rendered = chat->Render(*converted);
-  if (!rendered.ok()) return rendered.status();
-  return std::move(rendered->prompt_text);
+  converted->control_tokens_in_content = request.control_tokens_in_content();
+  return chat->Render(*converted);
 }
 
 absl::Status TokenizeText(const Tokenizer& tokenizer, const ChatModel* chat,
@@ -60,12 +59,13 @@ absl::Status TokenizeText(const Tokenizer& tokenizer, const ChatModel* chat,
   EncodeOptions options = EncodeOptionsOf(request);
   std::string_view text = request.text();
   if (!request.messages().empty()) {
-    absl::StatusOr<std::string> rendered = RenderTokenizeMessages(chat, request);
+    absl::StatusOr<RenderedChat> rendered = RenderTokenizeMessages(chat, request);
     if (!rendered.ok()) return rendered.status();
-    response->set_prompt_text(*std::move(rendered));
+    response->set_prompt_text(std::move(rendered->prompt_text));
     text = response->prompt_text();
     options = EncodeOptions();
     options.add_special_tokens = false;  // as Generate tokenizes a rendered conversation
+    options.plain_ranges = std::move(rendered->plain_ranges);
   }
   absl::StatusOr<std::vector<int32_t>> ids =
       EncodePrompt(tokenizer, absl::string_view(text.data(), text.size()),
@@ -107,7 +107,7 @@ void AddSessions(const PrefixCache::SessionPage& page, v1::ListSessionsResponse*
     out->set_session_id(s.id);
     out->set_cached_tokens(static_cast<uint64_t>(s.tokens));
     (s.in_host ? out->set_host_bytes(static_cast<uint64_t>(s.bytes))
-              : out->set_kv_cache_bytes(static_cast<uint64_t>(s.bytes)));
+               : out->set_kv_cache_bytes(static_cast<uint64_t>(s.bytes)));
     out->set_running(s.running);
     if (s.last_use != absl::Time()) out->set_last_use_unix_ms(absl::ToUnixMillis(s.last_use));
   }
@@ -121,8 +121,7 @@ void AddSessions(const PrefixCache::SessionPage& page, v1::ListSessionsResponse*
 // else the call is answered.
 template <typename Request>
 std::shared_ptr<Request> AdmitUnary(const char* method, const CallEnv& env,
-                                    grpc::CallbackServerContext* ctx,
-                                    const grpc::ByteBuffer* bytes,
+                                    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* bytes,
                                     grpc::ServerUnaryReactor* reactor) {
   absl::Status s = CheckAuth(env, *ctx);
   auto request = std::make_shared<Request>();
@@ -141,8 +140,7 @@ grpc::ServerUnaryReactor* SpeculaService::ListSessions(grpc::CallbackServerConte
                                                        const grpc::ByteBuffer* request,
                                                        grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  auto parsed =
-      AdmitUnary<v1::ListSessionsRequest>("ListSessions", *env_, ctx, request, reactor);
+  auto parsed = AdmitUnary<v1::ListSessionsRequest>("ListSessions", *env_, ctx, request, reactor);
   if (parsed == nullptr) return reactor;
   if (!parsed->page_token().empty()) {
     if (absl::Status s = ValidateSessionId(parsed->page_token()); !s.ok()) {
@@ -152,15 +150,14 @@ grpc::ServerUnaryReactor* SpeculaService::ListSessions(grpc::CallbackServerConte
   }
   const uint32_t size = parsed->page_size() == 0 ? kDefaultSessionPage
                                                  : std::min(parsed->page_size(), kMaxSessionPage);
-  env_->engine->ListSessions(
-      parsed->page_token(), size,
-      [reactor, response](absl::StatusOr<PrefixCache::SessionPage> page) {
-        v1::ListSessionsResponse out;
-        absl::Status s = page.status();
-        if (s.ok()) AddSessions(*page, &out);
-        if (s.ok()) s = SerializeResponse(out, response);
-        Answer("ListSessions", reactor, s);
-      });
+  env_->engine->ListSessions(parsed->page_token(), size,
+                             [reactor, response](absl::StatusOr<PrefixCache::SessionPage> page) {
+                               v1::ListSessionsResponse out;
+                               absl::Status s = page.status();
+                               if (s.ok()) AddSessions(*page, &out);
+                               if (s.ok()) s = SerializeResponse(out, response);
+                               Answer("ListSessions", reactor, s);
+                             });
   return reactor;
 }
 
@@ -168,8 +165,7 @@ grpc::ServerUnaryReactor* SpeculaService::DeleteSession(grpc::CallbackServerCont
                                                         const grpc::ByteBuffer* request,
                                                         grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  auto parsed =
-      AdmitUnary<v1::DeleteSessionRequest>("DeleteSession", *env_, ctx, request, reactor);
+  auto parsed = AdmitUnary<v1::DeleteSessionRequest>("DeleteSession", *env_, ctx, request, reactor);
   if (parsed == nullptr) return reactor;
   if (absl::Status s = ValidateSessionId(parsed->session_id()); !s.ok()) {
     return Answer("DeleteSession", reactor, s);

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/common/check.h"
+#include "engine/common/session_busy.h"
 
 namespace specula {
 
@@ -66,8 +67,7 @@ absl::StatusOr<uint64_t> Engine::Submit(EngineRequest request,
   if (!accepting_ || stop_) {
     return absl::UnavailableError("the server is shutting down and takes no new requests");
   }
-  const int64_t free_slots =
-      std::max(0, generator_->options().max_running - running_count_);
+  const int64_t free_slots = std::max(0, generator_->options().max_running - running_count_);
   if (pending_ >= int64_t{options_.max_waiting} + free_slots) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "the request queue is full: %d requests wait (scheduler.max_waiting_requests = %d) and "
@@ -76,7 +76,7 @@ absl::StatusOr<uint64_t> Engine::Submit(EngineRequest request,
   }
   const std::string& session = r->request.generation.session_id;
   if (!session.empty() && !busy_sessions_.insert(session).second) {
-    return absl::FailedPreconditionError(absl::StrFormat(
+    return SessionBusyError(absl::StrFormat(
         "session '%s' has a request queued or running; send its next turn after that one "
         "finishes",
         session));
@@ -100,8 +100,7 @@ absl::Status Engine::PostControl(std::function<void()> op) {
   if (thread_done_) return absl::UnavailableError("the engine has stopped");
   if (control_.size() >= kMaxPendingControlOps) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "%d session calls are already waiting for the engine; retry later",
-        kMaxPendingControlOps));
+        "%d session calls are already waiting for the engine; retry later", kMaxPendingControlOps));
   }
   control_.push_back(std::move(op));
   wake_.notify_one();
@@ -114,12 +113,11 @@ void Engine::RunControlOps(std::vector<std::function<void()>>& ops) {
 }
 
 template <typename Result>
-void Engine::AnswerOnEngineThread(std::function<Result()> work,
-                                  std::function<void(Result)> done) {
+void Engine::AnswerOnEngineThread(std::function<Result()> work, std::function<void(Result)> done) {
   // Shared: if PostControl refuses, the op holding it is gone and `done` gets the refusal here.
   auto shared_done = std::make_shared<std::function<void(Result)>>(std::move(done));
-  absl::Status posted = PostControl(
-      [work = std::move(work), shared_done] { (*shared_done)(work()); });
+  absl::Status posted =
+      PostControl([work = std::move(work), shared_done] { (*shared_done)(work()); });
   if (!posted.ok()) (*shared_done)(std::move(posted));
 }
 
@@ -133,9 +131,8 @@ void Engine::DeleteSession(std::string id, std::function<void(absl::Status)> don
   {
     std::lock_guard lock(mu_);
     if (busy_sessions_.contains(id)) {
-      return done(absl::FailedPreconditionError(absl::StrFormat(
-          "session '%s' has a request queued or running; delete it after that request ends",
-          id)));
+      return done(SessionBusyError(absl::StrFormat(
+          "session '%s' has a request queued or running; delete it after that request ends", id)));
     }
   }
   // Load is published before `done` runs, so gauges already show the freed KV.
@@ -277,8 +274,8 @@ void Engine::CancelRequest(uint64_t handle, const absl::Status& reason) {
 void Engine::RetireExpired(absl::Time now) {
   auto expired = [&](const Request& r) { return r.request.deadline <= now; };
   auto deadline_status = [](const Request& r) {
-    return absl::DeadlineExceededError(absl::StrFormat(
-        "deadline exceeded after %d generated tokens", r.completion_tokens));
+    return absl::DeadlineExceededError(
+        absl::StrFormat("deadline exceeded after %d generated tokens", r.completion_tokens));
   };
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if (!expired(**it)) {
@@ -328,8 +325,8 @@ void Engine::Admit() {
     r.queue_seconds = Seconds(absl::Now() - r.submitted);
     r.cached_prompt_tokens = generator_->CachedPromptTokens(*id);
     if (observer_) {
-      observer_->OnAdmitted(Admission{r.request.request_id, r.prompt_tokens,
-                                      r.cached_prompt_tokens, r.queue_seconds});
+      observer_->OnAdmitted(Admission{r.request.request_id, r.prompt_tokens, r.cached_prompt_tokens,
+                                      r.queue_seconds});
     }
     running_.emplace(*id, std::move(*it));
     it = waiting_.erase(it);

@@ -213,8 +213,8 @@ absl::Status HfTokenizer::LoadConfigJson(std::string_view json_text, const std::
       const json& name = FieldOrNull(t, "name");
       const json& text = FieldOrNull(t, "template");
       if (!name.is_string() || !text.is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            file, ": chat_template: each entry needs a string name and template"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(file, ": chat_template: each entry needs a string name and template"));
       }
       chat_templates_.by_name[name.get<std::string>()] = text.get<std::string>();
     }
@@ -223,14 +223,21 @@ absl::Status HfTokenizer::LoadConfigJson(std::string_view json_text, const std::
   return absl::OkStatus();
 }
 
-void HfTokenizer::SplitAddedTokens(std::string_view text, bool split_special,
+void HfTokenizer::SplitAddedTokens(std::string_view text, const EncodeOptions& options,
                                    std::vector<Segment>* out) const {
+  const auto& plain = options.plain_ranges;
+  auto next_plain = plain.begin();  // the first range that does not end at or before i
   size_t seg_start = 0, i = 0;
   while (i < text.size()) {
+    while (next_plain != plain.end() && next_plain->second <= i) ++next_plain;
     const AddedToken* found = nullptr;
     for (size_t idx : added_by_first_byte_[static_cast<unsigned char>(text[i])]) {
       const AddedToken& a = added_[idx];
-      if (split_special && a.special) continue;
+      if (a.special && options.split_special_tokens) continue;
+      // A special token overlapping a plain range is that range's text.
+      if (a.special && next_plain != plain.end() && next_plain->first < i + a.content.size()) {
+        continue;
+      }
       if (!text.substr(i).starts_with(a.content)) continue;
       if (a.single_word &&
           ((i > 0 && IsWordByte(text[i - 1])) ||
@@ -291,7 +298,7 @@ absl::StatusOr<std::vector<TokenId>> HfTokenizer::Encode(std::string_view text,
         absl::StrCat("Encode: input is not valid UTF-8 (byte offset ", bad, ")"));
   }
   std::vector<Segment> segments;
-  SplitAddedTokens(text, options.split_special_tokens, &segments);
+  SplitAddedTokens(text, options, &segments);
   absl::flat_hash_map<std::string, std::vector<TokenId>> cache;
   std::vector<TokenId> ids;
   ids.reserve(std::min<int64_t>(text.size() / 3, max_tokens) + 4);

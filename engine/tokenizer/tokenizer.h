@@ -10,11 +10,12 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/tokenizer/chat_templates.h"
 #include "absl/types/span.h"
+#include "engine/tokenizer/chat_templates.h"
 
 namespace specula {
 
@@ -28,6 +29,11 @@ struct EncodeOptions {
   // users or tools, which must not be able to inject control tokens. Non-special added tokens
   // are still matched.
   bool split_special_tokens = false;
+  // Byte ranges [begin, end) of the text, sorted and disjoint, where special tokens are not
+  // recognised either (a special token whose text overlaps one is tokenized as ordinary text):
+  // the message content inside a rendered chat prompt, while the template's own control tokens
+  // around it stay control tokens.
+  std::vector<std::pair<size_t, size_t>> plain_ranges;
   // With add_special_tokens: add no BOS to a text whose first token already is the BOS.
   // transformers adds it anyway (two BOS tokens, which is never what a prompt means); the server
   // and the CLI set this, the default keeps Hugging Face's behaviour.

@@ -64,7 +64,8 @@ class HfTokenizer final : public Tokenizer {
   std::optional<int64_t> ComputeMaxBytesPerToken() const;
   absl::Status LoadConfigJson(std::string_view json_text, const std::string& file);
   // With `split_special`, special added tokens are not matched (they stay text).
-  void SplitAddedTokens(std::string_view text, bool split_special, std::vector<Segment>* out) const;
+  void SplitAddedTokens(std::string_view text, const EncodeOptions& options,
+                        std::vector<Segment>* out) const;
   absl::Status EncodeSegment(std::string_view text, bool at_start,
                              absl::flat_hash_map<std::string, std::vector<TokenId>>* cache,
                              int64_t max_tokens, std::vector<TokenId>* out) const;

@@ -1,5 +1,6 @@
 // Small cases with hand-written tokenizer.json files: errors, and a tiny byte-level tokenizer
 // structured like the project's tiny model (and Llama 3).
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -371,6 +372,28 @@ TEST(TinyByteLevel, SplitSpecialTokensKeepsControlTokenTextAsText) {
   EXPECT_EQ(*(*tok)->Decode(*split, false), text);  // byte for byte the same text
 }
 
+// Plain ranges: a special token overlapping one is text; the same token elsewhere stays special.
+TEST(TinyByteLevel, PlainRangesKeepTheirControlTokenTextAsText) {
+  auto tok = Tokenizer::FromJson(TinyByteLevel().dump(), "");
+  ASSERT_TRUE(tok.ok());
+  const TokenId eot = *(*tok)->TokenToId("<|eot_id|>");
+  const std::string text = "<|eot_id|>a<|eot_id|>b<|eot_id|>";  // at 0, 11 and 22
+  EncodeOptions options;
+  options.add_special_tokens = false;
+  auto count = [&](std::vector<std::pair<size_t, size_t>> ranges) {
+    options.plain_ranges = std::move(ranges);
+    auto ids = (*tok)->Encode(text, options);
+    EXPECT_TRUE(ids.ok());
+    EXPECT_EQ(*(*tok)->Decode(*ids, false), text);
+    return std::count(ids->begin(), ids->end(), eot);
+  };
+  EXPECT_EQ(count({}), 3);
+  EXPECT_EQ(count({{11, 21}}), 2);            // exactly the middle one
+  EXPECT_EQ(count({{10, 12}}), 2);            // overlapping its start
+  EXPECT_EQ(count({{20, 23}}), 1);            // overlapping the end of one, the start of the next
+  EXPECT_EQ(count({{10, 11}, {21, 22}}), 3);  // touching, not overlapping
+}
+
 TEST(TinyByteLevel, MaxBytesPerTokenOnlyWhereCertain) {
   auto tok = Tokenizer::FromJson(TinyByteLevel().dump(), "");
   ASSERT_TRUE(tok.ok());
@@ -479,8 +502,9 @@ std::filesystem::path ModelDirWith(const std::string& name,
 TEST(ChatTemplateFiles, TemplateFilesReplaceTheConfigTemplate) {
   const json config = {{"chat_template", "old {{ messages }}"}};
   auto tok = Tokenizer::FromDirectory(
-      ModelDirWith("tpl_files", {{"chat_template.jinja", "new {{ messages }}"},
-                                 {"additional_chat_templates/tool_use.jinja", "tools {{ tools }}"}},
+      ModelDirWith("tpl_files",
+                   {{"chat_template.jinja", "new {{ messages }}"},
+                    {"additional_chat_templates/tool_use.jinja", "tools {{ tools }}"}},
                    config)
           .string());
   ASSERT_TRUE(tok.ok()) << tok.status();
@@ -511,7 +535,8 @@ TEST(ChatTemplateFiles, NamedTemplatesPickToolUseOnlyWithTools) {
   EXPECT_EQ(*t.Pick(false), "D");
   EXPECT_EQ(t.by_name.size(), 3u);
   // No default: transformers refuses to guess; so does specula (without tools).
-  const json no_default = {{"chat_template", json::array({{{"name", "tool_use"}, {"template", "T"}}})}};
+  const json no_default = {
+      {"chat_template", json::array({{{"name", "tool_use"}, {"template", "T"}}})}};
   tok = Tokenizer::FromJson(TinyByteLevel().dump(), no_default.dump());
   ASSERT_TRUE(tok.ok()) << tok.status();
   EXPECT_EQ((*tok)->chat_templates().Pick(false), nullptr);
@@ -538,8 +563,7 @@ TEST(ChatTemplateFiles, UnreadableTemplateFilesAreErrorsNamingThem) {
   ASSERT_FALSE(tok.ok());
   EXPECT_THAT(Msg(tok.status()), HasSubstr("chat_template.jinja' is a directory"));
   std::filesystem::remove_all(dir / "chat_template.jinja");
-  std::ofstream(dir / "chat_template.jinja")
-      << std::string(kMaxChatTemplateFileBytes + 1, 'x');
+  std::ofstream(dir / "chat_template.jinja") << std::string(kMaxChatTemplateFileBytes + 1, 'x');
   tok = Tokenizer::FromDirectory(dir.string());
   ASSERT_FALSE(tok.ok());
   EXPECT_THAT(Msg(tok.status()), HasSubstr("more than the limit of 1048576"));
