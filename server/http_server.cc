@@ -14,8 +14,8 @@
 #include <shared_mutex>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/log.h"
@@ -65,6 +65,7 @@ constexpr size_t kMaxDiscardedBodyBytes = 16 << 20;
 struct PendingRequest {
   HttpRequest request;
   const HttpRoute* route = nullptr;
+  int status = 0;        // of the answer queued by the access handler (an exchange keeps its own)
   size_t discarded = 0;  // bytes of a chunked body past the limit, read and dropped
   std::shared_ptr<HttpExchangeState> exchange;  // an asynchronous route's, once its handler ran
 };
@@ -122,6 +123,27 @@ MHD_Result Send(MHD_Connection* connection, const HttpResponse& r) {
       MHD_create_response_from_buffer(r.body.size(), const_cast<char*>(r.body.data()),
                                       MHD_RESPMEM_MUST_COPY),
       r);
+}
+
+// Send, remembering the status for HttpServerOptions::on_answered.
+MHD_Result Answer(PendingRequest* pending, MHD_Connection* connection, const HttpResponse& r) {
+  pending->status = r.status;
+  return Send(connection, r);
+}
+
+// The status sent for `pending`: the access handler's answer, or its exchange's (0: none yet).
+int AnsweredStatus(const PendingRequest& pending) {
+  if (pending.exchange == nullptr) return pending.status;
+  std::lock_guard lock(pending.exchange->mu);
+  return pending.exchange->mode == HttpExchangeState::Mode::kWaiting
+             ? 0
+             : pending.exchange->response.status;
+}
+
+// The route label of on_answered.
+std::string RouteLabel(const HttpRoute* route) {
+  if (route == nullptr) return "none";
+  return route->with_id ? route->path + "{id}" : route->path;
 }
 
 HttpResponse Plain(int status, std::string body) {
@@ -343,22 +365,23 @@ struct HttpServerCallbacks {
                                   &pending->request.headers);
       if (auto refusal = CheckRequestHead(version, pending->request.headers)) {
         server->ReportRefused("malformed");
-        return Send(connection, Closing(server->Refusal(refusal->status, refusal->reason)));
+        return Answer(pending, connection,
+                      Closing(server->Refusal(refusal->status, refusal->reason)));
       }
       if (absl::Status s = server->CheckClientCertificate(connection); !s.ok()) {
-        return Send(connection, server->Refusal(403, std::string(s.message())));
+        return Answer(pending, connection, server->Refusal(403, std::string(s.message())));
       }
       if (auto refusal = server->Authenticate(pending->request)) {
         server->ReportRefused("unauthenticated");
-        return Send(connection, *refusal);
+        return Answer(pending, connection, *refusal);
       }
       HttpResponse refusal;
       pending->route = server->Match(pending->request, &refusal);
-      if (pending->route == nullptr) return Send(connection, refusal);
+      if (pending->route == nullptr) return Answer(pending, connection, refusal);
       // A declared body over the limit is refused before any of it is read.
       if (ContentLength(connection).value_or(0) > server->options_.max_body_bytes) {
         server->ReportRefused("body_too_large");
-        return Send(connection, server->TooLarge());
+        return Answer(pending, connection, server->TooLarge());
       }
       return MHD_YES;
     }
@@ -367,7 +390,7 @@ struct HttpServerCallbacks {
     // A chunked body that outgrew the limit was read to its end: now the 413 can be sent.
     if (pending->discarded > 0) {
       server->ReportRefused("body_too_large");
-      return Send(connection, Closing(server->TooLarge()));
+      return Answer(pending, connection, Closing(server->TooLarge()));
     }
     if (pending->route->async_handler) return StartAsync(server, connection, pending);
     HttpResponse response;
@@ -375,7 +398,7 @@ struct HttpServerCallbacks {
                     [&] { response = pending->route->handler(pending->request); })) {
       response = server->Refusal(500, "internal error");
     }
-    return Send(connection, response);
+    return Answer(pending, connection, response);
   }
 
   // A chunked body that grows past the limit cannot be answered mid-body (libmicrohttpd queues a
@@ -452,6 +475,10 @@ struct HttpServerCallbacks {
     static_cast<const HttpServer*>(cls)->guard_->ResponseDone(connection);
     auto* pending = static_cast<PendingRequest*>(*state);
     *state = nullptr;
+    if (pending != nullptr) {
+      static_cast<const HttpServer*>(cls)->ReportAnswered(RouteLabel(pending->route),
+                                                          AnsweredStatus(*pending));
+    }
     if (pending != nullptr && pending->exchange != nullptr) {
       if (code == MHD_REQUEST_TERMINATED_COMPLETED_OK) {  // kept alive: idle rules again
         const auto idle = static_cast<unsigned>(
@@ -638,6 +665,10 @@ absl::Status HttpServer::CheckClientCertificate(MHD_Connection* connection) cons
       MHD_get_connection_info(connection, MHD_CONNECTION_INFO_GNUTLS_SESSION);
   return options_.tls->CheckClient(
       info == nullptr ? nullptr : static_cast<gnutls_session_t>(info->tls_session));
+}
+
+void HttpServer::ReportAnswered(std::string_view route, int status) const {
+  if (options_.on_answered) options_.on_answered(route, status);
 }
 
 void HttpServer::ReportRefused(std::string_view reason) const {

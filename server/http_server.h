@@ -115,6 +115,11 @@ struct HttpServerOptions {
   // connection_limit, read_timeout, evicted (connections); malformed, body_too_large,
   // unauthenticated (requests). Any thread; must not block.
   std::function<void(std::string_view reason)> on_refused;
+  // Told of each request answered, when its exchange ends: the route's template (its path, with
+  // "{id}" after a route with an id; "none" for a request refused before routing or that no route
+  // takes: an unknown path or method)
+  // and the status sent (0 when the client left before any was). Any thread; must not block.
+  std::function<void(std::string_view route, int status)> on_answered;
   // Polling threads (each owns an epoll set and a share of the connections).
   int threads = 1;
   // Largest request body read: a larger declared Content-Length gets 413 before the body is read;
@@ -163,6 +168,8 @@ class HttpServer {
   absl::Status CheckClientCertificate(MHD_Connection* connection) const;
   // options_.on_refused, if set.
   void ReportRefused(std::string_view reason) const;
+  // options_.on_answered, if set, for a request whose exchange ended.
+  void ReportAnswered(std::string_view route, int status) const;
   // The 413 for a body over options_.max_body_bytes.
   HttpResponse TooLarge() const;
   // One of the server's own refusals, in options_.error_response's format.

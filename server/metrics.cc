@@ -92,6 +92,16 @@ prometheus::Counter* AddCounter(prometheus::Registry& registry, const std::strin
 }
 
 // Prometheus rejects negative counter increments and a -1 "no value" would skew histograms.
+// Request lengths in tokens: powers of two from 16 to 256K (an agent's 128K context and past it).
+const prometheus::Histogram::BucketBoundaries& LengthBuckets() {
+  static const auto* const kBuckets = [] {
+    auto* v = new prometheus::Histogram::BucketBoundaries();
+    for (double b = 16; b <= 262144; b *= 2) v->push_back(b);
+    return v;
+  }();
+  return *kBuckets;
+}
+
 void ObserveIfValid(prometheus::Histogram* h, double v) {
   if (v >= 0) h->Observe(v);
 }
@@ -124,6 +134,13 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                                 "Wall time of one engine step (a batched forward pass: prefill "
                                 "chunks plus one decode token per running sequence).",
                                 TokenBuckets());
+  prompt_length_ = AddHistogram(r, "specula_request_prompt_tokens",
+                                "Prompt length of each request that reached the engine, in "
+                                "tokens (after the chat template).",
+                                LengthBuckets());
+  output_length_ =
+      AddHistogram(r, "specula_request_output_tokens",
+                   "Tokens each request that reached the engine generated.", LengthBuckets());
   running_ = AddGauge(r, "specula_num_requests_running",
                       "Requests in the running batch (admitted, holding KV cache).");
   waiting_ = AddGauge(r, "specula_num_requests_waiting",
@@ -158,20 +175,21 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                                "cache; pages shared by sessions counted in each).");
   auto& evictions = prometheus::BuildCounter()
                         .Name("specula_kv_cache_evictions_total")
-                        .Help("Cached KV pages freed, by reason: capacity (least recently used, "
-                              "for a request's room), session_ttl, session_deleted, "
-                              "session_dropped (an idle session dropped for room), "
-                              "session_limit (for a new session past kv_cache.max_sessions). "
-                              "A page is "
-                              "a KV cache block, or one layer's and KV head's host page.")
+                        .Help(
+                            "Cached KV pages freed, by reason: capacity (least recently used, "
+                            "for a request's room), session_ttl, session_deleted, "
+                            "session_dropped (an idle session dropped for room), "
+                            "session_limit (for a new session past kv_cache.max_sessions). "
+                            "A page is "
+                            "a KV cache block, or one layer's and KV head's host page.")
                         .Register(r);
   preemptions_ = AddCounter(r, "specula_preemptions_total",
                             "Running requests preempted because decode outgrew the KV cache: "
                             "their KV is parked in the prefix cache and they resume, oldest "
                             "first, recomputing what was evicted meanwhile.");
   for (int i = 0; i < kEvictionReasons; ++i) {
-    evicted_pages_[i] = &evictions.Add(
-        {{"reason", EvictionReasonName(static_cast<EvictionReason>(i))}});
+    evicted_pages_[i] =
+        &evictions.Add({{"reason", EvictionReasonName(static_cast<EvictionReason>(i))}});
   }
   requests_ = &prometheus::BuildCounter()
                    .Name("specula_requests_total")
@@ -186,9 +204,10 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
   }
   grpc_refused_ = &prometheus::BuildCounter()
                        .Name("specula_grpc_connections_refused_total")
-                       .Help("gRPC connections closed as soon as accepted, by reason: "
-                             "descriptor_reserve (the process is near its open-file limit) or "
-                             "accept_failed (accept failed; the listener pauses and retries).")
+                       .Help(
+                           "gRPC connections closed as soon as accepted, by reason: "
+                           "descriptor_reserve (the process is near its open-file limit) or "
+                           "accept_failed (accept failed; the listener pauses and retries).")
                        .Register(r);
   for (const char* reason : {"descriptor_reserve", "accept_failed"}) {
     grpc_refused_->Add({{"reason", reason}});
@@ -196,12 +215,13 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
   http_refused_ =
       &prometheus::BuildCounter()
            .Name("specula_http_refused_total")
-           .Help("HTTP connections refused or closed, and requests refused, by listener (openai, "
-                 "metrics) and reason: per_ip_limit, connection_limit (full, none to make room "
-                 "from), read_timeout (a request, or the TLS handshake before it, took longer "
-                 "than server.connections.http_request_read_seconds to arrive), evicted (an idle "
-                 "or still-reading connection closed to let a new one in at the limit); "
-                 "malformed (400/501 framing), body_too_large (413), unauthenticated (401).")
+           .Help(
+               "HTTP connections refused or closed, and requests refused, by listener (openai, "
+               "metrics) and reason: per_ip_limit, connection_limit (full, none to make room "
+               "from), read_timeout (a request, or the TLS handshake before it, took longer "
+               "than server.connections.http_request_read_seconds to arrive), evicted (an idle "
+               "or still-reading connection closed to let a new one in at the limit); "
+               "malformed (400/501 framing), body_too_large (413), unauthenticated (401).")
            .Register(r);
   for (const char* listener : {"openai", "metrics"}) {
     for (const char* reason : {"per_ip_limit", "connection_limit", "read_timeout", "evicted",
@@ -209,10 +229,18 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
       http_refused_->Add({{"listener", listener}, {"reason", reason}});
     }
   }
+  http_requests_ = &prometheus::BuildCounter()
+                        .Name("specula_http_requests_total")
+                        .Help(
+                            "HTTP requests answered, by listener (openai, metrics), route "
+                            "template (\"none\": refused before routing, or no route takes it) and "
+                            "status (0: the client left before an answer).")
+                        .Register(r);
   prometheus::BuildGauge()
       .Name("specula_build_info")
-      .Help("Always 1; the labels say what is running: version (semver), revision (git), "
-            "build_type, cuda (the toolkit version, or none).")
+      .Help(
+          "Always 1; the labels say what is running: version (semver), revision (git), "
+          "build_type, cuda (the toolkit version, or none).")
       .Register(r)
       .Add({{"version", std::string(GetBuildInfo().version)},
             {"revision", std::string(GetBuildInfo().revision)},
@@ -221,9 +249,10 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
       .Set(1);
   fatal_ = &prometheus::BuildCounter()
                 .Name("specula_fatal_errors_total")
-                .Help("Conditions the server cannot recover from, by cause (e.g. "
-                      "grpc_listener_failed): health turned NOT_SERVING, in-flight requests "
-                      "ended, and the process exits with status 1 to be restarted.")
+                .Help(
+                    "Conditions the server cannot recover from, by cause (e.g. "
+                    "grpc_listener_failed): health turned NOT_SERVING, in-flight requests "
+                    "ended, and the process exits with status 1 to be restarted.")
                 .Register(r);
 
   prefetch_hits_ = AddCounter(r, "specula_prefetch_hits_total",
@@ -261,10 +290,10 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                                  "Host KV store pages (one layer's and KV head's "
                                  "kv_cache.page_size tokens) held by sparse requests and "
                                  "sessions.");
-  kv_host_pages_capacity_ =
-      AddGauge(r, "specula_kv_host_pages_capacity",
-               "Host KV store pages in total (kv_cache.host_capacity_tokens per layer and KV head); "
-               "0 without a host store.");
+  kv_host_pages_capacity_ = AddGauge(
+      r, "specula_kv_host_pages_capacity",
+      "Host KV store pages in total (kv_cache.host_capacity_tokens per layer and KV head); "
+      "0 without a host store.");
   kv_device_slots_used_ = AddGauge(r, "specula_kv_device_slots_used",
                                    "KV cache pages on the device held by sparse working sets "
                                    "(selected pages, sinks, recent window, prefetch slots).");
@@ -324,6 +353,10 @@ void ServerMetrics::OnSparseStep(const SparseStepStats& sparse) {
 
 void ServerMetrics::OnFinished(const RequestSummary& summary) {
   ObserveIfValid(e2e_, summary.e2e_seconds);
+  if (summary.prompt_tokens > 0) {
+    prompt_length_->Observe(static_cast<double>(summary.prompt_tokens));
+    output_length_->Observe(static_cast<double>(summary.completion_tokens));
+  }
   requests_
       ->Add({{"finish_reason", FinishLabel(summary.finish)},
              {"code", std::string(StatusCodeName(summary.code))}})
@@ -370,12 +403,23 @@ void ServerMetrics::RecordHttpRefused(std::string_view listener, std::string_vie
       .Increment();
 }
 
+void ServerMetrics::RecordHttpRequest(std::string_view listener, std::string_view route,
+                                      int status) {
+  http_requests_
+      ->Add({{"listener", std::string(listener)},
+             {"route", std::string(route)},
+             {"status", std::to_string(status)}})
+      .Increment();
+}
+
 void ServerMetrics::RecordFatal(const std::string& cause) {
   fatal_->Add({{"cause", cause}}).Increment();
 }
 
 std::string ServerMetrics::Exposition() const {
-  return prometheus::TextSerializer().Serialize(registry_->Collect());
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  for (prometheus::MetricFamily& f : process_.Collect()) families.push_back(std::move(f));
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 absl::Status ServerMetrics::StartExposer(const std::string& host_port) {
@@ -399,6 +443,11 @@ absl::Status ServerMetrics::StartExposer(const std::string& host_port) {
   HttpServerOptions options = exposer_options_;
   if (!options.on_refused) {
     options.on_refused = [this](std::string_view reason) { RecordHttpRefused("metrics", reason); };
+  }
+  if (!options.on_answered) {
+    options.on_answered = [this](std::string_view route, int status) {
+      RecordHttpRequest("metrics", route, status);
+    };
   }
   absl::StatusOr<std::unique_ptr<HttpServer>> server =
       HttpServer::Start(host_port, {std::move(metrics)}, options);

@@ -22,6 +22,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "server/http_server.h"
+#include "server/process_metrics.h"
 
 namespace specula {
 
@@ -52,6 +53,9 @@ class ServerMetrics : public EngineObserver {
   // An HTTP connection refused or closed, or a request refused, on `listener` ("openai",
   // "metrics"), by reason (HttpServerOptions::on_refused).
   void RecordHttpRefused(std::string_view listener, std::string_view reason);
+  // An HTTP request answered on `listener`: its route template (never the raw path, which would
+  // make unbounded series) and status (HttpServerOptions::on_answered).
+  void RecordHttpRequest(std::string_view listener, std::string_view route, int status);
   // The server took its fatal path (Server::ReportFatal): counted by cause.
   void RecordFatal(const std::string& cause);
 
@@ -76,6 +80,9 @@ class ServerMetrics : public EngineObserver {
   prometheus::Histogram* queue_time_;
   prometheus::Histogram* batch_size_;
   prometheus::Histogram* step_duration_;
+  ProcessMetrics process_;  // process_* families, read at each scrape
+  prometheus::Histogram* prompt_length_;
+  prometheus::Histogram* output_length_;
   prometheus::Gauge* running_;
   prometheus::Gauge* waiting_;
   prometheus::Gauge* kv_blocks_used_;
@@ -95,6 +102,7 @@ class ServerMetrics : public EngineObserver {
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Family<prometheus::Counter>* grpc_refused_;
   prometheus::Family<prometheus::Counter>* http_refused_;
+  prometheus::Family<prometheus::Counter>* http_requests_;
   prometheus::Family<prometheus::Counter>* fatal_;
 
   // Sparse KV cache.

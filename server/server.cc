@@ -430,8 +430,8 @@ std::string ServedModelName(const ServerConfig& config) {
 absl::Status Server::StartHttp(const ServerConfig& config, const v1::ModelInfo& model_info) {
   served_model_name_ = ServedModelName(config);
   if (config.server.http_listen.empty()) return absl::OkStatus();
-  responses_ = std::make_unique<ResponseStore>(
-      config.server.responses_max_stored, absl::Seconds(config.server.responses_ttl_seconds));
+  responses_ = std::make_unique<ResponseStore>(config.server.responses_max_stored,
+                                               absl::Seconds(config.server.responses_ttl_seconds));
   openai_ = std::make_unique<OpenAiService>(&env_, served_model_name_,
                                             model_info.max_context_tokens(), responses_.get());
   HttpServerOptions options = HttpConnectionOptions(config.server);
@@ -444,6 +444,9 @@ absl::Status Server::StartHttp(const ServerConfig& config, const v1::ModelInfo& 
   options.max_body_bytes = static_cast<size_t>(config.server.http_max_body_bytes);
   options.on_refused = [metrics = metrics_.get()](std::string_view reason) {
     metrics->RecordHttpRefused("openai", reason);
+  };
+  options.on_answered = [metrics = metrics_.get()](std::string_view route, int status) {
+    metrics->RecordHttpRequest("openai", route, status);
   };
   options.error_response = &OpenAiService::ErrorResponse;
   options.authenticate = [service = openai_.get()](const HttpRequest& r) {

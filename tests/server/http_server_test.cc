@@ -201,6 +201,27 @@ TEST(HttpServerTest, ARouteWithAnIdServesOneSegmentAfterItsPath) {
   EXPECT_EQ(HttpStatus(HttpExchange(port, Request("POST", "/items/x", "b"))), 405);
 }
 
+// Each answered request is reported once, by route template and status; one no route takes (an
+// unknown path, a method the path does not allow) as "none".
+TEST(HttpServerTest, AnsweredRequestsAreReportedByRouteAndStatus) {
+  std::mutex mu;
+  std::vector<std::pair<std::string, int>> answered;
+  HttpServerOptions options;
+  options.on_answered = [&](std::string_view route, int status) {
+    std::lock_guard lock(mu);
+    answered.emplace_back(std::string(route), status);
+  };
+  auto server = StartTestServer(options);
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(HttpStatus(HttpGet(server->port(), "/hello")), 200);
+  EXPECT_EQ(HttpStatus(HttpGet(server->port(), "/nope/123")), 404);
+  EXPECT_EQ(HttpStatus(HttpExchange(server->port(), Request("GET", "/echo"))), 405);
+  server.reset();  // every exchange has ended
+  EXPECT_THAT(answered, ::testing::UnorderedElementsAre(std::pair<std::string, int>{"/hello", 200},
+                                                        std::pair<std::string, int>{"none", 404},
+                                                        std::pair<std::string, int>{"none", 405}));
+}
+
 TEST(HttpServerTest, HeadReachesAGetOnlyRoute) {
   auto server = StartTestServer();
   ASSERT_NE(server, nullptr);
@@ -367,8 +388,8 @@ TEST(HttpServerTest, ARequestHeadDrippedSlowlyIsCutAtTheReadDeadline) {
 }
 
 TEST(HttpServerTest, ABodyDrippedSlowlyIsCutAtTheReadDeadline) {
-  ExpectDripCutAtTheReadDeadline(
-      "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n", "x");
+  ExpectDripCutAtTheReadDeadline("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n",
+                                 "x");
 }
 
 // A kept-alive connection between requests is not cut by the read deadline (the idle timeout
@@ -404,7 +425,9 @@ TEST(HttpServerTest, RefusesConnectionsPastTheLimitWhenEveryOneIsBusy) {
   std::mutex mu;
   std::vector<std::shared_ptr<::specula::HttpExchange>> parked;
   std::vector<HttpRoute> routes;
-  routes.push_back({"/park", {"GET"}, nullptr,
+  routes.push_back({"/park",
+                    {"GET"},
+                    nullptr,
                     [&](const HttpRequest&, std::shared_ptr<::specula::HttpExchange> exchange) {
                       std::lock_guard lock(mu);
                       parked.push_back(std::move(exchange));

@@ -1,6 +1,4 @@
 #include "server/metrics.h"
-#include "tests/server/prometheus_scrape.h"
-#include "tests/server/sparse_metric_families.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -10,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <set>
@@ -19,18 +18,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "engine/common/build_info.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/server/prometheus_scrape.h"
+#include "tests/server/sparse_metric_families.h"
 
 namespace specula {
 namespace {
 
-using ::testing::HasSubstr;
 using ::specula::testing::Exposition;
 using ::specula::testing::ParseExposition;
 using ::specula::testing::ScrapeMetrics;
 using ::specula::testing::SparseMetricFamilies;
+using ::testing::HasSubstr;
 
 Exposition Scrape(const ServerMetrics& metrics) { return ScrapeMetrics(metrics.metrics_port()); }
 
@@ -57,6 +59,8 @@ void DriveTraffic(ServerMetrics& m) {
   done.finish = FinishReason::kStop;
   done.code = absl::StatusCode::kOk;
   done.e2e_seconds = 1.5;
+  done.prompt_tokens = 100;
+  done.completion_tokens = 5;
   m.OnFinished(done);
   RequestSummary cancelled = done;
   cancelled.request_id = "r2";
@@ -149,6 +153,14 @@ TEST(MetricsTest, ScrapeOverHttpIsValidAndCarriesEveryMetric) {
       {"specula_requests_total", "counter"},
       {"specula_build_info", "gauge"},
       {"specula_http_refused_total", "counter"},
+      {"specula_request_prompt_tokens", "histogram"},
+      {"specula_request_output_tokens", "histogram"},
+      {"process_cpu_seconds_total", "counter"},
+      {"process_resident_memory_bytes", "gauge"},
+      {"process_virtual_memory_bytes", "gauge"},
+      {"process_open_fds", "gauge"},
+      {"process_max_fds", "gauge"},
+      {"process_start_time_seconds", "gauge"},
   };
   expected_types.insert(SparseMetricFamilies().begin(), SparseMetricFamilies().end());
   for (const auto& [name, type] : expected_types) {
@@ -158,12 +170,19 @@ TEST(MetricsTest, ScrapeOverHttpIsValidAndCarriesEveryMetric) {
     EXPECT_TRUE(e.helps.count(name)) << name;
   }
 
+  // The first scrape was counted when it ended (by route template and status).
+  const Exposition again = Scrape(metrics);
+  EXPECT_GE(
+      again.Get(
+          "specula_http_requests_total{listener=\"metrics\",route=\"/metrics\",status=\"200\"}"),
+      1);
+
   // What is running (issue 39): one sample, 1, labelled with this build.
   const BuildInfo& b = GetBuildInfo();
-  EXPECT_EQ(e.Get(absl::StrCat("specula_build_info{build_type=\"", b.build_type, "\",cuda=\"",
-                               b.cuda, "\",revision=\"", b.revision, "\",version=\"", b.version,
-                               "\"}")),
-            1);
+  EXPECT_EQ(
+      e.Get(absl::StrCat("specula_build_info{build_type=\"", b.build_type, "\",cuda=\"", b.cuda,
+                         "\",revision=\"", b.revision, "\",version=\"", b.version, "\"}")),
+      1);
   EXPECT_EQ(e.Get("specula_request_queue_time_seconds_count"), 2);
   EXPECT_NEAR(e.Get("specula_request_queue_time_seconds_sum"), 0.502, 1e-9);
   EXPECT_EQ(e.Get("specula_time_to_first_token_seconds_count"), 2);
@@ -182,6 +201,20 @@ TEST(MetricsTest, ScrapeOverHttpIsValidAndCarriesEveryMetric) {
   EXPECT_EQ(e.Get("specula_batch_size_bucket{le=\"2\"}"), 0);
   EXPECT_EQ(e.Get("specula_batch_size_bucket{le=\"4\"}"), 1);
   EXPECT_EQ(e.Get("specula_batch_size_bucket{le=\"512\"}"), 1);
+
+  // Request lengths: both finished requests had 100 prompt and 5 output tokens.
+  EXPECT_EQ(e.Get("specula_request_prompt_tokens_count"), 2);
+  EXPECT_EQ(e.Get("specula_request_prompt_tokens_bucket{le=\"64\"}"), 0);
+  EXPECT_EQ(e.Get("specula_request_prompt_tokens_bucket{le=\"128\"}"), 2);
+  EXPECT_EQ(e.Get("specula_request_output_tokens_sum"), 10);
+  EXPECT_EQ(e.Get("specula_request_output_tokens_bucket{le=\"16\"}"), 2);
+  // The process: this test's own figures.
+  EXPECT_GT(e.Get("process_resident_memory_bytes"), 1 << 20);
+  EXPECT_GT(e.Get("process_open_fds"), 2);
+  EXPECT_GE(e.Get("process_max_fds"), e.Get("process_open_fds"));
+  const double now = absl::ToUnixSeconds(absl::Now());
+  EXPECT_LE(e.Get("process_start_time_seconds"), now + 1);
+  EXPECT_GT(e.Get("process_start_time_seconds"), now - 3600);
 
   EXPECT_EQ(e.Get("specula_prompt_tokens_total"), 12);
   EXPECT_EQ(e.Get("specula_generation_tokens_total"), 5);
@@ -255,6 +288,45 @@ TEST(MetricsTest, PrefetchHitRatioIsOverTheRecentStepsThatSelectedPages) {
   // that selected pages.
   for (int i = 0; i < ServerMetrics::kHitRatioWindowSteps; ++i) step(0, 0, 3);
   EXPECT_EQ(ratio(), 0);
+}
+
+// Each figure follows the process: a descriptor opened is counted, CPU time spent is counted.
+TEST(ProcessMetricsTest, FollowTheProcess) {
+  const ProcessStats before = ReadProcessStats().value();
+  const int fd = dup(0);
+  ASSERT_GE(fd, 0);
+  volatile double spin = 0;
+  for (int i = 0; i < 50'000'000; ++i) spin = spin + i;
+  const ProcessStats after = ReadProcessStats().value();
+  close(fd);
+  EXPECT_EQ(after.open_fds, before.open_fds + 1);
+  EXPECT_GT(after.cpu_seconds, before.cpu_seconds);
+  EXPECT_EQ(after.start_time_seconds, before.start_time_seconds);
+  EXPECT_GT(ProcessMetrics().Collect().size(), 5u);
+}
+
+// The README's metrics table names every family the server exports, and nothing else: a new
+// metric without its row, or a row for a metric that is gone, fails here.
+TEST(MetricsTest, TheReadmeTableListsExactlyTheExportedFamilies) {
+  ServerMetrics metrics;
+  // Labelled families appear with their first sample.
+  metrics.RecordFatal("test");
+  metrics.RecordHttpRequest("openai", "/v1/models", 200);
+  const Exposition e = ParseExposition(metrics.Exposition());
+  std::set<std::string> exported;
+  for (const auto& [name, type] : e.types) exported.insert(name);
+  std::ifstream readme(SPECULA_SOURCE_DIR "/README.md");
+  ASSERT_TRUE(readme) << "README.md";
+  std::string text((std::istreambuf_iterator<char>(readme)), std::istreambuf_iterator<char>());
+  const size_t begin = text.find("## Metrics");
+  ASSERT_NE(begin, std::string::npos);
+  const std::string section = text.substr(begin, text.find("\nBuckets:", begin) - begin);
+  std::set<std::string> documented;
+  const std::regex name(R"(`((?:specula|process)_[a-z0-9_]+))");
+  for (std::sregex_iterator it(section.begin(), section.end(), name), end; it != end; ++it) {
+    documented.insert((*it)[1]);
+  }
+  EXPECT_EQ(documented, exported);
 }
 
 TEST(MetricsTest, ParserRejectsMalformedExposition) {

@@ -35,6 +35,11 @@ def podman(*args, check=True, timeout=120, **kwargs):
                           capture_output=True, **kwargs)
 
 
+# The revision the image is built from (the build context has no .git: it is passed in).
+REVISION = subprocess.run(["git", "-C", SOURCE, "rev-parse", "--short=12", "HEAD"],
+                          capture_output=True, text=True).stdout.strip() or "unknown"
+
+
 def build_image():
     os.makedirs(WORK, exist_ok=True)
     subprocess.run([os.path.join(SOURCE, "deploy/docker/make-debian-base.sh"), WORK],
@@ -45,7 +50,8 @@ def build_image():
         done = subprocess.run(
             ["podman", "build", "--format", "docker", "-f", "deploy/docker/Dockerfile",
              "-t", IMAGE, "--build-arg", f"BUILD_IMAGE={BASE}",
-             "--build-arg", f"RUNTIME_IMAGE={BASE}", "--build-arg", "SPECULA_CUDA=OFF", "."],
+             "--build-arg", f"RUNTIME_IMAGE={BASE}", "--build-arg", "SPECULA_CUDA=OFF",
+             "--build-arg", f"SPECULA_GIT_REVISION={REVISION}", "."],
             cwd=SOURCE, stdout=log, stderr=subprocess.STDOUT, timeout=2100)
     if done.returncode != 0:
         with open(log_path) as log:
@@ -136,6 +142,10 @@ class ContainerImageTest(unittest.TestCase):
         self.assertIn("specula-cli", " ".join(image["Healthcheck"]["Test"]))
         self.assertEqual(podman("healthcheck", "run", self.server.name, check=False).returncode,
                          0, self.server.logs())
+
+    def test_version_names_the_revision_it_was_built_from(self):
+        version = podman("run", "--rm", IMAGE, "--version").stdout
+        self.assertIn(f"(git {REVISION},", version)
 
     def test_runs_as_a_non_root_user(self):
         self.assertEqual(podman("exec", self.server.name, "id", "-u").stdout.strip(), USER_ID)
