@@ -241,6 +241,16 @@ class ChatE2ETest(unittest.TestCase):
         self.assertEqual([(c.name, json.loads(c.arguments)) for c in calls], [EXPECTED_CALL])
         self.assertEqual(chunks[-1].finish_reason, "TOOL_CALLS")
 
+    def test_python_client_tokenizes_a_conversation(self):
+        from specula_client import SpeculaClient
+        with SpeculaClient(self.addresses["listen"], timeout=60) as client:
+            toks = client.tokenize(messages=CONVERSATION[:2])
+            self.assertEqual(toks.prompt_text, self.reference(CONVERSATION[:2]))
+            self.assertEqual(toks.token_ids,
+                             client.tokenize(toks.prompt_text, add_special_tokens=False).token_ids)
+            with self.assertRaises(ValueError):
+                client.tokenize("text", messages=CONVERSATION[:2])
+
     # --- refusals ------------------------------------------------------------------------------
 
     # --- structured outputs (docs/STRUCTURED_OUTPUT.md) ----------------------------------------

@@ -138,6 +138,8 @@ class Tokens:
     token_ids: List[int]
     # The vocabulary strings (e.g. "Ġhello").
     tokens: List[str]
+    # With messages: the conversation as the chat template rendered it.
+    prompt_text: str = ""
 
 
 def _usage(msg) -> Usage:
@@ -395,13 +397,29 @@ class SpeculaClient:
         return "".join(c.text for c in self.generate(prompt, prompt_token_ids, timeout=timeout,
                                                      **params))
 
-    def tokenize(self, text: str, add_special_tokens: Optional[bool] = None, *,
+    def tokenize(self, text: Optional[str] = None, add_special_tokens: Optional[bool] = None, *,
+                 messages: Sequence[dict] = (), tools: Sequence[dict] = (),
+                 tool_choice: str = "", chat_template_kwargs: Optional[dict] = None,
+                 add_generation_prompt: Optional[bool] = None,
                  timeout=_DEFAULT) -> Tokens:
-        req = specula_pb2.TokenizeRequest(text=text)
+        """The ids of `text`, or of a conversation (`messages`, `tools`, ... as chat() takes
+        them) as Generate would render and tokenize it; then `prompt_text` is the rendering."""
+        if (text is None) == (not messages):
+            raise ValueError("tokenize takes text or messages, exactly one")
+        req = specula_pb2.TokenizeRequest()
+        if text is not None:
+            req.text = text
+        req.messages.extend(_chat_message(m) for m in messages)
+        req.tools.extend(_tool(t) for t in tools)
+        req.tool_choice = tool_choice
+        if chat_template_kwargs:
+            req.chat_template_kwargs = json.dumps(chat_template_kwargs)
         if add_special_tokens is not None:
             req.add_special_tokens = add_special_tokens
+        if add_generation_prompt is not None:
+            req.add_generation_prompt = add_generation_prompt
         resp = self._stub.Tokenize(req, timeout=self._timeout(timeout))
-        return Tokens(list(resp.token_ids), list(resp.tokens))
+        return Tokens(list(resp.token_ids), list(resp.tokens), resp.prompt_text)
 
     def detokenize(self, token_ids: Sequence[int], skip_special_tokens: bool = False, *,
                    timeout=_DEFAULT) -> str:
