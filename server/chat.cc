@@ -116,6 +116,7 @@ ChatDelta ChatStream::Convert(ChatOutputDelta delta) {
   ChatDelta out;
   out.content = std::move(delta.content);
   out.reasoning = std::move(delta.reasoning);
+  malformed_tool_calls_ += delta.malformed_tool_calls;
   for (ParsedToolCall& call : delta.tool_calls) {
     if (max_tool_calls_ > 0 && tool_calls_ == max_tool_calls_) break;  // parallel_tool_calls false
     ++tool_calls_;

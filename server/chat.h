@@ -111,6 +111,9 @@ class ChatStream {
   bool EndedInToolCalls(FinishReason finish) const {
     return called_tools_ && finish == FinishReason::kStop;
   }
+  // Tool calls the model began that did not parse (returned as content):
+  // specula_tool_call_parse_failures_total.
+  int malformed_tool_calls() const { return malformed_tool_calls_; }
 
  private:
   ChatDelta Convert(ChatOutputDelta delta);
@@ -119,6 +122,7 @@ class ChatStream {
   int32_t max_tool_calls_ = 0;
   int32_t tool_calls_ = 0;  // returned so far
   bool called_tools_ = false;
+  int malformed_tool_calls_ = 0;
 };
 
 // FAILED_PRECONDITION: a chat request to a model without a chat template.

@@ -219,6 +219,9 @@ void GenerateCall::TrySend() {
       if (chunk.done && chat_->EndedInToolCalls(chunk.finish)) {
         response_.set_finish_reason(v1::TOOL_CALLS);
       }
+      if (chunk.done && env_->metrics != nullptr) {
+        env_->metrics->RecordToolCallParseFailures(chat_->malformed_tool_calls());
+      }
     }
     if (absl::Status s = SerializeResponse(response_, &response_bytes_); !s.ok()) {
       MarkFinishedLocked();

@@ -236,6 +236,11 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                             "template (\"none\": refused before routing, or no route takes it) and "
                             "status (0: the client left before an answer).")
                         .Register(r);
+  tool_call_parse_failures_ =
+      AddCounter(r, "specula_tool_call_parse_failures_total",
+                 "Tool calls a model began in its answer (a <tool_call> block, a Llama 3.1 JSON "
+                 "call) that did not parse: returned as content, so the agent saw no call. "
+                 "Strict tools make them impossible.");
   prometheus::BuildGauge()
       .Name("specula_build_info")
       .Help(
@@ -410,6 +415,10 @@ void ServerMetrics::RecordHttpRequest(std::string_view listener, std::string_vie
              {"route", std::string(route)},
              {"status", std::to_string(status)}})
       .Increment();
+}
+
+void ServerMetrics::RecordToolCallParseFailures(int count) {
+  if (count > 0) tool_call_parse_failures_->Increment(count);
 }
 
 void ServerMetrics::RecordFatal(const std::string& cause) {

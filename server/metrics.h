@@ -56,6 +56,8 @@ class ServerMetrics : public EngineObserver {
   // An HTTP request answered on `listener`: its route template (never the raw path, which would
   // make unbounded series) and status (HttpServerOptions::on_answered).
   void RecordHttpRequest(std::string_view listener, std::string_view route, int status);
+  // Tool calls a model began in its answer that did not parse (returned as content instead).
+  void RecordToolCallParseFailures(int count);
   // The server took its fatal path (Server::ReportFatal): counted by cause.
   void RecordFatal(const std::string& cause);
 
@@ -103,6 +105,7 @@ class ServerMetrics : public EngineObserver {
   prometheus::Family<prometheus::Counter>* grpc_refused_;
   prometheus::Family<prometheus::Counter>* http_refused_;
   prometheus::Family<prometheus::Counter>* http_requests_;
+  prometheus::Counter* tool_call_parse_failures_;
   prometheus::Family<prometheus::Counter>* fatal_;
 
   // Sparse KV cache.

@@ -28,6 +28,8 @@ class OpenAiAnswer {
   // Non-streaming: adds a chunk; Final() then gives the whole response.
   void Accumulate(const StreamChunk& chunk);
   OrderedJson Final();
+  // Tool calls the model began that did not parse (chat completions with tools).
+  int malformed_tool_calls() const { return chat_ ? chat_->malformed_tool_calls() : 0; }
 
  private:
   static std::string Event(const OrderedJson& object);

@@ -109,9 +109,8 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
       plain_ranges = std::move(rendered->plain_ranges);
     }
     const Tokenizer& tokenizer = env_->engine->generator().tokenizer();
-    absl::StatusOr<EngineRequest> converted =
-        ToEngineRequest(generate, tokenizer, env_->default_max_tokens, env_->max_total_tokens,
-                        plain_ranges);
+    absl::StatusOr<EngineRequest> converted = ToEngineRequest(
+        generate, tokenizer, env_->default_max_tokens, env_->max_total_tokens, plain_ranges);
     if (!converted.ok()) return Reject(converted.status());
     // Never set together with a response format's (the parsers refuse that).
     if (!tool_constraint.empty()) converted->generation.constraint = std::move(tool_constraint);
@@ -177,6 +176,9 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
       if (chunk.done) {
         exchange_->Respond(JsonResponse(200, protocol_->Final()));
       }
+    }
+    if (finished != nullptr && env_->metrics != nullptr) {
+      env_->metrics->RecordToolCallParseFailures(protocol_->malformed_tool_calls());
     }
   }
 

@@ -39,6 +39,8 @@ class OpenAiProtocol {
   virtual std::string StreamEvents(const StreamChunk& chunk) = 0;
   virtual void Accumulate(const StreamChunk& chunk) = 0;
   virtual OrderedJson Final() = 0;
+  // After the last chunk: tool calls the model began that did not parse.
+  virtual int malformed_tool_calls() const = 0;
 };
 
 // Starts a call: it owns itself until the answer is complete.

@@ -48,6 +48,7 @@ class CompletionsProtocol : public OpenAiProtocol {
   }
   void Accumulate(const StreamChunk& chunk) override { answer_->Accumulate(chunk); }
   OrderedJson Final() override { return answer_->Final(); }
+  int malformed_tool_calls() const override { return answer_->malformed_tool_calls(); }
 
  private:
   const OpenAiEndpoint endpoint_;

@@ -35,6 +35,7 @@ class ResponsesAnswer {
   OrderedJson OutputMessage() const;
 
   const std::string& id() const { return id_; }
+  int malformed_tool_calls() const { return chat_.malformed_tool_calls(); }
 
  private:
   enum class Open { kNone, kReasoning, kMessage };

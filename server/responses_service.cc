@@ -62,6 +62,7 @@ class ResponsesProtocol : public OpenAiProtocol {
     if (chunk.done) Save();
   }
   OrderedJson Final() override { return answer_->Response(); }
+  int malformed_tool_calls() const override { return answer_->malformed_tool_calls(); }
 
  private:
   // Before the client hears the end, so that it can continue the response at once.

@@ -71,6 +71,8 @@ void DriveTraffic(ServerMetrics& m) {
   m.RecordRejected(absl::StatusCode::kResourceExhausted);
   m.RecordRejected(absl::StatusCode::kResourceExhausted);
   m.RecordRejected(absl::StatusCode::kInvalidArgument);
+  m.RecordToolCallParseFailures(2);
+  m.RecordToolCallParseFailures(0);
   SparseStepStats sparse;
   sparse.pages_hit = 30;
   sparse.pages_missed = 10;
@@ -216,6 +218,7 @@ TEST(MetricsTest, ScrapeOverHttpIsValidAndCarriesEveryMetric) {
   EXPECT_LE(e.Get("process_start_time_seconds"), now + 1);
   EXPECT_GT(e.Get("process_start_time_seconds"), now - 3600);
 
+  EXPECT_EQ(e.Get("specula_tool_call_parse_failures_total"), 2);
   EXPECT_EQ(e.Get("specula_prompt_tokens_total"), 12);
   EXPECT_EQ(e.Get("specula_generation_tokens_total"), 5);
   EXPECT_EQ(e.Get("specula_num_requests_waiting"), 3);

@@ -31,6 +31,7 @@ namespace {
 void Append(chat_output_internal::ToolCallDelta tools, ChatOutputDelta& out) {
   out.content.append(tools.content);
   for (ParsedToolCall& call : tools.tool_calls) out.tool_calls.push_back(std::move(call));
+  out.malformed_tool_calls += tools.malformed;
 }
 
 }  // namespace

@@ -58,6 +58,8 @@ struct ChatOutputDelta {
   std::string content;
   std::string reasoning;
   std::vector<ParsedToolCall> tool_calls;
+  // Tool calls the model began that did not parse: their text is in `content`.
+  int malformed_tool_calls = 0;
 
   bool empty() const;
 };

@@ -23,6 +23,7 @@ ToolCallDelta HermesToolCallParser::Push(std::string_view text) {
 ToolCallDelta HermesToolCallParser::Finish() {
   ToolCallDelta out;
   // An unterminated block, or a partial "<tool_call", is content.
+  if (in_block_) ++out.malformed;
   EmitText(held_, out);
   held_.clear();
   in_block_ = false;
@@ -65,6 +66,7 @@ bool HermesToolCallParser::ScanBlock(ToolCallDelta& out) {
     seen_call_ = true;
   } else {
     EmitText(std::string_view(held_).substr(0, end), out);  // malformed: the block is content
+    ++out.malformed;
   }
   held_.erase(0, end);
   in_block_ = false;

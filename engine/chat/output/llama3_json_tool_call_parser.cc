@@ -28,6 +28,8 @@ ToolCallDelta Llama3JsonToolCallParser::Finish() {
     if (auto calls = ParseLlama3JsonToolCalls(held_); calls.has_value()) {
       out.tool_calls = *std::move(calls);
       held_.clear();
+    } else {
+      ++out.malformed;  // it began as a call ({...) and did not parse as one
     }
   }
   out.content = std::move(held_);  // not calls after all (or undecided): content, unchanged

@@ -14,6 +14,7 @@ namespace specula::chat_output_internal {
 struct ToolCallDelta {
   std::string content;
   std::vector<ParsedToolCall> tool_calls;
+  int malformed = 0;  // call blocks that did not parse (given back as content)
 };
 
 class ToolCallStage {

@@ -22,11 +22,12 @@ struct Collected {
   std::string content;
   std::string reasoning;
   std::vector<ParsedToolCall> tool_calls;
+  int malformed_tool_calls = 0;
   std::vector<ChatOutputDelta> deltas;  // one per Push, then Finish's
 
   bool SameOutput(const Collected& other) const {
     return content == other.content && reasoning == other.reasoning &&
-           tool_calls == other.tool_calls;
+           tool_calls == other.tool_calls && malformed_tool_calls == other.malformed_tool_calls;
   }
 };
 
@@ -38,6 +39,7 @@ inline Collected RunChunks(ChatOutputFormat format, bool tools_enabled,
     out.content += delta.content;
     out.reasoning += delta.reasoning;
     out.tool_calls.insert(out.tool_calls.end(), delta.tool_calls.begin(), delta.tool_calls.end());
+    out.malformed_tool_calls += delta.malformed_tool_calls;
     out.deltas.push_back(std::move(delta));
   };
   for (std::string_view chunk : chunks) add(parser.Push(chunk));

@@ -102,6 +102,7 @@ TEST(HermesTest, MalformedBlocksAreContentVerbatim) {
     Collected out = RunWhole(kHermes, true, text);
     EXPECT_THAT(out.tool_calls, IsEmpty());
     EXPECT_EQ(out.content, text);
+    EXPECT_EQ(out.malformed_tool_calls, 1);  // counted: specula_tool_call_parse_failures_total
   }
 }
 
@@ -112,6 +113,7 @@ TEST(HermesTest, MalformedBlockBetweenValidCallsIsContent) {
   EXPECT_EQ(out.tool_calls[0].name, "get_weather");
   EXPECT_EQ(out.tool_calls[1].name, "get_time");
   EXPECT_EQ(out.content, bad + "\n");  // the newline after a call is dropped, not the one after bad
+  EXPECT_EQ(out.malformed_tool_calls, 1);
 }
 
 TEST(HermesTest, ContentBeforeACall) {
@@ -165,6 +167,7 @@ TEST(HermesTest, UnterminatedBlockIsContentAtFinish) {
   ChatOutputDelta last = parser.Finish();
   EXPECT_EQ(last.content, text.substr(3));
   EXPECT_THAT(last.tool_calls, IsEmpty());
+  EXPECT_EQ(last.malformed_tool_calls, 1);
 }
 
 TEST(HermesTest, PartialOpenTagIsHeldThenReleased) {

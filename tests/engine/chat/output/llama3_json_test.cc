@@ -82,6 +82,7 @@ TEST(Llama3JsonTest, BraceOutputThatIsNotACallIsContent) {
     ChatOutputDelta last = parser.Finish();
     EXPECT_THAT(last.tool_calls, IsEmpty());
     EXPECT_EQ(last.content, text);
+    EXPECT_EQ(last.malformed_tool_calls, 1);  // it began as a call
   }
 }
 
