@@ -91,7 +91,6 @@ prometheus::Counter* AddCounter(prometheus::Registry& registry, const std::strin
   return &prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
 }
 
-// Prometheus rejects negative counter increments and a -1 "no value" would skew histograms.
 // Request lengths in tokens: powers of two from 16 to 256K (an agent's 128K context and past it).
 const prometheus::Histogram::BucketBoundaries& LengthBuckets() {
   static const auto* const kBuckets = [] {
@@ -102,6 +101,7 @@ const prometheus::Histogram::BucketBoundaries& LengthBuckets() {
   return *kBuckets;
 }
 
+// Prometheus rejects negative counter increments and a -1 "no value" would skew histograms.
 void ObserveIfValid(prometheus::Histogram* h, double v) {
   if (v >= 0) h->Observe(v);
 }
