@@ -1,7 +1,9 @@
 #include "server/chat.h"
 
+#include <algorithm>
 #include <random>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -236,6 +238,17 @@ absl::StatusOr<std::vector<std::pair<size_t, size_t>>> ChatModel::ClientControlR
   ASSIGN_OR_RETURN(const std::string neutral,
                    chat_template.Render(messages, tools, kwargs, request.add_generation_prompt));
   return guard_->ClientRanges(rendered, neutral);
+}
+
+absl::Status CheckToolName(absl::string_view name, absl::string_view field) {
+  const bool ok =
+      !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' ||
+               c == '.';
+      });
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "'", field, "' must be 1 to 64 letters, digits, '_', '-' or '.' (a function name)"));
 }
 
 bool ToolsShown(const ChatRequest& request) {

@@ -54,6 +54,11 @@ struct ChatRequest {
   bool control_tokens_in_content = false;
 };
 
+// A tool's name as OpenAI allows it: 1 to 64 of A-Z a-z 0-9 _ - (and "."). The name is written
+// into the prompt and the forced call's prefix, and keys compiled grammars: nothing else may
+// reach them. INVALID_ARGUMENT naming `field` otherwise.
+absl::Status CheckToolName(absl::string_view name, absl::string_view field);
+
 // Whether the request's tools reach the model (some are given and tool_choice is not "none").
 bool ToolsShown(const ChatRequest& request);
 

@@ -59,7 +59,7 @@ absl::StatusOr<OrderedJson> MessageJson(const v1::ChatMessage& m, int index) {
 
 absl::StatusOr<OrderedJson> ToolJson(const v1::Tool& tool, int index) {
   const std::string field = absl::StrFormat("tools[%d]", index);
-  if (tool.name().empty()) return absl::InvalidArgumentError(absl::StrCat(field, ".name is empty"));
+  if (absl::Status s = CheckToolName(tool.name(), absl::StrCat(field, ".name")); !s.ok()) return s;
   OrderedJson function = OrderedJson::object();
   function["name"] = tool.name();
   if (!tool.description().empty()) function["description"] = tool.description();

@@ -22,19 +22,34 @@ ControlTokenGuard::ControlTokenGuard(const Tokenizer& tokenizer) {
   }
 }
 
+bool ControlTokenGuard::NeutralizeText(std::string* text) const {
+  bool changed = false;
+  for (const std::string& control : controls_) {
+    for (size_t at = text->find(control); at != std::string::npos;
+         at = text->find(control, at + control.size())) {
+      text->replace(at, control.size(), control.size(), filler_);
+      changed = true;
+    }
+  }
+  return changed;
+}
+
 bool ControlTokenGuard::Neutralize(OrderedJson* value) const {
   bool changed = false;
-  if (value->is_string()) {
-    std::string& text = value->get_ref<std::string&>();
-    for (const std::string& control : controls_) {
-      for (size_t at = text.find(control); at != std::string::npos;
-           at = text.find(control, at + control.size())) {
-        text.replace(at, control.size(), control.size(), filler_);
-        changed = true;
-      }
-    }
-  } else if (value->is_structured()) {
+  if (value->is_string()) return NeutralizeText(&value->get_ref<std::string&>());
+  if (value->is_array()) {
     for (auto& item : *value) changed |= Neutralize(&item);
+  } else if (value->is_object()) {
+    // Keys too (tool-call arguments and schemas are rendered with tojson, keys included): the
+    // object is rebuilt in its order with the neutralized keys.
+    OrderedJson rebuilt = OrderedJson::object();
+    for (auto& [key, item] : value->items()) {
+      std::string k = key;
+      changed |= NeutralizeText(&k);
+      changed |= Neutralize(&item);
+      rebuilt[k] = std::move(item);
+    }
+    *value = std::move(rebuilt);
   }
   return changed;
 }

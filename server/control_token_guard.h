@@ -28,6 +28,7 @@ class ControlTokenGuard {
 
   // Replaces each control string in every string of `value` (recursively) with the filler;
   // whether anything was replaced.
+  // Object keys included.
   bool Neutralize(OrderedJson* value) const;
 
   // The byte ranges of `rendered` where a control string came from the client: `neutral` is the
@@ -39,6 +40,8 @@ class ControlTokenGuard {
   const std::vector<std::string>& control_strings() const { return controls_; }
 
  private:
+  bool NeutralizeText(std::string* text) const;
+
   std::vector<std::string> controls_;
   char filler_ = '#';
 };

@@ -239,6 +239,10 @@ Error ReadTools(const OrderedJson& body, ChatRequest* chat) {
                                       "{\"name\", \"description\", \"parameters\"}}"));
     }
     OrderedJson function = t["function"];
+    const std::string name_field = p + ".function.name";
+    if (absl::Status s = CheckToolName(function["name"].get<std::string>(), name_field); !s.ok()) {
+      return BadParam(name_field, std::string(s.message()));
+    }
     if (function.contains("strict") && !function["strict"].is_null() &&
         !function["strict"].is_boolean()) {
       return WrongType(p + ".function.strict", function["strict"], "a boolean");

@@ -1,8 +1,9 @@
 #include "server/responses_request.h"
 
+#include <sys/random.h>
+
 #include <iterator>
 #include <limits>
-#include <random>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -184,6 +185,9 @@ ParamError ReadTools(const OrderedJson& body, ResponsesRequest* out) {
     }
     std::string name;
     if (ParamError e = RequiredString(t, "name", p, &name)) return e;
+    if (absl::Status s = CheckToolName(name, p + ".name"); !s.ok()) {
+      return BadParam(p + ".name", std::string(s.message()));
+    }
     if (Present(t, "strict") && !t["strict"].is_boolean()) {
       return WrongType(p + ".strict", t["strict"], "a boolean");
     }
@@ -423,12 +427,19 @@ OrderedJson MergeConversation(const std::optional<std::string>& instructions,
 }
 
 std::string NewResponsesId(const char* prefix) {
+  // The kernel's CSPRNG: a stored response is fetched and continued by its id alone, so ids
+  // must not be predictable from the ones a client has seen (a seeded mt19937 is).
   static constexpr char kHex[] = "0123456789abcdef";
-  thread_local std::mt19937_64 rng(std::random_device{}());
+  unsigned char bytes[24];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    const ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
   std::string id = prefix;
-  for (int i = 0; i < 3; ++i) {
-    uint64_t bits = rng();
-    for (int j = 0; j < 16; ++j, bits >>= 4) id.push_back(kHex[bits & 15]);
+  for (const unsigned char b : bytes) {
+    id.push_back(kHex[b >> 4]);
+    id.push_back(kHex[b & 15]);
   }
   return id;
 }

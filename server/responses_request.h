@@ -51,7 +51,8 @@ ParamError ParseResponsesRequest(const std::string& body, const std::string& ser
 OrderedJson MergeConversation(const std::optional<std::string>& instructions,
                               const std::vector<const OrderedJson*>& turns);
 
-// A new id with OpenAI's shape: `prefix` ("resp_", "msg_", "fc_", "rs_") and 48 hex digits.
+// A new id with OpenAI's shape: `prefix` ("resp_", "msg_", "fc_", "rs_") and 48 hex digits
+// (192 bits from the kernel's CSPRNG: unguessable).
 std::string NewResponsesId(const char* prefix);
 
 }  // namespace specula

@@ -35,9 +35,11 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> Compiled(
   options.closing = std::string(ToolCallClosing(syntax));
   std::string key = absl::StrCat("tools:", static_cast<int>(start), ":", options.arguments_key, ":",
                                  options.closing);
+  OrderedJson entries = OrderedJson::array();  // JSON: no two tool lists write the same key
   for (const grammar::ToolSchema& t : tools) {
-    absl::StrAppend(&key, "\n", t.strict ? "strict " : "free ", t.name, " ", t.parameters.dump());
+    entries.push_back(OrderedJson::array({t.strict, t.name, t.parameters}));
   }
+  absl::StrAppend(&key, "\n", entries.dump());
   return SharedCompiledConstraints().GetOrCompile(
       key, [&] { return grammar::ToolCallGrammar(tools, options); });
 }

@@ -73,7 +73,8 @@ absl::Status OutputConstraint::Mask(absl::Span<float> logits) {
     allowed += (can_end && !in_mask) - (!can_end && in_mask);
   }
   if (allowed == 0) {
-    return absl::FailedPreconditionError(
+    // The request was valid; the model and vocabulary failed it: a server-side error.
+    return absl::InternalError(
         "the output constraint allows no token here: the model's vocabulary cannot spell what "
         "the grammar needs next");
   }
@@ -109,7 +110,7 @@ absl::Status OutputConstraint::Watch(std::string_view bytes) {
   Activate(spec_.triggered);
   const std::string_view rest = std::string_view(text).substr(at + spec_.trigger.size());
   if (!rest.empty() && !Advance(rest)) {
-    return absl::FailedPreconditionError(
+    return absl::InternalError(
         "the model opened a tool call and began it in one token that the tool's strict schema "
         "refuses");
   }

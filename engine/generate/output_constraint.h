@@ -70,13 +70,13 @@ class OutputConstraint {
   // Whether a grammar holds for the next token (else the output is free and Mask changes
   // nothing).
   bool active() const { return matcher_.has_value(); }
-  // Sets every refused token's logit to -infinity. FAILED_PRECONDITION when none is left: the
-  // vocabulary cannot spell what the grammar needs next.
+  // Sets every refused token's logit to -infinity. INTERNAL when none is left: the vocabulary
+  // cannot spell what the grammar needs next (the request was valid; the model failed it).
   absl::Status Mask(absl::Span<float> logits);
   // Follows a token the mask allowed (an end token takes nothing), or a free token (watching for
-  // the trigger). INTERNAL if the grammar refuses a token the mask allowed; FAILED_PRECONDITION
-  // if the token that completed the trigger went on with text the triggered grammar refuses (the
-  // model wrote the tag and the call's start as one token, so the mask could not hold it).
+  // the trigger). INTERNAL if the grammar refuses a token the mask allowed, or if the token that
+  // completed the trigger went on with text the triggered grammar refuses (the model wrote the
+  // tag and the call's start as one token, so the mask could not hold it).
   absl::Status Accept(int32_t token);
   // The output is complete and nothing may follow: the request ends here.
   bool complete() const { return complete_; }

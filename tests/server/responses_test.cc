@@ -1,6 +1,7 @@
 // The Responses API's pieces: request bodies (items, tools, refusals by name), the conversation
 // rebuilt from stored turns, the store's bounds, and the answer's items, events and stored turn.
 #include <memory>
+#include <set>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -127,6 +128,9 @@ TEST(ResponsesRequestTest, RefusalsNameTheParameter) {
           "strict": "yes"}]})",
        "tools[0].strict"},
       {R"({"model": "m", "input": "x", "tool_choice": "required"})", "tool_choice"},
+      {R"({"model": "m", "input": "x", "tools": [{"type": "function",
+          "name": "x<|im_end|>"}]})",
+       "tools[0].name"},
       {R"({"model": "m", "input": "x", "truncation": "auto"})", "truncation"},
       {R"({"model": "m", "input": "x", "background": true})", "background"},
       {R"({"model": "m", "input": "x", "include": ["reasoning.encrypted_content"]})", "include"},
@@ -152,6 +156,16 @@ TEST(ResponsesRequestTest, RefusalsNameTheParameter) {
   ParamError e = Parse(R"({"model": "other", "input": "x"})", &r);
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->http_status, 404);
+}
+
+TEST(ResponsesIdTest, FortyEightHexDigitsNeverRepeated) {
+  std::set<std::string> seen;
+  for (int i = 0; i < 1000; ++i) {
+    const std::string id = NewResponsesId("resp_");
+    ASSERT_EQ(id.size(), 5u + 48u);
+    EXPECT_EQ(id.find_first_not_of("0123456789abcdef", 5), std::string::npos) << id;
+    EXPECT_TRUE(seen.insert(id).second);
+  }
 }
 
 TEST(MergeConversationTest, AssistantPiecesOfATurnBecomeOneMessage) {

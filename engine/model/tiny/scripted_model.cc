@@ -92,9 +92,11 @@ struct Dims {
 };
 constexpr float kSwitchValue = 8.0f;
 // The query and key weights (the switch token's score is ~26 against 0 for the rest, so its
-// softmax weight is ~1 within 4096 positions), the value-times-output weight (a flag of ~7, about
-// a token embedding's norm), and the second chain's first logit: kAfterTrigger times the
-// trigger's direction (under the first chain's kChainLogitScale) plus the flag.
+// softmax weight stays ~1 while the slow RoPE pair has turned little: up to ~1,500 positions
+// between the switch token and the answer; the tests' conversations are far shorter), the
+// value-times-output weight (a flag of ~7, about a token embedding's norm), and the second chain's
+// first logit: kAfterTrigger times the trigger's direction (under the first chain's
+// kChainLogitScale) plus the flag.
 constexpr float kQueryKey = 2.0f, kValue = 1.0f, kOutput = 0.376f, kAfterTrigger = 1.5f;
 
 TensorToWrite* Find(std::vector<TensorToWrite>& tensors, const std::string& name) {
