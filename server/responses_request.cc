@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
 #include <iterator>
 #include <limits>
 
@@ -392,7 +393,16 @@ void MergeInto(OrderedJson* merged, const OrderedJson& piece) {
   }
   if (piece.contains("tool_calls")) {
     if (!merged->contains("tool_calls")) (*merged)["tool_calls"] = OrderedJson::array();
-    for (const OrderedJson& call : piece["tool_calls"]) (*merged)["tool_calls"].push_back(call);
+    OrderedJson& calls = (*merged)["tool_calls"];
+    for (const OrderedJson& call : piece["tool_calls"]) {
+      // A client that sends the previous response's function_call items again along with
+      // previous_response_id: the stored call is the same call, kept once.
+      const bool again =
+          call.contains("id") && std::any_of(calls.begin(), calls.end(), [&](const OrderedJson& c) {
+            return c.contains("id") && c["id"] == call["id"];
+          });
+      if (!again) calls.push_back(call);
+    }
   }
 }
 

@@ -189,6 +189,15 @@ TEST(MergeConversationTest, AssistantPiecesOfATurnBecomeOneMessage) {
       {"role": "assistant", "content": "done"},
       {"role": "assistant", "content": "and more"}])"));
   EXPECT_EQ(MergeConversation(std::nullopt, {&second})[0]["role"], "tool");
+  // The previous response's call sent again with previous_response_id: kept once.
+  const OrderedJson stored = OrderedJson::parse(R"([{"role": "user", "content": "q"},
+      {"role": "assistant", "content": "", "tool_calls": [{"id": "a"}]}])");
+  const OrderedJson resent = OrderedJson::parse(R"([
+      {"role": "assistant", "content": "", "tool_calls": [{"id": "a"}]},
+      {"role": "tool", "tool_call_id": "a", "content": "1"}])");
+  const OrderedJson once = MergeConversation(std::nullopt, {&stored, &resent});
+  ASSERT_EQ(once.size(), 3u);
+  EXPECT_EQ(once[1]["tool_calls"].size(), 1u);
 }
 
 std::shared_ptr<StoredResponse> Stored(const std::string& id,
