@@ -5,22 +5,19 @@
 #pragma once
 
 #include "absl/status/status.h"
-#include "absl/strings/cord.h"
 #include "absl/strings/string_view.h"
+#include "engine/common/status_mark.h"
 
 namespace specula {
 
 inline constexpr absl::string_view kNeverFitsPayload = "specula/never-fits";
 
 inline absl::Status NeverFitsError(absl::string_view message) {
-  absl::Status s = absl::ResourceExhaustedError(message);
-  s.SetPayload(kNeverFitsPayload, absl::Cord("1"));
-  return s;
+  return WithMark(absl::ResourceExhaustedError(message), kNeverFitsPayload);
 }
 
 inline bool IsNeverFits(const absl::Status& status) {
-  return status.code() == absl::StatusCode::kResourceExhausted &&
-         status.GetPayload(kNeverFitsPayload).has_value();
+  return HasMark(status, absl::StatusCode::kResourceExhausted, kNeverFitsPayload);
 }
 
 }  // namespace specula

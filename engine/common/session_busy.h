@@ -4,22 +4,19 @@
 #pragma once
 
 #include "absl/status/status.h"
-#include "absl/strings/cord.h"
 #include "absl/strings/string_view.h"
+#include "engine/common/status_mark.h"
 
 namespace specula {
 
 inline constexpr absl::string_view kSessionBusyPayload = "specula/session-busy";
 
 inline absl::Status SessionBusyError(absl::string_view message) {
-  absl::Status s = absl::FailedPreconditionError(message);
-  s.SetPayload(kSessionBusyPayload, absl::Cord("1"));
-  return s;
+  return WithMark(absl::FailedPreconditionError(message), kSessionBusyPayload);
 }
 
 inline bool IsSessionBusy(const absl::Status& status) {
-  return status.code() == absl::StatusCode::kFailedPrecondition &&
-         status.GetPayload(kSessionBusyPayload).has_value();
+  return HasMark(status, absl::StatusCode::kFailedPrecondition, kSessionBusyPayload);
 }
 
 }  // namespace specula
