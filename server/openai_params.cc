@@ -17,11 +17,11 @@ const char* JsonTypeName(const OrderedJson& v) {
   return "an object";
 }
 
+}  // namespace
+
 bool Present(const OrderedJson& body, const std::string& key) {
   return body.contains(key) && !body[key].is_null();
 }
-
-}  // namespace
 
 OpenAiError BadParam(std::string param, std::string message) {
   return {400, "invalid_request_error", std::move(message), std::move(param), ""};

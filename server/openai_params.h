@@ -33,6 +33,8 @@ ParamError ReadBody(const std::string& text, const absl::flat_hash_set<std::stri
 OpenAiError BadParam(std::string param, std::string message);
 // "'param' must be <expected>, got <the JSON type of v>".
 OpenAiError WrongType(const std::string& param, const OrderedJson& v, const char* expected);
+// Whether `body` has `key` with a value other than null (an absent parameter).
+bool Present(const OrderedJson& body, const std::string& key);
 // Whether object `o` has `key` and it is the string `value`. (json::value(key, default) throws
 // when the key holds another type, which on a worker thread would end the process.)
 bool IsString(const OrderedJson& o, const char* key, const char* value);

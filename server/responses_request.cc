@@ -31,8 +31,6 @@ constexpr IgnoredParam kIgnored[] = {{"metadata", &OrderedJson::is_object, "an o
                                      {"prompt_cache_key", &OrderedJson::is_string, "a string"},
                                      {"safety_identifier", &OrderedJson::is_string, "a string"}};
 
-bool Present(const OrderedJson& o, const char* key) { return o.contains(key) && !o[key].is_null(); }
-
 // Text content: a string, or an array of text parts (input_text, output_text, text; an
 // assistant's refusal counts as its text), joined. Images, files and audio are refused.
 ParamError ReadText(const OrderedJson& v, const std::string& param, std::string* out) {
