@@ -228,13 +228,16 @@ std::string ChatModel::ForcedPrefix(const ToolChoice& choice) const {
 absl::StatusOr<std::vector<std::pair<size_t, size_t>>> ChatModel::ClientControlRanges(
     const ChatTemplate& chat_template, const ChatRequest& request, bool tools_shown,
     std::string_view rendered) const {
-  OrderedJson messages = request.messages;
-  OrderedJson tools = tools_shown ? request.tools : OrderedJson();
+  const OrderedJson no_tools;
+  const OrderedJson& shown_tools = tools_shown ? request.tools : no_tools;
   OrderedJson kwargs = KwargsWithEffort(request);
-  // Every string is looked at (no short circuit).
-  const bool changed =
-      guard_->Neutralize(&messages) | guard_->Neutralize(&tools) | guard_->Neutralize(&kwargs);
-  if (!changed) return std::vector<std::pair<size_t, size_t>>();
+  // Most conversations hold no control text: they are read, never copied.
+  if (!guard_->Holds(request.messages) && !guard_->Holds(shown_tools) && !guard_->Holds(kwargs)) {
+    return std::vector<std::pair<size_t, size_t>>();
+  }
+  OrderedJson messages = request.messages;
+  OrderedJson tools = shown_tools;
+  for (OrderedJson* value : {&messages, &tools, &kwargs}) guard_->Neutralize(value);
   ASSIGN_OR_RETURN(const std::string neutral,
                    chat_template.Render(messages, tools, kwargs, request.add_generation_prompt));
   return guard_->ClientRanges(rendered, neutral);

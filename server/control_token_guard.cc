@@ -34,6 +34,26 @@ bool ControlTokenGuard::NeutralizeText(std::string* text) const {
   return changed;
 }
 
+bool ControlTokenGuard::HoldsText(std::string_view text) const {
+  return std::any_of(controls_.begin(), controls_.end(), [text](const std::string& control) {
+    return text.find(control) != std::string_view::npos;
+  });
+}
+
+bool ControlTokenGuard::Holds(const OrderedJson& value) const {
+  if (value.is_string()) return HoldsText(value.get_ref<const std::string&>());
+  if (value.is_array()) {
+    return std::any_of(value.begin(), value.end(),
+                       [this](const OrderedJson& item) { return Holds(item); });
+  }
+  if (value.is_object()) {
+    for (const auto& [key, item] : value.items()) {
+      if (HoldsText(key) || Holds(item)) return true;
+    }
+  }
+  return false;
+}
+
 bool ControlTokenGuard::Neutralize(OrderedJson* value) const {
   bool changed = false;
   if (value->is_string()) return NeutralizeText(&value->get_ref<std::string&>());

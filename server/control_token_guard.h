@@ -30,6 +30,9 @@ class ControlTokenGuard {
   // whether anything was replaced.
   // Object keys included.
   bool Neutralize(OrderedJson* value) const;
+  // Whether any string of `value` (keys included) holds a control string: Neutralize would
+  // change it. Reads only, so a conversation without control text is never copied.
+  bool Holds(const OrderedJson& value) const;
 
   // The byte ranges of `rendered` where a control string came from the client: `neutral` is the
   // same template's rendering of the neutralized conversation. INVALID_ARGUMENT when the two
@@ -41,6 +44,7 @@ class ControlTokenGuard {
 
  private:
   bool NeutralizeText(std::string* text) const;
+  bool HoldsText(std::string_view text) const;
 
   std::vector<std::string> controls_;
   char filler_ = '#';
