@@ -10,11 +10,13 @@ ResponsesAnswer::ResponsesAnswer(const ResponsesRequest& request, std::string re
                                  ChatStream chat)
     : echo_(request.echo),
       model_(request.model),
+      streaming_(request.stream),
       id_(std::move(response_id)),
       created_at_(absl::ToUnixSeconds(absl::Now())),
       chat_(std::move(chat)) {}
 
 std::string ResponsesAnswer::Event(const char* type, OrderedJson fields) {
+  if (!streaming_) return "";  // a JSON answer: the items are kept, no event is written
   OrderedJson event = {{"type", type}, {"sequence_number", sequence_++}};
   for (auto& [key, value] : fields.items()) event[key] = std::move(value);
   return absl::StrCat("event: ", type,

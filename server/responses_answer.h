@@ -24,7 +24,7 @@ class ResponsesAnswer {
   // closes the open item and ends with response.completed, .incomplete (max_output_tokens) or
   // .failed.
   std::string StreamEvents(const StreamChunk& chunk);
-  // Non-streaming: adds a chunk.
+  // Non-streaming: adds a chunk (the items, without writing events).
   void Accumulate(const StreamChunk& chunk) { StreamEvents(chunk); }
 
   // After the last chunk: the response object (what POST returns and GET repeats).
@@ -50,6 +50,7 @@ class ResponsesAnswer {
 
   const OrderedJson echo_;
   const std::string model_;
+  const bool streaming_;  // events are written (else only the items and the response are kept)
   const std::string id_;
   const int64_t created_at_;
   ChatStream chat_;
