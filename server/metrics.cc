@@ -75,10 +75,13 @@ const char* FinishLabel(FinishReason reason) {
   return "none";
 }
 
+// `labels`: constant labels of the family (the request metrics' model).
 prometheus::Histogram* AddHistogram(prometheus::Registry& registry, const std::string& name,
                                     const std::string& help,
-                                    const prometheus::Histogram::BucketBoundaries& buckets) {
-  return &prometheus::BuildHistogram().Name(name).Help(help).Register(registry).Add({}, buckets);
+                                    const prometheus::Histogram::BucketBoundaries& buckets,
+                                    const prometheus::Labels& labels = {}) {
+  return &prometheus::BuildHistogram().Name(name).Help(help).Labels(labels).Register(registry).Add(
+      {}, buckets);
 }
 
 prometheus::Gauge* AddGauge(prometheus::Registry& registry, const std::string& name,
@@ -87,8 +90,9 @@ prometheus::Gauge* AddGauge(prometheus::Registry& registry, const std::string& n
 }
 
 prometheus::Counter* AddCounter(prometheus::Registry& registry, const std::string& name,
-                                const std::string& help) {
-  return &prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
+                                const std::string& help, const prometheus::Labels& labels = {}) {
+  return &prometheus::BuildCounter().Name(name).Help(help).Labels(labels).Register(registry).Add(
+      {});
 }
 
 // Request lengths in tokens: powers of two from 16 to 256K (an agent's 128K context and past it).
@@ -108,24 +112,28 @@ void ObserveIfValid(prometheus::Histogram* h, double v) {
 
 }  // namespace
 
-ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+ServerMetrics::ServerMetrics(const std::string& model)
+    : registry_(std::make_shared<prometheus::Registry>()) {
   prometheus::Registry& r = *registry_;
+  // The request metrics say which model served them, so one dashboard and one set of rules
+  // cover every deployment; engine-wide gauges (KV, batch) describe the process, not a model.
+  const prometheus::Labels m = {{"model", model}};
   ttft_ = AddHistogram(r, "specula_time_to_first_token_seconds",
                        "Time from request submission to its first generated token (TTFT), "
                        "including queueing and prefill.",
-                       LatencyBuckets());
+                       LatencyBuckets(), m);
   tbt_ = AddHistogram(r, "specula_time_between_tokens_seconds",
                       "Time between consecutive generated tokens of one request (TBT, "
                       "inter-token latency); one sample per token after the first.",
-                      TokenBuckets());
+                      TokenBuckets(), m);
   e2e_ = AddHistogram(r, "specula_e2e_request_latency_seconds",
                       "Time from request submission until it left the engine (finished, "
                       "cancelled or failed).",
-                      E2eBuckets());
+                      E2eBuckets(), m);
   queue_time_ = AddHistogram(r, "specula_request_queue_time_seconds",
                              "Time a request waited in the queue before the scheduler admitted "
                              "it into the running batch.",
-                             LatencyBuckets());
+                             LatencyBuckets(), m);
   batch_size_ = AddHistogram(r, "specula_batch_size",
                              "Sequences decoded together in one engine step (steps that decoded "
                              "at least one sequence).",
@@ -137,10 +145,10 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
   prompt_length_ = AddHistogram(r, "specula_request_prompt_tokens",
                                 "Prompt length of each request that reached the engine, in "
                                 "tokens (after the chat template).",
-                                LengthBuckets());
+                                LengthBuckets(), m);
   output_length_ =
       AddHistogram(r, "specula_request_output_tokens",
-                   "Tokens each request that reached the engine generated.", LengthBuckets());
+                   "Tokens each request that reached the engine generated.", LengthBuckets(), m);
   running_ = AddGauge(r, "specula_num_requests_running",
                       "Requests in the running batch (admitted, holding KV cache).");
   waiting_ = AddGauge(r, "specula_num_requests_waiting",
@@ -154,14 +162,15 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                              "Fraction of KV cache blocks in use, 0 to 1; near 1 new requests "
                              "wait for memory.");
   prompt_tokens_ = AddCounter(r, "specula_prompt_tokens_total",
-                              "Prompt tokens of requests admitted into the running batch.");
+                              "Prompt tokens of requests admitted into the running batch.", m);
   generation_tokens_ =
-      AddCounter(r, "specula_generation_tokens_total", "Tokens generated, over all requests.");
+      AddCounter(r, "specula_generation_tokens_total", "Tokens generated, over all requests.", m);
   prefix_hit_tokens_ = AddCounter(
       r, "specula_prefix_cache_hit_tokens_total",
       "Prompt tokens of admitted requests whose KV came from the prefix cache (a session's "
       "earlier turns or a shared prefix) instead of being computed; divide by "
-      "specula_prompt_tokens_total for the hit ratio.");
+      "specula_prompt_tokens_total for the hit ratio.",
+      m);
   kv_blocks_cached_ = AddGauge(r, "specula_kv_cache_blocks_cached",
                                "KV cache blocks kept by the prefix cache that no request or "
                                "session holds: reusable, and free for admission (not in "
@@ -197,6 +206,7 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                        "Requests that ended, by finish_reason (stop, length, stop_sequence, "
                        "cancelled, or none when it failed or was refused) and by the gRPC "
                        "status code the client received.")
+                   .Labels(m)
                    .Register(r);
   // Series for the normal outcomes exist from the start, so rate() works before the first one.
   for (const char* finish : {"stop", "length", "stop_sequence"}) {
@@ -240,7 +250,8 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
       AddCounter(r, "specula_tool_call_parse_failures_total",
                  "Tool calls a model began in its answer (a <tool_call> block, a Llama 3.1 JSON "
                  "call) that did not parse: returned as content, so the agent saw no call. "
-                 "Strict tools make them impossible.");
+                 "Strict tools make them impossible.",
+                 m);
   prometheus::BuildGauge()
       .Name("specula_build_info")
       .Help(

@@ -31,7 +31,8 @@ class ServerMetrics : public EngineObserver {
   // specula_prefetch_hit_ratio is over this many of the most recent steps that selected pages.
   static constexpr int kHitRatioWindowSteps = 256;
 
-  ServerMetrics();
+  // `model`: the served model id, the `model` label of the request metrics.
+  explicit ServerMetrics(const std::string& model);
   ~ServerMetrics() override;
   ServerMetrics(const ServerMetrics&) = delete;
   ServerMetrics& operator=(const ServerMetrics&) = delete;

@@ -202,6 +202,16 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
 
 namespace {
 
+// The model's id in the APIs and the metrics: model.name, else the model directory's last
+// component.
+std::string ServedModelName(const ServerConfig& config) {
+  if (!config.model.name.empty()) return config.model.name;
+  std::string path = config.model.path;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
 // server.connections' limits, for both HTTP listeners.
 HttpServerOptions HttpConnectionOptions(const ServerSection& s) {
   HttpServerOptions options;
@@ -216,7 +226,8 @@ HttpServerOptions HttpConnectionOptions(const ServerSection& s) {
 }  // namespace
 
 absl::Status Server::StartMetrics(const ServerConfig& config) {
-  metrics_ = std::make_unique<ServerMetrics>();
+  served_model_name_ = ServedModelName(config);
+  metrics_ = std::make_unique<ServerMetrics>(served_model_name_);
   if (config.server.metrics_listen.empty()) return absl::OkStatus();
   metrics_->set_exposer_options(HttpConnectionOptions(config.server));
   if (absl::Status st = metrics_->StartExposer(config.server.metrics_listen); !st.ok()) {
@@ -414,21 +425,7 @@ void Server::SetFatalHandler(std::function<void()> handler) {
   if (already && handler) handler();
 }
 
-namespace {
-
-// The OpenAI API's model id: model.name, else the model directory's last component.
-std::string ServedModelName(const ServerConfig& config) {
-  if (!config.model.name.empty()) return config.model.name;
-  std::string path = config.model.path;
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-}  // namespace
-
 absl::Status Server::StartHttp(const ServerConfig& config, const v1::ModelInfo& model_info) {
-  served_model_name_ = ServedModelName(config);
   if (config.server.http_listen.empty()) return absl::OkStatus();
   responses_ = std::make_unique<ResponseStore>(config.server.responses_max_stored,
                                                absl::Seconds(config.server.responses_ttl_seconds));

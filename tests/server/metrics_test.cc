@@ -34,6 +34,8 @@ using ::specula::testing::ScrapeMetrics;
 using ::specula::testing::SparseMetricFamilies;
 using ::testing::HasSubstr;
 
+constexpr char kModel[] = "test-model";
+
 Exposition Scrape(const ServerMetrics& metrics) { return ScrapeMetrics(metrics.metrics_port()); }
 
 // Reads one unlabelled gauge straight from the registry (no HTTP round trip).
@@ -98,7 +100,7 @@ void DriveTraffic(ServerMetrics& m) {
 // The prefix cache's counters arrive as running totals in EngineLoad; the Prometheus counters
 // must advance by the differences, never twice for the same evictions.
 TEST(MetricsTest, PrefixCacheAndSessionMetricsFollowTheLoad) {
-  ServerMetrics m;
+  ServerMetrics m(kModel);
   m.OnAdmitted(Admission{"r1", 100, 64, 0.001});
   m.OnAdmitted(Admission{"r2", 50, 0, 0.001});
   EngineLoad load;
@@ -130,7 +132,7 @@ TEST(MetricsTest, PrefixCacheAndSessionMetricsFollowTheLoad) {
 }
 
 TEST(MetricsTest, ScrapeOverHttpIsValidAndCarriesEveryMetric) {
-  ServerMetrics metrics;
+  ServerMetrics metrics(kModel);
   EXPECT_EQ(metrics.metrics_port(), 0);
   ASSERT_TRUE(metrics.StartExposer("127.0.0.1:0").ok());
   ASSERT_GT(metrics.metrics_port(), 0);
@@ -258,7 +260,7 @@ TEST(MetricsTest, ScrapeOverHttpIsValidAndCarriesEveryMetric) {
 }
 
 TEST(MetricsTest, PrefetchHitRatioIsOverTheRecentStepsThatSelectedPages) {
-  ServerMetrics metrics;
+  ServerMetrics metrics(kModel);
   auto ratio = [&] { return GaugeValue(metrics, "specula_prefetch_hit_ratio"); };
   auto step = [&](int64_t hits, int64_t misses, int64_t late = 0) {
     SparseStepStats s;
@@ -311,7 +313,7 @@ TEST(ProcessMetricsTest, FollowTheProcess) {
 // The README's metrics table names every family the server exports, and nothing else: a new
 // metric without its row, or a row for a metric that is gone, fails here.
 TEST(MetricsTest, TheReadmeTableListsExactlyTheExportedFamilies) {
-  ServerMetrics metrics;
+  ServerMetrics metrics(kModel);
   // Labelled families appear with their first sample.
   metrics.RecordFatal("test");
   metrics.RecordHttpRequest("openai", "/v1/models", 200);
@@ -348,7 +350,7 @@ TEST(MetricsTest, ParserRejectsMalformedExposition) {
 }
 
 TEST(MetricsTest, ZeroTotalKvBlocksGivesZeroRatio) {
-  ServerMetrics metrics;
+  ServerMetrics metrics(kModel);
   metrics.OnLoad({/*waiting=*/0, /*running=*/0, /*kv_blocks_used=*/0, /*kv_blocks_total=*/0,
                   /*kv_page_size=*/16});
   EXPECT_EQ(GaugeValue(metrics, "specula_kv_cache_usage_ratio"), 0);
@@ -358,7 +360,7 @@ TEST(MetricsTest, ZeroTotalKvBlocksGivesZeroRatio) {
 }
 
 TEST(MetricsTest, RecordRejectedIsThreadSafe) {
-  ServerMetrics metrics;
+  ServerMetrics metrics(kModel);
   ASSERT_TRUE(metrics.StartExposer("127.0.0.1:0").ok());
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
@@ -376,7 +378,7 @@ TEST(MetricsTest, RecordRejectedIsThreadSafe) {
 }
 
 TEST(MetricsTest, StartExposerErrors) {
-  ServerMetrics metrics;
+  ServerMetrics metrics(kModel);
   absl::Status s = metrics.StartExposer("nonsense");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("'nonsense'"));
@@ -387,15 +389,62 @@ TEST(MetricsTest, StartExposerErrors) {
 
   // The port is taken by the first exposer.
   const std::string taken = absl::StrCat("127.0.0.1:", metrics.metrics_port());
-  ServerMetrics other;
+  ServerMetrics other(kModel);
   s = other.StartExposer(taken);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(s.message()), HasSubstr(taken));
   EXPECT_EQ(other.metrics_port(), 0);
 }
 
+// Request metrics carry the served model (dashboards and rules select and group by it); the
+// engine-wide ones describe the process and carry none.
+TEST(MetricsTest, RequestMetricsCarryTheModelLabel) {
+  ServerMetrics metrics(kModel);
+  DriveTraffic(metrics);
+  const std::set<std::string> labelled = {
+      "specula_time_to_first_token_seconds",   "specula_time_between_tokens_seconds",
+      "specula_e2e_request_latency_seconds",   "specula_request_queue_time_seconds",
+      "specula_request_prompt_tokens",         "specula_request_output_tokens",
+      "specula_prompt_tokens_total",           "specula_generation_tokens_total",
+      "specula_prefix_cache_hit_tokens_total", "specula_requests_total",
+      "specula_tool_call_parse_failures_total"};
+  std::set<std::string> seen;
+  for (const auto& family : metrics.registry()->Collect()) {
+    for (const auto& metric : family.metric) {
+      const auto model = std::find_if(metric.label.begin(), metric.label.end(),
+                                      [](const auto& l) { return l.name == "model"; });
+      if (labelled.count(family.name)) {
+        ASSERT_NE(model, metric.label.end()) << family.name;
+        EXPECT_EQ(model->value, kModel) << family.name;
+        seen.insert(family.name);
+      } else {
+        EXPECT_EQ(model, metric.label.end()) << family.name;
+      }
+    }
+  }
+  EXPECT_EQ(seen, labelled);
+  const Exposition e = ParseExposition(metrics.Exposition());
+  EXPECT_EQ(e.Get(R"(specula_requests_total{code="OK",finish_reason="stop",model="test-model"})"),
+            1);
+  EXPECT_EQ(e.Get(R"(specula_generation_tokens_total{model="test-model"})"), 5);
+}
+
+// Get selects as PromQL does: the labels given must be present, others may be; it answers only
+// when exactly one sample matches.
+TEST(MetricsTest, ExpositionGetSelectsTheOneSampleWithTheGivenLabels) {
+  const Exposition e = ParseExposition(
+      "# TYPE c counter\nc{a=\"x\",m=\"1\"} 3\nc{a=\"y\",m=\"1\"} 4\n# TYPE cc counter\ncc 9\n");
+  ASSERT_THAT(e.errors, ::testing::IsEmpty());
+  EXPECT_EQ(e.Get(R"(c{a="x"})"), 3);
+  EXPECT_EQ(e.Get(R"(c{a="y",m="1"})"), 4);
+  EXPECT_TRUE(std::isnan(e.Get("c")));  // two samples match
+  EXPECT_TRUE(std::isnan(e.Get(R"(c{a="z"})")));
+  EXPECT_TRUE(std::isnan(e.Get(R"(c{m="2"})")));
+  EXPECT_EQ(e.Get("cc"), 9);
+}
+
 TEST(MetricsTest, RegistryIsScrapableWithoutExposer) {
-  ServerMetrics metrics;
+  ServerMetrics metrics(kModel);
   metrics.OnFirstToken(0.2);
   const auto families = metrics.registry()->Collect();
   bool found = false;

@@ -73,9 +73,43 @@ int HttpStatus(const std::string& response) {
   return std::atoi(response.substr(9, 3).c_str());
 }
 
+namespace {
+
+const std::regex& LabelPattern() {
+  static const std::regex kLabel(R"(([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)\")");
+  return kLabel;
+}
+
+// A sample key's name and its `label="value"` pairs as written.
+std::pair<std::string, std::set<std::string>> SplitSampleKey(const std::string& key) {
+  const size_t brace = key.find('{');
+  if (brace == std::string::npos) return {key, {}};
+  std::set<std::string> labels;
+  const std::string inside = key.substr(brace);
+  for (std::sregex_iterator it(inside.begin(), inside.end(), LabelPattern()), end; it != end;
+       ++it) {
+    labels.insert(it->str());
+  }
+  return {key.substr(0, brace), labels};
+}
+
+}  // namespace
+
 double Exposition::Get(const std::string& key) const {
-  auto it = samples.find(key);
-  return it == samples.end() ? std::nan("") : it->second;
+  if (auto it = samples.find(key); it != samples.end()) return it->second;
+  const auto [name, wanted] = SplitSampleKey(key);
+  double value = std::nan("");
+  int matches = 0;
+  for (const auto& [sample_key, sample_value] : samples) {
+    if (sample_key.compare(0, name.size(), name) != 0) continue;
+    const auto [sample_name, labels] = SplitSampleKey(sample_key);
+    if (sample_name != name) continue;
+    if (std::includes(labels.begin(), labels.end(), wanted.begin(), wanted.end())) {
+      value = sample_value;
+      ++matches;
+    }
+  }
+  return matches == 1 ? value : std::nan("");
 }
 
 namespace {
@@ -119,7 +153,6 @@ Exposition ParseExposition(const std::string& text) {
       R"(# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped))");
   static const std::regex kSample(
       R"(([a-zA-Z_:][a-zA-Z0-9_:]*)(\{((?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*",?)*)\})? (\S+)( -?\d+)?)");
-  static const std::regex kLabel(R"(([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)\")");
   if (text.empty() || text.back() != '\n') e.errors.push_back("missing final newline");
   std::set<std::string> families_with_samples;
   for (absl::string_view sv : absl::StrSplit(text, '\n')) {

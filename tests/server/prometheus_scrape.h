@@ -38,7 +38,9 @@ struct Exposition {
   std::map<std::string, double> samples;
   std::vector<std::string> errors;
 
-  // NaN when absent.
+  // The value of the one sample `key` ("name" or "name{a=\"x\",...}") selects: the sample whose
+  // name is `name` and whose labels include those given (as a PromQL selector: others, like the
+  // request metrics' constant `model`, may be present). NaN when none or several match.
   double Get(const std::string& key) const;
 };
 

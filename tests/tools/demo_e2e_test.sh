@@ -10,7 +10,7 @@ rc=$?
 echo "$out"
 fail() { echo "demo_e2e: $1" >&2; exit 1; }
 ((rc == 0)) || fail "tools/demo.sh exited with $rc"
-for expected in '^SERVING$' '^max_context_tokens: +4096$' '^specula_generation_tokens_total [1-9][0-9]*$' \
+for expected in '^SERVING$' '^max_context_tokens: +4096$' '^specula_generation_tokens_total\{model="[^"]+"\} [1-9][0-9]*$' \
     'event=request_finished' 'event=stopped'; do
   grep -Eq "$expected" <<<"$out" || fail "no line matching '$expected' in the demo's output"
 done

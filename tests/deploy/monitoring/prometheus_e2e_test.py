@@ -14,6 +14,7 @@ PROMETHEUS (the binary), PYTHONPATH (the Python client).
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -35,11 +36,23 @@ DEPLOY = os.path.join(SOURCE, "deploy")
 RULES = os.path.join(DEPLOY, "prometheus", "rules", "specula.rules.yml")
 DASHBOARD = os.path.join(DEPLOY, "grafana", "dashboards", "specula.json")
 DATASOURCE_UID = "specula-prometheus"  # deploy/grafana/provisioning/datasources/prometheus.yml
+# The served model id (the model directory's name): the request metrics' `model` label, which the
+# dashboard's $model variable selects.
+SERVED_MODEL = os.path.basename(MODEL.rstrip("/"))
+# The families that carry `model` (server/metrics.cc): every dashboard selector over them must
+# honour $model, or the variable would silently not filter that panel.
+REQUEST_FAMILIES = (
+    "specula_time_to_first_token_seconds", "specula_time_between_tokens_seconds",
+    "specula_e2e_request_latency_seconds", "specula_request_queue_time_seconds",
+    "specula_request_prompt_tokens", "specula_request_output_tokens",
+    "specula_prompt_tokens_total", "specula_generation_tokens_total",
+    "specula_prefix_cache_hit_tokens_total", "specula_requests_total",
+    "specula_tool_call_parse_failures_total")
 
 # Expressions that may legitimately return nothing in this run, and why.
 MAY_BE_EMPTY = {
     # Nothing failed on the server's side, so the numerator has no series.
-    "job:specula_requests_server_errors:ratio_rate5m": "no request ended in a server error",
+    "job_model:specula_requests_server_errors:ratio_rate5m": "no request ended in a server error",
 }
 SERVER_CONFIG = """
 server:
@@ -78,7 +91,7 @@ def dashboard_exprs():
     for panel in dash["panels"]:
         for target in panel.get("targets", []):
             expr = (target["expr"].replace("$job", "specula").replace("$instance", ".*")
-                    .replace("$__rate_interval", "1m"))
+                    .replace("$model", SERVED_MODEL).replace("$__rate_interval", "1m"))
             exprs.append((f'panel "{panel["title"]}" {target["refId"]}', expr))
     for var in dash["templating"]["list"]:
         query = var["query"]["query"]
@@ -217,6 +230,9 @@ class PrometheusE2eTest(unittest.TestCase):
     def test_the_target_is_up_and_counts_exactly_the_requests_made(self):
         self.assertEqual(self.value('up{job="specula"}'), 1.0)
         self.assertEqual(self.value('sum(specula_requests_total{job="specula"})'), REQUESTS)
+        self.assertEqual(
+            self.value(f'sum(specula_requests_total{{job="specula", model="{SERVED_MODEL}"}})'),
+            REQUESTS)
         self.assertGreater(self.value('sum(specula_prefetch_hits_total{job="specula"})'), 0)
         self.assertGreater(self.value('sum(specula_prefix_cache_hit_tokens_total{job="specula"})'), 0)
 
@@ -248,6 +264,21 @@ class PrometheusE2eTest(unittest.TestCase):
             self.assertEqual(r["health"], "ok", f"{r['name']}: {r.get('lastError')}")
         firing = [r["name"] for r in rules if r["type"] == "alerting" and r["state"] != "inactive"]
         self.assertEqual(firing, [], "a healthy server must not raise alerts")
+
+    def test_every_dashboard_selector_of_a_request_metric_honours_the_model_variable(self):
+        with open(DASHBOARD) as f:
+            dash = json.load(f)
+        selectors = 0
+        for panel in dash["panels"]:
+            for target in panel.get("targets", []):
+                for family, selector in re.findall(
+                        r"(%s)(?:_bucket|_sum|_count)?(\{[^}]*\})" % "|".join(REQUEST_FAMILIES),
+                        target["expr"]):
+                    selectors += 1
+                    self.assertIn('model=~"$model"', selector, f'panel "{panel["title"]}"')
+        self.assertGreater(selectors, 10)
+        (model,) = [v for v in dash["templating"]["list"] if v["name"] == "model"]
+        self.assertTrue(model["includeAll"])
 
     def test_the_dashboard_is_well_formed(self):
         with open(DASHBOARD) as f:
