@@ -174,18 +174,23 @@ absl::StatusOr<std::vector<std::string>> LayerTypes(const ConfigReader& r, const
 absl::Status CheckSlidingWindow(const ConfigReader& r, const ModelConfig& c) {
   const bool qwen = IsQwen(c.architecture);
   ASSIGN_OR_RETURN(std::optional<bool> use_sw, r.OptBool("use_sliding_window"));
-  ASSIGN_OR_RETURN(std::optional<int64_t> window, r.OptInt("sliding_window"));
-  if (window.has_value() && *window <= 0) return r.Error("sliding_window", "must be positive");
+  // A plain value and flag, not the optional: gcc 12 cannot see through an optional inlined into
+  // StrCat and warns (-Wmaybe-uninitialized) about a value read only when set.
+  ASSIGN_OR_RETURN(const std::optional<int64_t> given, r.OptInt("sliding_window"));
+  bool windowed = given.has_value();
+  int64_t window = given.value_or(0);
+  if (windowed && window <= 0) return r.Error("sliding_window", "must be positive");
   if (c.architecture == Architecture::kMistral && !r.Contains("sliding_window")) {
+    windowed = true;
     window = 4096;  // MistralConfig's default; an explicit null disables it
   }
-  if (qwen && !use_sw.value_or(false)) window.reset();
-  ASSIGN_OR_RETURN(std::vector<std::string> types, LayerTypes(r, c, window.has_value()));
+  if (qwen && !use_sw.value_or(false)) windowed = false;
+  ASSIGN_OR_RETURN(std::vector<std::string> types, LayerTypes(r, c, windowed));
   for (size_t i = 0; i < types.size(); ++i) {
     const bool sliding = !qwen || types[i] == "sliding_attention";
-    if (sliding && window.has_value() && *window < c.max_position_embeddings) {
+    if (sliding && windowed && window < c.max_position_embeddings) {
       return r.Error("sliding_window",
-                     absl::StrCat("sliding-window attention (window ", *window, " < "
+                     absl::StrCat("sliding-window attention (window ", window, " < "
                                   "max_position_embeddings ", c.max_position_embeddings,
                                   ", layer ", i, ") is not supported"));
     }

@@ -37,12 +37,16 @@ TEST(BackendFactoryTest, AutoPicksTheGpuWhenOneIsUsableAndSaysWhy) {
   ASSERT_TRUE(backend.ok()) << backend.status();
   const absl::Status gpu = CudaUsableForAuto();
   EXPECT_EQ((*backend)->name(), gpu.ok() ? "cuda" : "cpu");
-  if (!CudaBackendBuilt()) EXPECT_THAT(std::string(gpu.message()), HasSubstr("no CUDA backend"));
+  if (!CudaBackendBuilt()) {
+    EXPECT_THAT(std::string(gpu.message()), HasSubstr("no CUDA backend"));
+  }
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_THAT(lines[0], HasSubstr("event=backend_selected"));
   EXPECT_THAT(lines[0], HasSubstr(absl::StrCat("device=", (*backend)->name())));
   EXPECT_THAT(lines[0], HasSubstr("requested=auto"));
-  if (!gpu.ok()) EXPECT_THAT(lines[0], HasSubstr(std::string(gpu.message())));
+  if (!gpu.ok()) {
+    EXPECT_THAT(lines[0], HasSubstr(std::string(gpu.message())));
+  }
 }
 
 // Without a CUDA build or a visible GPU, cuda is a clear startup error, never a silent CPU run;
