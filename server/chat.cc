@@ -101,6 +101,14 @@ ChatOutputFormat FormatFor(ChatOutputFormat format, const RenderedChat& rendered
   return format;
 }
 
+// Where a reasoning model's answer starts: inside the block the prompt opened, after the block it
+// may open (Qwen3 thinking), or at once (the prompt closed an empty block; no reasoning).
+grammar::AnswerLead AnswerLeadOf(const ChatOutputFormat& format, std::string_view prompt) {
+  if (!format.reasoning || PromptEndsAfterReasoning(prompt)) return grammar::AnswerLead::kNone;
+  return PromptEndsInReasoning(prompt) ? grammar::AnswerLead::kInReasoning
+                                       : grammar::AnswerLead::kOptionalReasoning;
+}
+
 }  // namespace
 
 ChatStream::ChatStream(ChatOutputFormat format, const RenderedChat& rendered)
@@ -283,6 +291,7 @@ absl::StatusOr<RenderedChat> ChatModel::Render(const ChatRequest& request) const
     ASSIGN_OR_RETURN(rendered.plain_ranges, ClientControlRanges(*chat_template, request,
                                                                 tools_shown, rendered.prompt_text));
   }
+  rendered.answer_lead = AnswerLeadOf(format_, rendered.prompt_text);
   rendered.parse_tool_calls = tools_shown && format_.tool_calls != ToolCallSyntax::kNone;
   rendered.max_tool_calls = request.parallel_tool_calls ? 0 : 1;
   if (forced && request.add_generation_prompt) {

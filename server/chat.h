@@ -15,6 +15,7 @@
 #include "engine/chat/output/chat_output_parser.h"
 #include "engine/chat/template/chat_template.h"
 #include "engine/generate/sequence.h"
+#include "engine/grammar/answer_lead.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "server/control_token_guard.h"
@@ -85,6 +86,9 @@ struct RenderedChat {
   // Byte ranges of prompt_text where control-token text came from the client: tokenized as
   // ordinary text (EncodeOptions::plain_ranges).
   std::vector<std::pair<size_t, size_t>> plain_ranges;
+  // What the model writes before its answer (a reasoning model's think block): an output
+  // constraint (a response format) holds the answer after it.
+  grammar::AnswerLead answer_lead = grammar::AnswerLead::kNone;
 };
 
 // A tool call with the id the server gave it.

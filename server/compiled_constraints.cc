@@ -1,47 +1,100 @@
 #include "server/compiled_constraints.h"
 
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/status_macros.h"
+#include "engine/grammar/answer_lead.h"
+#include "engine/grammar/ebnf.h"
+#include "engine/grammar/json_rules.h"
 #include "engine/grammar/json_schema.h"
+#include "engine/grammar/regex.h"
 #include "server/request_json.h"
 
 namespace specula {
 namespace {
 
-absl::StatusOr<std::shared_ptr<const grammar::Grammar>> Compile(const v1::OutputConstraint& in) {
-  grammar::JsonSchemaOptions options;
-  options.strict = in.strict();
-  absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g;
-  if (in.kind_case() == v1::OutputConstraint::kJsonObject) {
-    g = grammar::AnyJsonObject(options);
-  } else {
-    absl::StatusOr<OrderedJson> schema =
-        ParseRequestJson(in.json_schema(), "output_constraint.json_schema");
-    if (!schema.ok()) return schema.status();
-    g = grammar::CompileJsonSchema(*schema, options);
+// The rules of `in`'s texts, added to `b`.
+absl::StatusOr<int32_t> AddConstraintRules(const v1::OutputConstraint& in,
+                                           grammar::GrammarBuilder& b, grammar::JsonRules& json) {
+  switch (in.kind_case()) {
+    case v1::OutputConstraint::kJsonObject:
+      return json.AnyObject();
+    case v1::OutputConstraint::kRegex:
+      return grammar::AddRegex(in.regex(), grammar::RegexOptions(), b);
+    case v1::OutputConstraint::kGrammar:
+      return grammar::AddEbnf(in.grammar(), b);
+    case v1::OutputConstraint::kChoice:
+      if (in.choice().options().empty()) {
+        return absl::InvalidArgumentError("choice: give at least one option");
+      }
+      return json.LiteralChoice("choice", std::vector<std::string>(in.choice().options().begin(),
+                                                                   in.choice().options().end()));
+    default: {
+      ASSIGN_OR_RETURN(const OrderedJson schema,
+                       ParseRequestJson(in.json_schema(), "output_constraint.json_schema"));
+      grammar::JsonSchemaOptions options;
+      options.strict = in.strict();
+      return grammar::AddJsonSchema(schema, options, b, json);
+    }
   }
+}
+
+absl::StatusOr<std::shared_ptr<const grammar::Grammar>> Compile(const v1::OutputConstraint& in,
+                                                                grammar::AnswerLead lead) {
+  const grammar::JsonSchemaOptions defaults;
+  grammar::GrammarBuilder b(defaults.max_symbols);
+  grammar::JsonRules json(b, defaults.max_whitespace);
+  absl::StatusOr<int32_t> answer = AddConstraintRules(in, b, json);
+  absl::StatusOr<grammar::Grammar> g =
+      answer.ok() ? b.Build(grammar::AddAnswerLead(b, lead, *answer)) : answer.status();
   if (!g.ok()) {
-    return absl::Status(g.status().code(), absl::StrCat("output_constraint (response_format): ",
-                                                        g.status().message()));
+    return absl::Status(g.status().code(),
+                        absl::StrCat("output_constraint: ", g.status().message()));
   }
-  return g;
+  return std::make_shared<const grammar::Grammar>(*std::move(g));
+}
+
+// The kind and everything that changes its grammar: the cache key, after the answer lead.
+std::string KindKey(const v1::OutputConstraint& c) {
+  switch (c.kind_case()) {
+    case v1::OutputConstraint::kJsonObject:
+      return "object";
+    case v1::OutputConstraint::kRegex:
+      return absl::StrCat("regex:", c.regex());
+    case v1::OutputConstraint::kGrammar:
+      return absl::StrCat("ebnf:", c.grammar());
+    case v1::OutputConstraint::kChoice: {
+      std::string key = "choice:";
+      // Length-prefixed, so that no two lists share a key.
+      for (const std::string& o : c.choice().options()) absl::StrAppend(&key, o.size(), ":", o);
+      return key;
+    }
+    default:
+      return absl::StrCat(c.strict() ? "strict:" : "schema:", c.json_schema());
+  }
 }
 
 }  // namespace
 
 bool Constrains(const v1::OutputConstraint& c) {
-  return c.kind_case() == v1::OutputConstraint::kJsonSchema ||
-         (c.kind_case() == v1::OutputConstraint::kJsonObject && c.json_object());
+  switch (c.kind_case()) {
+    case v1::OutputConstraint::kJsonObject:
+      return c.json_object();
+    case v1::OutputConstraint::KIND_NOT_SET:
+      return false;
+    default:
+      return true;
+  }
 }
 
 absl::StatusOr<std::shared_ptr<const grammar::Grammar>> CompiledConstraints::Get(
-    const v1::OutputConstraint& c) {
+    const v1::OutputConstraint& c, grammar::AnswerLead lead) {
   if (!Constrains(c)) return std::shared_ptr<const grammar::Grammar>();
-  const std::string key = c.kind_case() == v1::OutputConstraint::kJsonObject
-                              ? "object"
-                              : absl::StrCat(c.strict() ? "strict:" : "schema:", c.json_schema());
-  return GetOrCompile(key, [&c] { return Compile(c); });
+  return GetOrCompile(absl::StrCat(static_cast<int>(lead), ":", KindKey(c)),
+                      [&c, lead] { return Compile(c, lead); });
 }
 
 absl::StatusOr<std::shared_ptr<const grammar::Grammar>> CompiledConstraints::GetOrCompile(

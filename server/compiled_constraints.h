@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "engine/grammar/answer_lead.h"
 #include "engine/grammar/grammar.h"
 #include "specula/v1/specula.pb.h"
 
@@ -22,9 +23,11 @@ class CompiledConstraints {
  public:
   explicit CompiledConstraints(size_t capacity = 32) : capacity_(capacity) {}
 
-  // The constraint's grammar, or null when it constrains nothing. INVALID_ARGUMENT naming what
-  // the schema does not support (compile errors are not kept).
-  absl::StatusOr<std::shared_ptr<const grammar::Grammar>> Get(const v1::OutputConstraint& c);
+  // The constraint's grammar, or null when it constrains nothing; after `lead` (a reasoning
+  // model's think block). INVALID_ARGUMENT naming what the schema does not support (compile
+  // errors are not kept).
+  absl::StatusOr<std::shared_ptr<const grammar::Grammar>> Get(
+      const v1::OutputConstraint& c, grammar::AnswerLead lead = grammar::AnswerLead::kNone);
   // The grammar kept under `key`, made by `compile` on first use (strict tool calls).
   absl::StatusOr<std::shared_ptr<const grammar::Grammar>> GetOrCompile(
       const std::string& key,
@@ -42,7 +45,8 @@ class CompiledConstraints {
   std::list<std::string> uses_;                      // guarded by mu_
 };
 
-// Whether `c` constrains anything (unset, or json_object false, does not).
+// Whether `c` constrains anything (unset, or json_object false, does not; an empty choice does,
+// and is refused).
 bool Constrains(const v1::OutputConstraint& c);
 
 // The process's cache, used by ToEngineRequest.

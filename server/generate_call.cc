@@ -162,7 +162,8 @@ void GenerateCall::Submit() {
   absl::StatusOr<EngineRequest> converted = ToEngineRequest(
       request_, env_->engine->generator().tokenizer(), env_->default_max_tokens,
       env_->max_total_tokens,
-      chat->has_value() ? (**chat).plain_ranges : std::vector<std::pair<size_t, size_t>>());
+      chat->has_value() ? ChatPromptFacts{(**chat).plain_ranges, (**chat).answer_lead}
+                        : ChatPromptFacts());
   // The engine request holds what is needed; free the prompt text (Clear would keep its memory).
   // gRPC still holds the request bytes until the call ends.
   v1::GenerateRequest().Swap(&request_);

@@ -95,8 +95,8 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
     v1::GenerateRequest& generate = protocol_->generate();
     if (!session_id_.empty()) generate.set_session_id(session_id_);
     std::optional<ChatStream> chat;
-    ConstraintSpec tool_constraint;                       // strict tools'
-    std::vector<std::pair<size_t, size_t>> plain_ranges;  // the client's control-token text
+    ConstraintSpec tool_constraint;  // strict tools'
+    ChatPromptFacts facts;           // from the rendered chat
     if (const ChatRequest* request = protocol_->chat()) {
       if (env_->chat == nullptr || !env_->chat->has_template())
         return Reject(NoChatTemplateError());
@@ -106,11 +106,12 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
       generate.set_add_special_tokens(false);  // the template wrote them
       chat.emplace(env_->chat->output_format(), *rendered);
       tool_constraint = std::move(rendered->constraint);
-      plain_ranges = std::move(rendered->plain_ranges);
+      facts.plain_ranges = std::move(rendered->plain_ranges);
+      facts.answer_lead = rendered->answer_lead;
     }
     const Tokenizer& tokenizer = env_->engine->generator().tokenizer();
     absl::StatusOr<EngineRequest> converted = ToEngineRequest(
-        generate, tokenizer, env_->default_max_tokens, env_->max_total_tokens, plain_ranges);
+        generate, tokenizer, env_->default_max_tokens, env_->max_total_tokens, facts);
     if (!converted.ok()) return Reject(converted.status());
     // Never set together with a response format's (the parsers refuse that).
     if (!tool_constraint.empty()) converted->generation.constraint = std::move(tool_constraint);

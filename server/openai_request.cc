@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -23,7 +25,7 @@ const absl::flat_hash_set<std::string>& KnownKeys(OpenAiEndpoint endpoint) {
       // Sent by OpenAI clients and agent frameworks, with no effect here (CheckIgnored).
       "user", "store", "metadata", "service_tier", "prompt_cache_key",
       // vLLM-style extensions.
-      "top_k", "min_p", "repetition_penalty", "ignore_eos"};
+      "top_k", "min_p", "repetition_penalty", "ignore_eos", "structured_outputs"};
   static const absl::flat_hash_set<std::string> kChat = [] {
     absl::flat_hash_set<std::string> keys = kCommon;
     keys.insert({"messages", "tools", "tool_choice", "max_completion_tokens", "top_logprobs",
@@ -100,6 +102,62 @@ Error ReadResponseFormat(const OrderedJson& body, v1::GenerateRequest* out) {
                     "\"strict\"}");
   }
   return ReadJsonSchemaFormat(*spec, "response_format.json_schema", out);
+}
+
+// vLLM's structured_outputs: exactly one of regex (the whole output matches it), choice (exactly
+// one of the strings), grammar (EBNF, GBNF dialect), json (a JSON Schema) or json_object (true).
+Error ReadStructuredOutputs(const OrderedJson& body, v1::GenerateRequest* out) {
+  if (!body.contains("structured_outputs") || body["structured_outputs"].is_null()) {
+    return std::nullopt;
+  }
+  const OrderedJson& so = body["structured_outputs"];
+  if (!so.is_object()) return WrongType("structured_outputs", so, "an object");
+  if (out->has_output_constraint()) {
+    return BadParam("structured_outputs", "give response_format or structured_outputs, not both");
+  }
+  std::vector<std::string> given;
+  for (const auto& [key, value] : so.items()) {
+    if (!value.is_null()) given.push_back(key);
+  }
+  if (given.size() != 1) {
+    return BadParam("structured_outputs",
+                    "'structured_outputs' takes exactly one of regex, choice, grammar, json, "
+                    "json_object");
+  }
+  const std::string& kind = given[0];
+  const OrderedJson& v = so[kind];
+  const std::string param = "structured_outputs." + kind;
+  v1::OutputConstraint* c = out->mutable_output_constraint();
+  if (kind == "regex" || kind == "grammar") {
+    if (!v.is_string()) return WrongType(param, v, "a string");
+    if (kind == "regex") {
+      c->set_regex(v.get<std::string>());
+    } else {
+      c->set_grammar(v.get<std::string>());
+    }
+  } else if (kind == "choice") {
+    if (!v.is_array() || v.empty()) return WrongType(param, v, "a non-empty array of strings");
+    for (const OrderedJson& o : v) {
+      if (!o.is_string()) return BadParam(param, "'" + param + "' must hold strings only");
+      c->mutable_choice()->add_options(o.get<std::string>());
+    }
+  } else if (kind == "json") {
+    const OrderedJson& schema = v.is_string() ? OrderedJson::parse(v.get<std::string>(), nullptr,
+                                                                   /*allow_exceptions=*/false)
+                                              : v;
+    if (!(schema.is_object() || schema.is_boolean())) {
+      return BadParam(param, "'" + param + "' must be a JSON Schema (an object, or its text)");
+    }
+    c->set_json_schema(schema.dump());
+  } else if (kind == "json_object") {
+    if (v != true) return BadParam(param, "'" + param + "' must be true");
+    c->set_json_object(true);
+  } else {
+    return BadParam(param, absl::StrCat("'", param,
+                                        "' is not supported (regex, choice, grammar, "
+                                        "json and json_object are)"));
+  }
+  return std::nullopt;
 }
 
 // An empty stop string is refused, as over gRPC (the engine's rule): it would match before any
@@ -455,16 +513,21 @@ std::optional<OpenAiError> ParseOpenAiRequest(OpenAiEndpoint endpoint, const std
     return e;
   }
   if (Error e = ReadStreamAndLogprobs(body, endpoint, out)) return e;
+  if (endpoint == OpenAiEndpoint::kChatCompletions) {
+    if (Error e = ReadResponseFormat(body, &out->generate)) return e;
+  }
+  if (Error e = ReadStructuredOutputs(body, &out->generate)) return e;
   if (endpoint == OpenAiEndpoint::kCompletions) return ReadPrompt(body, &out->generate);
-  if (Error e = ReadResponseFormat(body, &out->generate)) return e;
   out->chat.emplace();
   if (Error e = ReadChat(body, &*out->chat)) return e;
   // The constraint holds from the first token, so a tool call could never be written.
   if (ToolsShown(*out->chat) && Constrains(out->generate.output_constraint())) {
-    return BadParam("response_format",
-                    "response_format json_object or json_schema together with tools is not "
-                    "supported yet (the model could not call them); use tool_choice \"none\" "
-                    "or leave one out");
+    const bool format = body.contains("response_format") && !body["response_format"].is_null();
+    return BadParam(
+        format ? "response_format" : "structured_outputs",
+        absl::StrCat(format ? "response_format json_object or json_schema" : "structured_outputs",
+                     " together with tools is not supported yet (the model could not "
+                     "call them); use tool_choice \"none\" or leave one out"));
   }
   return std::nullopt;
 }

@@ -140,9 +140,11 @@ absl::Status ValidateSessionId(absl::string_view id) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<EngineRequest> ToEngineRequest(
-    const v1::GenerateRequest& request, const Tokenizer& tokenizer, int32_t default_max_tokens,
-    const TotalTokenLimits& limits, const std::vector<std::pair<size_t, size_t>>& plain_ranges) {
+absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request,
+                                              const Tokenizer& tokenizer,
+                                              int32_t default_max_tokens,
+                                              const TotalTokenLimits& limits,
+                                              const ChatPromptFacts& chat) {
   EngineRequest out;
   if (request.request_id().size() > kMaxRequestIdBytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -166,7 +168,7 @@ absl::StatusOr<EngineRequest> ToEngineRequest(
   if (has_text) {
     if (request.prompt().empty()) return absl::InvalidArgumentError("prompt is empty");
     EncodeOptions options = EncodeOptionsOf(request);
-    options.plain_ranges = plain_ranges;
+    options.plain_ranges = chat.plain_ranges;
     absl::StatusOr<std::vector<int32_t>> ids =
         EncodePrompt(tokenizer, request.prompt(), "prompt", std::move(options), limits);
     if (!ids.ok()) return ids.status();
@@ -211,7 +213,7 @@ absl::StatusOr<EngineRequest> ToEngineRequest(
   g.stopping.ignore_eos = stop.ignore_eos();
   // Compiled here, on the calling thread, never on the engine's; once per distinct schema.
   absl::StatusOr<std::shared_ptr<const grammar::Grammar>> constraint =
-      SharedCompiledConstraints().Get(request.output_constraint());
+      SharedCompiledConstraints().Get(request.output_constraint(), chat.answer_lead);
   if (!constraint.ok()) return constraint.status();
   g.constraint.grammar = *std::move(constraint);
   return out;

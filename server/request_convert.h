@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/grammar/answer_lead.h"
 #include "engine/serve/engine.h"
 #include "engine/serve/request_stream.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -49,12 +50,18 @@ struct TotalTokenLimits {
 // limits.max_output_tokens: a client that did not ask for a length is not refused for one it did
 // not choose, and a sparse request longer than the device KV cache is not cut to one token. A
 // prompt that leaves no room gets 1, so the engine refuses it naming the limit it hit.
-// `plain_ranges`: byte ranges of a rendered chat prompt whose control-token text is the client's
-// (RenderedChat::plain_ranges), tokenized as ordinary text.
-absl::StatusOr<EngineRequest> ToEngineRequest(
-    const v1::GenerateRequest& request, const Tokenizer& tokenizer, int32_t default_max_tokens,
-    const TotalTokenLimits& limits,
-    const std::vector<std::pair<size_t, size_t>>& plain_ranges = {});
+// What a rendered chat prompt tells the conversion (from RenderedChat).
+struct ChatPromptFacts {
+  // Byte ranges whose control-token text is the client's, tokenized as ordinary text.
+  std::vector<std::pair<size_t, size_t>> plain_ranges;
+  // Where the answer starts: the output constraint holds it after a reasoning model's block.
+  grammar::AnswerLead answer_lead = grammar::AnswerLead::kNone;
+};
+absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request,
+                                              const Tokenizer& tokenizer,
+                                              int32_t default_max_tokens,
+                                              const TotalTokenLimits& limits,
+                                              const ChatPromptFacts& chat = {});
 
 // The tokenizing options a request asks for (GenerateRequest and TokenizeRequest name them alike):
 // special tokens added unless add_special_tokens is false; split_special_tokens as given.

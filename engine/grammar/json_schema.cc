@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/common/status_macros.h"
 #include "engine/grammar/json_rules.h"
+#include "engine/grammar/regex.h"
 
 namespace specula::grammar {
 namespace {
@@ -49,6 +50,7 @@ bool IsSupported(std::string_view key) {
                                                 "minLength",
                                                 "maxLength",
                                                 "format",
+                                                "pattern",
                                                 "minimum",
                                                 "maximum",
                                                 "exclusiveMinimum",
@@ -110,6 +112,7 @@ class SchemaCompiler {
   absl::StatusOr<int32_t> Properties(const Json& s, const std::string& path, int depth);
   absl::StatusOr<int32_t> Array(const Json& s, const std::string& path, int depth);
   absl::StatusOr<int32_t> String(const Json& s, const std::string& path);
+  absl::StatusOr<int32_t> Pattern(const Json& s, const std::string& path);
   absl::StatusOr<int32_t> Integer(const Json& s, const std::string& path);
 
   const Json& root_;
@@ -258,7 +261,8 @@ absl::StatusOr<std::vector<std::string>> SchemaCompiler::Types(const Json& s,
     if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
       return std::vector<std::string>{"array"};
     }
-    if (s.contains("minLength") || s.contains("maxLength") || s.contains("format")) {
+    if (s.contains("minLength") || s.contains("maxLength") || s.contains("format") ||
+        s.contains("pattern")) {
       return std::vector<std::string>{"string"};
     }
     // Bounds without a type: the number's (refused there) rather than any value, which would
@@ -407,6 +411,7 @@ absl::StatusOr<int32_t> SchemaCompiler::String(const Json& s, const std::string&
   ASSIGN_OR_RETURN(const int64_t min, Count(s, "minLength", 0, path));
   ASSIGN_OR_RETURN(const int64_t max, Count(s, "maxLength", -1, path));
   if (max >= 0 && min > max) return Unsatisfiable(path, "minLength > maxLength");
+  if (s.contains("pattern")) return Pattern(s, path);
   if (!s.contains("format")) return json_.String(min, max);
   if (s.contains("minLength") || s.contains("maxLength")) {
     return Invalid(path, "format together with minLength or maxLength is not supported");
@@ -418,6 +423,21 @@ absl::StatusOr<int32_t> SchemaCompiler::String(const Json& s, const std::string&
   if (format == "uuid") return json_.Uuid();
   return Invalid(path, absl::StrCat("format '", format,
                                     "' is not supported (date, time, date-time, uuid are)"));
+}
+
+// A string `pattern` matches somewhere (ECMAScript's RegExp.test): written as a JSON string.
+absl::StatusOr<int32_t> SchemaCompiler::Pattern(const Json& s, const std::string& path) {
+  if (s.contains("minLength") || s.contains("maxLength") || s.contains("format")) {
+    return Invalid(path, "pattern together with minLength, maxLength or format is not supported");
+  }
+  if (!s["pattern"].is_string()) return Invalid(path, "pattern must be a string");
+  RegexOptions options;
+  options.text = RegexText::kJsonString;
+  options.match = RegexMatch::kSearch;
+  absl::StatusOr<int32_t> body = AddRegex(s["pattern"].get<std::string>(), options, b_);
+  if (!body.ok()) return Invalid(path, absl::StrCat("pattern: ", body.status().message()));
+  return b_.AddRule("pattern",
+                    {{B::Bytes(ByteSet::Of("\"")), B::Ref(*body), B::Bytes(ByteSet::Of("\""))}});
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 //
 // Supported: type (one or a list), enum, const, object (properties in the schema's order,
 // required, additionalProperties), array (items, minItems, maxItems), string (minLength,
-// maxLength, format date / time / date-time / uuid), integer, number, boolean, null, anyOf,
+// maxLength, pattern (engine/grammar/regex.h), format date / time / date-time / uuid), integer
+// (with bounds), number, boolean, null, anyOf,
 // oneOf whose branches have distinct types, $ref into the document ("#", "#/$defs/..."), and the
 // annotations (title, description, default, examples, $schema, $id, $comment, deprecated,
 // readOnly, writeOnly). Any other keyword is INVALID_ARGUMENT naming it and where it is, never

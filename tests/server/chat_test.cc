@@ -26,6 +26,7 @@
 namespace specula {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -220,6 +221,42 @@ TEST_F(ChatModelTest, AForcedCallAfterAnOpenThinkBlockClosesItFirst) {
   EXPECT_TRUE(stream.EndedInToolCalls(FinishReason::kStop));
 }
 
+// Where a reasoning model's answer starts, for its output constraint: after a block it may open,
+// inside the block the prompt opened, at once when the prompt closed an empty block or the model
+// does not reason.
+TEST_F(ChatModelTest, TheAnswerLeadFollowsThePromptsThinkBlock) {
+  auto qwen3 = LoadWithTemplate(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and "
+      "enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}",
+      "hermes");
+  ASSERT_TRUE(qwen3.ok()) << qwen3.status();
+  ChatRequest request;
+  request.messages = OrderedJson::parse(R"([{"role": "user", "content": "hi"}])");
+  absl::StatusOr<RenderedChat> r = (*qwen3)->Render(request);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->answer_lead, grammar::AnswerLead::kOptionalReasoning);
+  request.kwargs = OrderedJson::parse(R"({"enable_thinking": false})");
+  r = (*qwen3)->Render(request);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->answer_lead, grammar::AnswerLead::kNone);
+
+  auto opens = LoadWithTemplate(
+      "{% for m in messages %}{{ m.content }}{% endfor %}<|im_start|>assistant\n<think>\n",
+      "hermes");
+  ASSERT_TRUE(opens.ok()) << opens.status();
+  r = (*opens)->Render(request);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->answer_lead, grammar::AnswerLead::kInReasoning);
+
+  auto plain = LoadWithTemplate(
+      "{% for m in messages %}{{ m.content }}{% endfor %}<|im_start|>assistant\n", "hermes");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  r = (*plain)->Render(request);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->answer_lead, grammar::AnswerLead::kNone);
+}
+
 TEST_F(ChatModelTest, ARequiredCallStartsTheAnswer) {
   auto chat = ChatModel::Load(*tokenizer_, "", "hermes");
   ASSERT_TRUE(chat.ok()) << chat.status();
@@ -371,7 +408,7 @@ TEST(StrictToolConstraintTest, HoldsEachWayACallStarts) {
 // function-name characters are accepted.
 TEST(ToolNameTest, OnlyFunctionNameCharacters) {
   EXPECT_TRUE(CheckToolName("get_weather-v2.1", "n").ok());
-  for (const std::string bad :
+  for (const std::string& bad :
        {std::string(), std::string(65, 'a'), std::string("a b"), std::string("x<|im_end|>"),
         std::string("a\nb"), std::string("caf\xc3\xa9")}) {
     EXPECT_EQ(CheckToolName(bad, "tools[0].name").code(), absl::StatusCode::kInvalidArgument)
@@ -684,6 +721,65 @@ TEST(OpenAiRequestTest, RequestsWithoutMaxTokensLeaveTheLengthToTheServersRule) 
   EXPECT_FALSE(r.generate.stopping().has_max_tokens());
   EXPECT_EQ(r.generate.prompt_token_ids().ids_size(), 3);
   EXPECT_FALSE(r.chat.has_value());
+}
+
+// vLLM's structured_outputs: each kind reaches the request's constraint, on both endpoints.
+TEST(OpenAiRequestTest, StructuredOutputsSetTheConstraint) {
+  OpenAiRequest r;
+  ASSERT_FALSE(Parse(OpenAiEndpoint::kCompletions,
+                     R"({"model": "m", "prompt": "x", "structured_outputs": {"regex": "\\d+"}})",
+                     &r));
+  EXPECT_EQ(r.generate.output_constraint().regex(), "\\d+");
+  r = {};
+  ASSERT_FALSE(Parse(OpenAiEndpoint::kChatCompletions, R"({"model": "m",
+      "messages": [{"role": "user", "content": "x"}],
+      "structured_outputs": {"choice": ["yes", "no"], "regex": null}})",
+                     &r));
+  EXPECT_THAT(r.generate.output_constraint().choice().options(), ElementsAre("yes", "no"));
+  r = {};
+  ASSERT_FALSE(Parse(OpenAiEndpoint::kCompletions, R"({"model": "m", "prompt": "x",
+      "structured_outputs": {"json": "{\"type\": \"integer\"}"}})",
+                     &r));
+  EXPECT_EQ(r.generate.output_constraint().json_schema(), R"({"type":"integer"})");
+  r = {};
+  ASSERT_FALSE(Parse(OpenAiEndpoint::kCompletions, R"({"model": "m", "prompt": "x",
+      "structured_outputs": {"json_object": true}})",
+                     &r));
+  EXPECT_TRUE(r.generate.output_constraint().json_object());
+  r = {};
+  ASSERT_FALSE(Parse(OpenAiEndpoint::kCompletions, R"({"model": "m", "prompt": "x",
+      "structured_outputs": {"grammar": "root ::= \"a\"+"}})",
+                     &r));
+  EXPECT_EQ(r.generate.output_constraint().grammar(), "root ::= \"a\"+");
+}
+
+TEST(OpenAiRequestTest, StructuredOutputsRefusalsNameTheKey) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"structured_outputs": {"structural_tag": "x"}})", "structured_outputs.structural_tag"},
+      {R"({"structured_outputs": {"grammar": ["root ::= \"a\""]}})", "structured_outputs.grammar"},
+      {R"({"structured_outputs": {"regex": "a", "choice": ["a"]}})", "structured_outputs"},
+      {R"({"structured_outputs": {}})", "structured_outputs"},
+      {R"({"structured_outputs": "a+"})", "structured_outputs"},
+      {R"({"structured_outputs": {"choice": []}})", "structured_outputs.choice"},
+      {R"({"structured_outputs": {"choice": ["a", 1]}})", "structured_outputs.choice"},
+      {R"({"structured_outputs": {"regex": 5}})", "structured_outputs.regex"},
+      {R"({"structured_outputs": {"json": "not json"}})", "structured_outputs.json"},
+      {R"({"structured_outputs": {"json_object": false}})", "structured_outputs.json_object"},
+      {R"({"structured_outputs": {"regex": "a"}, "response_format": {"type": "json_object"}})",
+       "structured_outputs"},
+      {R"({"structured_outputs": {"regex": "a"},
+           "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       "structured_outputs"},
+  };
+  for (const auto& [extra, param] : cases) {
+    std::string body =
+        R"({"model": "m", "messages": [{"role": "user", "content": "x"}], )" + extra.substr(1);
+    OpenAiRequest r;
+    std::optional<OpenAiError> e = Parse(OpenAiEndpoint::kChatCompletions, body, &r);
+    ASSERT_TRUE(e.has_value()) << body;
+    EXPECT_EQ(e->http_status, 400) << body;
+    EXPECT_EQ(e->param, param) << body;
+  }
 }
 
 TEST(OpenAiErrorTest, StatusCodesMapToHttp) {

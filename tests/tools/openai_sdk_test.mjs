@@ -8,7 +8,7 @@
 // the request the server must return it as a parsed tool call; without, as plain content.
 //
 // Environment (CTest sets it): SPECULA_SERVER (binary), SPECULA_CHAT_MODEL (model directory),
-// OPENAI_SDK_DIR (the directory holding node_modules/openai). Run: node --test <this file>.
+// SPECULA_THINKING_MODEL (the scripted model that reasons first), OPENAI_SDK_DIR (the directory holding node_modules/openai). Run: node --test <this file>.
 import {after, before, test} from 'node:test';
 import assert from 'node:assert/strict';
 
@@ -190,7 +190,11 @@ test('bad requests raise the SDK\'s error types', async () => {
 
 // Structured outputs: the scripted model wants to answer a tool call, the response format forces a
 // JSON text valid against the schema instead. Validated by ajv with ajv-formats (formats really
-// checked), an independent implementation of JSON Schema.
+// checked), an independent implementation of JSON Schema. The scripted model does not reason, so
+// these requests turn Qwen3's thinking off: with it on, the grammar takes a think block before the
+// answer, and a model that wanders into one and never closes it runs to max_tokens (the reasoning
+// test below covers that path).
+const NO_THINKING = {enable_thinking: false};
 const FORECAST_SCHEMA = {
   type: 'object',
   properties: {
@@ -214,6 +218,7 @@ test('response_format json_schema: the answer validates and ends by itself', asy
       model, messages: MESSAGES, max_tokens: 400, temperature, seed,
       response_format: {type: 'json_schema',
                         json_schema: {name: 'forecast', schema: FORECAST_SCHEMA, strict: true}},
+      chat_template_kwargs: NO_THINKING,
     });
     const choice = r.choices[0];
     assert.equal(choice.finish_reason, 'stop', choice.message.content);
@@ -226,6 +231,7 @@ test('response_format json_object: the answer is a JSON object', async () => {
   const stream = await client.chat.completions.create({
     model, messages: MESSAGES, max_tokens: 64, stream: true,
     response_format: {type: 'json_object'},
+    chat_template_kwargs: NO_THINKING,
   });
   let content = '';
   for await (const chunk of stream) content += chunk.choices[0]?.delta?.content ?? '';
@@ -239,9 +245,138 @@ test('a schema keyword the server cannot honour is a 400 naming it', async () =>
       client.chat.completions.create({
         model, messages: MESSAGES,
         response_format: {type: 'json_schema', json_schema: {
-          name: 'x', schema: {type: 'object', properties: {a: {type: 'string', pattern: '^a$'}}}}},
+          name: 'x', schema: {type: 'object', properties: {a: {type: 'integer', multipleOf: 2}}}}},
       }),
-      (e) => e instanceof OpenAI.BadRequestError && /'pattern' is not supported/.test(e.message));
+      (e) => e instanceof OpenAI.BadRequestError && /'multipleOf' is not supported/.test(e.message));
+  await assert.rejects(
+      client.chat.completions.create({
+        model, messages: MESSAGES,
+        response_format: {type: 'json_schema', json_schema: {
+          name: 'x', schema: {type: 'string', pattern: '(a)\\1'}}},
+      }),
+      (e) => e instanceof OpenAI.BadRequestError && /backreferences \(\\1 \.\.\.\) are not supported/.test(e.message));
+});
+
+// `pattern`: ajv checks it with JavaScript's own RegExp (the "u" flag), an engine independent of
+// the server's regex compiler.
+const CODES_SCHEMA = {
+  type: 'object',
+  properties: {
+    code: {type: 'string', pattern: '^[A-Z]{3}-\\d{2,3}$'},
+    tag: {type: 'string', pattern: '^(?:x|yy){1,3}[^\\s"]?$'},
+    greek: {type: 'string', pattern: '^[α-ω]{1,4}$'},
+  },
+  required: ['code', 'tag', 'greek'],
+  additionalProperties: false,
+};
+
+test('response_format json_schema with patterns: the answer validates', async () => {
+  const ajv = new Ajv2020({strict: false});
+  const validate = ajv.compile(CODES_SCHEMA);
+  for (const [temperature, seed] of [[0, 1], [1, 2], [1, 3], [1, 4]]) {
+    const r = await client.chat.completions.create({
+      model, messages: MESSAGES, max_tokens: 300, temperature, seed,
+      response_format: {type: 'json_schema',
+                        json_schema: {name: 'codes', schema: CODES_SCHEMA, strict: true}},
+      chat_template_kwargs: NO_THINKING,
+    });
+    const choice = r.choices[0];
+    assert.equal(choice.finish_reason, 'stop', choice.message.content);
+    const answer = JSON.parse(choice.message.content);
+    assert.ok(validate(answer), `${choice.message.content}: ${ajv.errorsText(validate.errors)}`);
+  }
+});
+
+// vLLM's structured_outputs (the SDK passes the extra parameter through): a regex the whole
+// answer matches, checked with JavaScript's RegExp; a choice among strings.
+test('structured_outputs regex and choice hold the answer', async () => {
+  const regex = '(?:[a-c]{2,4}|\\d{3})(?:-[xyz])?';
+  for (const seed of [1, 2, 3]) {
+    const r = await client.completions.create({
+      model, prompt: 'Pick:', max_tokens: 40, temperature: 1, seed,
+      structured_outputs: {regex},
+    });
+    assert.equal(r.choices[0].finish_reason, 'stop', r.choices[0].text);
+    assert.match(r.choices[0].text, new RegExp(`^(?:${regex})$`, 'u'));
+  }
+  const options = ['sunny', 'rain', 'snow and ice'];
+  const r = await client.chat.completions.create({
+    model, messages: MESSAGES, max_tokens: 40, temperature: 1, seed: 7,
+    structured_outputs: {choice: options},
+    chat_template_kwargs: NO_THINKING,
+  });
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  assert.ok(options.includes(r.choices[0].message.content), r.choices[0].message.content);
+  await assert.rejects(
+      client.completions.create({model, prompt: 'x', structured_outputs: {grammar: 'root ::= x'}}),
+      (e) => e instanceof OpenAI.BadRequestError && /rule 'x' is used but not defined/.test(e.message));
+});
+
+// An EBNF grammar (GBNF): a recursive list the answer must be, checked by a parser of its own.
+test('structured_outputs grammar holds the answer to a recursive grammar', async () => {
+  const grammar = `
+    root ::= list
+    list ::= "[" (item ("," item){0,3})? "]"
+    item ::= [0-9]{1,3} | list
+  `;
+  // The same language, parsed by hand: nesting to any depth, at most 4 items a list.
+  const parse = (s) => {
+    let i = 0;
+    const item = () => {
+      if (s[i] === '[') return list();
+      const m = /^[0-9]{1,3}/.exec(s.slice(i));
+      if (m) i += m[0].length;
+      return m !== null;
+    };
+    const list = () => {
+      if (s[i++] !== '[') return false;
+      if (s[i] === ']') { ++i; return true; }
+      for (let n = 0; n < 4; ++n) {
+        if (!item()) return false;
+        if (s[i] === ']') { ++i; return true; }
+        if (s[i++] !== ',') return false;
+      }
+      return false;
+    };
+    return list() && i === s.length;
+  };
+  // Greedy must end (the model's scores tie, so the grammar alone decides); sampled answers that
+  // end by themselves must parse (one cut by max_tokens inside a list proves nothing).
+  for (const [temperature, seed] of [[0, 1], [1, 2], [1, 3], [1, 4], [1, 5]]) {
+    const r = await client.completions.create({
+      model, prompt: 'List:', max_tokens: 60, temperature, seed, structured_outputs: {grammar},
+    });
+    const {finish_reason: finish, text} = r.choices[0];
+    if (temperature === 0) assert.equal(finish, 'stop', text);
+    if (finish === 'stop') assert.ok(parse(text), text);
+  }
+});
+
+// A reasoning model (the scripted thinking model, SPECULA_THINKING_MODEL: its greedy answer is
+// "<think>Checking the forecast.</think>{"city": "Rome"}"): it reasons freely, and the answer
+// after its think block follows the response format.
+test('a reasoning model thinks, then its answer follows the response format', async () => {
+  const thinking = await startOpenAiServer(process.env.SPECULA_THINKING_MODEL);
+  try {
+    const schema = {type: 'object', properties: {city: {type: 'string', enum: ['Paris', 'Rome']}},
+                    required: ['city'], additionalProperties: false};
+    const response_format = {type: 'json_schema', json_schema: {name: 'city', schema, strict: true}};
+    const r = await thinking.client.chat.completions.create({
+      model: thinking.model, messages: MESSAGES, temperature: 0, max_tokens: 60, response_format});
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    assert.match(r.choices[0].message.reasoning_content, /^\s*Checking the forecast\.\s*$/);
+    assert.deepEqual(JSON.parse(r.choices[0].message.content), {city: 'Rome'});
+    // Thinking off: the template writes an empty block, so the answer holds from the first token
+    // (the model's own "<think>" is refused).
+    const off = await thinking.client.chat.completions.create({
+      model: thinking.model, messages: MESSAGES, temperature: 0, max_tokens: 60, response_format,
+      chat_template_kwargs: {enable_thinking: false}});
+    assert.equal(off.choices[0].finish_reason, 'stop');
+    assert.equal(off.choices[0].message.reasoning_content ?? '', '');
+    assert.ok(['Paris', 'Rome'].includes(JSON.parse(off.choices[0].message.content).city));
+  } finally {
+    thinking.server.stop();
+  }
 });
 
 // Strict tools: the scripted model wants to call get_weather with {"days": 3}; a strict schema
@@ -285,9 +420,9 @@ test('strict tools: every call\'s arguments follow the schema', async () => {
 
 test('a strict tool whose schema cannot be honoured is a 400 naming the keyword', async () => {
   const tools = structuredClone(STRICT_TOOLS);
-  tools[0].function.parameters.properties.city = {type: 'string', pattern: '^[A-Z]'};
+  tools[0].function.parameters.properties.city = {type: 'string', format: 'email'};
   await assert.rejects(
       client.chat.completions.create({model, messages: MESSAGES, tools, max_tokens: 5}),
       (e) => e instanceof OpenAI.BadRequestError && /strict tool 'get_weather'/.test(e.message) &&
-             /pattern/.test(e.message));
+             /format 'email'/.test(e.message));
 });

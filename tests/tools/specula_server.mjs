@@ -40,11 +40,11 @@ export function requireFixture(name, dir = process.env.OPENAI_SDK_DIR) {
   return createRequire(join(dir, 'node_modules', 'noop.js'))(name);
 }
 
-// The server on the scripted chat model (SPECULA_CHAT_MODEL) and an official OpenAI SDK client
-// of its HTTP API: {server, client, model}.
-export async function startOpenAiServer() {
+// The server on a scripted chat model (default SPECULA_CHAT_MODEL) and an official OpenAI SDK
+// client of its HTTP API: {server, client, model}.
+export async function startOpenAiServer(modelDir = process.env.SPECULA_CHAT_MODEL) {
   const OpenAI = requireFixture('openai');
-  const server = await startServer(process.env.SPECULA_CHAT_MODEL);
+  const server = await startServer(modelDir);
   const client = new OpenAI({baseURL: `http://${server.addresses.http_listen}/v1`,
                              apiKey: 'unused', maxRetries: 0});
   return {server, client, model: server.addresses.model};

@@ -53,10 +53,22 @@ ChatOutputFormat DetectChatOutputFormat(std::string_view chat_template) {
   return format;
 }
 
+namespace {
+
+std::string_view TrimmedEnd(std::string_view text) {
+  size_t end = text.size();
+  while (end > 0 && chat_output_internal::IsSpace(text[end - 1])) --end;
+  return text.substr(0, end);
+}
+
+}  // namespace
+
 bool PromptEndsInReasoning(std::string_view rendered_prompt) {
-  size_t end = rendered_prompt.size();
-  while (end > 0 && chat_output_internal::IsSpace(rendered_prompt[end - 1])) --end;
-  return rendered_prompt.substr(0, end).ends_with("<think>");
+  return TrimmedEnd(rendered_prompt).ends_with("<think>");
+}
+
+bool PromptEndsAfterReasoning(std::string_view rendered_prompt) {
+  return TrimmedEnd(rendered_prompt).ends_with("</think>");
 }
 
 std::string_view ToolCallOpening(ToolCallSyntax syntax) {

@@ -36,6 +36,9 @@ ChatOutputFormat DetectChatOutputFormat(std::string_view chat_template);
 // opened the think block itself (DeepSeek-R1, QwQ), so the output starts inside it. The caller
 // sets ChatOutputFormat::starts_in_reasoning from this per request.
 bool PromptEndsInReasoning(std::string_view rendered_prompt);
+// True when it ends, trailing whitespace aside, with "</think>": the template wrote an empty block
+// for the model (Qwen3 with enable_thinking false), so the output is the answer alone.
+bool PromptEndsAfterReasoning(std::string_view rendered_prompt);
 
 // Parses a config value: "auto" (nullopt: use DetectChatOutputFormat), "none", "hermes",
 // "llama3_json"; anything else is InvalidArgument.

@@ -53,8 +53,9 @@ TEST(JsonSchemaSuiteTest, NoInvalidInstanceIsEverAccepted) {
   std::cout << compiled << " of " << groups << " groups compile; " << invalid
             << " invalid instances refused; " << valid_accepted << " of " << valid
             << " valid instances accepted\n";
-  EXPECT_GE(compiled, 35);  // 38 of 124 on 2026-11-27: the rest use keywords not supported
-  EXPECT_GE(invalid, 70);
+  // 40 of 124 on 2026-11-27 (with pattern): the rest use keywords not supported.
+  EXPECT_GE(compiled, 40);
+  EXPECT_GE(invalid, 78);
 }
 
 }  // namespace
