@@ -124,8 +124,14 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar)
 
 bool GrammarMatcher::Advance(std::string_view bytes) {
   StackSet before = stacks_;
-  for (const char c : bytes) {
-    if (!Step(*grammar_, stacks_, static_cast<uint8_t>(c), &next_) || next_.empty()) {
+  for (size_t k = 0; k < bytes.size(); ++k) {
+    // Knowing the next byte keeps only the stacks that take it, so an overflow keeps those.
+    const int next = k + 1 < bytes.size() ? static_cast<uint8_t>(bytes[k + 1]) : -1;
+    // An overflow keeps the first kMaxStacks stacks: it narrows what may follow (as the token
+    // mask, which looks at one stack at a time, cannot see), never admits what the grammar
+    // refuses.
+    Step(*grammar_, stacks_, static_cast<uint8_t>(bytes[k]), &next_, nullptr, next);
+    if (next_.empty()) {
       stacks_ = std::move(before);
       return false;
     }

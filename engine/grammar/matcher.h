@@ -56,8 +56,9 @@ class GrammarMatcher {
  public:
   explicit GrammarMatcher(std::shared_ptr<const Grammar> grammar);
 
-  // Takes `bytes` if the grammar allows all of them next; otherwise (or when the grammar became
-  // too ambiguous to follow) changes nothing and returns false.
+  // Takes `bytes` if the grammar allows all of them next; otherwise changes nothing and returns
+  // false. Where the grammar is too ambiguous to follow (more than StackSet::kMaxStacks parses),
+  // the first stacks are kept: what may follow narrows.
   bool Advance(std::string_view bytes);
   // The bytes so far form a complete sentence.
   bool CanEnd() const { return grammar::CanEnd(stacks_); }
