@@ -62,7 +62,8 @@ void SameLengthRange(std::string_view lo, std::string_view hi, Alternative prefi
   }
 }
 
-// Alternatives for the magnitudes from `lo` to `hi` (0 <= lo <= hi), after `prefix`.
+}  // namespace
+
 void MagnitudeRange(int64_t lo, int64_t hi, const Alternative& prefix,
                     std::vector<Alternative>* out) {
   for (int64_t low = lo; low <= hi;) {
@@ -74,8 +75,6 @@ void MagnitudeRange(int64_t lo, int64_t hi, const Alternative& prefix,
     low = high + 1;
   }
 }
-
-}  // namespace
 
 int32_t JsonRules::IntegerRange(int64_t lo, int64_t hi) {
   std::vector<Alternative> alternatives;

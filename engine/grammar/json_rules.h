@@ -11,6 +11,11 @@
 
 namespace specula::grammar {
 
+// Alternatives for the decimal integers from `lo` to `hi` (0 <= lo <= hi), written without
+// leading zeros, each after `prefix`; each alternative holds one digit count.
+void MagnitudeRange(int64_t lo, int64_t hi, const Alternative& prefix,
+                    std::vector<Alternative>* out);
+
 class JsonRules {
  public:
   JsonRules(GrammarBuilder& b, int max_whitespace) : b_(b), max_whitespace_(max_whitespace) {}

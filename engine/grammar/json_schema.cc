@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/common/status_macros.h"
 #include "engine/grammar/json_rules.h"
+#include "engine/grammar/number_range.h"
 #include "engine/grammar/regex.h"
 
 namespace specula::grammar {
@@ -114,6 +116,7 @@ class SchemaCompiler {
   absl::StatusOr<int32_t> String(const Json& s, const std::string& path);
   absl::StatusOr<int32_t> Pattern(const Json& s, const std::string& path);
   absl::StatusOr<int32_t> Integer(const Json& s, const std::string& path);
+  absl::StatusOr<int32_t> Number(const Json& s, const std::string& path);
 
   const Json& root_;
   const JsonSchemaOptions& options_;
@@ -265,8 +268,8 @@ absl::StatusOr<std::vector<std::string>> SchemaCompiler::Types(const Json& s,
         s.contains("pattern")) {
       return std::vector<std::string>{"string"};
     }
-    // Bounds without a type: the number's (refused there) rather than any value, which would
-    // write numbers outside them.
+    // Bounds without a type: numbers within them rather than any value (which could be a number
+    // outside them).
     for (const char* bound : kBounds) {
       if (s.contains(bound)) return std::vector<std::string>{"number"};
     }
@@ -285,15 +288,7 @@ absl::StatusOr<int32_t> SchemaCompiler::Typed(const Json& s, const std::string& 
                                               const std::string& path, int depth) {
   if (type == "string") return String(s, path);
   if (type == "integer") return Integer(s, path);
-  if (type == "number") {
-    for (const char* bound : kBounds) {
-      if (s.contains(bound)) {
-        return Invalid(path, absl::StrCat("keyword '", bound,
-                                          "' on a number is not supported (on an integer it is)"));
-      }
-    }
-    return json_.Number();
-  }
+  if (type == "number") return Number(s, path);
   if (type == "boolean") return json_.Boolean();
   if (type == "null") return json_.Null();
   if (type == "object") return Object(s, path, depth);
@@ -405,6 +400,34 @@ absl::StatusOr<int32_t> SchemaCompiler::Integer(const Json& s, const std::string
   if (lo > hi) return Unsatisfiable(path, "no integer lies within its bounds");
   return json_.IntegerRange(static_cast<int64_t>(std::max(lo, -double(kMax))),
                             static_cast<int64_t>(std::min(hi, double(kMax))));
+}
+
+// A number with bounds is a plain decimal within them (engine/grammar/number_range.h); without,
+// any JSON number.
+absl::StatusOr<int32_t> SchemaCompiler::Number(const Json& s, const std::string& path) {
+  std::optional<std::pair<double, bool>> lo, hi;  // (value, exclusive): the tightest of each side
+  for (const auto& [key, value] : s.items()) {
+    const bool lower = key == "minimum" || key == "exclusiveMinimum";
+    const bool upper = key == "maximum" || key == "exclusiveMaximum";
+    if (!lower && !upper) continue;
+    if (!value.is_number()) return Invalid(path, absl::StrCat("'", key, "' must be a number"));
+    const std::pair<double, bool> bound = {value.get<double>(), key.rfind("exclusive", 0) == 0};
+    std::optional<std::pair<double, bool>>& side = lower ? lo : hi;
+    const bool tighter = !side || (lower ? bound.first > side->first : bound.first < side->first) ||
+                         (bound.first == side->first && bound.second);
+    if (tighter) side = bound;
+  }
+  if (!lo && !hi) return json_.Number();
+  std::optional<DecimalBound> low, high;
+  if (lo) {
+    ASSIGN_OR_RETURN(low, DecimalBoundOf(lo->first, lo->second));
+  }
+  if (hi) {
+    ASSIGN_OR_RETURN(high, DecimalBoundOf(hi->first, hi->second));
+  }
+  const std::optional<int32_t> rule = NumberRange(b_, low, high);
+  if (!rule) return Unsatisfiable(path, "no number lies within its bounds");
+  return *rule;
 }
 
 absl::StatusOr<int32_t> SchemaCompiler::String(const Json& s, const std::string& path) {
