@@ -4,6 +4,8 @@
 #include <numeric>
 #include <string_view>
 
+#include "engine/common/thread_pool.h"
+
 namespace specula::grammar {
 
 TokenTable::TokenTable(const std::vector<std::string>& token_bytes)
@@ -27,12 +29,26 @@ TokenTable::TokenTable(const std::vector<std::string>& token_bytes)
   }
 }
 
-TokenMasker::TokenMasker(const TokenTable& table)
-    : table_(table),
-      states_(table.max_length_ + 1),
-      escaped_(table.max_length_ + 1),
-      left_(table.max_length_ + 1),
-      filtered_(table.max_length_ + 1) {}
+TokenMasker::Walk::Walk(size_t max_length)
+    : states(max_length + 1),
+      escaped(max_length + 1),
+      left(max_length + 1),
+      filtered(max_length + 1) {}
+
+namespace {
+
+// Chunks of a parallel walk per thread: a few, so a thread whose chunk is cheap takes another.
+constexpr int kChunksPerThread = 4;
+
+}  // namespace
+
+TokenMasker::TokenMasker(const TokenTable& table, ThreadPool* pool, size_t min_chunk_tokens)
+    : table_(table), pool_(pool), min_chunk_tokens_(std::max<size_t>(1, min_chunk_tokens)) {
+  const size_t chunks =
+      pool_ != nullptr ? static_cast<size_t>(pool_->num_threads()) * kChunksPerThread : 1;
+  walks_.reserve(chunks);
+  for (size_t i = 0; i < chunks; ++i) walks_.emplace_back(table.max_length_);
+}
 
 namespace {
 
@@ -42,59 +58,85 @@ void SetBit(std::vector<uint32_t>& bits, int32_t id) {
 
 }  // namespace
 
-// states_[d + 1] from states_[d] and byte d of `token`, keeping only the stacks that take the
-// token's next byte (all of them after its last byte).
-bool TokenMasker::StepWithin(const Grammar& g, std::string_view token, size_t d, bool* escaped) {
+// walk.states[d + 1] from walk.states[d] and byte d of `token`, keeping only the stacks that
+// take the token's next byte (all of them after its last byte).
+bool TokenMasker::StepWithin(const Grammar& g, std::string_view token, size_t d, bool* escaped,
+                             Walk& walk) {
   const int next = d + 1 < token.size() ? static_cast<uint8_t>(token[d + 1]) : -1;
-  filtered_[d + 1] = next >= 0;
-  return Step(g, states_[d], static_cast<uint8_t>(token[d]), &states_[d + 1], escaped, next);
+  walk.filtered[d + 1] = next >= 0;
+  return Step(g, walk.states[d], static_cast<uint8_t>(token[d]), &walk.states[d + 1], escaped,
+              next);
 }
 
 // How many bytes of the previous token's states a token sharing `common` bytes with it can reuse:
-// states_[common] was kept only for the previous token's next byte, which differs, unless it was
+// states[common] was kept only for the previous token's next byte, which differs, unless it was
 // that token's end.
-size_t TokenMasker::Reusable(size_t common, size_t valid) const {
+size_t TokenMasker::Reusable(const Walk& walk, size_t common, size_t valid) {
   const size_t d = std::min(common, valid);
-  return d > 0 && filtered_[d] ? d - 1 : d;
+  return d > 0 && walk.filtered[d] ? d - 1 : d;
+}
+
+void TokenMasker::ClassifyRange(const Grammar& g, const StackSet& start, bool partial, size_t first,
+                                size_t last, Walk& walk, MaskEntry* entry) {
+  walk.states[0] = start;
+  walk.escaped[0] = walk.left[0] = walk.filtered[0] = 0;
+  size_t valid = 0;  // states[0..valid] hold for the previous token's prefix
+  for (size_t i = first; i < last; ++i) {
+    const std::string_view token = table_.sorted_bytes(i);
+    const size_t length = token.size();
+    size_t d = i == first ? 0 : Reusable(walk, table_.common_[i], valid);
+    for (; d < length && !walk.states[d].empty(); ++d) {
+      bool escaped = false;
+      if (!StepWithin(g, token, d, partial ? &escaped : nullptr, walk)) {
+        // Too ambiguous here: undecided, so the whole stack decides (as the matcher would,
+        // refusing it if it overflows there too); never accepted on a partial view.
+        walk.states[d + 1].Clear();
+        walk.escaped[d + 1] = false;
+        walk.left[d + 1] = true;
+        continue;
+      }
+      walk.escaped[d + 1] = escaped;
+      walk.left[d + 1] = walk.left[d] || escaped;
+    }
+    valid = d;
+    if (d == length && (!walk.states[d].empty() || walk.escaped[d])) {
+      SetBit(entry->accepted, table_.ids_[i]);
+    } else if (walk.left[std::min(d, length - 1)]) {
+      entry->uncertain.push_back(static_cast<uint32_t>(i));
+    }
+  }
 }
 
 MaskEntry TokenMasker::Classify(const Grammar& g, const StackSet& start, bool partial) {
+  const size_t n = table_.ids_.size();
+  const size_t chunks = std::min(walks_.size(), std::max<size_t>(1, n / min_chunk_tokens_));
   MaskEntry entry;
   entry.accepted.assign(table_.mask_words(), 0);
-  states_[0] = start;
-  escaped_[0] = left_[0] = filtered_[0] = 0;
-  size_t valid = 0;  // states_[0..valid] hold for the previous token's prefix
-  for (size_t i = 0; i < table_.ids_.size(); ++i) {
-    const std::string_view token = table_.sorted_bytes(i);
-    const size_t length = token.size();
-    size_t d = Reusable(table_.common_[i], valid);
-    for (; d < length && !states_[d].empty(); ++d) {
-      bool escaped = false;
-      if (!StepWithin(g, token, d, partial ? &escaped : nullptr)) {
-        // Too ambiguous here: undecided, so the whole stack decides (as the matcher would,
-        // refusing it if it overflows there too); never accepted on a partial view.
-        states_[d + 1].Clear();
-        escaped_[d + 1] = false;
-        left_[d + 1] = true;
-        continue;
-      }
-      escaped_[d + 1] = escaped;
-      left_[d + 1] = left_[d] || escaped;
+  if (chunks <= 1) {
+    ClassifyRange(g, start, partial, 0, n, walks_[0], &entry);
+    return entry;
+  }
+  std::vector<MaskEntry> parts(chunks);
+  pool_->ParallelFor(static_cast<int64_t>(chunks), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      MaskEntry& part = parts[static_cast<size_t>(c)];
+      part.accepted.assign(table_.mask_words(), 0);
+      ClassifyRange(g, start, partial, n * c / chunks, n * (c + 1) / chunks,
+                    walks_[static_cast<size_t>(c)], &part);
     }
-    valid = d;
-    if (d == length && (!states_[d].empty() || escaped_[d])) {
-      SetBit(entry.accepted, table_.ids_[i]);
-    } else if (left_[std::min(d, length - 1)]) {
-      entry.uncertain.push_back(static_cast<uint32_t>(i));
-    }
+  });
+  for (const MaskEntry& part : parts) {
+    for (size_t w = 0; w < entry.accepted.size(); ++w) entry.accepted[w] |= part.accepted[w];
+    entry.uncertain.insert(entry.uncertain.end(), part.uncertain.begin(), part.uncertain.end());
   }
   return entry;
 }
 
 void TokenMasker::Check(const Grammar& g, const StackSet& start,
                         const std::vector<uint32_t>& indices, std::vector<uint32_t>* allowed) {
-  states_[0] = start;
-  filtered_[0] = 0;
+  Walk& walk = walks_[0];
+  walk.states[0] = start;
+  walk.filtered[0] = 0;
   size_t valid = 0;
   std::string_view previous;
   for (const uint32_t i : indices) {
@@ -103,14 +145,14 @@ void TokenMasker::Check(const Grammar& g, const StackSet& start,
         std::mismatch(previous.begin(), previous.end(), token.begin(), token.end()).first -
         previous.begin());
     previous = token;
-    size_t d = Reusable(common, valid);
-    for (; d < token.size() && !states_[d].empty(); ++d) {
-      if (!StepWithin(g, token, d, nullptr)) {
-        states_[d + 1].Clear();  // narrows, never widens (StackSet::kMaxStacks)
+    size_t d = Reusable(walk, common, valid);
+    for (; d < token.size() && !walk.states[d].empty(); ++d) {
+      if (!StepWithin(g, token, d, nullptr, walk)) {
+        walk.states[d + 1].Clear();  // narrows, never widens (StackSet::kMaxStacks)
       }
     }
     valid = d;
-    if (d == token.size() && !states_[d].empty()) SetBit(*allowed, table_.ids_[i]);
+    if (d == token.size() && !walk.states[d].empty()) SetBit(*allowed, table_.ids_[i]);
   }
 }
 

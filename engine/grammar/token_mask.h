@@ -17,6 +17,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "engine/grammar/matcher.h"
 
+namespace specula {
+class ThreadPool;
+}  // namespace specula
+
 namespace specula::grammar {
 
 class TokenTable {
@@ -73,10 +77,14 @@ class MaskCache {
   size_t max_entries_;
 };
 
-// Computes masks; holds the walk's scratch states, so one per thread.
+// Computes masks; holds the walks' scratch states, so one per thread.
 class TokenMasker {
  public:
-  explicit TokenMasker(const TokenTable& table);
+  // With `pool` (used by one TokenMasker call at a time), a cache entry's walk of the whole
+  // vocabulary is split across the pool's threads, in chunks of at least `min_chunk_tokens`:
+  // building entries is what a step waits for.
+  explicit TokenMasker(const TokenTable& table, ThreadPool* pool = nullptr,
+                       size_t min_chunk_tokens = 4096);
   // Sets bit `id % 32` of word `id / 32` of `allowed` for every token `matcher` takes whole,
   // and clears the others. Returns how many are allowed. With a cache (the grammar's, built over
   // this masker's table), each stack costs its entry's bits and checks of its uncertain tokens;
@@ -87,8 +95,22 @@ class TokenMasker {
   }
 
  private:
-  // Walks every token from `start` (a stack, or the top frames of one when `partial`).
+  // One walk's scratch: the states after each byte of the current token.
+  struct Walk {
+    explicit Walk(size_t max_length);
+    std::vector<StackSet> states;   // states[d]: after the first d bytes of the current token
+    std::vector<uint8_t> escaped;   // escaped[d]: a stack left the key's frames at byte d - 1
+    std::vector<uint8_t> left;      // left[d]: one did at some byte before d
+    std::vector<uint8_t> filtered;  // filtered[d]: states[d] kept only stacks taking byte d
+  };
+
+  // Walks every token from `start` (a stack, or the top frames of one when `partial`), in
+  // chunks on the pool's threads if there is one.
   MaskEntry Classify(const Grammar& g, const StackSet& start, bool partial);
+  // The walk of the sorted tokens [first, last): their accepted bits into `entry`, their
+  // uncertain indices appended in order.
+  void ClassifyRange(const Grammar& g, const StackSet& start, bool partial, size_t first,
+                     size_t last, Walk& walk, MaskEntry* entry);
   // Sets the bits of the tokens at `indices` (sorted) that `start` takes whole.
   void Check(const Grammar& g, const StackSet& start, const std::vector<uint32_t>& indices,
              std::vector<uint32_t>* allowed);
@@ -96,14 +118,14 @@ class TokenMasker {
   const MaskEntry& Entry(const Grammar& g, const int32_t* begin, const int32_t* end, size_t frames,
                          MaskCache* cache);
 
-  bool StepWithin(const Grammar& g, std::string_view token, size_t d, bool* escaped);
-  size_t Reusable(size_t common, size_t valid) const;
+  static bool StepWithin(const Grammar& g, std::string_view token, size_t d, bool* escaped,
+                         Walk& walk);
+  static size_t Reusable(const Walk& walk, size_t common, size_t valid);
 
   const TokenTable& table_;
-  std::vector<StackSet> states_;   // states_[d]: after the first d bytes of the current token
-  std::vector<uint8_t> escaped_;   // escaped_[d]: a stack left the key's frames at byte d - 1
-  std::vector<uint8_t> left_;      // left_[d]: one did at some byte before d
-  std::vector<uint8_t> filtered_;  // filtered_[d]: states_[d] kept only stacks taking byte d
+  ThreadPool* pool_;
+  const size_t min_chunk_tokens_;
+  std::vector<Walk> walks_;  // one per chunk of a parallel walk; walks_[0] for the others
 };
 
 inline bool MaskAllows(const std::vector<uint32_t>& mask, int64_t id) {

@@ -15,6 +15,7 @@ struct GrammarBenchOptions {
   std::string schemas_file;   // a JSON array of {"schema": ..., "strict": bool}
   int walks_per_schema = 4;
   int max_steps = 300;
+  int mask_threads = 1;  // the masker's pool: 1 = the calling thread alone
 };
 
 // Prints a Markdown table to stdout; returns a process exit code.

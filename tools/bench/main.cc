@@ -122,6 +122,7 @@ ABSL_FLAG(std::vector<std::string>, sampling_rows,
 ABSL_FLAG(std::string, tokenizer_dir, "", "grammar: directory holding the tokenizer.json");
 ABSL_FLAG(std::string, schemas, "tests/engine/grammar/agent_schemas.json",
           "grammar: JSON array of {\"schema\", \"strict\"}");
+ABSL_FLAG(int, mask_threads, 1, "grammar: threads that build a mask cache entry (1: one)");
 
 namespace {
 
@@ -330,6 +331,7 @@ int main(int argc, char** argv) {
     specula::GrammarBenchOptions o;
     o.tokenizer_dir = absl::GetFlag(FLAGS_tokenizer_dir);
     o.schemas_file = absl::GetFlag(FLAGS_schemas);
+    o.mask_threads = absl::GetFlag(FLAGS_mask_threads);
     return specula::RunGrammarBench(o);
   }
   std::cerr << kUsage << "\n";
