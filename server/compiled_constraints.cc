@@ -10,6 +10,7 @@
 #include "engine/grammar/ebnf.h"
 #include "engine/grammar/json_rules.h"
 #include "engine/grammar/json_schema.h"
+#include "engine/grammar/matcher.h"
 #include "engine/grammar/regex.h"
 #include "server/request_json.h"
 
@@ -42,19 +43,44 @@ absl::StatusOr<int32_t> AddConstraintRules(const v1::OutputConstraint& in,
   }
 }
 
-absl::StatusOr<std::shared_ptr<const grammar::Grammar>> Compile(const v1::OutputConstraint& in,
-                                                                grammar::AnswerLead lead) {
+// After a think block the line breaks before the answer are not content (the reasoning parser
+// strips them), so an answer that may itself begin with one could come back without it.
+absl::Status CheckAnswerAfterReasoning(const std::shared_ptr<const grammar::Grammar>& g,
+                                       grammar::AnswerLead lead) {
+  if (lead == grammar::AnswerLead::kNone) return absl::OkStatus();
+  grammar::GrammarMatcher m(g);
+  const std::string block =
+      absl::StrCat(lead == grammar::AnswerLead::kOptionalReasoning ? grammar::kThinkOpen : "",
+                   grammar::kThinkClose, std::string(grammar::kMaxLineBreaks, '\n'));
+  if (m.Advance(block) && m.Allows('\n')) {
+    return absl::InvalidArgumentError(
+        "its text may begin with a line break, which cannot follow a reasoning model's think "
+        "block (the line breaks after it are not content); turn thinking off "
+        "(chat_template_kwargs {\"enable_thinking\": false}) or start the text otherwise");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const grammar::Grammar>> CompileWithLead(
+    const v1::OutputConstraint& in, grammar::AnswerLead lead) {
   const grammar::JsonSchemaOptions defaults;
   grammar::GrammarBuilder b(defaults.max_symbols);
   grammar::JsonRules json(b, defaults.max_whitespace);
-  absl::StatusOr<int32_t> answer = AddConstraintRules(in, b, json);
-  absl::StatusOr<grammar::Grammar> g =
-      answer.ok() ? b.Build(grammar::AddAnswerLead(b, lead, *answer)) : answer.status();
+  ASSIGN_OR_RETURN(const int32_t answer, AddConstraintRules(in, b, json));
+  ASSIGN_OR_RETURN(grammar::Grammar g, b.Build(grammar::AddAnswerLead(b, lead, answer)));
+  auto shared = std::make_shared<const grammar::Grammar>(std::move(g));
+  RETURN_IF_ERROR(CheckAnswerAfterReasoning(shared, lead));
+  return shared;
+}
+
+absl::StatusOr<std::shared_ptr<const grammar::Grammar>> Compile(const v1::OutputConstraint& in,
+                                                                grammar::AnswerLead lead) {
+  absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g = CompileWithLead(in, lead);
   if (!g.ok()) {
     return absl::Status(g.status().code(),
                         absl::StrCat("output_constraint: ", g.status().message()));
   }
-  return std::make_shared<const grammar::Grammar>(*std::move(g));
+  return g;
 }
 
 // The kind and everything that changes its grammar: the cache key, after the answer lead.

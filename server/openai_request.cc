@@ -11,6 +11,7 @@
 #include "engine/common/capacity_error.h"
 #include "engine/common/session_busy.h"
 #include "server/compiled_constraints.h"
+#include "server/request_json.h"
 
 namespace specula {
 namespace {
@@ -142,13 +143,15 @@ Error ReadStructuredOutputs(const OrderedJson& body, v1::GenerateRequest* out) {
       c->mutable_choice()->add_options(o.get<std::string>());
     }
   } else if (kind == "json") {
-    const OrderedJson& schema = v.is_string() ? OrderedJson::parse(v.get<std::string>(), nullptr,
-                                                                   /*allow_exceptions=*/false)
-                                              : v;
-    if (!(schema.is_object() || schema.is_boolean())) {
+    // Its text goes through the request's own JSON reader, with its nesting limit.
+    absl::StatusOr<OrderedJson> parsed = v.is_string()
+                                             ? ParseRequestJson(v.get<std::string>(), param)
+                                             : absl::StatusOr<OrderedJson>(v);
+    if (!parsed.ok()) return BadParam(param, std::string(parsed.status().message()));
+    if (!(parsed->is_object() || parsed->is_boolean())) {
       return BadParam(param, "'" + param + "' must be a JSON Schema (an object, or its text)");
     }
-    c->set_json_schema(schema.dump());
+    c->set_json_schema(parsed->dump());
   } else if (kind == "json_object") {
     if (v != true) return BadParam(param, "'" + param + "' must be true");
     c->set_json_object(true);

@@ -35,8 +35,8 @@ int32_t ReasoningThroughClose(GrammarBuilder& b) {
 
 int32_t AddAnswerLead(GrammarBuilder& b, AnswerLead lead, int32_t answer) {
   if (lead == AnswerLead::kNone) return answer;
-  const int32_t space = b.AddRule("space", {{B::Bytes(ByteSet::Of(" \t\r\n"))}});
-  const int32_t separator = b.Repeat("after_reasoning", space, 0, 4);
+  const int32_t line_break = b.AddRule("line_break", {{B::Bytes(ByteSet::Of("\n"))}});
+  const int32_t separator = b.Repeat("after_reasoning", line_break, 0, kMaxLineBreaks);
   Alternative after_open = {B::Ref(ReasoningThroughClose(b)), B::Ref(separator), B::Ref(answer)};
   if (lead == AnswerLead::kInReasoning) return b.AddRule("answer_lead", {std::move(after_open)});
   Alternative block = B::Literal(kThinkOpen);

@@ -17,9 +17,11 @@ enum class AnswerLead : uint8_t {
 };
 
 // The reasoning text is any bytes not containing "</think>"; between the block and the answer
-// come at most 4 whitespace bytes (Qwen3 writes "\n\n").
+// come at most kMaxLineBreaks line breaks (Qwen3 writes "\n\n"), which the reasoning parser
+// strips from the content: nothing else may come between them.
 inline constexpr char kThinkOpen[] = "<think>";
 inline constexpr char kThinkClose[] = "</think>";
+inline constexpr int kMaxLineBreaks = 2;
 
 // A rule deriving `lead` then `answer`.
 int32_t AddAnswerLead(GrammarBuilder& b, AnswerLead lead, int32_t answer);

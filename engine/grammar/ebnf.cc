@@ -40,6 +40,7 @@ class EbnfParser {
     if (!defined_.contains("root")) return Error("no rule is named root (where the text starts)");
     RegexEmitter emit(b_, RegexText::kRaw);
     for (const auto& [rule, body] : definitions_) {
+      emit.set_name(b_.rule_name(rule));
       if (body.kind == Kind::kUnion) {
         for (const RegexNode& alternative : body.children) Emit(emit, rule, alternative);
       } else {
@@ -274,6 +275,7 @@ class EbnfParser {
         return Hex(8);
       default:
         --i_;
+        if (static_cast<unsigned char>(e) >= 0x80) return Error("an escaped non-ASCII character");
         return Error(absl::StrCat("unknown escape \\", std::string(1, e)));
     }
   }

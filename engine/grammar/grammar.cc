@@ -122,8 +122,10 @@ std::vector<bool> RulesWithAnAlternativeThatHolds(const std::vector<Rule>& rules
 }
 
 // A rule that reaches itself through leftmost references (each after only nullable symbols),
-// or -1. Iterative depth-first search: Repeat's chains can be long.
-int32_t FindLeftRecursion(const std::vector<Rule>& rules, const std::vector<bool>& nullable) {
+// or -1; without one, `order` lists every rule after those it refers to leftmost. Iterative
+// depth-first search: Repeat's chains can be long.
+int32_t FindLeftRecursion(const std::vector<Rule>& rules, const std::vector<bool>& nullable,
+                          std::vector<int32_t>* order) {
   std::vector<std::vector<int32_t>> leftmost(rules.size());
   for (size_t r = 0; r < rules.size(); ++r) {
     for (const Alternative& a : rules[r].alternatives) {
@@ -145,6 +147,7 @@ int32_t FindLeftRecursion(const std::vector<Rule>& rules, const std::vector<bool
       auto& [r, next] = stack.back();
       if (next == leftmost[r].size()) {
         state[r] = kDone;
+        order->push_back(r);
         stack.pop_back();
         continue;
       }
@@ -155,6 +158,42 @@ int32_t FindLeftRecursion(const std::vector<Rule>& rules, const std::vector<bool
         stack.push_back({s, 0});
       }
     }
+  }
+  return -1;
+}
+
+// The most rules the matcher may expand before its next byte, from entering each rule: its
+// expansion recurses once per rule, so a grammar past this (nested repetitions of what can be
+// empty: `((a?){1000}){1000}`) would cost time per byte and stack past any bound.
+constexpr int64_t kMaxExpansions = 2048;
+
+// The first rule (in `order`: leftmost references first) from which more than kMaxExpansions
+// rules may be expanded without a byte, or -1. Per rule, `empty`: the most expansions that derive
+// nothing from it (nullable rules); `first`: the most before its first byte.
+int32_t FindDeepExpansion(const std::vector<Rule>& rules, const std::vector<bool>& nullable,
+                          const std::vector<int32_t>& order) {
+  constexpr int64_t kCap = kMaxExpansions + 1;  // saturate: sums can grow exponentially
+  std::vector<int64_t> empty(rules.size(), 0), first(rules.size(), 0);
+  for (const int32_t r : order) {
+    int64_t most_empty = 0, most_first = 0;
+    for (const Alternative& a : rules[r].alternatives) {
+      int64_t before = 0;  // expansions deriving nothing from the symbols so far
+      bool all_empty = true;
+      for (const Symbol& s : a) {
+        const bool can_be_empty = s.rule >= 0 && nullable[s.rule];
+        most_first =
+            std::max(most_first, std::min(kCap, before + (s.rule >= 0 ? first[s.rule] : 0)));
+        if (!can_be_empty) {
+          all_empty = false;
+          break;
+        }
+        before = std::min(kCap, before + empty[s.rule]);
+      }
+      if (all_empty) most_empty = std::max(most_empty, before);
+    }
+    empty[r] = std::min(kCap, 1 + most_empty);
+    first[r] = std::min(kCap, 1 + most_first);
+    if (first[r] > kMaxExpansions || empty[r] > kMaxExpansions) return r;
   }
   return -1;
 }
@@ -197,9 +236,15 @@ absl::StatusOr<Grammar> GrammarBuilder::Build(int32_t root) {
   if (!productive[root]) return absl::InvalidArgumentError("no output can satisfy the constraint");
   DropAlternativesThatCannotEnd(productive, rules_);
   const std::vector<bool> nullable = RulesWithAnAlternativeThatHolds(rules_, false);
-  if (const int32_t r = FindLeftRecursion(rules_, nullable); r >= 0) {
+  std::vector<int32_t> order;
+  if (const int32_t r = FindLeftRecursion(rules_, nullable, &order); r >= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("grammar: rule '", rules_[r].name, "' is left-recursive"));
+  }
+  if (const int32_t r = FindDeepExpansion(rules_, nullable, order); r >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grammar: rule '", rules_[r].name, "' may nest more than ", kMaxExpansions,
+        " rules before a byte (repetitions of what can be empty, nested; simplify them)"));
   }
   Grammar g;
   g.root_ = root;

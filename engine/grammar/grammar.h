@@ -96,6 +96,7 @@ class GrammarBuilder {
   absl::StatusOr<Grammar> Build(int32_t root);
 
   int64_t symbols() const { return symbols_; }
+  const std::string& rule_name(int32_t rule) const { return rules_[rule].name; }
 
  private:
   absl::Status CheckBudget() const;

@@ -426,7 +426,10 @@ absl::StatusOr<int32_t> SchemaCompiler::Number(const Json& s, const std::string&
     ASSIGN_OR_RETURN(high, DecimalBoundOf(hi->first, hi->second));
   }
   const std::optional<int32_t> rule = NumberRange(b_, low, high);
-  if (!rule) return Unsatisfiable(path, "no number lies within its bounds");
+  if (!rule) {
+    return Unsatisfiable(path, "no number of at most 15 digits (without an exponent) lies within "
+                               "its bounds");
+  }
   return *rule;
 }
 

@@ -58,6 +58,10 @@ std::vector<int32_t>& Scratch(size_t depth) {
 // when `out` overflowed.
 bool Expand(const Grammar& g, std::vector<int32_t>& stack, size_t depth, StackSet* out,
             bool* escaped, int next) {
+  // GrammarBuilder::Build bounds the expansions from entering a rule; a deep stack's parents can
+  // add theirs: past this, the parse is dropped as on an overflow, not followed off the stack.
+  constexpr size_t kMaxDepth = 4096;
+  if (depth > kMaxDepth) return false;
   while (!stack.empty()) {
     const int32_t pos = stack.back();
     switch (g.kind(pos)) {

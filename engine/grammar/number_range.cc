@@ -153,6 +153,7 @@ void MagnitudeRangeWithFractions(GrammarBuilder& b, const MagnitudeBound& lo,
     WithFractions(b, lo.integer + 1, kMax, prefix, std::nullopt, std::nullopt, out);
     return;
   }
+  if (lo.integer > hi->integer) return;
   if (lo.integer == hi->integer) {
     WithFractions(b, lo.integer, lo.integer, prefix, lo.fraction, hi->fraction, out);
     return;

@@ -59,7 +59,7 @@ int32_t RegexEmitter::RuleFor(const RegexNode& n) {
       rule = RepeatRule(n.children[0], n.min, n.max);
       break;
     case Kind::kUnion:
-      rule = b_.NewRule("regex_union");
+      rule = b_.NewRule(Name("_union"));
       for (const RegexNode& c : n.children) {
         Alternative a;
         Append(c, a);
@@ -69,7 +69,7 @@ int32_t RegexEmitter::RuleFor(const RegexNode& n) {
     default: {  // kEmpty, kConcat
       Alternative a;
       Append(n, a);
-      rule = b_.AddRule("regex_seq", {std::move(a)});
+      rule = b_.AddRule(Name("_seq"), {std::move(a)});
     }
   }
   rules_[&n] = rule;
@@ -98,7 +98,7 @@ void RegexEmitter::Append(const RegexNode& n, Alternative& out) {
 }
 
 int32_t RegexEmitter::AnyText() {
-  if (!any_text_) any_text_ = b_.Repeat("regex_any", CharsRule(CodePointSet::All()), 0, -1);
+  if (!any_text_) any_text_ = b_.Repeat(Name("_any"), CharsRule(CodePointSet::All()), 0, -1);
   return *any_text_;
 }
 
@@ -139,22 +139,30 @@ int32_t RegexEmitter::CharsRule(const CodePointSet& chars) {
     }
   }
   if (!ascii.empty()) alternatives.push_back({B::Bytes(ascii)});
-  const int32_t rule = b_.AddRule("regex_chars", std::move(alternatives));
+  const int32_t rule = b_.AddRule(Name("_chars"), std::move(alternatives));
   char_rules_[chars.ranges()] = rule;
   return rule;
 }
 
 int32_t RegexEmitter::RepeatRule(const RegexNode& x, int64_t min, int64_t max) {
-  if (max >= 0 || !Nullable(x)) return b_.Repeat("regex_repeat", RuleFor(x), min, max);
-  const int32_t required = b_.Repeat("regex_repeat", RuleFor(x), min, min);
+  if (max >= 0 || !Nullable(x)) return b_.Repeat(Name("_repeat"), RuleFor(x), min, max);
+  const int32_t required = b_.Repeat(Name("_repeat"), RuleFor(x), min, min);
   const std::optional<int32_t> non_empty = NonEmptyRule(x);
   if (!non_empty) return required;
-  const int32_t more = b_.Repeat("regex_repeat", *non_empty, 0, -1);
-  return b_.AddRule("regex_repeat", {{B::Ref(required), B::Ref(more)}});
+  const int32_t more = b_.Repeat(Name("_repeat"), *non_empty, 0, -1);
+  return b_.AddRule(Name("_repeat"), {{B::Ref(required), B::Ref(more)}});
 }
 
-// A rule deriving `n`'s texts but the empty one; nullopt when that is its only text.
 std::optional<int32_t> RegexEmitter::NonEmptyRule(const RegexNode& n) {
+  // Kept per node: a repetition asks for its child's both directly and through RepeatRule, which
+  // would double the work at each level of nesting.
+  if (auto it = non_empty_.find(&n); it != non_empty_.end()) return it->second;
+  const std::optional<int32_t> rule = MakeNonEmptyRule(n);
+  non_empty_[&n] = rule;
+  return rule;
+}
+
+std::optional<int32_t> RegexEmitter::MakeNonEmptyRule(const RegexNode& n) {
   switch (n.kind) {
     case Kind::kEmpty:
       return std::nullopt;
@@ -167,7 +175,7 @@ std::optional<int32_t> RegexEmitter::NonEmptyRule(const RegexNode& n) {
         if (std::optional<int32_t> r = NonEmptyRule(c)) alternatives.push_back({B::Ref(*r)});
       }
       if (alternatives.empty()) return std::nullopt;
-      return b_.AddRule("regex_nonempty", std::move(alternatives));
+      return b_.AddRule(Name("_nonempty"), std::move(alternatives));
     }
     case Kind::kConcat: {
       // The first child that is not empty starts the text; those before it matched "".
@@ -181,7 +189,7 @@ std::optional<int32_t> RegexEmitter::NonEmptyRule(const RegexNode& n) {
         if (!Nullable(n.children[i])) break;
       }
       if (alternatives.empty()) return std::nullopt;
-      return b_.AddRule("regex_nonempty", std::move(alternatives));
+      return b_.AddRule(Name("_nonempty"), std::move(alternatives));
     }
     case Kind::kRepeat: {
       if (n.max == 0) return std::nullopt;
@@ -189,7 +197,7 @@ std::optional<int32_t> RegexEmitter::NonEmptyRule(const RegexNode& n) {
       if (!first) return std::nullopt;
       const int32_t rest =
           RepeatRule(n.children[0], std::max<int64_t>(n.min - 1, 0), n.max < 0 ? -1 : n.max - 1);
-      return b_.AddRule("regex_nonempty", {{B::Ref(*first), B::Ref(rest)}});
+      return b_.AddRule(Name("_nonempty"), {{B::Ref(*first), B::Ref(rest)}});
     }
   }
   return std::nullopt;

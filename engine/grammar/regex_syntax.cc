@@ -1,5 +1,6 @@
 #include "engine/grammar/regex_syntax.h"
 
+#include <cctype>
 #include <optional>
 #include <string>
 #include <utility>
@@ -92,7 +93,8 @@ class Parser {
       atom_start_ = i_;
       if (Peek() == '$') {
         if (top && (i_ + 1 == p_.size() || Peek(1) == '|')) break;
-        return Unsupported("$ other than at the end of the pattern or of a top-level alternative is");
+        return Unsupported(
+            "$ other than at the end of the pattern or of a top-level alternative is");
       }
       if (Peek() == '^') {
         return Unsupported(
@@ -127,6 +129,11 @@ class Parser {
     if (Eat('.')) return CharsNode(Dot());
     if (Peek() == '*' || Peek() == '+' || Peek() == '?') return Error("nothing to repeat");
     if (Peek() == '{' && QuantifierBounds().has_value()) return Error("nothing to repeat");
+    // The "u" flag's syntax (what ajv and JavaScript validators of `pattern` use): a brace or
+    // bracket that opens or closes nothing is an error, not a literal.
+    if (Peek() == '{' || Peek() == '}' || Peek() == ']') {
+      return Error(absl::StrCat("a lone ", std::string(1, Peek()), " (escape it)"));
+    }
     if (Eat('\\')) return Escape();
     ASSIGN_OR_RETURN(const uint32_t c, CodePoint());
     return CharsNode(CodePointSet::Of(c, c));
@@ -137,8 +144,14 @@ class Parser {
       return Unsupported("lookahead and lookbehind are");
     }
     if (EatPrefix("?<")) {  // a named group: the name does not change what matches
-      while (!AtEnd() && Peek() != '>') ++i_;
-      if (!Eat('>')) return Error("unterminated group name");
+      const size_t name = i_;
+      while (!AtEnd() &&
+             (std::isalnum(static_cast<unsigned char>(Peek())) || Peek() == '_' || Peek() == '$')) {
+        ++i_;
+      }
+      if (i_ == name || std::isdigit(static_cast<unsigned char>(p_[name])) || !Eat('>')) {
+        return Error("a malformed group name");
+      }
     } else if (!EatPrefix("?:") && Peek() == '?') {
       return Unsupported("this group syntax (? is");
     }
@@ -291,13 +304,16 @@ class Parser {
     }
     if (c == '0' && !(Peek() >= '0' && Peek() <= '9')) return CharsNode(CodePointSet::Of(0, 0));
     if (c >= '1' && c <= '9') return Unsupported("backreferences (\\1 ...) are");
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) {
+    // With the "u" flag only the syntax characters and / escape to themselves.
+    if (static_cast<unsigned char>(c) >= 0x80) {
+      --i_;
+      return Error("an escaped non-ASCII character (write it as itself)");
+    }
+    if (std::string_view("^$\\.*+?()[]{}|/").find(c) == std::string_view::npos) {
       --i_;
       return Error(absl::StrCat("unknown escape \\", std::string(1, c)));
     }
-    --i_;  // an escaped punctuation character (or any non-ASCII one) stands for itself
-    ASSIGN_OR_RETURN(const uint32_t v, CodePoint());
-    return CharsNode(CodePointSet::Of(v, v));
+    return CharsNode(CodePointSet::Of(static_cast<uint8_t>(c), static_cast<uint8_t>(c)));
   }
 
   absl::StatusOr<uint32_t> Hex(int digits) {

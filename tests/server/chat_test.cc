@@ -764,6 +764,8 @@ TEST(OpenAiRequestTest, StructuredOutputsRefusalsNameTheKey) {
       {R"({"structured_outputs": {"choice": ["a", 1]}})", "structured_outputs.choice"},
       {R"({"structured_outputs": {"regex": 5}})", "structured_outputs.regex"},
       {R"({"structured_outputs": {"json": "not json"}})", "structured_outputs.json"},
+      {R"({"structured_outputs": {"json": ")" + std::string(100, '[') + R"("}})",
+       "structured_outputs.json"},
       {R"({"structured_outputs": {"json_object": false}})", "structured_outputs.json_object"},
       {R"({"structured_outputs": {"regex": "a"}, "response_format": {"type": "json_object"}})",
        "structured_outputs"},

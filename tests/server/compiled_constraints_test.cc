@@ -87,11 +87,12 @@ TEST(CompiledConstraintsTest, RegexAndChoiceCompileToTheirOwnGrammars) {
   EXPECT_NE(ab_c, a_bc);
   EXPECT_TRUE(Accepts(a_bc, "bc"));
   EXPECT_FALSE(Accepts(ab_c, "bc"));
-  v1::OutputConstraint same_text;  // the text of a schema, as a regex (a literal)
-  same_text.set_regex(R"({"const": 1})");
+  v1::OutputConstraint same_text;  // the text of a schema (true: any value), as a regex
+  same_text.set_regex("true");
   const auto as_regex = *cache.Get(same_text);
-  EXPECT_NE(as_regex, *cache.Get(Schema(R"({"const": 1})", false)));
-  EXPECT_TRUE(Accepts(as_regex, R"({"const": 1})"));
+  EXPECT_NE(as_regex, *cache.Get(Schema("true", false)));
+  EXPECT_TRUE(Accepts(as_regex, "true"));
+  EXPECT_FALSE(Accepts(as_regex, "1"));
 }
 
 // After a reasoning model's think block: a grammar of its own, which takes the block first.
@@ -106,6 +107,13 @@ TEST(CompiledConstraintsTest, AnAnswerLeadGetsItsOwnGrammar) {
   EXPECT_TRUE(Accepts(after_block, "no"));
   EXPECT_FALSE(Accepts(plain, "<think>hmm</think>\n\nyes"));
   EXPECT_TRUE(Accepts(*cache.Get(c, grammar::AnswerLead::kInReasoning), "hmm</think>no"));
+  // The line breaks after the block are not content: an answer that may begin with one is
+  // refused after a block, and fine without.
+  const v1::OutputConstraint starts_with_break = Choice({"\nyes", "no"});
+  EXPECT_TRUE(cache.Get(starts_with_break).ok());
+  const auto refused = cache.Get(starts_with_break, grammar::AnswerLead::kOptionalReasoning);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("may begin with a line break"));
 }
 
 TEST(CompiledConstraintsTest, AnEbnfGrammarHoldsTheOutput) {

@@ -31,10 +31,11 @@ TEST(AnswerLeadTest, AnOptionalBlockThenTheAnswer) {
   // Near misses of the close tag are reasoning text; '<' restarts the match.
   EXPECT_TRUE(Accepts(g, "<think>a<b </thin> <</think>{}"));
   EXPECT_TRUE(Accepts(g, "<think>{}</think>{}"));
-  EXPECT_FALSE(Accepts(g, "<think>x{}"));                    // the block never closed
-  EXPECT_FALSE(Accepts(g, "<think>x</think>"));              // no answer
-  EXPECT_FALSE(Accepts(g, "<think>x</think>ok {}"));         // text between block and answer
-  EXPECT_FALSE(Accepts(g, "<think>x</think>\n\n\n\n\n{}"));  // at most 4 whitespace bytes
+  EXPECT_FALSE(Accepts(g, "<think>x{}"));                // the block never closed
+  EXPECT_FALSE(Accepts(g, "<think>x</think>"));          // no answer
+  EXPECT_FALSE(Accepts(g, "<think>x</think>ok {}"));     // text between block and answer
+  EXPECT_FALSE(Accepts(g, "<think>x</think>\n\n\n{}"));  // at most 2 line breaks
+  EXPECT_FALSE(Accepts(g, "<think>x</think> {}"));       // what the reasoning split keeps
   EXPECT_FALSE(Accepts(g, "x{}"));
 }
 

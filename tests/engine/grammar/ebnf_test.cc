@@ -90,9 +90,16 @@ TEST(EbnfTest, ErrorsSayWhatAndWhere) {
       {"root ::= [^\\x00-\\U0010FFFF]", "no character satisfies"},
       {"root ::= " + std::string(70, '(') + "\"a\"" + std::string(70, ')'), "deeper than 64"},
       {"root ::= root \"a\" | \"a\"", "left-recursive"},
-      {"root ::= x* \nx ::= \"a\"?", "left-recursive"},
+      {"root ::= x* \nx ::= \"a\"?", "rule 'root_repeat_more' is left-recursive"},
       {"root ::= \"a\" root", "no output can satisfy"},
   };
+  // A chain of rules deeper than the matcher may expand before a byte: refused, not a crash.
+  std::string chain = "root ::= r0\n";
+  for (int i = 0; i < 5000; ++i) {
+    chain += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + "\n";
+  }
+  chain += "r5000 ::= \"a\"\n";
+  EXPECT_THAT(CompileEbnf(chain).status().message(), HasSubstr("may nest more than 2048 rules"));
   for (const auto& [text, message] : cases) {
     auto g = CompileEbnf(text);
     EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << text;

@@ -159,7 +159,7 @@ TEST(JsonSchemaTest, WhatIsNotSupportedIsRefusedByName) {
       {R"({"type": "string", "pattern": "(a)\\1"})", "pattern: regex at offset 3: backreferences"},
       {R"({"type": "string", "pattern": 7})", "pattern must be a string"},
       {R"({"type": "integer", "multipleOf": 2})", "keyword 'multipleOf' is not supported"},
-      {R"({"type": "number", "minimum": 2, "exclusiveMaximum": 2})", "no number lies within"},
+      {R"({"type": "number", "minimum": 2, "exclusiveMaximum": 2})", "no number of at most 15"},
       {R"({"type": "number", "maximum": "3"})", "'maximum' must be a number"},
       {R"({"type": "integer", "minimum": "1"})", "'minimum' must be a number"},
       {R"({"properties": {"x": {"nullable": true}}})", "'/properties/x': keyword 'nullable'"},

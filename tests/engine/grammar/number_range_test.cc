@@ -132,6 +132,9 @@ TEST(NumberRangeTest, AcceptsExactlyTheDecimalsWithinTheBounds) {
       {Bound(1e-4, true), Bound(2, false)},
       {Bound(9.999, false), Bound(10.001, false)},
       {Bound(-2, false), Bound(-2, true)},  // empty
+      {Bound(5, false), Bound(3, false)},   // empty: lo above hi
+      {Bound(-3, false), Bound(-5, false)},
+      {Bound(5.5, false), Bound(5.2, false)},
       {Bound(12345.678, true), std::nullopt},
       {std::nullopt, Bound(-1e20, false)},        // beyond what is written: none
       {Bound(-1e20, false), Bound(1e20, false)},  // beyond: no bound at all

@@ -216,6 +216,18 @@ TEST(RegexTest, RefusesWhatItCannotHonourByName) {
       {"[z-a]", "out of order"},
       {"[\\d-z]", "class escape"},
       {"\\q", "unknown escape"},
+      // The "u" flag's syntax, as ajv reads patterns: no lone braces, no identity escapes of
+      // ordinary characters, group names that are names.
+      {"a{,3}", "a lone {"},
+      {"a}", "a lone }"},
+      {"a]", "a lone ]"},
+      {"\\_", "unknown escape \\_"},
+      {"\\-", "unknown escape \\-"},
+      {"\\\xC3\xA9", "an escaped non-ASCII character"},
+      {"(?<a)b>c)", "a malformed group name"},
+      {"(?<1a>c)", "a malformed group name"},
+      // Nested repetitions of what can be empty: refused, not followed at a cost per byte.
+      {"(?:(?:a?){1000}){1000}c", "may nest more than 2048 rules"},
       {"\\uD800", "lone surrogate"},
       {"[^\\s\\S]", "no character satisfies"},
       {"\xC3", "invalid UTF-8"},
@@ -229,6 +241,12 @@ TEST(RegexTest, RefusesWhatItCannotHonourByName) {
   // A pattern's grammar over the symbol budget is refused, not built.
   EXPECT_THAT(CompileRegex("(a{1000}){1000}[b-z]{1000}", {}, 2000).status().message(),
               HasSubstr("symbols"));
+  // Nested stars of what can be empty compile in time linear in the nesting.
+  std::string nested = "a*";
+  for (int i = 0; i < 60; ++i) nested = "(?:" + nested + ")*";
+  auto g = CompileRegex(nested);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(Accepts(*g, "aaa"));
 }
 
 }  // namespace
