@@ -1,8 +1,10 @@
 #include "engine/grammar/grammar.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace specula::grammar {
@@ -212,6 +214,24 @@ void DropAlternativesThatCannotEnd(const std::vector<bool>& productive, std::vec
   }
 }
 
+// Removes a rule's repeated alternatives (`a||b`, `(x|x)*`): each would be one more parse stack
+// at every step, for nothing.
+void DropRepeatedAlternatives(std::vector<Rule>& rules) {
+  for (Rule& rule : rules) {
+    if (rule.alternatives.size() < 2) continue;
+    absl::flat_hash_set<std::string> seen;
+    std::erase_if(rule.alternatives, [&seen](const Alternative& a) {
+      std::string key;
+      for (const Symbol& s : a) {
+        key.append(reinterpret_cast<const char*>(&s.rule), sizeof(s.rule));
+        key.append(reinterpret_cast<const char*>(s.bytes.words().data()),
+                   sizeof(uint64_t) * s.bytes.words().size());
+      }
+      return !seen.insert(std::move(key)).second;
+    });
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<Grammar> GrammarBuilder::Build(int32_t root) {
@@ -235,6 +255,7 @@ absl::StatusOr<Grammar> GrammarBuilder::Build(int32_t root) {
   const std::vector<bool> productive = RulesWithAnAlternativeThatHolds(rules_, /*bytes_hold=*/true);
   if (!productive[root]) return absl::InvalidArgumentError("no output can satisfy the constraint");
   DropAlternativesThatCannotEnd(productive, rules_);
+  DropRepeatedAlternatives(rules_);
   const std::vector<bool> nullable = RulesWithAnAlternativeThatHolds(rules_, false);
   std::vector<int32_t> order;
   if (const int32_t r = FindLeftRecursion(rules_, nullable, &order); r >= 0) {

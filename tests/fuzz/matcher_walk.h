@@ -18,8 +18,8 @@ inline const std::vector<std::string>& WalkTokens() {
   static const std::vector<std::string>* const kTokens = [] {
     auto* tokens = new std::vector<std::string>();
     for (int b = 0; b < 256; ++b) tokens->push_back(std::string(1, static_cast<char>(b)));
-    for (const char* t : {"ab", "((", "))", "\":", "12", "\xC3\xA9", "\xF0\x9F\x98\x80",
-                          "<think>", "</think>", "null", "[0", "a+"}) {
+    for (const char* t : {"ab", "((", "))", "\":", "12", "\xC3\xA9", "\xF0\x9F\x98\x80", "<think>",
+                          "</think>", "null", "[0", "a+"}) {
       tokens->push_back(t);
     }
     return tokens;
@@ -27,7 +27,7 @@ inline const std::vector<std::string>& WalkTokens() {
   return *kTokens;
 }
 
-// Up to 64 tokens: at each step the first token the mask allows at or after an input-chosen one
+// Up to 24 tokens: at each step the first token the mask allows at or after an input-chosen one
 // (`data`, cycled). A token the mask allowed and the matcher then refused aborts: the fuzzer's
 // finding (an ambiguous grammar may overflow the parse stacks; the mask must leave such tokens
 // out).
@@ -37,7 +37,7 @@ inline void WalkAllowedTokens(grammar::GrammarMatcher& m, const uint8_t* data, s
   grammar::MaskCache cache;
   std::vector<uint32_t> mask;
   const size_t vocab = WalkTokens().size();
-  for (size_t step = 0; step < 64 && size > 0; ++step) {
+  for (size_t step = 0; step < 24 && size > 0; ++step) {
     if (masker.Compute(m, &cache, &mask) == 0) break;
     const size_t start = data[step % size] * 7 % vocab;
     for (size_t k = 0; k < vocab; ++k) {

@@ -73,5 +73,22 @@ TEST(GrammarBuilderTest, RepeatTakesBetweenMinAndMax) {
   EXPECT_TRUE(Accepts(ug, std::string(500, 'x')));
 }
 
+// Repeated alternatives (`a||b`, `(x|x)*`) are one: each copy would be one more parse stack at
+// every step.
+TEST(GrammarBuilderTest, RepeatedAlternativesAreDropped) {
+  B b;
+  const int32_t x = b.AddRule("x", {B::Literal("ab"), B::Literal("ab"), {}, {}, B::Literal("c")});
+  auto g = b.Build(x);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->rules()[x].alternatives.size(), 3u);
+  auto shared = std::make_shared<const Grammar>(*std::move(g));
+  EXPECT_TRUE(Accepts(shared, "ab"));
+  EXPECT_TRUE(Accepts(shared, ""));
+  EXPECT_TRUE(Accepts(shared, "c"));
+  GrammarMatcher m(shared);
+  ASSERT_TRUE(m.Advance("a"));
+  EXPECT_EQ(m.stacks().size(), 1u);
+}
+
 }  // namespace
 }  // namespace specula::grammar
