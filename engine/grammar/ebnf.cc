@@ -2,6 +2,7 @@
 
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -177,12 +178,9 @@ class EbnfParser {
   absl::StatusOr<RegexNode> Quantified(RegexNode item) {
     SkipSpace();
     int64_t min, max;
-    if (Eat('*')) {
-      min = 0, max = -1;
-    } else if (Eat('+')) {
-      min = 1, max = -1;
-    } else if (Eat('?')) {
-      min = 0, max = 1;
+    if (const auto simple = SimpleQuantifier(Peek()); simple && !AtEnd()) {
+      ++i_;
+      std::tie(min, max) = *simple;
     } else if (Eat('{')) {
       ASSIGN_OR_RETURN(min, Count());
       max = min;

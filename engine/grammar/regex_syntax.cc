@@ -3,6 +3,7 @@
 #include <cctype>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -189,12 +190,9 @@ class Parser {
 
   absl::StatusOr<RegexNode> Quantified(RegexNode atom) {
     int64_t min, max;
-    if (Eat('*')) {
-      min = 0, max = -1;
-    } else if (Eat('+')) {
-      min = 1, max = -1;
-    } else if (Eat('?')) {
-      min = 0, max = 1;
+    if (const auto simple = SimpleQuantifier(Peek()); simple && !AtEnd()) {
+      ++i_;
+      std::tie(min, max) = *simple;
     } else if (size_t length = 0; auto bounds = QuantifierBounds(&length)) {
       i_ += length;
       std::tie(min, max) = *bounds;
@@ -367,6 +365,19 @@ class Parser {
 absl::StatusOr<std::vector<RegexBranch>> ParseRegex(std::string_view pattern,
                                                     const RegexLimits& limits) {
   return Parser(pattern, limits).Run();
+}
+
+std::optional<std::pair<int64_t, int64_t>> SimpleQuantifier(char c) {
+  switch (c) {
+    case '*':
+      return std::make_pair(int64_t{0}, int64_t{-1});
+    case '+':
+      return std::make_pair(int64_t{1}, int64_t{-1});
+    case '?':
+      return std::make_pair(int64_t{0}, int64_t{1});
+    default:
+      return std::nullopt;
+  }
 }
 
 RegexNode CharsNode(CodePointSet set) {

@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -53,6 +55,10 @@ struct RegexLimits {
 // (with its byte offset).
 absl::StatusOr<std::vector<RegexBranch>> ParseRegex(std::string_view pattern,
                                                     const RegexLimits& limits = {});
+
+// The (min, max) of the quantifier * (0, -1), + (1, -1) or ? (0, 1); nullopt for another
+// character.
+std::optional<std::pair<int64_t, int64_t>> SimpleQuantifier(char c);
 
 // One code point of `set`; `child` between `min` and `max` times.
 RegexNode CharsNode(CodePointSet set);
