@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/common/hex_digits.h"
 #include "engine/common/log.h"
 #include "server/config.h"
 #include "server/connection_watcher.h"
@@ -547,21 +548,14 @@ const HttpRoute* HttpServer::Match(const HttpRequest& request, HttpResponse* ref
 
 namespace {
 
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 // libmicrohttpd's own unescaping turns %00 into a NUL, which ends the C string routes are matched
 // on: "/v1/models/<id>%00junk" answered as "/v1/models/<id>". This decodes the same escapes in
 // place, except that %00 stays as written (no route has it, so it is a 404).
 size_t UnescapeKeepingNul(void* /*cls*/, MHD_Connection* /*connection*/, char* s) {
   char* out = s;
   for (const char* in = s; *in != '\0';) {
-    if (in[0] == '%' && HexValue(in[1]) >= 0 && HexValue(in[2]) >= 0) {
-      const int byte = HexValue(in[1]) * 16 + HexValue(in[2]);
+    if (in[0] == '%' && HexDigitValue(in[1]) >= 0 && HexDigitValue(in[2]) >= 0) {
+      const int byte = HexDigitValue(in[1]) * 16 + HexDigitValue(in[2]);
       if (byte != 0) {
         *out++ = static_cast<char>(byte);
         in += 3;

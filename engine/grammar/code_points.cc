@@ -138,13 +138,6 @@ std::string EncodeUtf8(uint32_t c) {
   return s;
 }
 
-int HexDigitValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 std::optional<uint32_t> DecodeUtf8(std::string_view text, size_t* i) {
   if (*i >= text.size()) return std::nullopt;
   const auto byte = [&](size_t k) { return static_cast<uint8_t>(text[*i + k]); };

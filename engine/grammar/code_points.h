@@ -44,9 +44,6 @@ std::vector<Utf8Sequence> Utf8Sequences(uint32_t lo, uint32_t hi);
 
 // The UTF-8 encoding of scalar value `c`.
 std::string EncodeUtf8(uint32_t c);
-// The value of hexadecimal digit `c`; -1 when it is not one.
-int HexDigitValue(char c);
-
 // The scalar value whose UTF-8 encoding starts at text[*i], advancing *i past it; nullopt (and
 // *i unchanged) for invalid UTF-8: truncated, overlong, a surrogate, past U+10FFFF.
 std::optional<uint32_t> DecodeUtf8(std::string_view text, size_t* i);

@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "engine/common/hex_digits.h"
 #include "engine/common/status_macros.h"
 #include "engine/grammar/code_points.h"
 #include "engine/grammar/regex_emitter.h"
@@ -279,16 +280,12 @@ class EbnfParser {
   }
 
   absl::StatusOr<uint32_t> Hex(int digits) {
-    uint32_t v = 0;
-    for (int k = 0; k < digits; ++k) {
-      const int h = HexDigitValue(Peek());
-      if (h < 0 || AtEnd()) return Error(absl::StrCat("expected ", digits, " hex digits"));
-      v = v * 16 + static_cast<uint32_t>(h);
-      ++i_;
-    }
-    if (v > kMaxCodePoint || (v >= 0xD800 && v <= 0xDFFF))
+    const std::optional<uint32_t> v = ReadHexDigits(t_, &i_, digits);
+    if (!v) return Error(absl::StrCat("expected ", digits, " hex digits"));
+    if (*v > kMaxCodePoint || (*v >= 0xD800 && *v <= 0xDFFF)) {
       return Error("not a Unicode scalar value");
-    return v;
+    }
+    return *v;
   }
 
   void Emit(RegexEmitter& emit, int32_t rule, const RegexNode& alternative) {

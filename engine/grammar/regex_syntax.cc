@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/hex_digits.h"
 #include "engine/common/status_macros.h"
 
 namespace specula::grammar {
@@ -315,14 +316,9 @@ class Parser {
   }
 
   absl::StatusOr<uint32_t> Hex(int digits) {
-    uint32_t v = 0;
-    for (int k = 0; k < digits; ++k) {
-      const int h = HexDigitValue(Peek());
-      if (h < 0) return Error(absl::StrCat("expected ", digits, " hex digits"));
-      v = v * 16 + static_cast<uint32_t>(h);
-      ++i_;
-    }
-    return v;
+    const std::optional<uint32_t> v = ReadHexDigits(p_, &i_, digits);
+    if (!v) return Error(absl::StrCat("expected ", digits, " hex digits"));
+    return *v;
   }
 
   // \uHHHH (a high surrogate followed by \uLOW is one code point) or \u{H...}.
