@@ -68,13 +68,13 @@ constexpr IgnoredParam kIgnored[] = {{"store", &OrderedJson::is_boolean, "a bool
 Error CheckNeutral(const OrderedJson& body) {
   if (Error e = CheckOnlyOne(body, "n")) return e;
   if (Error e = CheckOnlyOne(body, "best_of")) return e;
-  if (body.contains("echo") && !body["echo"].is_null() && body["echo"] != false) {
+  if (Present(body, "echo") && body["echo"] != false) {
     return BadParam("echo", "echo is not supported");
   }
-  if (body.contains("suffix") && !body["suffix"].is_null()) {
+  if (Present(body, "suffix")) {
     return BadParam("suffix", "suffix is not supported");
   }
-  if (body.contains("logit_bias") && !body["logit_bias"].is_null() &&
+  if (Present(body, "logit_bias") &&
       !(body["logit_bias"].is_object() && body["logit_bias"].empty())) {
     return BadParam("logit_bias", "logit_bias is not supported");
   }
@@ -84,7 +84,7 @@ Error CheckNeutral(const OrderedJson& body) {
 // response_format: text (unconstrained), json_object, or json_schema {name, schema, strict}, as
 // the request's output constraint.
 Error ReadResponseFormat(const OrderedJson& body, v1::GenerateRequest* out) {
-  if (!body.contains("response_format") || body["response_format"].is_null()) return std::nullopt;
+  if (!Present(body, "response_format")) return std::nullopt;
   const OrderedJson& f = body["response_format"];
   if (!f.is_object()) return WrongType("response_format", f, "an object");
   if (IsString(f, "type", "text")) return std::nullopt;
@@ -108,9 +108,7 @@ Error ReadResponseFormat(const OrderedJson& body, v1::GenerateRequest* out) {
 // vLLM's structured_outputs: exactly one of regex (the whole output matches it), choice (exactly
 // one of the strings), grammar (EBNF, GBNF dialect), json (a JSON Schema) or json_object (true).
 Error ReadStructuredOutputs(const OrderedJson& body, v1::GenerateRequest* out) {
-  if (!body.contains("structured_outputs") || body["structured_outputs"].is_null()) {
-    return std::nullopt;
-  }
+  if (!Present(body, "structured_outputs")) return std::nullopt;
   const OrderedJson& so = body["structured_outputs"];
   if (!so.is_object()) return WrongType("structured_outputs", so, "an object");
   if (out->has_output_constraint()) {
@@ -166,7 +164,7 @@ Error ReadStructuredOutputs(const OrderedJson& body, v1::GenerateRequest* out) {
 // An empty stop string is refused, as over gRPC (the engine's rule): it would match before any
 // output, so no answer could honour it.
 Error ReadStop(const OrderedJson& body, v1::StoppingCriteria* stop) {
-  if (!body.contains("stop") || body["stop"].is_null()) return std::nullopt;
+  if (!Present(body, "stop")) return std::nullopt;
   const OrderedJson& v = body["stop"];
   auto add = [stop](const OrderedJson& s) -> Error {
     if (!s.is_string()) return BadParam("stop", "'stop' must hold strings only");
@@ -284,7 +282,7 @@ Error ReadMessage(const OrderedJson& m, size_t index, OrderedJson* out) {
 // Function tools in the chat form; the names of the strict ones go to chat->strict_tools.
 Error ReadTools(const OrderedJson& body, ChatRequest* chat) {
   OrderedJson* out = &chat->tools;
-  if (!body.contains("tools") || body["tools"].is_null()) return std::nullopt;
+  if (!Present(body, "tools")) return std::nullopt;
   const OrderedJson& v = body["tools"];
   if (!v.is_array()) return WrongType("tools", v, "an array");
   if (v.empty()) return std::nullopt;
@@ -318,7 +316,7 @@ Error ReadTools(const OrderedJson& body, ChatRequest* chat) {
 }
 
 Error ReadToolChoice(const OrderedJson& body, const OrderedJson& tools, ToolChoice* out) {
-  if (!body.contains("tool_choice") || body["tool_choice"].is_null()) return std::nullopt;
+  if (!Present(body, "tool_choice")) return std::nullopt;
   const OrderedJson& v = body["tool_choice"];
   std::string name;
   if (v.is_string()) {
@@ -363,7 +361,7 @@ Error ReadChat(const OrderedJson& body, ChatRequest* chat) {
   if (Error e = ReadBool(body, "control_tokens_in_content", &chat->control_tokens_in_content)) {
     return e;
   }
-  if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
+  if (Present(body, "chat_template_kwargs")) {
     if (!body["chat_template_kwargs"].is_object()) {
       return WrongType("chat_template_kwargs", body["chat_template_kwargs"], "an object");
     }
@@ -400,7 +398,7 @@ Error ReadPrompt(const OrderedJson& body, v1::GenerateRequest* g) {
 
 Error ReadStreamAndLogprobs(const OrderedJson& body, OpenAiEndpoint endpoint, OpenAiRequest* out) {
   if (Error e = ReadBool(body, "stream", &out->stream)) return e;
-  if (body.contains("stream_options") && !body["stream_options"].is_null()) {
+  if (Present(body, "stream_options")) {
     const OrderedJson& so = body["stream_options"];
     if (!so.is_object()) return WrongType("stream_options", so, "an object");
     // Without stream it has nothing to act on (clients send it by default): checked, unused.
@@ -525,7 +523,7 @@ std::optional<OpenAiError> ParseOpenAiRequest(OpenAiEndpoint endpoint, const std
   if (Error e = ReadChat(body, &*out->chat)) return e;
   // The constraint holds from the first token, so a tool call could never be written.
   if (ToolsShown(*out->chat) && Constrains(out->generate.output_constraint())) {
-    const bool format = body.contains("response_format") && !body["response_format"].is_null();
+    const bool format = Present(body, "response_format");
     return BadParam(
         format ? "response_format" : "structured_outputs",
         absl::StrCat(format ? "response_format json_object or json_schema" : "structured_outputs",

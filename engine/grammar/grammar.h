@@ -26,7 +26,6 @@ class ByteSet {
   void Add(uint8_t lo, uint8_t hi);
   ByteSet& operator|=(const ByteSet& other);
   bool empty() const { return (words_[0] | words_[1] | words_[2] | words_[3]) == 0; }
-  bool operator==(const ByteSet&) const = default;
   const std::array<uint64_t, 4>& words() const { return words_; }
 
  private:
@@ -36,7 +35,6 @@ class ByteSet {
 struct Symbol {
   int32_t rule = -1;  // >= 0: a reference to that rule; else `bytes`, one byte of the set
   ByteSet bytes;
-  bool operator==(const Symbol&) const = default;
 };
 using Alternative = std::vector<Symbol>;
 
