@@ -102,10 +102,11 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
   for (int64_t id : c.eos_token_ids) g->eos_ids_.insert(static_cast<int32_t>(id));
   if (auto eos = g->tokenizer_->eos_token_id()) g->eos_ids_.insert(*eos);
   g->token_table_ = std::make_unique<grammar::TokenTable>(GrammarTokenTable(*g->tokenizer_));
-  // Half the cores, at most 8: an entry takes ~50-100 ms on one core at a 128K vocabulary.
-  g->mask_pool_ = std::make_unique<ThreadPool>(
+  // Half the cores, at most 8: an entry takes ~50-100 ms on one core at a 128K vocabulary. The
+  // threads start with the first constrained request's first entry.
+  g->masker_ = std::make_unique<grammar::TokenMasker>(
+      *g->token_table_,
       std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 8));
-  g->masker_ = std::make_unique<grammar::TokenMasker>(*g->token_table_, g->mask_pool_.get());
 
   KvPoolOptions kv;
   kv.num_layers = static_cast<int32_t>(c.num_hidden_layers);

@@ -16,7 +16,6 @@
 #include "absl/time/time.h"
 #include "engine/backend/backend.h"
 #include "engine/common/device_kind.h"
-#include "engine/common/thread_pool.h"
 #include "engine/generate/model_runner.h"
 #include "engine/generate/sequence.h"
 #include "engine/generate/sparse_prefill.h"
@@ -242,11 +241,9 @@ class Generator {
   std::unique_ptr<SparseKvCache> sparse_;  // null unless sparse.enabled; after kv_ and host_
   std::unique_ptr<PrefixCache> prefix_;    // after kv_, host_ and sparse_ (holds their pages)
   absl::flat_hash_set<int32_t> eos_ids_;
-  // The vocabulary as output constraints see it, the scratch of their masks, and the threads
-  // that build a mask cache entry (a walk of the whole vocabulary; between forward passes, so
-  // they never run beside the CPU backend's).
+  // The vocabulary as output constraints see it, and the scratch of their masks (whose threads
+  // build a mask cache entry between forward passes, never beside the CPU backend's).
   std::unique_ptr<grammar::TokenTable> token_table_;
-  std::unique_ptr<ThreadPool> mask_pool_;
   std::unique_ptr<grammar::TokenMasker> masker_;
   MaskCaches mask_caches_;
   grammar::TokenMasker& masker() { return *masker_; }

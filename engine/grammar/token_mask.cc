@@ -42,13 +42,16 @@ constexpr int kChunksPerThread = 4;
 
 }  // namespace
 
-TokenMasker::TokenMasker(const TokenTable& table, ThreadPool* pool, size_t min_chunk_tokens)
-    : table_(table), pool_(pool), min_chunk_tokens_(std::max<size_t>(1, min_chunk_tokens)) {
-  const size_t chunks =
-      pool_ != nullptr ? static_cast<size_t>(pool_->num_threads()) * kChunksPerThread : 1;
+TokenMasker::TokenMasker(const TokenTable& table, int threads, size_t min_chunk_tokens)
+    : table_(table),
+      threads_(std::max(1, threads)),
+      min_chunk_tokens_(std::max<size_t>(1, min_chunk_tokens)) {
+  const size_t chunks = threads_ > 1 ? static_cast<size_t>(threads_) * kChunksPerThread : 1;
   walks_.reserve(chunks);
   for (size_t i = 0; i < chunks; ++i) walks_.emplace_back(table.max_length_);
 }
+
+TokenMasker::~TokenMasker() = default;
 
 namespace {
 
@@ -116,6 +119,7 @@ MaskEntry TokenMasker::Classify(const Grammar& g, const StackSet& start, bool pa
     ClassifyRange(g, start, partial, 0, n, walks_[0], &entry);
     return entry;
   }
+  if (pool_ == nullptr) pool_ = std::make_unique<ThreadPool>(threads_);
   std::vector<MaskEntry> parts(chunks);
   pool_->ParallelFor(static_cast<int64_t>(chunks), 1, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {

@@ -80,11 +80,11 @@ class MaskCache {
 // Computes masks; holds the walks' scratch states, so one per thread.
 class TokenMasker {
  public:
-  // With `pool` (used by one TokenMasker call at a time), a cache entry's walk of the whole
-  // vocabulary is split across the pool's threads, in chunks of at least `min_chunk_tokens`:
-  // building entries is what a step waits for.
-  explicit TokenMasker(const TokenTable& table, ThreadPool* pool = nullptr,
-                       size_t min_chunk_tokens = 4096);
+  // With `threads` > 1, a cache entry's walk of the whole vocabulary is split across that many
+  // threads (a pool of its own, started by the first walk that uses it), in chunks of at least
+  // `min_chunk_tokens`: building entries is what a step waits for.
+  explicit TokenMasker(const TokenTable& table, int threads = 1, size_t min_chunk_tokens = 4096);
+  ~TokenMasker();
   // Sets bit `id % 32` of word `id / 32` of `allowed` for every token `matcher` takes whole,
   // and clears the others. Returns how many are allowed. With a cache (the grammar's, built over
   // this masker's table), each stack costs its entry's bits and checks of its uncertain tokens;
@@ -123,7 +123,8 @@ class TokenMasker {
   static size_t Reusable(const Walk& walk, size_t common, size_t valid);
 
   const TokenTable& table_;
-  ThreadPool* pool_;
+  const int threads_;
+  std::unique_ptr<ThreadPool> pool_;  // null until a walk is split
   const size_t min_chunk_tokens_;
   std::vector<Walk> walks_;  // one per chunk of a parallel walk; walks_[0] for the others
 };

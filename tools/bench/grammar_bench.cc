@@ -10,7 +10,6 @@
 #include <sstream>
 #include <vector>
 
-#include "engine/common/thread_pool.h"
 #include "engine/generate/output_constraint.h"
 #include "engine/grammar/json_schema.h"
 #include "engine/grammar/matcher.h"
@@ -82,9 +81,7 @@ int RunGrammarBench(const GrammarBenchOptions& options) {
   auto start = std::chrono::steady_clock::now();
   const grammar::TokenTable table = GrammarTokenTable(**tokenizer);
   const double table_ms = MicrosSince(start) / 1000;
-  std::unique_ptr<ThreadPool> pool;
-  if (options.mask_threads > 1) pool = std::make_unique<ThreadPool>(options.mask_threads);
-  grammar::TokenMasker masker(table, pool.get());
+  grammar::TokenMasker masker(table, options.mask_threads);
   std::mt19937 rng(42);
   Timings t;
   for (const auto& entry : schemas) {

@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "engine/common/thread_pool.h"
 #include "engine/grammar/ebnf.h"
 #include "engine/grammar/json_schema.h"
 #include "gtest/gtest.h"
@@ -49,9 +48,9 @@ std::vector<uint32_t> BruteForceMask(const GrammarMatcher& m,
 // Random walks through `grammar`, comparing at every step the mask with and without `cache` to
 // trying every token. Returns the steps checked.
 int CheckWalks(const std::shared_ptr<const Grammar>& grammar, const std::vector<std::string>& vocab,
-               MaskCache* cache, uint32_t seed, ThreadPool* pool = nullptr) {
+               MaskCache* cache, uint32_t seed, int threads = 1) {
   const TokenTable table(vocab);
-  TokenMasker masker(table, pool, /*min_chunk_tokens=*/16);
+  TokenMasker masker(table, threads, /*min_chunk_tokens=*/16);
   std::mt19937 rng(seed);
   int checked = 0;
   for (int walk = 0; walk < 20; ++walk) {
@@ -100,18 +99,17 @@ TEST(TokenMaskTest, EqualsTryingEveryTokenAlongRandomWalks) {
 // Entries built by several threads, each walking a chunk of the sorted vocabulary (a chunk starts
 // afresh, sharing no prefix states with the one before it), equal the single walk's.
 TEST(TokenMaskTest, APoolSplittingTheWalkGivesTheSameMasks) {
-  ThreadPool pool(3);
   auto object = AnyJsonObject();
   ASSERT_TRUE(object.ok()) << object.status();
   MaskCache cache;
-  EXPECT_GE(CheckWalks(*object, TestVocabulary(), &cache, 5, &pool), 200);
+  EXPECT_GE(CheckWalks(*object, TestVocabulary(), &cache, 5, /*threads=*/3), 200);
   auto schema = CompileJsonSchema(nlohmann::ordered_json::parse(
       R"({"type": "object", "properties": {"s": {"type": "string", "maxLength": 6},
           "n": {"type": "number", "minimum": -2, "exclusiveMaximum": 10.5}},
           "required": ["s", "n"]})"));
   ASSERT_TRUE(schema.ok()) << schema.status();
   MaskCache schema_cache;
-  EXPECT_GE(CheckWalks(*schema, TestVocabulary(), &schema_cache, 6, &pool), 100);
+  EXPECT_GE(CheckWalks(*schema, TestVocabulary(), &schema_cache, 6, /*threads=*/3), 100);
 }
 
 // A token after which a stack's parses overflow (StackSet::kMaxStacks) is refused by the mask,
