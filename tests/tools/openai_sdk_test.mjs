@@ -209,15 +209,14 @@ const FORECAST_SCHEMA = {
   additionalProperties: false,
 };
 
-test('response_format json_schema: the answer validates and ends by itself', async () => {
-  const ajv = new Ajv2020({strict: false});
-  addFormats(ajv);
-  const validate = ajv.compile(FORECAST_SCHEMA);
-  for (const [temperature, seed] of [[0, 1], [1, 2], [1, 3]]) {
+// One strict json_schema answer per [temperature, seed] of `runs`: each ends by itself and is
+// valid for `ajv` (an independent validator).
+async function assertAnswersValidate(ajv, name, schema, runs, maxTokens) {
+  const validate = ajv.compile(schema);
+  for (const [temperature, seed] of runs) {
     const r = await client.chat.completions.create({
-      model, messages: MESSAGES, max_tokens: 400, temperature, seed,
-      response_format: {type: 'json_schema',
-                        json_schema: {name: 'forecast', schema: FORECAST_SCHEMA, strict: true}},
+      model, messages: MESSAGES, max_tokens: maxTokens, temperature, seed,
+      response_format: {type: 'json_schema', json_schema: {name, schema, strict: true}},
       chat_template_kwargs: NO_THINKING,
     });
     const choice = r.choices[0];
@@ -225,6 +224,12 @@ test('response_format json_schema: the answer validates and ends by itself', asy
     const answer = JSON.parse(choice.message.content);
     assert.ok(validate(answer), `${choice.message.content}: ${ajv.errorsText(validate.errors)}`);
   }
+}
+
+test('response_format json_schema: the answer validates and ends by itself', async () => {
+  const ajv = new Ajv2020({strict: false});
+  addFormats(ajv);
+  await assertAnswersValidate(ajv, 'forecast', FORECAST_SCHEMA, [[0, 1], [1, 2], [1, 3]], 400);
 });
 
 test('response_format json_object: the answer is a JSON object', async () => {
@@ -271,20 +276,8 @@ const CODES_SCHEMA = {
 };
 
 test('response_format json_schema with patterns: the answer validates', async () => {
-  const ajv = new Ajv2020({strict: false});
-  const validate = ajv.compile(CODES_SCHEMA);
-  for (const [temperature, seed] of [[0, 1], [1, 2], [1, 3], [1, 4]]) {
-    const r = await client.chat.completions.create({
-      model, messages: MESSAGES, max_tokens: 300, temperature, seed,
-      response_format: {type: 'json_schema',
-                        json_schema: {name: 'codes', schema: CODES_SCHEMA, strict: true}},
-      chat_template_kwargs: NO_THINKING,
-    });
-    const choice = r.choices[0];
-    assert.equal(choice.finish_reason, 'stop', choice.message.content);
-    const answer = JSON.parse(choice.message.content);
-    assert.ok(validate(answer), `${choice.message.content}: ${ajv.errorsText(validate.errors)}`);
-  }
+  await assertAnswersValidate(new Ajv2020({strict: false}), 'codes', CODES_SCHEMA,
+                              [[0, 1], [1, 2], [1, 3], [1, 4]], 300);
 });
 
 // vLLM's structured_outputs (the SDK passes the extra parameter through): a regex the whole
