@@ -63,9 +63,12 @@ int32_t GrammarBuilder::Repeat(std::string name, int32_t body, int64_t min, int6
     AddAlternative(tail, {});
   } else {
     tail = AddRule(name + "_end", {{}});
+    BoundedRepeat repeat{body, {tail}};
     for (int64_t k = min; k < max && symbols_ <= max_symbols_; ++k) {
       tail = AddRule(absl::StrCat(name, "_upto", max - k), {{Ref(body), Ref(tail)}, {}});
+      repeat.tails.push_back(tail);
     }
+    if (repeat.tails.size() > 1) repeats_.push_back(std::move(repeat));
   }
   Alternative required;
   for (int64_t i = 0; i < min && symbols_ + i <= max_symbols_; ++i) required.push_back(Ref(body));
@@ -234,6 +237,32 @@ void DropRepeatedAlternatives(std::vector<Rule>& rules) {
 
 }  // namespace
 
+void GrammarBuilder::RecordBoundedRepeats(const std::vector<bool>& nullable, Grammar& g) const {
+  const auto is_ref = [](const Symbol& s, int32_t rule) { return s.rule == rule; };
+  for (const BoundedRepeat& repeat : repeats_) {
+    if (nullable[repeat.body]) continue;
+    const std::vector<Alternative>& last = rules_[repeat.tails[0]].alternatives;
+    bool kept = last.size() == 1 && last[0].empty();
+    for (size_t k = 1; k < repeat.tails.size() && kept; ++k) {
+      const std::vector<Alternative>& alts = rules_[repeat.tails[k]].alternatives;
+      kept = alts.size() == 2 && alts[0].size() == 2 && is_ref(alts[0][0], repeat.body) &&
+             is_ref(alts[0][1], repeat.tails[k - 1]) && alts[1].empty();
+    }
+    if (!kept) continue;
+    if (g.counted_.empty()) g.counted_.resize(g.kind_.size());
+    const auto id = static_cast<int32_t>(g.body_refs_.size());
+    std::vector<int32_t>& refs = g.body_refs_.emplace_back();
+    for (size_t k = 0; k < repeat.tails.size(); ++k) {
+      const std::vector<int32_t>& starts = g.starts_[repeat.tails[k]];
+      const auto count = static_cast<int32_t>(k);
+      g.counted_[starts.back()] = {id, count};  // the empty alternative's end
+      if (k == 0) continue;
+      g.counted_[starts[0]] = {id, count};
+      refs.push_back(starts[0]);
+    }
+  }
+}
+
 absl::StatusOr<Grammar> GrammarBuilder::Build(int32_t root) {
   if (absl::Status s = CheckBudget(); !s.ok()) return s;
   if (root < 0 || root >= static_cast<int32_t>(rules_.size())) {
@@ -283,8 +312,10 @@ absl::StatusOr<Grammar> GrammarBuilder::Build(int32_t root) {
       g.ref_.push_back(-1);
     }
   }
+  RecordBoundedRepeats(nullable, g);
   g.rules_ = std::move(rules_);
   rules_.clear();
+  repeats_.clear();
   symbols_ = 0;
   return g;
 }

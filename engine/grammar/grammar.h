@@ -46,6 +46,15 @@ struct Rule {
 // Where a grammar position points: a symbol of an alternative, or the end of one.
 enum class PositionKind : uint8_t { kBytes, kRule, kEnd };
 
+// Where a position stands in the optional part of a bounded repetition, which
+// GrammarBuilder::Repeat writes as a chain of rules tail_k ::= body tail_{k-1} | "" (k = M..1),
+// tail_0 ::= "". Stacks at different k differ only in that count, and the token masker's cache
+// uses it to derive the entries of every k from one (TokenMasker).
+struct CountedPosition {
+  int32_t repeat = -1;  // which repetition; -1: the position is in none
+  int32_t count = 0;    // k
+};
+
 // A grammar, validated and flattened for the matcher: every alternative's symbols sit at
 // consecutive positions followed by an end position, so "the next symbol" is position + 1.
 class Grammar {
@@ -60,6 +69,18 @@ class Grammar {
   // The first position of each of `rule`'s alternatives.
   const std::vector<int32_t>& alternative_starts(int32_t rule) const { return starts_[rule]; }
 
+  // For tail_k's reference to its body ("inside a body, k - 1 more may follow") and for the end
+  // of tail_k's empty alternative ("the repetition ends with k more allowed"): {repeat, k}.
+  // Repeat -1 for every other position, and for repetitions whose body can be empty.
+  CountedPosition counted(int32_t pos) const {
+    return counted_.empty() ? CountedPosition{} : counted_[pos];
+  }
+  // M of a repetition, and the position of tail_k's reference to its body (k in 1..M).
+  int32_t repeat_max(int32_t repeat) const {
+    return static_cast<int32_t>(body_refs_[repeat].size());
+  }
+  int32_t body_ref(int32_t repeat, int32_t k) const { return body_refs_[repeat][k - 1]; }
+
  private:
   friend class GrammarBuilder;
   std::vector<Rule> rules_;
@@ -68,6 +89,8 @@ class Grammar {
   std::vector<ByteSet> bytes_;
   std::vector<int32_t> ref_;
   std::vector<std::vector<int32_t>> starts_;
+  std::vector<CountedPosition> counted_;  // by position; empty without bounded repetitions
+  std::vector<std::vector<int32_t>> body_refs_;
 };
 
 // Writes a grammar rule by rule. Sizes are bounded (`max_symbols`): a schema that would compile
@@ -100,8 +123,17 @@ class GrammarBuilder {
   const std::string& rule_name(int32_t rule) const { return rules_[rule].name; }
 
  private:
+  // The rules of a bounded repetition's optional part: tails[k] is tail_k.
+  struct BoundedRepeat {
+    int32_t body;
+    std::vector<int32_t> tails;
+  };
   absl::Status CheckBudget() const;
+  // Records in `g` the repetitions whose rules kept Repeat's shape through Build's clean-up and
+  // whose body cannot be empty (one repetition takes at least a byte).
+  void RecordBoundedRepeats(const std::vector<bool>& nullable, Grammar& g) const;
   std::vector<Rule> rules_;
+  std::vector<BoundedRepeat> repeats_;
   int64_t symbols_ = 0;
   int64_t max_symbols_;
 };

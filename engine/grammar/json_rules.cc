@@ -146,8 +146,12 @@ int32_t JsonRules::MakeChar() {
 }
 
 int32_t JsonRules::String(int64_t min, int64_t max) {
-  const int32_t chars = b_.Repeat(absl::StrCat("chars_", min, "_", max), Char(), min, max);
-  return b_.AddRule("string", {{Byte('"'), B::Ref(chars), Byte('"')}});
+  const auto [it, added] = strings_.try_emplace({min, max}, -1);
+  if (added) {
+    const int32_t chars = b_.Repeat(absl::StrCat("chars_", min, "_", max), Char(), min, max);
+    it->second = b_.AddRule("string", {{Byte('"'), B::Ref(chars), Byte('"')}});
+  }
+  return it->second;
 }
 
 int32_t JsonRules::Digits(const std::string& name, int64_t min, int64_t max) {

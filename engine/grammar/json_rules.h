@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "engine/grammar/grammar.h"
 
 namespace specula::grammar {
@@ -73,6 +75,9 @@ class JsonRules {
   int max_whitespace_;
   std::optional<int32_t> ws_, char_, integer_, number_, boolean_, null_, any_value_, any_object_,
       date_, time_, date_time_, uuid_, date_body_, time_body_;
+  // String(min, max) by its bounds: properties with the same bounds share the rules, and so the
+  // token masker's cache entries.
+  absl::flat_hash_map<std::pair<int64_t, int64_t>, int32_t> strings_;
 };
 
 }  // namespace specula::grammar

@@ -10,6 +10,7 @@ void StackSet::Clear() {
   frames_.clear();
   offsets_.resize(1);
   hashes_.clear();
+  tags_.clear();
 }
 
 namespace {
@@ -22,15 +23,23 @@ uint64_t HashOf(absl::Span<const int32_t> stack) {
 
 }  // namespace
 
-bool StackSet::Add(absl::Span<const int32_t> stack) {
+bool StackSet::Add(absl::Span<const int32_t> stack, uint16_t tag) {
   const uint64_t h = HashOf(stack);
   for (size_t i = 0; i < size(); ++i) {
-    if (hashes_[i] == h && std::equal(begin(i), end(i), stack.begin(), stack.end())) return true;
+    // Tagged stacks with equal frames have equal futures: one stands for both, with the lesser
+    // need. A tagged and an untagged one stay apart (the untagged one's need changes as it goes).
+    if (hashes_[i] != h || (tags_[i] == kNoTag) != (tag == kNoTag) ||
+        !std::equal(begin(i), end(i), stack.begin(), stack.end())) {
+      continue;
+    }
+    tags_[i] = std::min(tags_[i], tag);
+    return true;
   }
   if (size() >= kMaxStacks) return false;
   frames_.insert(frames_.end(), stack.begin(), stack.end());
   offsets_.push_back(static_cast<uint32_t>(frames_.size()));
   hashes_.push_back(h);
+  tags_.push_back(tag);
   return true;
 }
 
@@ -49,6 +58,25 @@ std::vector<int32_t>& Scratch(size_t depth) {
   return stacks[depth];
 }
 
+// What one Step's expansions share.
+struct Expansion {
+  const Grammar& g;
+  StackSet* out;
+  bool* escaped;
+  int next;
+  RepeatWatch* watch;
+};
+
+// The need of a stack that ends `watch`'s repetition at the end position `pos` (the end of
+// tail_k's empty alternative): the repetition had k counts to spare. The frame at watch->depth
+// only ever holds that repetition's positions (Grammar::counted validated its rules), so the
+// fallback, the anchor itself, is never used; it would only narrow.
+uint16_t NeedOnLeaving(const Grammar& g, const RepeatWatch& watch, int32_t pos) {
+  const CountedPosition at = g.counted(pos);
+  if (at.repeat < 0 || at.count > watch.anchor) return static_cast<uint16_t>(watch.anchor);
+  return static_cast<uint16_t>(watch.anchor - at.count);
+}
+
 // Adds to `out` every stack `stack` stands for once its top is a byte symbol (or it is empty):
 // an alternative's end returns to the referring position's successor, a rule reference opens
 // each alternative. A reference that is the last symbol of its alternative replaces its frame
@@ -56,48 +84,56 @@ std::vector<int32_t>& Scratch(size_t depth) {
 // `depth`. With `escaped`, the stack is the top of a longer one: ending it sets *escaped instead
 // of adding the empty stack. With `next` >= 0, only stacks that take that byte are added. False
 // when `out` overflowed.
-bool Expand(const Grammar& g, std::vector<int32_t>& stack, size_t depth, StackSet* out,
-            bool* escaped, int next) {
+bool Expand(const Expansion& e, std::vector<int32_t>& stack, size_t depth, uint16_t tag) {
   // GrammarBuilder::Build bounds the expansions from entering a rule; a deep stack's parents can
   // add theirs: past this, the parse is dropped as on an overflow, not followed off the stack.
   constexpr size_t kMaxDepth = 4096;
   if (depth > kMaxDepth) return false;
   while (!stack.empty()) {
     const int32_t pos = stack.back();
-    switch (g.kind(pos)) {
+    switch (e.g.kind(pos)) {
       case PositionKind::kBytes:
-        if (next >= 0 && !g.bytes(pos).Contains(static_cast<uint8_t>(next))) return true;
-        return out->Add(stack);
+        if (e.next >= 0 && !e.g.bytes(pos).Contains(static_cast<uint8_t>(e.next))) return true;
+        return e.out->Add(stack, tag);
       case PositionKind::kEnd:
+        if (e.watch != nullptr && tag == StackSet::kNoTag && stack.size() == e.watch->depth + 1) {
+          tag = NeedOnLeaving(e.g, *e.watch, pos);
+        }
         stack.pop_back();
         if (!stack.empty()) ++stack.back();
         continue;
       case PositionKind::kRule: {
-        const bool tail = g.kind(pos + 1) == PositionKind::kEnd;
-        const std::vector<int32_t>& starts = g.alternative_starts(g.referenced_rule(pos));
+        const bool tail = e.g.kind(pos + 1) == PositionKind::kEnd;
+        const std::vector<int32_t>& starts = e.g.alternative_starts(e.g.referenced_rule(pos));
         std::vector<int32_t>& branch = Scratch(depth + 1);
         for (const int32_t start : starts) {
           branch.assign(stack.begin(), stack.end() - (tail ? 1 : 0));
           branch.push_back(start);
-          if (!Expand(g, branch, depth + 1, out, escaped, next)) return false;
+          if (!Expand(e, branch, depth + 1, tag)) return false;
         }
         return true;
       }
     }
   }
-  if (escaped != nullptr) {
-    *escaped = true;
+  if (e.escaped != nullptr) {
+    *e.escaped = true;
+    if (e.watch != nullptr) {
+      const uint16_t need = tag == StackSet::kNoTag ? e.watch->anchor : tag;
+      e.watch->escape_need = std::min(e.watch->escape_need, need);
+    }
     return true;
   }
-  if (next >= 0) return true;  // complete, yet a byte follows
-  return out->Add(stack);
+  if (e.next >= 0) return true;  // complete, yet a byte follows
+  return e.out->Add(stack, tag);
 }
 
 }  // namespace
 
 bool Step(const Grammar& g, const StackSet& in, uint8_t byte, StackSet* out, bool* escaped,
-          int next) {
+          int next, RepeatWatch* watch) {
   out->Clear();
+  if (watch != nullptr) watch->escape_need = RepeatWatch::kNone;
+  const Expansion e{g, out, escaped, next, watch};
   std::vector<int32_t>& stack = Scratch(0);
   for (size_t i = 0; i < in.size(); ++i) {
     if (in.begin(i) == in.end(i)) continue;  // complete: nothing may follow on this stack
@@ -105,7 +141,7 @@ bool Step(const Grammar& g, const StackSet& in, uint8_t byte, StackSet* out, boo
     if (!g.bytes(top).Contains(byte)) continue;
     stack.assign(in.begin(i), in.end(i));
     ++stack.back();
-    if (!Expand(g, stack, 0, out, escaped, next)) return false;
+    if (!Expand(e, stack, 0, in.tag(i))) return false;
   }
   return true;
 }
@@ -122,7 +158,7 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar)
   std::vector<int32_t>& stack = Scratch(0);
   for (const int32_t start : grammar_->alternative_starts(grammar_->root())) {
     stack.assign(1, start);
-    Expand(*grammar_, stack, 0, &stacks_, nullptr, -1);
+    Expand({*grammar_, &stacks_, nullptr, -1, nullptr}, stack, 0, StackSet::kNoTag);
   }
 }
 

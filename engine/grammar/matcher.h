@@ -32,8 +32,13 @@ class StackSet {
   size_t size() const { return offsets_.size() - 1; }
   bool empty() const { return size() == 0; }
   void Clear();
-  // Adds `stack` unless an equal one is there. False when the set is full.
-  bool Add(absl::Span<const int32_t> stack);
+  // No tag: what every stack carries but in RepeatWatch's walks.
+  static constexpr uint16_t kNoTag = 0xFFFF;
+
+  // Adds `stack` with `tag` unless one with equal frames is there, untagged if `tag` is none,
+  // tagged otherwise (then it keeps the lesser tag). False when the set is full.
+  bool Add(absl::Span<const int32_t> stack, uint16_t tag = kNoTag);
+  uint16_t tag(size_t i) const { return tags_[i]; }
   const int32_t* begin(size_t i) const { return frames_.data() + offsets_[i]; }
   const int32_t* end(size_t i) const { return frames_.data() + offsets_[i + 1]; }
 
@@ -41,14 +46,29 @@ class StackSet {
   std::vector<int32_t> frames_;
   std::vector<uint32_t> offsets_{0};
   std::vector<uint64_t> hashes_;  // of each stack: most comparisons end there
+  std::vector<uint16_t> tags_;
+};
+
+// Followed by a walk that starts inside a bounded repetition (Grammar::counted), at its body
+// reference at `depth` of the start stack with count `anchor`, so that one walk can tell what
+// every smaller count allows. A stack that ends the repetition (pops that frame) is tagged with
+// its need: the least count at which the repetition could have ended there. Stacks still inside
+// stay untagged; their need follows from the count at `depth` (TokenMasker::NeedOf).
+struct RepeatWatch {
+  size_t depth = 0;
+  int32_t anchor = 0;
+  // Out, per Step: the least need of the stacks that escaped (RepeatWatch::kNone: none did).
+  uint16_t escape_need = kNone;
+  static constexpr uint16_t kNone = StackSet::kNoTag;
 };
 
 // `in` after one more byte; empty when no stack takes it. False when `out` overflowed.
 // With `escaped`, the stacks of `in` are the top frames of longer stacks (TokenMasker's cache
 // keys): a stack that would end is not added, and *escaped is set instead. With `next` >= 0, the
-// byte after this one is known (a token's): only the stacks that take it are kept.
+// byte after this one is known (a token's): only the stacks that take it are kept. With `watch`,
+// stacks leaving its repetition are tagged (RepeatWatch).
 bool Step(const Grammar& g, const StackSet& in, uint8_t byte, StackSet* out,
-          bool* escaped = nullptr, int next = -1);
+          bool* escaped = nullptr, int next = -1, RepeatWatch* watch = nullptr);
 // Whether some stack of `s` is empty: the bytes so far are a complete sentence.
 bool CanEnd(const StackSet& s);
 

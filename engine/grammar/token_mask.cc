@@ -1,7 +1,13 @@
 #include "engine/grammar/token_mask.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
+#include <iterator>
 #include <numeric>
+#include <optional>
 #include <string_view>
 
 #include "engine/common/thread_pool.h"
@@ -27,13 +33,20 @@ TokenTable::TokenTable(const std::vector<std::string>& token_bytes)
     previous = sorted_bytes(common_.size() - 1);  // the token just added
     max_length_ = std::max(max_length_, t.size());
   }
+  // Sorted by unsigned bytes (char_traits<char>::lt), so each first byte's tokens are a range.
+  first_byte_.fill(static_cast<uint32_t>(ids_.size()));
+  for (size_t i = ids_.size(); i-- > 0;) {
+    first_byte_[static_cast<uint8_t>(bytes_[offsets_[i]])] = static_cast<uint32_t>(i);
+  }
+  for (int b = 255; b >= 0; --b) first_byte_[b] = std::min(first_byte_[b], first_byte_[b + 1]);
 }
 
 TokenMasker::Walk::Walk(size_t max_length)
     : states(max_length + 1),
       escaped(max_length + 1),
       left(max_length + 1),
-      filtered(max_length + 1) {}
+      filtered(max_length + 1),
+      escape_need(max_length + 1) {}
 
 namespace {
 
@@ -59,16 +72,38 @@ void SetBit(std::vector<uint32_t>& bits, int32_t id) {
   bits[static_cast<size_t>(id) >> 5] |= uint32_t{1} << (id & 31);
 }
 
+// Bit b set where need[b] <= count, for 32 needs: a derived entry's words (TokenMasker::Derive
+// runs it over the whole vocabulary at each count a repetition meets).
+uint32_t AtMost(const uint8_t* need, uint8_t count) {
+#if defined(__SSE2__)
+  const __m128i limit = _mm_set1_epi8(static_cast<char>(count));
+  uint32_t bits = 0;
+  for (int half = 0; half < 2; ++half) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(need + 16 * half));
+    // Unsigned v <= count exactly when max(v, count) == count.
+    const __m128i at_most = _mm_cmpeq_epi8(_mm_max_epu8(v, limit), limit);
+    bits |= static_cast<uint32_t>(_mm_movemask_epi8(at_most) & 0xFFFF) << (16 * half);
+  }
+  return bits;
+#else
+  uint32_t bits = 0;
+  for (int b = 0; b < 32; ++b) bits |= static_cast<uint32_t>(need[b] <= count) << b;
+  return bits;
+#endif
+}
+
 }  // namespace
 
 // walk.states[d + 1] from walk.states[d] and byte d of `token`, keeping only the stacks that
 // take the token's next byte (all of them after its last byte).
 bool TokenMasker::StepWithin(const Grammar& g, std::string_view token, size_t d, bool* escaped,
-                             Walk& walk) {
+                             Walk& walk, RepeatWatch* watch) {
   const int next = d + 1 < token.size() ? static_cast<uint8_t>(token[d + 1]) : -1;
   walk.filtered[d + 1] = next >= 0;
-  return Step(g, walk.states[d], static_cast<uint8_t>(token[d]), &walk.states[d + 1], escaped,
-              next);
+  const bool ok = Step(g, walk.states[d], static_cast<uint8_t>(token[d]), &walk.states[d + 1],
+                       escaped, next, watch);
+  if (watch != nullptr) walk.escape_need[d + 1] = watch->escape_need;
+  return ok;
 }
 
 // How many bytes of the previous token's states a token sharing `common` bytes with it can reuse:
@@ -79,10 +114,31 @@ size_t TokenMasker::Reusable(const Walk& walk, size_t common, size_t valid) {
   return d > 0 && walk.filtered[d] ? d - 1 : d;
 }
 
-void TokenMasker::ClassifyRange(const Grammar& g, const StackSet& start, bool partial, size_t first,
-                                size_t last, Walk& walk, MaskEntry* entry) {
+void TokenMasker::ClassifyRange(const Grammar& g, const StackSet& start, bool partial,
+                                const Anchor* anchor, size_t first, size_t last, Walk& walk,
+                                MaskEntry* entry, std::vector<uint8_t>* need) {
+  std::optional<RepeatWatch> watch;
+  if (anchor != nullptr) watch = RepeatWatch{anchor->depth, anchor->count};
   walk.states[0] = start;
   walk.escaped[0] = walk.left[0] = walk.filtered[0] = 0;
+  // Only the tokens whose first byte some stack takes: a key inside a literal (a property name)
+  // walks a few hundred tokens, not the vocabulary.
+  ByteSet firsts;
+  for (size_t s = 0; s < start.size(); ++s) {
+    if (start.begin(s) != start.end(s)) firsts |= g.bytes(*(start.end(s) - 1));
+  }
+  for (int b = 0; b < 256; ++b) {
+    if (!firsts.Contains(static_cast<uint8_t>(b))) continue;
+    const size_t lo = std::max(first, static_cast<size_t>(table_.first_byte_[b]));
+    const size_t hi = std::min(last, static_cast<size_t>(table_.first_byte_[b + 1]));
+    if (lo < hi)
+      ClassifyTokens(g, partial, anchor, lo, hi, walk, watch ? &*watch : nullptr, entry, need);
+  }
+}
+
+void TokenMasker::ClassifyTokens(const Grammar& g, bool partial, const Anchor* anchor, size_t first,
+                                 size_t last, Walk& walk, RepeatWatch* watch, MaskEntry* entry,
+                                 std::vector<uint8_t>* need) {
   size_t valid = 0;  // states[0..valid] hold for the previous token's prefix
   for (size_t i = first; i < last; ++i) {
     const std::string_view token = table_.sorted_bytes(i);
@@ -90,9 +146,11 @@ void TokenMasker::ClassifyRange(const Grammar& g, const StackSet& start, bool pa
     size_t d = i == first ? 0 : Reusable(walk, table_.common_[i], valid);
     for (; d < length && !walk.states[d].empty(); ++d) {
       bool escaped = false;
-      if (!StepWithin(g, token, d, partial ? &escaped : nullptr, walk)) {
-        // Too ambiguous here: undecided, so the whole stack decides (as the matcher would,
-        // refusing it if it overflows there too); never accepted on a partial view.
+      if (!StepWithin(g, token, d, partial ? &escaped : nullptr, walk, watch)) {
+        // Too ambiguous here: undecided, so the whole stack decides at each step (Check refuses
+        // it if it overflows there too, as a walk without cache does); never accepted here. An
+        // anchor's walk follows more stacks than a smaller count's (one per count still inside):
+        // where it overflows, the count's own stack may not.
         walk.states[d + 1].Clear();
         walk.escaped[d + 1] = false;
         walk.left[d + 1] = true;
@@ -104,19 +162,46 @@ void TokenMasker::ClassifyRange(const Grammar& g, const StackSet& start, bool pa
     valid = d;
     if (d == length && (!walk.states[d].empty() || walk.escaped[d])) {
       SetBit(entry->accepted, table_.ids_[i]);
-    } else if (walk.left[std::min(d, length - 1)]) {
+      if (anchor == nullptr) continue;
+      (*need)[table_.ids_[i]] = static_cast<uint8_t>(
+          NeedOf(g, *anchor, walk.states[d], walk.escaped[d], walk.escape_need[d]));
+      if (walk.left[length - 1]) entry->escaping.push_back(static_cast<uint32_t>(i));
+    } else if (walk.left[d]) {  // after the last byte, only an overflow sets it
       entry->uncertain.push_back(static_cast<uint32_t>(i));
     }
   }
 }
 
-MaskEntry TokenMasker::Classify(const Grammar& g, const StackSet& start, bool partial) {
+// A stack that left the repetition carries its need; one still inside needs its count at the
+// anchor minus the count it reached, plus one for the body it is in. Accepted tokens' needs are
+// at most the anchor's count (MaskCache::kMaxAnchor), below MaskEntry::kNever.
+uint16_t TokenMasker::NeedOf(const Grammar& g, const Anchor& anchor, const StackSet& s,
+                             bool escaped, uint16_t escape_need) {
+  uint16_t need = escaped ? escape_need : RepeatWatch::kNone;
+  for (size_t i = 0; i < s.size(); ++i) {
+    uint16_t n = s.tag(i);
+    if (n == StackSet::kNoTag) {
+      // Inside: the frame at the anchor's depth is a body reference of the same repetition
+      // (RepeatWatch); the fallback only narrows.
+      const CountedPosition at = g.counted(*(s.begin(i) + anchor.depth));
+      const bool inside = at.repeat >= 0 && at.count >= 1 && at.count <= anchor.count;
+      n = static_cast<uint16_t>(inside ? anchor.count - at.count + 1 : anchor.count);
+    }
+    need = std::min(need, n);
+  }
+  return std::min<uint16_t>(need, static_cast<uint16_t>(anchor.count));
+}
+
+MaskEntry TokenMasker::Classify(const Grammar& g, const StackSet& start, bool partial,
+                                const Anchor* anchor) {
   const size_t n = table_.ids_.size();
   const size_t chunks = std::min(walks_.size(), std::max<size_t>(1, n / min_chunk_tokens_));
   MaskEntry entry;
   entry.accepted.assign(table_.mask_words(), 0);
+  if (anchor != nullptr)
+    entry.need.assign(static_cast<size_t>(table_.vocab_size()), MaskEntry::kNever);
   if (chunks <= 1) {
-    ClassifyRange(g, start, partial, 0, n, walks_[0], &entry);
+    ClassifyRange(g, start, partial, anchor, 0, n, walks_[0], &entry, &entry.need);
     return entry;
   }
   if (pool_ == nullptr) pool_ = std::make_unique<ThreadPool>(threads_);
@@ -125,13 +210,14 @@ MaskEntry TokenMasker::Classify(const Grammar& g, const StackSet& start, bool pa
     for (int64_t c = begin; c < end; ++c) {
       MaskEntry& part = parts[static_cast<size_t>(c)];
       part.accepted.assign(table_.mask_words(), 0);
-      ClassifyRange(g, start, partial, n * c / chunks, n * (c + 1) / chunks,
-                    walks_[static_cast<size_t>(c)], &part);
+      ClassifyRange(g, start, partial, anchor, n * c / chunks, n * (c + 1) / chunks,
+                    walks_[static_cast<size_t>(c)], &part, &entry.need);
     }
   });
   for (const MaskEntry& part : parts) {
     for (size_t w = 0; w < entry.accepted.size(); ++w) entry.accepted[w] |= part.accepted[w];
     entry.uncertain.insert(entry.uncertain.end(), part.uncertain.begin(), part.uncertain.end());
+    entry.escaping.insert(entry.escaping.end(), part.escaping.begin(), part.escaping.end());
   }
   return entry;
 }
@@ -160,27 +246,125 @@ void TokenMasker::Check(const Grammar& g, const StackSet& start,
   }
 }
 
+namespace {
+
+// An entry that leaves too many tokens uncertain: a pointer to a key with more frames.
+MaskEntry Deeper() {
+  MaskEntry entry;
+  entry.deeper = true;
+  return entry;
+}
+
+}  // namespace
+
+const MaskEntry& TokenMasker::Insert(MaskCache* cache, std::vector<int32_t> key, MaskEntry entry) {
+  // Full: drop an entry, so that a schema with many keys keeps a working cache rather than
+  // walking the vocabulary at every step. A derived one if there is one (rebuilding it takes a
+  // pass over an anchor's needs, not a walk), else one that is not an anchor (the anchor just
+  // built is what the entry being added came from), else any.
+  if (cache->entries_.size() >= cache->max_entries_) {
+    auto& entries = cache->entries_;
+    auto victim = std::find_if(entries.begin(), entries.end(),
+                               [](const auto& e) { return e.second->derived; });
+    if (victim == entries.end()) {
+      victim = std::find_if(entries.begin(), entries.end(),
+                            [](const auto& e) { return e.second->need.empty(); });
+    }
+    entries.erase(victim != entries.end() ? victim : entries.begin());
+  }
+  return *cache->entries_.emplace(std::move(key), std::make_unique<MaskEntry>(std::move(entry)))
+              .first->second;
+}
+
+MaskEntry TokenMasker::Walked(const Grammar& g, const std::vector<int32_t>& key, bool partial,
+                              const Anchor* anchor, MaskCache* cache) {
+  StackSet start;
+  start.Add(absl::MakeConstSpan(key).first(key.size() - (partial ? 0 : 1)));
+  MaskEntry entry = Classify(g, start, partial, anchor);
+  ++cache->walks_;
+  if (partial && entry.uncertain.size() > MaskCache::kMaxUncertain) return Deeper();
+  return entry;
+}
+
+std::optional<MaskEntry> TokenMasker::FromAnchor(const Grammar& g, const std::vector<int32_t>& key,
+                                                 bool partial, MaskCache* cache) {
+  // The one frame of the key inside a bounded repetition (keys with two keep their own walks).
+  const size_t frames = key.size() - (partial ? 0 : 1);
+  std::optional<size_t> depth;
+  for (size_t f = 0; f < frames; ++f) {
+    if (g.kind(key[f]) != PositionKind::kRule || g.counted(key[f]).repeat < 0) continue;
+    if (depth) return std::nullopt;
+    depth = f;
+  }
+  if (!depth) return std::nullopt;
+  const CountedPosition at = g.counted(key[*depth]);
+  // Counts past the longest token's bytes (one repetition takes a byte at least) allow the same
+  // tokens: the anchor stands for them all. A longer token can need any count below.
+  const auto no_token_longer = static_cast<int32_t>(table_.max_length_) + 1;
+  const int32_t anchor_count =
+      std::min({g.repeat_max(at.repeat), no_token_longer, MaskCache::kMaxAnchor});
+  if (at.count > anchor_count && anchor_count < no_token_longer) return std::nullopt;
+  const Anchor anchor{*depth, anchor_count};
+  if (at.count == anchor_count) return Walked(g, key, partial, &anchor, cache);
+  std::vector<int32_t> anchor_key = key;
+  anchor_key[*depth] = g.body_ref(at.repeat, anchor_count);
+  auto it = cache->entries_.find(anchor_key);
+  const MaskEntry& a =
+      it != cache->entries_.end()
+          ? *it->second
+          : Insert(cache, anchor_key, Walked(g, anchor_key, partial, &anchor, cache));
+  if (a.deeper) return Deeper();
+  if (a.need.empty()) return std::nullopt;  // not an anchor's (cannot happen: one key, one kind)
+  if (at.count > anchor_count) {
+    MaskEntry same;
+    same.derived = true;
+    same.accepted = a.accepted;
+    same.uncertain = a.uncertain;
+    return same;
+  }
+  MaskEntry derived = Derive(a, at.count);
+  if (partial && derived.uncertain.size() > MaskCache::kMaxUncertain) return Deeper();
+  return derived;
+}
+
+MaskEntry TokenMasker::Derive(const MaskEntry& anchor, int32_t count) const {
+  MaskEntry entry;
+  entry.derived = true;
+  entry.accepted.assign(table_.mask_words(), 0);
+  const auto vocab = static_cast<size_t>(table_.vocab_size());
+  const size_t whole_words = vocab / 32;
+  for (size_t w = 0; w < whole_words; ++w) {
+    entry.accepted[w] = AtMost(anchor.need.data() + w * 32, static_cast<uint8_t>(count));
+  }
+  for (size_t id = whole_words * 32; id < vocab; ++id) {
+    if (anchor.need[id] <= count) SetBit(entry.accepted, static_cast<int32_t>(id));
+  }
+  // What only leaving the frames mid-token could still take is for the whole stack to decide.
+  std::vector<uint32_t> escaping;
+  for (const uint32_t i : anchor.escaping) {
+    if (anchor.need[static_cast<size_t>(table_.ids_[i])] > count) escaping.push_back(i);
+  }
+  entry.uncertain.reserve(anchor.uncertain.size() + escaping.size());
+  std::merge(anchor.uncertain.begin(), anchor.uncertain.end(), escaping.begin(), escaping.end(),
+             std::back_inserter(entry.uncertain));
+  return entry;
+}
+
 const MaskEntry& TokenMasker::Entry(const Grammar& g, const int32_t* begin, const int32_t* end,
                                     size_t frames, MaskCache* cache) {
   const bool partial = static_cast<size_t>(end - begin) > frames;
   std::vector<int32_t> key(partial ? end - frames : begin, end);
   if (!partial) key.push_back(-1);  // the whole stack: ending it ends the output
   auto it = cache->entries_.find(key);
-  if (it == cache->entries_.end()) {
-    StackSet start;
-    start.Add(absl::MakeConstSpan(key).first(key.size() - (partial ? 0 : 1)));
-    MaskEntry entry = Classify(g, start, partial);
-    if (partial && entry.uncertain.size() > MaskCache::kMaxUncertain) entry = {{}, {}, true};
-    // Full: drop an entry (any: it is rebuilt if needed again), so that a schema with many keys
-    // keeps a working cache rather than walking the vocabulary at every step.
-    if (cache->entries_.size() >= cache->max_entries_) {
-      cache->entries_.erase(cache->entries_.begin());
-    }
-    it = cache->entries_.emplace(std::move(key), std::make_unique<MaskEntry>(std::move(entry)))
-             .first;
+  const MaskEntry* entry = it != cache->entries_.end() ? it->second.get() : nullptr;
+  if (entry == nullptr) {
+    std::optional<MaskEntry> derived;
+    if (frames == MaskCache::kKeyFrames) derived = FromAnchor(g, key, partial, cache);
+    MaskEntry built = derived ? std::move(*derived) : Walked(g, key, partial, nullptr, cache);
+    entry = &Insert(cache, std::move(key), std::move(built));
   }
-  if (it->second->deeper) return Entry(g, begin, end, frames + MaskCache::kKeyFrames, cache);
-  return *it->second;
+  if (entry->deeper) return Entry(g, begin, end, frames + MaskCache::kKeyFrames, cache);
+  return *entry;
 }
 
 int64_t TokenMasker::Compute(const GrammarMatcher& matcher, MaskCache* cache,

@@ -8,8 +8,11 @@
 // trie without building the trie).
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +47,8 @@ class TokenTable {
   std::string bytes_;
   std::vector<uint32_t> common_;  // common prefix length of sorted tokens i - 1 and i
   size_t max_length_ = 0;
+  // The sorted tokens starting with byte b are [first_byte_[b], first_byte_[b + 1]).
+  std::array<uint32_t, 257> first_byte_{};
 };
 
 // What a stack's top frames decide alone (XGrammar's adaptive token mask cache, in specula's
@@ -53,10 +58,23 @@ class TokenTable {
 // every token without a quote is decided here, and only the few with one are checked.
 // A key whose frames leave too many tokens uncertain (whitespace before a closing brace that a
 // frame further down provides) is only a pointer to a deeper key.
+//
+// Inside a bounded repetition (a string's maxLength), keys differ only in how many more
+// repetitions are allowed. One of them, the anchor, is walked with its stacks' needs followed
+// (RepeatWatch), and the others are derived from it: a token is accepted at count k when its
+// need is at most k.
 struct MaskEntry {
   std::vector<uint32_t> accepted;   // one bit per token id
   std::vector<uint32_t> uncertain;  // indices into the sorted vocabulary, ascending
   bool deeper = false;              // look up more frames instead
+  bool derived = false;             // from an anchor's needs, not walked
+  // An anchor's, empty in other entries: for each token id, the least count at which it is
+  // accepted (kNever: not at the anchor's own); and the sorted indices of the accepted tokens
+  // that a stack could also take by leaving the key's frames mid-token, uncertain at the counts
+  // below their need.
+  std::vector<uint8_t> need;
+  std::vector<uint32_t> escaping;
+  static constexpr uint8_t kNever = 255;
 };
 
 // The entries of one grammar over one TokenTable, by their stacks' top frames. Engine thread
@@ -67,12 +85,18 @@ class MaskCache {
   // to the whole stack. More frames decide more tokens alone but make more keys.
   static constexpr size_t kKeyFrames = 3;
   static constexpr size_t kMaxUncertain = 1024;
-  // An entry holds a bit per token (16 KB at a 128K vocabulary): 256 of them are 4 MB.
-  explicit MaskCache(size_t max_entries = 256) : max_entries_(max_entries) {}
+  // The largest count an anchor is walked at (MaskEntry::need holds counts up to it).
+  static constexpr int32_t kMaxAnchor = 254;
+  // An entry holds a bit per token (16 KB at a 128K vocabulary): 256 of them are 4 MB. An
+  // anchor's also holds a byte per token (128 KB), one per bounded repetition met.
+  explicit MaskCache(size_t max_entries = 256) : max_entries_(std::max<size_t>(1, max_entries)) {}
   size_t size() const { return entries_.size(); }
+  // Entries built by walking the vocabulary (the others were derived from an anchor).
+  int64_t walks() const { return walks_; }
 
  private:
   friend class TokenMasker;
+  int64_t walks_ = 0;
   absl::flat_hash_map<std::vector<int32_t>, std::unique_ptr<const MaskEntry>> entries_;
   size_t max_entries_;
 };
@@ -80,7 +104,7 @@ class MaskCache {
 // Computes masks; holds the walks' scratch states, so one per thread.
 class TokenMasker {
  public:
-  // With `threads` > 1, a cache entry's walk of the whole vocabulary is split across that many
+  // With `threads` > 1, a cache entry's walk of the vocabulary is split across that many
   // threads (a pool of its own, started by the first walk that uses it), in chunks of at least
   // `min_chunk_tokens`: building entries is what a step waits for.
   explicit TokenMasker(const TokenTable& table, int threads = 1, size_t min_chunk_tokens = 4096);
@@ -88,7 +112,7 @@ class TokenMasker {
   // Sets bit `id % 32` of word `id / 32` of `allowed` for every token `matcher` takes whole,
   // and clears the others. Returns how many are allowed. With a cache (the grammar's, built over
   // this masker's table), each stack costs its entry's bits and checks of its uncertain tokens;
-  // without, a walk of the whole vocabulary.
+  // without, a walk of the vocabulary (the tokens whose first byte a stack takes).
   int64_t Compute(const GrammarMatcher& matcher, MaskCache* cache, std::vector<uint32_t>* allowed);
   int64_t Compute(const GrammarMatcher& matcher, std::vector<uint32_t>* allowed) {
     return Compute(matcher, nullptr, allowed);
@@ -98,19 +122,48 @@ class TokenMasker {
   // One walk's scratch: the states after each byte of the current token.
   struct Walk {
     explicit Walk(size_t max_length);
-    std::vector<StackSet> states;   // states[d]: after the first d bytes of the current token
-    std::vector<uint8_t> escaped;   // escaped[d]: a stack left the key's frames at byte d - 1
-    std::vector<uint8_t> left;      // left[d]: one did at some byte before d
-    std::vector<uint8_t> filtered;  // filtered[d]: states[d] kept only stacks taking byte d
+    std::vector<StackSet> states;       // states[d]: after the first d bytes of the current token
+    std::vector<uint8_t> escaped;       // escaped[d]: a stack left the key's frames at byte d - 1
+    std::vector<uint8_t> left;          // left[d]: one did at some byte before d
+    std::vector<uint8_t> filtered;      // filtered[d]: states[d] kept only stacks taking byte d
+    std::vector<uint16_t> escape_need;  // an anchor's walk: the least need of escaped[d]
   };
 
-  // Walks every token from `start` (a stack, or the top frames of one when `partial`), in
-  // chunks on the pool's threads if there is one.
-  MaskEntry Classify(const Grammar& g, const StackSet& start, bool partial);
-  // The walk of the sorted tokens [first, last): their accepted bits into `entry`, their
-  // uncertain indices appended in order.
-  void ClassifyRange(const Grammar& g, const StackSet& start, bool partial, size_t first,
-                     size_t last, Walk& walk, MaskEntry* entry);
+  // Where a key's walk follows a bounded repetition (an anchor's): the depth of its body
+  // reference in the key, and its count there.
+  struct Anchor {
+    size_t depth;
+    int32_t count;
+  };
+
+  // Walks the tokens from `start` (a stack, or the top frames of one when `partial`), in chunks
+  // on the pool's threads if there is one. With `anchor`, the entry keeps the needs.
+  MaskEntry Classify(const Grammar& g, const StackSet& start, bool partial,
+                     const Anchor* anchor = nullptr);
+  // The walk of the sorted tokens [first, last) whose first byte a stack of `start` takes: their
+  // accepted bits into `entry`, their uncertain (and with `anchor`, escaping) indices appended
+  // in order, their needs into `need` (sized by the caller, shared by the chunks: each writes
+  // its own tokens').
+  void ClassifyRange(const Grammar& g, const StackSet& start, bool partial, const Anchor* anchor,
+                     size_t first, size_t last, Walk& walk, MaskEntry* entry,
+                     std::vector<uint8_t>* need);
+  // ClassifyRange's walk of the sorted tokens [first, last), from walk.states[0].
+  void ClassifyTokens(const Grammar& g, bool partial, const Anchor* anchor, size_t first,
+                      size_t last, Walk& walk, RepeatWatch* watch, MaskEntry* entry,
+                      std::vector<uint8_t>* need);
+  // The least need of the stacks in `s` and of an escape with `escape_need`.
+  static uint16_t NeedOf(const Grammar& g, const Anchor& anchor, const StackSet& s, bool escaped,
+                         uint16_t escape_need);
+  // The entry of `key` (the top frames of a stack, or the whole stack and -1), walked.
+  MaskEntry Walked(const Grammar& g, const std::vector<int32_t>& key, bool partial,
+                   const Anchor* anchor, MaskCache* cache);
+  // The entry of `key` derived from its anchor's, when one of its frames is in a bounded
+  // repetition; nullopt otherwise.
+  std::optional<MaskEntry> FromAnchor(const Grammar& g, const std::vector<int32_t>& key,
+                                      bool partial, MaskCache* cache);
+  // `anchor`'s tokens at count `count`, below the anchor's own.
+  MaskEntry Derive(const MaskEntry& anchor, int32_t count) const;
+  static const MaskEntry& Insert(MaskCache* cache, std::vector<int32_t> key, MaskEntry entry);
   // Sets the bits of the tokens at `indices` (sorted) that `start` takes whole.
   void Check(const Grammar& g, const StackSet& start, const std::vector<uint32_t>& indices,
              std::vector<uint32_t>* allowed);
@@ -119,7 +172,7 @@ class TokenMasker {
                          MaskCache* cache);
 
   static bool StepWithin(const Grammar& g, std::string_view token, size_t d, bool* escaped,
-                         Walk& walk);
+                         Walk& walk, RepeatWatch* watch = nullptr);
   static size_t Reusable(const Walk& walk, size_t common, size_t valid);
 
   const TokenTable& table_;

@@ -2,6 +2,9 @@
 // and the bounds of Repeat.
 #include "engine/grammar/grammar.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "engine/grammar/matcher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -71,6 +74,32 @@ TEST(GrammarBuilderTest, RepeatTakesBetweenMinAndMax) {
   auto ug = std::make_shared<const Grammar>(*std::move(u));
   EXPECT_FALSE(Accepts(ug, ""));
   EXPECT_TRUE(Accepts(ug, std::string(500, 'x')));
+}
+
+// The token masker derives a bounded repetition's counts from one (TokenMasker): the grammar
+// says which positions are its body references and its ends, with their counts, and only where
+// each repetition takes a byte.
+TEST(GrammarBuilderTest, BoundedRepetitionsRecordTheirCounts) {
+  B b;
+  const int32_t x = b.AddRule("x", {B::Literal("x")});
+  const int32_t maybe = b.AddRule("maybe", {B::Literal("y"), {}});
+  const int32_t root =
+      b.AddRule("root", {{B::Ref(b.Repeat("xs", x, 1, 4)), B::Ref(b.Repeat("ys", maybe, 0, 3))}});
+  auto g = b.Build(root);
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::vector<int32_t> body_counts, end_counts;
+  for (int32_t pos = 0; pos < g->num_positions(); ++pos) {
+    const CountedPosition at = g->counted(pos);
+    if (at.repeat < 0) continue;
+    EXPECT_EQ(at.repeat, 0);  // "ys" may repeat an empty body: no counts
+    (g->kind(pos) == PositionKind::kRule ? body_counts : end_counts).push_back(at.count);
+  }
+  std::sort(body_counts.begin(), body_counts.end());
+  std::sort(end_counts.begin(), end_counts.end());
+  EXPECT_EQ(body_counts, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(end_counts, (std::vector<int32_t>{0, 1, 2, 3}));
+  ASSERT_EQ(g->repeat_max(0), 3);
+  for (int32_t k = 1; k <= 3; ++k) EXPECT_EQ(g->counted(g->body_ref(0, k)).count, k);
 }
 
 // Repeated alternatives (`a||b`, `(x|x)*`) are one: each copy would be one more parse stack at

@@ -9,6 +9,7 @@
 
 #include "engine/grammar/ebnf.h"
 #include "engine/grammar/json_schema.h"
+#include "engine/grammar/regex.h"
 #include "gtest/gtest.h"
 
 namespace specula::grammar {
@@ -176,6 +177,55 @@ TEST(TokenMaskTest, ATokenManyStacksTakeTogetherIsFollowedNarrowed) {
   EXPECT_LE(m.stacks().size(), StackSet::kMaxStacks);
   masker.Compute(m, &cache, &mask);
   EXPECT_TRUE(MaskAllows(mask, 2));  // a "+" still follows
+}
+
+// A bounded repetition's keys differ only in the count left (a string's maxLength): one anchor
+// is walked and the other counts are derived from it. Every count of a 24-character string, met
+// by tokens longer and shorter than what is left (multi-byte characters, escapes, a closing
+// quote after text), gives the masks of trying every token, and the vocabulary is walked for
+// fewer keys than there are counts.
+TEST(TokenMaskTest, EveryCountOfABoundedStringIsDerivedFromOneWalk) {
+  auto g =
+      CompileJsonSchema(nlohmann::ordered_json::parse(R"({"type": "string", "maxLength": 24})"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::vector<std::string> vocab = TestVocabulary();
+  for (const char* t : {"aaaaaaaaaaaa", "aaaaaaaaaaa\"", "aaaaa", "aa\"", "\\u00e9\\u00e9",
+                        "\xC3\xA9\xC3\xA9\xC3\xA9", "a\\n"}) {
+    vocab.push_back(t);
+  }
+  const TokenTable table(vocab);
+  TokenMasker masker(table);
+  MaskCache cache;
+  GrammarMatcher m(*g);
+  ASSERT_TRUE(m.Advance("\""));
+  for (int left = 24; left >= 0; --left) {
+    std::vector<uint32_t> cached;
+    masker.Compute(m, &cache, &cached);
+    EXPECT_EQ(cached, BruteForceMask(m, vocab)) << left << " characters left";
+    if (left > 0) {
+      ASSERT_TRUE(m.Advance(left % 3 == 0 ? "\xC3\xA9" : "a"));
+    }
+  }
+  EXPECT_LT(cache.walks(), 24);
+}
+
+// Derived counts where the repetition's body has several parses (ambiguous), where a repetition
+// is entered again after it ended (inside another one), and with a minimum: random walks compare
+// every step's mask with trying every token.
+TEST(TokenMaskTest, DerivedCountsFollowAmbiguousAndReenteredRepetitions) {
+  std::vector<std::string> vocab = TestVocabulary();
+  for (const char* t : {"ab", "aab", "aaa", "abab", "ba", "bab", "aaaaaa", "abe", "ae", "bbbb"}) {
+    vocab.push_back(t);
+  }
+  uint32_t seed = 20;
+  for (const char* pattern : {"(ab|a){0,9}b", "(a{0,3}b){1,6}e", "[ab01]{2,15}\"",
+                              "(a|ab|b){1,11}(e|t)?", "x?(aa|a){3,10}"}) {
+    auto g = CompileRegex(pattern);
+    ASSERT_TRUE(g.ok()) << g.status();
+    MaskCache cache;
+    EXPECT_GE(CheckWalks(*g, vocab, &cache, ++seed), 40) << pattern;
+    EXPECT_LT(cache.walks(), static_cast<int64_t>(cache.size())) << pattern;
+  }
 }
 
 TEST(TokenMaskTest, SpecialTokensAndRefusedPrefixesAreNeverAllowed) {
