@@ -169,7 +169,7 @@ int32_t JsonRules::MakeNumber() {
       b_.AddRule("fraction", {{Byte('.'), B::Ref(Digits("fraction_digits", 1, 15))}, {}});
   const int32_t exponent =
       b_.AddRule("exponent", {{Set("eE"), B::Ref(b_.AddRule("sign", {{Set("+-")}, {}})),
-                               B::Ref(Digits("exponent_digits", 1, 3))},
+                               B::Ref(Digits("exponent_digits", 1, 2))},
                               {}});
   return b_.AddRule("number", {{B::Ref(Integer()), B::Ref(fraction), B::Ref(exponent)}});
 }

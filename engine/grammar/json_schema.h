@@ -16,7 +16,8 @@
 //   additionalProperties allows them (not under `strict`) takes arbitrary keys;
 // - whitespace between tokens is at most one line break and `max_whitespace` spaces or tabs
 //   (enough to indent a few levels, too little for a model to pad forever);
-// - numbers have at most 15 integer digits, 15 fraction digits and 3 exponent digits;
+// - numbers have at most 15 integer digits, 15 fraction digits and 2 exponent digits
+//   (every number a finite double);
 // - strings escape with \uXXXX only outside the surrogate range;
 // - a date's day is at most 28 in February (no leap-year arithmetic).
 #pragma once

@@ -36,7 +36,10 @@ TEST(JsonSchemaTest, Primitives) {
   Check({R"({"type": "integer"})",
          {"0", "-7", "123456789012345"},
          {"01", "1.5", "-", "\"1\"", "1e3"}});
-  Check({R"({"type": "number"})", {"0", "-0.25", "1e+10", "2E-3", "7"}, {".5", "1.", "1e", "+1"}});
+  // Two exponent digits: every number is a finite double (3E333 is out of range for Go's,
+  // Rust's and nlohmann's JSON parsers).
+  Check({R"({"type": "number"})", {"0", "-0.25", "1e+10", "2E-3", "7", "9.5e99", "1E-99"},
+         {".5", "1.", "1e", "+1", "1e100", "3E333"}});
   Check({R"({"type": "boolean"})", {"true", "false"}, {"True", "1", "tru"}});
   Check({R"({"type": "null"})", {"null"}, {"nul", "None"}});
   Check({R"({"type": ["string", "null"]})", {"null", "\"x\""}, {"1"}});
