@@ -67,16 +67,6 @@ struct Expansion {
   RepeatWatch* watch;
 };
 
-// The need of a stack that ends `watch`'s repetition at the end position `pos` (the end of
-// tail_k's empty alternative): the repetition had k counts to spare. The frame at watch->depth
-// only ever holds that repetition's positions (Grammar::counted validated its rules), so the
-// fallback, the anchor itself, is never used; it would only narrow.
-uint16_t NeedOnLeaving(const Grammar& g, const RepeatWatch& watch, int32_t pos) {
-  const CountedPosition at = g.counted(pos);
-  if (at.repeat < 0 || at.count > watch.anchor) return static_cast<uint16_t>(watch.anchor);
-  return static_cast<uint16_t>(watch.anchor - at.count);
-}
-
 // Adds to `out` every stack `stack` stands for once its top is a byte symbol (or it is empty):
 // an alternative's end returns to the referring position's successor, a rule reference opens
 // each alternative. A reference that is the last symbol of its alternative replaces its frame
@@ -97,7 +87,7 @@ bool Expand(const Expansion& e, std::vector<int32_t>& stack, size_t depth, uint1
         return e.out->Add(stack, tag);
       case PositionKind::kEnd:
         if (e.watch != nullptr && tag == StackSet::kNoTag && stack.size() == e.watch->depth + 1) {
-          tag = NeedOnLeaving(e.g, *e.watch, pos);
+          tag = e.watch->NeedOnLeaving(e.g, pos);
         }
         stack.pop_back();
         if (!stack.empty()) ++stack.back();
@@ -128,6 +118,21 @@ bool Expand(const Expansion& e, std::vector<int32_t>& stack, size_t depth, uint1
 }
 
 }  // namespace
+
+// The frame at `depth` only ever holds the watched repetition's positions (Grammar::counted
+// validated its rules), so the fallback of both, the anchor itself, is never used; it would only
+// narrow.
+uint16_t RepeatWatch::NeedOnLeaving(const Grammar& g, int32_t pos) const {
+  const CountedPosition at = g.counted(pos);
+  if (at.repeat < 0 || at.count > anchor) return static_cast<uint16_t>(anchor);
+  return static_cast<uint16_t>(anchor - at.count);
+}
+
+uint16_t RepeatWatch::NeedInside(const Grammar& g, int32_t pos) const {
+  const CountedPosition at = g.counted(pos);
+  if (at.repeat < 0 || at.count < 1 || at.count > anchor) return static_cast<uint16_t>(anchor);
+  return static_cast<uint16_t>(anchor - at.count + 1);
+}
 
 bool Step(const Grammar& g, const StackSet& in, uint8_t byte, StackSet* out, bool* escaped,
           int next, RepeatWatch* watch) {

@@ -53,13 +53,20 @@ class StackSet {
 // reference at `depth` of the start stack with count `anchor`, so that one walk can tell what
 // every smaller count allows. A stack that ends the repetition (pops that frame) is tagged with
 // its need: the least count at which the repetition could have ended there. Stacks still inside
-// stay untagged; their need follows from the count at `depth` (TokenMasker::NeedOf).
+// stay untagged; their need follows from the count at `depth` (NeedInside).
 struct RepeatWatch {
   size_t depth = 0;
   int32_t anchor = 0;
   // Out, per Step: the least need of the stacks that escaped (RepeatWatch::kNone: none did).
   uint16_t escape_need = kNone;
   static constexpr uint16_t kNone = StackSet::kNoTag;
+
+  // The need of a stack that ends the repetition at `pos`, the end of tail_k's empty
+  // alternative: the repetition had k counts to spare.
+  uint16_t NeedOnLeaving(const Grammar& g, int32_t pos) const;
+  // The need of a stack still inside, whose frame at `depth` is `pos`, tail_k's body reference:
+  // the counts it went down, plus one for the body it is in.
+  uint16_t NeedInside(const Grammar& g, int32_t pos) const;
 };
 
 // `in` after one more byte; empty when no stack takes it. False when `out` overflowed.

@@ -115,10 +115,10 @@ size_t TokenMasker::Reusable(const Walk& walk, size_t common, size_t valid) {
 }
 
 void TokenMasker::ClassifyRange(const Grammar& g, const StackSet& start, bool partial,
-                                const Anchor* anchor, size_t first, size_t last, Walk& walk,
+                                const RepeatWatch* anchor, size_t first, size_t last, Walk& walk,
                                 MaskEntry* entry, std::vector<uint8_t>* need) {
-  std::optional<RepeatWatch> watch;
-  if (anchor != nullptr) watch = RepeatWatch{anchor->depth, anchor->count};
+  std::optional<RepeatWatch> watch;  // this chunk's: Step writes its escape_need
+  if (anchor != nullptr) watch = *anchor;
   walk.states[0] = start;
   walk.escaped[0] = walk.left[0] = walk.filtered[0] = 0;
   // Only the tokens whose first byte some stack takes: a key inside a literal (a property name)
@@ -131,13 +131,12 @@ void TokenMasker::ClassifyRange(const Grammar& g, const StackSet& start, bool pa
     if (!firsts.Contains(static_cast<uint8_t>(b))) continue;
     const size_t lo = std::max(first, static_cast<size_t>(table_.first_byte_[b]));
     const size_t hi = std::min(last, static_cast<size_t>(table_.first_byte_[b + 1]));
-    if (lo < hi)
-      ClassifyTokens(g, partial, anchor, lo, hi, walk, watch ? &*watch : nullptr, entry, need);
+    if (lo < hi) ClassifyTokens(g, partial, lo, hi, walk, watch ? &*watch : nullptr, entry, need);
   }
 }
 
-void TokenMasker::ClassifyTokens(const Grammar& g, bool partial, const Anchor* anchor, size_t first,
-                                 size_t last, Walk& walk, RepeatWatch* watch, MaskEntry* entry,
+void TokenMasker::ClassifyTokens(const Grammar& g, bool partial, size_t first, size_t last,
+                                 Walk& walk, RepeatWatch* watch, MaskEntry* entry,
                                  std::vector<uint8_t>* need) {
   size_t valid = 0;  // states[0..valid] hold for the previous token's prefix
   for (size_t i = first; i < last; ++i) {
@@ -162,9 +161,9 @@ void TokenMasker::ClassifyTokens(const Grammar& g, bool partial, const Anchor* a
     valid = d;
     if (d == length && (!walk.states[d].empty() || walk.escaped[d])) {
       SetBit(entry->accepted, table_.ids_[i]);
-      if (anchor == nullptr) continue;
+      if (watch == nullptr) continue;
       (*need)[table_.ids_[i]] = static_cast<uint8_t>(
-          NeedOf(g, *anchor, walk.states[d], walk.escaped[d], walk.escape_need[d]));
+          NeedOf(g, *watch, walk.states[d], walk.escaped[d], walk.escape_need[d]));
       if (walk.left[length - 1]) entry->escaping.push_back(static_cast<uint32_t>(i));
     } else if (walk.left[d]) {  // after the last byte, only an overflow sets it
       entry->uncertain.push_back(static_cast<uint32_t>(i));
@@ -172,28 +171,22 @@ void TokenMasker::ClassifyTokens(const Grammar& g, bool partial, const Anchor* a
   }
 }
 
-// A stack that left the repetition carries its need; one still inside needs its count at the
-// anchor minus the count it reached, plus one for the body it is in. Accepted tokens' needs are
-// at most the anchor's count (MaskCache::kMaxAnchor), below MaskEntry::kNever.
-uint16_t TokenMasker::NeedOf(const Grammar& g, const Anchor& anchor, const StackSet& s,
+// A stack that left the repetition carries its need; one still inside has it from its frame at
+// the watched depth. Accepted tokens' needs are at most the anchor's count
+// (MaskCache::kMaxAnchor), below MaskEntry::kNever.
+uint16_t TokenMasker::NeedOf(const Grammar& g, const RepeatWatch& watch, const StackSet& s,
                              bool escaped, uint16_t escape_need) {
   uint16_t need = escaped ? escape_need : RepeatWatch::kNone;
   for (size_t i = 0; i < s.size(); ++i) {
-    uint16_t n = s.tag(i);
-    if (n == StackSet::kNoTag) {
-      // Inside: the frame at the anchor's depth is a body reference of the same repetition
-      // (RepeatWatch); the fallback only narrows.
-      const CountedPosition at = g.counted(*(s.begin(i) + anchor.depth));
-      const bool inside = at.repeat >= 0 && at.count >= 1 && at.count <= anchor.count;
-      n = static_cast<uint16_t>(inside ? anchor.count - at.count + 1 : anchor.count);
-    }
-    need = std::min(need, n);
+    const uint16_t tag = s.tag(i);
+    need = std::min(
+        need, tag != StackSet::kNoTag ? tag : watch.NeedInside(g, *(s.begin(i) + watch.depth)));
   }
-  return std::min<uint16_t>(need, static_cast<uint16_t>(anchor.count));
+  return std::min<uint16_t>(need, static_cast<uint16_t>(watch.anchor));
 }
 
 MaskEntry TokenMasker::Classify(const Grammar& g, const StackSet& start, bool partial,
-                                const Anchor* anchor) {
+                                const RepeatWatch* anchor) {
   const size_t n = table_.ids_.size();
   const size_t chunks = std::min(walks_.size(), std::max<size_t>(1, n / min_chunk_tokens_));
   MaskEntry entry;
@@ -255,6 +248,13 @@ MaskEntry Deeper() {
   return entry;
 }
 
+// `entry`, or Deeper() where a partial key leaves more than MaskCache::kMaxUncertain tokens to
+// the whole stack (checking them at every step would cost more than more keys).
+MaskEntry DeeperIfTooUncertain(MaskEntry entry, bool partial) {
+  if (partial && entry.uncertain.size() > MaskCache::kMaxUncertain) return Deeper();
+  return entry;
+}
+
 }  // namespace
 
 const MaskEntry& TokenMasker::Insert(MaskCache* cache, std::vector<int32_t> key, MaskEntry entry) {
@@ -277,13 +277,12 @@ const MaskEntry& TokenMasker::Insert(MaskCache* cache, std::vector<int32_t> key,
 }
 
 MaskEntry TokenMasker::Walked(const Grammar& g, const std::vector<int32_t>& key, bool partial,
-                              const Anchor* anchor, MaskCache* cache) {
+                              const RepeatWatch* anchor, MaskCache* cache) {
   StackSet start;
   start.Add(absl::MakeConstSpan(key).first(key.size() - (partial ? 0 : 1)));
   MaskEntry entry = Classify(g, start, partial, anchor);
   ++cache->walks_;
-  if (partial && entry.uncertain.size() > MaskCache::kMaxUncertain) return Deeper();
-  return entry;
+  return DeeperIfTooUncertain(std::move(entry), partial);
 }
 
 std::optional<MaskEntry> TokenMasker::FromAnchor(const Grammar& g, const std::vector<int32_t>& key,
@@ -304,7 +303,7 @@ std::optional<MaskEntry> TokenMasker::FromAnchor(const Grammar& g, const std::ve
   const int32_t anchor_count =
       std::min({g.repeat_max(at.repeat), no_token_longer, MaskCache::kMaxAnchor});
   if (at.count > anchor_count && anchor_count < no_token_longer) return std::nullopt;
-  const Anchor anchor{*depth, anchor_count};
+  const RepeatWatch anchor{*depth, anchor_count};
   if (at.count == anchor_count) return Walked(g, key, partial, &anchor, cache);
   std::vector<int32_t> anchor_key = key;
   anchor_key[*depth] = g.body_ref(at.repeat, anchor_count);
@@ -322,9 +321,7 @@ std::optional<MaskEntry> TokenMasker::FromAnchor(const Grammar& g, const std::ve
     same.uncertain = a.uncertain;
     return same;
   }
-  MaskEntry derived = Derive(a, at.count);
-  if (partial && derived.uncertain.size() > MaskCache::kMaxUncertain) return Deeper();
-  return derived;
+  return DeeperIfTooUncertain(Derive(a, at.count), partial);
 }
 
 MaskEntry TokenMasker::Derive(const MaskEntry& anchor, int32_t count) const {

@@ -129,34 +129,28 @@ class TokenMasker {
     std::vector<uint16_t> escape_need;  // an anchor's walk: the least need of escaped[d]
   };
 
-  // Where a key's walk follows a bounded repetition (an anchor's): the depth of its body
-  // reference in the key, and its count there.
-  struct Anchor {
-    size_t depth;
-    int32_t count;
-  };
-
   // Walks the tokens from `start` (a stack, or the top frames of one when `partial`), in chunks
-  // on the pool's threads if there is one. With `anchor`, the entry keeps the needs.
+  // on the pool's threads if there is one. With `anchor` (an anchor's walk: the repetition it
+  // follows), the entry keeps the needs.
   MaskEntry Classify(const Grammar& g, const StackSet& start, bool partial,
-                     const Anchor* anchor = nullptr);
+                     const RepeatWatch* anchor = nullptr);
   // The walk of the sorted tokens [first, last) whose first byte a stack of `start` takes: their
   // accepted bits into `entry`, their uncertain (and with `anchor`, escaping) indices appended
   // in order, their needs into `need` (sized by the caller, shared by the chunks: each writes
   // its own tokens').
-  void ClassifyRange(const Grammar& g, const StackSet& start, bool partial, const Anchor* anchor,
-                     size_t first, size_t last, Walk& walk, MaskEntry* entry,
-                     std::vector<uint8_t>* need);
-  // ClassifyRange's walk of the sorted tokens [first, last), from walk.states[0].
-  void ClassifyTokens(const Grammar& g, bool partial, const Anchor* anchor, size_t first,
-                      size_t last, Walk& walk, RepeatWatch* watch, MaskEntry* entry,
-                      std::vector<uint8_t>* need);
+  void ClassifyRange(const Grammar& g, const StackSet& start, bool partial,
+                     const RepeatWatch* anchor, size_t first, size_t last, Walk& walk,
+                     MaskEntry* entry, std::vector<uint8_t>* need);
+  // ClassifyRange's walk of the sorted tokens [first, last), from walk.states[0]; `watch` is
+  // the chunk's own copy of the anchor's.
+  void ClassifyTokens(const Grammar& g, bool partial, size_t first, size_t last, Walk& walk,
+                      RepeatWatch* watch, MaskEntry* entry, std::vector<uint8_t>* need);
   // The least need of the stacks in `s` and of an escape with `escape_need`.
-  static uint16_t NeedOf(const Grammar& g, const Anchor& anchor, const StackSet& s, bool escaped,
-                         uint16_t escape_need);
+  static uint16_t NeedOf(const Grammar& g, const RepeatWatch& watch, const StackSet& s,
+                         bool escaped, uint16_t escape_need);
   // The entry of `key` (the top frames of a stack, or the whole stack and -1), walked.
   MaskEntry Walked(const Grammar& g, const std::vector<int32_t>& key, bool partial,
-                   const Anchor* anchor, MaskCache* cache);
+                   const RepeatWatch* anchor, MaskCache* cache);
   // The entry of `key` derived from its anchor's, when one of its frames is in a bounded
   // repetition; nullopt otherwise.
   std::optional<MaskEntry> FromAnchor(const Grammar& g, const std::vector<int32_t>& key,
