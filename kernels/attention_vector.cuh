@@ -4,7 +4,11 @@
 // bytes in flight, not arithmetic. Design:
 // - A warp reads several tokens at once: L = head_dim / (16 / sizeof(T)) lanes (rounded up to a
 //   power of two) hold one token's row, 16 bytes each, so 32 / L tokens come per load; each lane
-//   issues kLoads K loads and kLoads V loads before it uses any (4-8 KB per warp in flight).
+//   issues kLoads K loads and kLoads V loads before it uses any (4-8 KB per warp in flight), and
+//   the loads of its next step before it computes the current one (software pipelining: at
+//   batch 1 a warp has only ~10 steps a split, and without it half of each step's time had no
+//   load in flight). The page table is read 32 entries at a time, one per lane, so a page's
+//   address is not a dependent load in front of its K/V loads.
 // - The GQA group's query heads (up to G per block) share each load; q is pre-scaled by
 //   scale * log2(e) so the softmax runs on exp2.
 // - Scores reduce over the L lanes of a token (log2(L) shuffles); the online softmax updates
@@ -31,42 +35,6 @@ namespace specula::kernels::vector_attention {
 constexpr int kWarps = 4;
 constexpr float kLog2E = 1.4426950408889634f;
 
-// Elements of T in one 16-byte load.
-template <typename T>
-constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-
-__device__ __forceinline__ void Unpack(const uint4& raw, float (&out)[4]) {
-  out[0] = __uint_as_float(raw.x);
-  out[1] = __uint_as_float(raw.y);
-  out[2] = __uint_as_float(raw.z);
-  out[3] = __uint_as_float(raw.w);
-}
-
-template <typename T2, typename Convert>
-__device__ __forceinline__ void UnpackPairs(const uint4& raw, float (&out)[8], Convert convert) {
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    T2 pair;
-    static_assert(sizeof(pair) == sizeof(uint32_t));
-    memcpy(&pair, &words[i], sizeof(pair));
-    const float2 f = convert(pair);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ void UnpackAs(const uint4& raw, float (&out)[kVec<T>]) {
-  if constexpr (sizeof(T) == 4) {
-    Unpack(raw, out);
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    UnpackPairs<__nv_bfloat162>(raw, out, [](__nv_bfloat162 p) { return __bfloat1622float2(p); });
-  } else {
-    UnpackPairs<__half2>(raw, out, [](__half2 p) { return __half22float2(p); });
-  }
-}
-
 // Loads per lane per step: fewer with 8 query heads a block, whose q and accumulators take the
 // registers that would hold them.
 template <int G>
@@ -81,29 +49,51 @@ struct LaneState {
   float m[G];  // warp-wide running max, log2 units
 };
 
-// One step: tokens [t0, t0 + 32 / L * kLoads) of a page (those below `tokens`), every lane
-// loading before any lane computes.
+// The K and V loads of one step: each lane's kLoads 16-byte loads of each.
+template <int G>
+struct StepLoads {
+  uint4 k[kLoads<G>];
+  uint4 v[kLoads<G>];
+};
+
+// One step of a warp: tokens [t0, t0 + 32 / L * kLoads) of a page, those below `tokens`.
+template <typename T>
+struct Step {
+  const T* page = nullptr;
+  int32_t t0 = 0;
+  int32_t tokens = 0;
+  int32_t k = -1;  // the warp's entry (see WarpEntries)
+  bool valid = true;
+};
+
+// Issues a step's loads; nothing is used until ComputeStep, so the loads of the next step are in
+// flight while the current one computes.
 template <typename T, int L, int G>
-__device__ __forceinline__ void AttendStep(const T* page, int32_t t0, int32_t tokens,
-                                           int32_t page_size, int32_t head_dim, int slot, int c0,
-                                           LaneState<T, G>& s) {
-  constexpr int kV = kVec<T>, kPerLoad = 32 / L, kN = kLoads<G>;
-  uint4 k_raw[kN], v_raw[kN];
+__device__ __forceinline__ void LoadStep(const Step<T>& step, int32_t page_size, int32_t head_dim,
+                                         int slot, int c0, StepLoads<G>& r) {
+  constexpr int kPerLoad = 32 / L;
 #pragma unroll
-  for (int i = 0; i < kN; ++i) {
-    const int32_t t = t0 + i * kPerLoad + slot;
-    k_raw[i] = v_raw[i] = make_uint4(0, 0, 0, 0);
-    if (t < tokens && c0 < head_dim) {
-      k_raw[i] = *reinterpret_cast<const uint4*>(page + static_cast<int64_t>(t) * head_dim + c0);
-      v_raw[i] = *reinterpret_cast<const uint4*>(
-          page + static_cast<int64_t>(page_size + t) * head_dim + c0);
+  for (int i = 0; i < kLoads<G>; ++i) {
+    const int32_t t = step.t0 + i * kPerLoad + slot;
+    r.k[i] = r.v[i] = make_uint4(0, 0, 0, 0);
+    if (t < step.tokens && c0 < head_dim) {
+      r.k[i] = *reinterpret_cast<const uint4*>(step.page + static_cast<int64_t>(t) * head_dim + c0);
+      r.v[i] = *reinterpret_cast<const uint4*>(
+          step.page + static_cast<int64_t>(page_size + t) * head_dim + c0);
     }
   }
+}
+
+// The online softmax over a step's loaded tokens.
+template <typename T, int L, int G>
+__device__ __forceinline__ void ComputeStep(const StepLoads<G>& r, int32_t t0, int32_t tokens,
+                                            int slot, LaneState<T, G>& s) {
+  constexpr int kV = kVec<T>, kPerLoad = 32 / L, kN = kLoads<G>;
   float score[kN][G];
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
     float k[kV];
-    UnpackAs<T>(k_raw[i], k);
+    UnpackAs<T>(r.k[i], k);
     const bool valid = t0 + i * kPerLoad + slot < tokens;
 #pragma unroll
     for (int g = 0; g < G; ++g) {
@@ -138,7 +128,7 @@ __device__ __forceinline__ void AttendStep(const T* page, int32_t t0, int32_t to
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
     float v[kV];
-    UnpackAs<T>(v_raw[i], v);
+    UnpackAs<T>(r.v[i], v);
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       const float weight = exp2f(score[i][g] - s.m[g]);  // 0 for an invalid token
@@ -147,6 +137,51 @@ __device__ __forceinline__ void AttendStep(const T* page, int32_t t0, int32_t to
       for (int c = 0; c < kV; ++c) s.acc[g][c] += weight * v[c];
     }
   }
+}
+
+// The entries of a block's split a warp takes, first + k * kWarps for k = 0, 1, ...: lane j holds
+// the address and tokens of entry k = 32 * window + j, so one round of (dependent) page-table
+// loads serves the warp's next 32 pages instead of one each.
+template <typename Lists>
+struct WarpEntries {
+  const Lists& lists;
+  int32_t row, kv_head, first, end;
+  int lane;
+  unsigned long long page = 0;  // this lane's entry's address in the current window
+  int32_t tokens = 0;
+  int32_t window = -1;
+
+  // Entry k's address and tokens, for a warp-uniform k; false past the split's end.
+  __device__ __forceinline__ bool Get(int32_t k, const char** address, int32_t* count) {
+    if (first + k * kWarps >= end) return false;
+    if (k / 32 != window) {
+      window = k / 32;
+      const int32_t e = first + (window * 32 + lane) * kWarps;
+      tokens = 0;
+      page = 0;
+      if (e < end) page = reinterpret_cast<uintptr_t>(lists.entry(row, kv_head, e, &tokens));
+    }
+    *address = reinterpret_cast<const char*>(__shfl_sync(0xffffffffu, page, k % 32));
+    *count = __shfl_sync(0xffffffffu, tokens, k % 32);
+    return true;
+  }
+};
+
+// The step after `step` (warp-uniform): the next tokens of its page, else the next entry with
+// tokens; invalid past the warp's last entry.
+template <typename T, int kStep, typename Lists>
+__device__ __forceinline__ Step<T> NextStep(Step<T> step, WarpEntries<Lists>& entries) {
+  step.t0 += kStep;
+  while (step.t0 >= step.tokens) {
+    const char* address;
+    if (!entries.Get(++step.k, &address, &step.tokens)) {
+      step.valid = false;
+      return step;
+    }
+    step.page = reinterpret_cast<const T*>(address);
+    step.t0 = 0;
+  }
+  return step;
 }
 
 // grid (rows * num_kv_heads, splits, query-head chunks of G), kWarps * 32 threads.
@@ -176,12 +211,17 @@ __global__ void __launch_bounds__(kWarps * 32)
                       : 0.0f;
     }
   }
-  for (int32_t e = e_begin + warp; e < e_end; e += kWarps) {
-    int32_t tokens;
-    const auto* page = reinterpret_cast<const T*>(lists.entry(row, kv_head, e, &tokens));
-    for (int32_t t0 = 0; t0 < tokens; t0 += kStep) {
-      AttendStep<T, L, G>(page, t0, tokens, p.page_size, p.head_dim, slot, c0, s);
-    }
+  // Software-pipelined: the next step's loads are issued before the current step computes.
+  WarpEntries<Lists> entries{lists, row, kv_head, e_begin + warp, e_end, lane};
+  Step<T> step = NextStep<T, kStep>(Step<T>{}, entries);
+  StepLoads<G> now{}, next{};
+  if (step.valid) LoadStep<T, L, G>(step, p.page_size, p.head_dim, slot, c0, now);
+  while (step.valid) {
+    const Step<T> following = NextStep<T, kStep>(step, entries);
+    if (following.valid) LoadStep<T, L, G>(following, p.page_size, p.head_dim, slot, c0, next);
+    ComputeStep<T, L, G>(now, step.t0, step.tokens, slot, s);
+    now = next;
+    step = following;
   }
 
   // Merge the token slots of the warp (lanes with the same channels), then the warps.

@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "engine/common/ceil_div.h"
 #include "engine/common/dtype.h"
@@ -60,6 +62,44 @@ __device__ __forceinline__ void VisitStorageTypeOnDevice(DType t, Fn&& fn) {
       break;
   }
   fn(float{});
+}
+
+// The values of one 16-byte load of T (4 fp32 or 8 bf16/f16), as fp32.
+
+// Elements of T in one 16-byte load.
+template <typename T>
+constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+
+__device__ __forceinline__ void Unpack(const uint4& raw, float (&out)[4]) {
+  out[0] = __uint_as_float(raw.x);
+  out[1] = __uint_as_float(raw.y);
+  out[2] = __uint_as_float(raw.z);
+  out[3] = __uint_as_float(raw.w);
+}
+
+template <typename T2, typename Convert>
+__device__ __forceinline__ void UnpackPairs(const uint4& raw, float (&out)[8], Convert convert) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    T2 pair;
+    static_assert(sizeof(pair) == sizeof(uint32_t));
+    memcpy(&pair, &words[i], sizeof(pair));
+    const float2 f = convert(pair);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void UnpackAs(const uint4& raw, float (&out)[kVec<T>]) {
+  if constexpr (sizeof(T) == 4) {
+    Unpack(raw, out);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    UnpackPairs<__nv_bfloat162>(raw, out, [](__nv_bfloat162 p) { return __bfloat1622float2(p); });
+  } else {
+    UnpackPairs<__half2>(raw, out, [](__half2 p) { return __half22float2(p); });
+  }
 }
 
 // Sum and minimum over the 32 lanes of a warp; every lane receives it.

@@ -22,38 +22,59 @@ __global__ void EmbedKernel(EmbedParams p) {
 constexpr int kRmsNormPerThread = 16;
 constexpr int64_t kRmsNormRegisterCols = int64_t{kRmsNormPerThread} * kThreads;
 
-// One block per row: the sum of squares in double (as the CPU backend), then the scaled row.
+// The sum of squares of one vector in double (as the CPU backend), reduced over the block.
+__device__ float InverseRms(double sum, int64_t cols, float eps, double* partial) {
+  return static_cast<float>(1.0 / sqrt(BlockSum<kThreads>(sum, partial) / cols + eps));
+}
+
+// One block per vector (a row, or one head of a row). With a residual, the sum x + residual is
+// written back to x before the norm reads it; each thread reads and writes the same columns, so
+// y may alias x or the residual.
 __global__ void __launch_bounds__(kThreads) RmsNormKernel(RmsNormParams p) {
   __shared__ double partial[kThreads / 32];
   const int64_t cols = p.x.cols;
-  for (int64_t r = blockIdx.x; r < p.x.rows; r += gridDim.x) {
-    const float* in = p.x.data + r * p.x.stride;
-    float* out = p.y.data + r * p.y.stride;
+  const int64_t vectors = p.x.rows * p.heads;
+  for (int64_t lr = blockIdx.x; lr < vectors; lr += gridDim.x) {
+    const int64_t r = lr / p.heads, h = lr % p.heads;
+    float* in = p.x.data + r * p.x.stride + h * cols;
+    float* out = p.y.data + r * p.y.stride + h * cols;
+    const float* res =
+        p.residual.data == nullptr ? nullptr : p.residual.data + r * p.residual.stride;
     if (cols <= kRmsNormRegisterCols) {
-      float v[kRmsNormPerThread];
-      double sum = 0.0;
+      // Every load (x, the residual, the weight) is issued before the first store: x may alias
+      // the residual, so a load after a store to x would wait for it, one round trip each.
+      float v[kRmsNormPerThread], r[kRmsNormPerThread], w[kRmsNormPerThread];
 #pragma unroll
       for (int i = 0; i < kRmsNormPerThread; ++i) {
         const int64_t c = threadIdx.x + int64_t{i} * kThreads;
         v[i] = c < cols ? in[c] : 0.0f;
+        r[i] = res != nullptr && c < cols ? res[c] : 0.0f;
+        w[i] = c < cols ? p.weight[c] : 0.0f;
       }
-#pragma unroll
-      for (int i = 0; i < kRmsNormPerThread; ++i) sum += static_cast<double>(v[i]) * v[i];
-      const auto inv =
-          static_cast<float>(1.0 / sqrt(BlockSum<kThreads>(sum, partial) / cols + p.eps));
+      double sum = 0.0;
 #pragma unroll
       for (int i = 0; i < kRmsNormPerThread; ++i) {
         const int64_t c = threadIdx.x + int64_t{i} * kThreads;
-        if (c < cols) out[c] = v[i] * inv * p.weight[c];
+        if (res != nullptr) {
+          v[i] += r[i];
+          if (c < cols) in[c] = v[i];
+        }
+        sum += static_cast<double>(v[i]) * v[i];
+      }
+      const float inv = InverseRms(sum, cols, p.eps, partial);
+#pragma unroll
+      for (int i = 0; i < kRmsNormPerThread; ++i) {
+        const int64_t c = threadIdx.x + int64_t{i} * kThreads;
+        if (c < cols) out[c] = v[i] * inv * w[i];
       }
       continue;
     }
     double sum = 0.0;
     for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
-      sum += static_cast<double>(in[c]) * in[c];
+      const float v = res == nullptr ? in[c] : (in[c] = in[c] + res[c]);
+      sum += static_cast<double>(v) * v;
     }
-    const auto inv =
-        static_cast<float>(1.0 / sqrt(BlockSum<kThreads>(sum, partial) / cols + p.eps));
+    const float inv = InverseRms(sum, cols, p.eps, partial);
     for (int64_t c = threadIdx.x; c < cols; c += kThreads) out[c] = in[c] * inv * p.weight[c];
   }
 }
@@ -124,8 +145,11 @@ cudaError_t Embed(const EmbedParams& p, cudaStream_t stream) {
 }
 
 cudaError_t RmsNorm(const RmsNormParams& p, cudaStream_t stream) {
-  if (p.x.rows == 0) return cudaSuccess;
-  const unsigned blocks = static_cast<unsigned>(p.x.rows < 65535 ? p.x.rows : 65535);
+  // One residual row serves one vector: a residual with several heads a row is not a form.
+  if (p.heads < 1 || (p.residual.data != nullptr && p.heads != 1)) return cudaErrorInvalidValue;
+  const int64_t vectors = p.x.rows * p.heads;
+  if (vectors == 0) return cudaSuccess;
+  const unsigned blocks = static_cast<unsigned>(vectors < 65535 ? vectors : 65535);
   RmsNormKernel<<<blocks, kThreads, 0, stream>>>(p);
   return LaunchStatus();
 }

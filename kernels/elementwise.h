@@ -30,12 +30,20 @@ struct EmbedParams {
 };
 cudaError_t Embed(const EmbedParams& p, cudaStream_t stream);
 
-// y[r] = x[r] / rms(x[r]) * weight (fp32 weight [cols]); y may alias x.
+// y[r] = x[r] / rms(x[r]) * weight (fp32 weight [cols]); y may alias x. Two fused forms:
+// - `residual` set: first x[r] += residual[r] (written back to x), then the norm of the sum;
+//   y may alias x or residual.
+// - `heads` > 1: each row holds `heads` vectors of x.cols elements, x.cols apart, each normed on
+//   its own (Qwen3's per-head q/k norm): vector h of row r is at x.data + r * x.stride +
+//   h * x.cols, and likewise in y.
+// Not both: cudaErrorInvalidValue.
 struct RmsNormParams {
   Rows x;
   Rows y;
   const float* weight = nullptr;
   float eps = 0;
+  Rows residual;  // data null: none
+  int32_t heads = 1;
 };
 cudaError_t RmsNorm(const RmsNormParams& p, cudaStream_t stream);
 

@@ -161,6 +161,8 @@ std::vector<ConfigKey> ModelAndSchedulerKeys() {
       {"model.device",
        [](C c) -> ConfigField { return Named(&c.model.device, ParseDeviceKind, DeviceKindName); },
        NoRule{}, "cpu | cuda | auto", "where the model runs; auto = a visible GPU, else the CPU"},
+      {"model.cuda_graphs", [](C c) -> ConfigField { return &c.model.cuda_graphs; }, NoRule{}, "",
+       "replay decode steps as CUDA graphs; false = launch each kernel"},
       {"model.chat_template", [](C c) -> ConfigField { return &c.model.chat_template; }, NoRule{},
        "", "a Jinja chat template file; \"\" = the tokenizer's"},
       {"model.tool_call_parser", [](C c) -> ConfigField { return &c.model.tool_call_parser; },

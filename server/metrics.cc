@@ -142,6 +142,12 @@ ServerMetrics::ServerMetrics(const std::string& model)
                                 "Wall time of one engine step (a batched forward pass: prefill "
                                 "chunks plus one decode token per running sequence).",
                                 TokenBuckets());
+  step_device_wait_ = AddHistogram(
+      r, "specula_step_device_wait_seconds",
+      "Of each engine step's wall time, the part the engine thread spent blocked waiting for the "
+      "device (the step's readback). Step duration less this is host work: a sum near the "
+      "step duration's means the device is the bottleneck, near zero that the host is.",
+      TokenBuckets());
   prompt_length_ = AddHistogram(r, "specula_request_prompt_tokens",
                                 "Prompt length of each request that reached the engine, in "
                                 "tokens (after the chat template).",
@@ -338,6 +344,7 @@ void ServerMetrics::OnNextToken(double tbt_seconds) {
 void ServerMetrics::OnStep(const StepSummary& step) {
   if (step.decode_rows > 0) batch_size_->Observe(step.decode_rows);
   ObserveIfValid(step_duration_, step.seconds);
+  ObserveIfValid(step_device_wait_, step.device_wait_seconds);
 }
 
 void ServerMetrics::OnSparseStep(const SparseStepStats& sparse) {

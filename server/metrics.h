@@ -83,6 +83,7 @@ class ServerMetrics : public EngineObserver {
   prometheus::Histogram* queue_time_;
   prometheus::Histogram* batch_size_;
   prometheus::Histogram* step_duration_;
+  prometheus::Histogram* step_device_wait_;
   ProcessMetrics process_;  // process_* families, read at each scrape
   prometheus::Histogram* prompt_length_;
   prometheus::Histogram* output_length_;

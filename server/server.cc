@@ -37,6 +37,7 @@ constexpr char kServiceName[] = "specula.v1.Specula";
 GeneratorOptions ToGeneratorOptions(const ServerConfig& c) {
   GeneratorOptions o;
   o.device = c.model.device;
+  o.cuda_graphs = c.model.cuda_graphs;
   o.page_size = c.kv_cache.page_size;
   o.kv_cache_tokens = c.kv_cache.capacity_tokens;
   o.kv_dtype = c.kv_cache.dtype;

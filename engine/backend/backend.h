@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/backend/backend_types.h"
@@ -52,6 +53,18 @@ class WeightUploader {
 
 // Host staging a weight upload may use: enough for copies to overlap the filling threads.
 inline constexpr size_t kWeightStagingBytes = size_t{64} << 20;
+
+// Operations recorded once on the compute stream (a CUDA graph) and enqueued again as a whole:
+// one launch instead of one per operation. Each replay reads and writes the addresses recorded,
+// so what differs between replays must be written into that memory first (the step plan's
+// upload, itself enqueued before the replay).
+class RecordedOps {
+ public:
+  virtual ~RecordedOps() = default;
+  // Enqueues the recorded operations on the compute stream. False, with nothing enqueued, when
+  // backend memory they used has moved since they were recorded: record them again.
+  virtual bool Replay() = 0;
+};
 
 // What a backend counts for tests and benchmarks: times the host thread blocked on device work
 // (a stream's or an event's Synchronize, and CopyToHost, which waits before it reads), and reads
@@ -121,6 +134,22 @@ class Backend {
   virtual void Embed(DeviceSpan<const int32_t> ids, const Weight& table, Mat* out) = 0;
   // x += y.
   virtual void Add(Mat* x, const Mat& y) = 0;
+  // Fused forms a backend may run in fewer passes over memory; each is defined as the
+  // composition its default runs, which is the reference the fused kernels are tested against.
+  // x += residual, then y = RmsNorm(x): the residual stream's add and the next sublayer's norm.
+  virtual void AddRmsNorm(Mat* x, const Mat& residual, const Weight& weight, float eps, Mat* y) {
+    Add(x, residual);
+    RmsNorm(*x, weight, eps, y);
+  }
+  // In place, RmsNorm over each of `num_heads` vectors of `head_dim` in each row of x (Qwen3's
+  // q and k norms, one weight of head_dim for every head).
+  virtual void HeadRmsNorm(Mat* x, int32_t num_heads, int32_t head_dim, const Weight& weight,
+                           float eps) {
+    for (int32_t h = 0; h < num_heads; ++h) {
+      Mat head = x->Cols(static_cast<int64_t>(h) * head_dim, head_dim);
+      RmsNorm(head, weight, eps, &head);
+    }
+  }
   // out[i] = src[rows[i]].
   virtual void GatherRows(const Mat& src, DeviceSpan<const int32_t> rows, Mat* out) = 0;
 
@@ -145,6 +174,16 @@ class Backend {
   virtual void SummarizePages(const PageSummaryArgs& args) = 0;
   // On `stream`, a copy stream from CreateStream(): loads the staged pages and marks them ready.
   virtual void GatherPages(Stream& stream, const PageGatherArgs& args) = 0;
+  // --- Recording (compute stream) ---
+  // Whether Record can record (not the CPU backend, which runs each operation as it is
+  // enqueued).
+  virtual bool can_record() const { return false; }
+  // Records the operations `enqueue` issues on the compute stream instead of running them. Null
+  // when this backend cannot record, or when the recording could not be completed (then nothing
+  // ran, and the caller runs the operations itself). An operation that fails while recording is
+  // as fatal as one that fails to launch.
+  virtual std::unique_ptr<RecordedOps> Record(absl::FunctionRef<void()> enqueue) { return nullptr; }
+
   // --- Sampling (compute stream) ---
   // out[r] = the token (and logprobs) rows[r] chooses from row r of `logits` [rows, vocab], by
   // the method of kernels/sampling_abi.h; `rows` and `out` are in this backend's memory.

@@ -53,6 +53,7 @@ absl::Status StepPlan::Upload() {
                           absl::StrFormat("step plan %s: %s", what, next.status().message()));
     }
     *buffer = std::move(*next);
+    ++generation_;
     return absl::OkStatus();
   };
   if (absl::Status s = grow(&device_, staged_bytes_, "metadata"); !s.ok()) return s;

@@ -79,6 +79,8 @@ class StepPlan {
   }
 
   size_t staged_bytes() const { return staged_bytes_; }
+  // Counts reallocations of the backend buffers Device() points into.
+  uint64_t generation() const { return generation_; }
 
  private:
   static constexpr size_t kAlign = 64;
@@ -100,6 +102,7 @@ class StepPlan {
   std::vector<Extra> extras_;
   std::shared_ptr<Event> upload_done_;
   bool uploaded_ = false;
+  uint64_t generation_ = 0;
 };
 
 }  // namespace specula

@@ -20,8 +20,10 @@ enum class Fault {
   kSlowPageCopy,   // a copy stream sleeps `delay` before each batched copy: pages arrive late
   kStallStep,      // Generator::Step sleeps `delay` first: a hung step, for the watchdog
   kFailPageCopy,   // a copy stream's batched copy fails (nothing copied): its sparse requests fail
+  kSlowDevice,     // the CPU backend's readbacks and compute-stream waits sleep `delay`, as
+                   // waiting for a GPU still computing would
 };
-inline constexpr int kFaults = 5;
+inline constexpr int kFaults = 6;
 
 #ifdef SPECULA_FAULT_INJECTION
 inline constexpr bool kFaultInjection = true;
@@ -30,7 +32,7 @@ void ArmFault(Fault fault, int times = 1, absl::Duration delay = absl::ZeroDurat
 // Clears every armed fault.
 void DisarmFaults();
 // Whether this pass hits `fault` (consuming one of its armed passes); sleeps its delay first
-// when it has one (kSlowPageCopy, kStallStep).
+// when it has one (kSlowPageCopy, kStallStep, kSlowDevice).
 bool HitFault(Fault fault);
 #define SPECULA_FAULT(fault) ::specula::HitFault(fault)
 #else

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/common/check.h"
+#include "engine/common/fault_injection.h"
 
 namespace specula {
 namespace {
@@ -121,6 +122,7 @@ void CpuBackend::CopyToDeviceAsync(void* dst, const void* pinned_src, size_t byt
 void CpuBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
   ++counters_.host_syncs;  // on a GPU the read waits for the compute stream
   ++counters_.host_reads;
+  (void)SPECULA_FAULT(Fault::kSlowDevice);  // sleeps when armed
   std::memcpy(dst, src, bytes);
 }
 

@@ -60,7 +60,10 @@ void CpuComputeStream::Wait(const std::shared_ptr<Event>& event) {
   cpu_event->WaitUntilDone();
 }
 
-void CpuComputeStream::Synchronize() { ++counters_->host_syncs; }
+void CpuComputeStream::Synchronize() {
+  ++counters_->host_syncs;
+  (void)SPECULA_FAULT(Fault::kSlowDevice);  // sleeps when armed
+}
 
 CpuCopyStream::CpuCopyStream(BackendCounters* counters, std::function<void()> before_copy)
     : counters_(counters), before_copy_(std::move(before_copy)), thread_([this] { Loop(); }) {}

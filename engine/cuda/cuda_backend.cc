@@ -19,6 +19,7 @@
 #include "kernels/kv_write.h"
 #include "kernels/prefill_attention.h"
 #include "kernels/sampling.h"
+#include "kernels/skinny_gemm.h"
 #include "kernels/sparse.h"
 
 namespace specula {
@@ -28,6 +29,7 @@ namespace {
 // Split-K workspace of the attention kernels: 64 MiB covers 256 rows x 64 heads x 7 splits at
 // head_dim 128 (fewer splits are used when it does not fit).
 constexpr size_t kAttentionScratchBytes = size_t{64} << 20;
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 kernels::Rows ToRows(const Mat& m) { return {m.data, m.rows, m.cols, m.stride}; }
 
@@ -60,6 +62,10 @@ absl::Status CudaBackend::Init() {
     return absl::FailedPreconditionError("model.device: cuda: cuBLAS did not initialize");
   }
   CUBLAS_CHECK(cublasSetStream(cublas_, stream()));
+  // After SetStream, which resets it: cuBLAS's own default would be allocated on first use,
+  // which a CUDA graph recording cannot do. 32 MiB is what cuBLAS recommends for Hopper.
+  ASSIGN_OR_RETURN(cublas_workspace_, Allocate(kCublasWorkspaceBytes));
+  CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_.data(), cublas_workspace_.bytes()));
   ASSIGN_OR_RETURN(attention_scratch_, Allocate(kAttentionScratchBytes));
   max_cache_slots_ = kernels::MaxSelectCacheSlots();
   return absl::OkStatus();
@@ -103,11 +109,40 @@ void CudaBackend::Memset(void* dst, int value, size_t bytes) {
   CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, stream()));
 }
 
-void CudaBackend::RmsNorm(const Mat& x, const Weight& weight, float eps, Mat* y) {
+namespace {
+
+kernels::RmsNormParams NormParams(const Mat& x, const Weight& weight, float eps, Mat* y) {
   CHECK_EQ(x.cols, weight.in);
   CHECK(weight.dtype == DType::kF32) << "norm weights are kept in fp32";
-  CheckLaunch(kernels::RmsNorm({ToRows(x), ToRows(*y), weight.buffer.as<float>(), eps}, stream()),
-              "RmsNorm");
+  kernels::RmsNormParams p;
+  p.x = ToRows(x);
+  p.y = ToRows(*y);
+  p.weight = weight.buffer.as<float>();
+  p.eps = eps;
+  return p;
+}
+
+}  // namespace
+
+void CudaBackend::RmsNorm(const Mat& x, const Weight& weight, float eps, Mat* y) {
+  CheckLaunch(kernels::RmsNorm(NormParams(x, weight, eps, y), stream()), "RmsNorm");
+}
+
+void CudaBackend::AddRmsNorm(Mat* x, const Mat& residual, const Weight& weight, float eps, Mat* y) {
+  CHECK_EQ(x->rows, residual.rows);
+  CHECK_EQ(x->cols, residual.cols);
+  kernels::RmsNormParams p = NormParams(*x, weight, eps, y);
+  p.residual = ToRows(residual);
+  CheckLaunch(kernels::RmsNorm(p, stream()), "AddRmsNorm");
+}
+
+void CudaBackend::HeadRmsNorm(Mat* x, int32_t num_heads, int32_t head_dim, const Weight& weight,
+                              float eps) {
+  CHECK_EQ(x->cols, static_cast<int64_t>(num_heads) * head_dim);
+  Mat vectors(x->data, x->rows, head_dim, x->stride);
+  kernels::RmsNormParams p = NormParams(vectors, weight, eps, &vectors);
+  p.heads = num_heads;
+  CheckLaunch(kernels::RmsNorm(p, stream()), "HeadRmsNorm");
 }
 
 void CudaBackend::Rope(Mat* x, int32_t num_heads, int32_t head_dim,
@@ -193,6 +228,20 @@ void CudaBackend::Gemm(const Mat& x, const Weight& w, const Weight& bias, Mat* y
   CHECK_EQ(x.rows, y->rows);
   CHECK(w.dtype == DType::kBF16) << "GEMM weights are bf16 on the CUDA backend";
   if (x.rows == 0) return;
+  CHECK(bias.empty() || bias.dtype == DType::kF32);
+  // Batch-1 decode: the bandwidth-bound kernel, fp32 x read as it is, bias added in it.
+  kernels::SkinnyGemmParams skinny;
+  skinny.x = x.data;
+  skinny.w = w.buffer.data();
+  skinny.bias = bias.empty() ? nullptr : bias.buffer.as<float>();
+  skinny.y = y->data;
+  skinny.m = static_cast<int32_t>(x.rows);
+  skinny.in = static_cast<int32_t>(w.in);
+  skinny.out = static_cast<int32_t>(w.out);
+  if (kernels::SkinnyGemmSupports(skinny)) {
+    CheckLaunch(kernels::SkinnyGemm(skinny, stream()), "SkinnyGemm");
+    return;
+  }
   const size_t input_bytes = static_cast<size_t>(x.rows) * x.cols * sizeof(uint16_t);
   if (gemm_input_.bytes() < input_bytes) {
     // Freeing the old buffer (cudaFree) waits for the kernels that read it; a batch larger than
@@ -200,6 +249,7 @@ void CudaBackend::Gemm(const Mat& x, const Weight& w, const Weight& bias, Mat* y
     auto grown = Allocate(input_bytes);
     CHECK(grown.ok()) << grown.status();
     gemm_input_ = std::move(*grown);
+    ++memory_generation_;
   }
   CheckLaunch(kernels::ToBf16({ToRows(x), gemm_input_.data()}, stream()), "ToBf16");
   // Row-major y [m, out] is column-major yᵀ [out, m]: yᵀ = W · xᵀ, with W row-major [out, in]
@@ -211,7 +261,6 @@ void CudaBackend::Gemm(const Mat& x, const Weight& w, const Weight& bias, Mat* y
       gemm_input_.data(), CUDA_R_16BF, static_cast<int>(x.cols), &beta, y->data, CUDA_R_32F,
       static_cast<int>(y->stride), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   if (!bias.empty()) {
-    CHECK(bias.dtype == DType::kF32);
     CheckLaunch(kernels::AddBias({ToRows(*y), bias.buffer.as<float>()}, stream()), "AddBias");
   }
 }

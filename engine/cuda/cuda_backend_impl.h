@@ -5,6 +5,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -40,6 +41,9 @@ class CudaBackend : public Backend {
   std::unique_ptr<WeightUploader> CreateWeightUploader(size_t staging_bytes) override;
   void Gemm(const Mat& x, const Weight& w, const Weight& bias, Mat* y) override;
   void RmsNorm(const Mat& x, const Weight& weight, float eps, Mat* y) override;
+  void AddRmsNorm(Mat* x, const Mat& residual, const Weight& weight, float eps, Mat* y) override;
+  void HeadRmsNorm(Mat* x, int32_t num_heads, int32_t head_dim, const Weight& weight,
+                   float eps) override;
   void Rope(Mat* x, int32_t num_heads, int32_t head_dim, DeviceSpan<const int32_t> positions,
             DeviceSpan<const float> inv_freq) override;
   void SwiGlu(const Mat& gate_up, Mat* out) override;
@@ -63,6 +67,12 @@ class CudaBackend : public Backend {
   void SampleRows(const Mat& logits, DeviceSpan<const RowSampling> rows,
                   DeviceSpan<SampledRow> out) override;
   int32_t max_sparse_cache_slots() const override { return max_cache_slots_; }
+  // cuda_record.cc
+  bool can_record() const override { return true; }
+  std::unique_ptr<RecordedOps> Record(absl::FunctionRef<void()> enqueue) override;
+  // Counts reallocations of the backend's own buffers that operations point into (the GEMM
+  // input): recorded operations from before one must not replay.
+  uint64_t memory_generation() const { return memory_generation_; }
 
  private:
   cudaStream_t stream() const { return compute_->raw(); }
@@ -78,7 +88,9 @@ class CudaBackend : public Backend {
   std::unique_ptr<CudaStream> compute_;
   cublasHandle_t cublas_ = nullptr;
   DeviceBuffer gemm_input_;  // x in bf16 for cuBLAS, grown to the largest GEMM input
+  uint64_t memory_generation_ = 0;
   DeviceBuffer attention_scratch_;
+  DeviceBuffer cublas_workspace_;  // set explicitly, so recording a GEMM never allocates
 };
 
 // A failed launch or kernel leaves the context unusable: fatal (cuda_check.h).

@@ -145,7 +145,7 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
   g->dense_attention_ = std::make_unique<DenseKvAttention>(
       *g->backend_, g->kv_, static_cast<int32_t>(c.num_attention_heads), c.softmax_scale());
   g->runner_ = std::make_unique<ModelRunner>(*g->backend_, *g->model_, *g->dense_attention_,
-                                             g->sparse_.get());
+                                             g->sparse_.get(), options.cuda_graphs);
   g->prefix_ = std::make_unique<PrefixCache>(options.prefix_cache, g->kv_, g->host_.get());
   // The largest step: every running sequence decodes while a full prefill chunk runs, or one
   // solo chunk runs alone.
@@ -706,8 +706,11 @@ absl::Status Generator::FinishStep(const ScheduledStep& step,
                                    std::vector<SequenceOutput>* outputs) {
   if (sparse_ != nullptr) sparse_->EndStep();
   if (step.sparse_prefill != nullptr) step.sparse_prefill->EndStep();
+  Stopwatch wait;
   runner_->ReadResults();
+  last_step_.device_wait_seconds = wait.Lap();
   last_step_.sampled_on_device = runner_->sampled_on_device();
+  last_step_.replayed = runner_->replayed();
   if (sparse_ != nullptr) sparse_->FinishStep(&last_step_.sparse);
   if (step.sparse_prefill != nullptr) step.sparse_prefill->FinishStep(&last_step_.sparse);
 

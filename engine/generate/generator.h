@@ -44,6 +44,9 @@ struct GeneratorOptions {
   // model.device (CreateBackend). The engine defaults to the CPU, deterministic for embedders and
   // tests; the server reads the key (default auto) and always sets it.
   DeviceKind device = DeviceKind::kCpu;
+  // model.cuda_graphs: decode steps recorded once and replayed as one launch where the backend
+  // can record (a GPU); false runs every operation as it is enqueued.
+  bool cuda_graphs = true;
   // KV reuse across requests: sessions always; requests without a session when
   // prefix_cache.cache_sessionless (kv_cache.prefix_cache).
   PrefixCacheOptions prefix_cache;
@@ -67,6 +70,10 @@ struct StepStats {
   // Whether the step's tokens were sampled on the backend (only tokens read back) rather than
   // from logits read back to the host (a row with a penalty); false when nothing sampled.
   bool sampled_on_device = false;
+  bool replayed = false;  // the step replayed a recorded one (model.cuda_graphs)
+  // Seconds the engine thread waited for the backend at the step's one synchronization (the
+  // readback): the step's wall time less this is host work, during which the device may idle.
+  double device_wait_seconds = 0;
   SparseStepStats sparse;  // what the sparse KV cache did in this step
 };
 

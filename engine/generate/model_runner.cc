@@ -1,5 +1,8 @@
 #include "engine/generate/model_runner.h"
 
+#include <algorithm>
+#include <bit>
+
 #include "engine/common/status_macros.h"
 #include "engine/kv/sparse_decode.h"
 #include "engine/sampling/row_sampling.h"
@@ -16,11 +19,36 @@ absl::Status NonFiniteLogits() {
 }  // namespace
 
 ModelRunner::ModelRunner(Backend& backend, Transformer& model, DenseKvAttention& dense,
-                         SparseKvCache* sparse)
-    : backend_(backend), model_(model), dense_(dense), sparse_(sparse), plan_(backend) {}
+                         SparseKvCache* sparse, bool record_decode_steps)
+    : backend_(backend),
+      model_(model),
+      dense_(dense),
+      sparse_(sparse),
+      plan_(backend),
+      record_decode_steps_(record_decode_steps),
+      plan_by_capacity_(sparse == nullptr && backend.can_record()) {}
+
+int32_t ModelRunner::DecodeKeysCapacity(int32_t max_keys) {
+  constexpr uint32_t kLeast = 256;
+  return static_cast<int32_t>(std::bit_ceil(std::max(kLeast, static_cast<uint32_t>(max_keys))));
+}
+
+int32_t ModelRunner::DecodeOnlyKeysCapacity(const ScheduledStep& step) {
+  if (step.dense.empty() || !step.sparse_decode.empty() || step.sparse_prefill != nullptr) return 0;
+  int32_t max_keys = 0;
+  for (const DenseSeqRows& s : step.dense) {
+    if (s.q_len != 1) return 0;
+    max_keys = std::max(max_keys, s.kv_len);
+  }
+  return DecodeKeysCapacity(max_keys);
+}
 
 absl::Status ModelRunner::Plan(ScheduledStep& step) {
-  dense_.Plan(step.dense, plan_);
+  // Where steps may be recorded, decode-only steps plan by capacity whether or not recording is
+  // on, so that a replay and an enqueued run of the same step launch the same kernels and give
+  // the same bytes.
+  keys_capacity_ = plan_by_capacity_ ? DecodeOnlyKeysCapacity(step) : 0;
+  dense_.Plan(step.dense, plan_, keys_capacity_);
   if (sparse_ != nullptr) RETURN_IF_ERROR(sparse_->decode().Plan(step.sparse_decode, plan_));
   if (step.sparse_prefill != nullptr) {
     RETURN_IF_ERROR(step.sparse_prefill->Plan(step.sparse_layer_tokens, plan_));
@@ -30,7 +58,10 @@ absl::Status ModelRunner::Plan(ScheduledStep& step) {
   step.positions_slice = plan_.Add<int32_t>(step.positions);
   step.logit_rows_slice = plan_.Add<int32_t>(step.logit_rows);
   PlanSampling(step);
-  return plan_.Upload();
+  RETURN_IF_ERROR(plan_.Upload());
+  recordable_ = record_decode_steps_ && keys_capacity_ > 0 && on_device_ &&
+                sampled_rows_ == static_cast<int64_t>(step.tokens.size());
+  return absl::OkStatus();
 }
 
 void ModelRunner::PlanSampling(const ScheduledStep& step) {
@@ -52,10 +83,50 @@ void ModelRunner::PlanSampling(const ScheduledStep& step) {
 }
 
 void ModelRunner::Run(const ScheduledStep& step) {
+  replayed_ = false;
   if (sparse_ != nullptr) sparse_->RunPendingSummaries(plan_);
   dense_.Bind(plan_);
   if (sparse_ != nullptr) sparse_->decode().Bind(plan_);
   if (step.sparse_prefill != nullptr) step.sparse_prefill->Bind(plan_);
+  if (recordable_) {
+    RunRecorded(step);
+  } else {
+    Enqueue(step);
+  }
+}
+
+void ModelRunner::RunRecorded(const ScheduledStep& step) {
+  const StepShape shape{static_cast<int32_t>(step.tokens.size()), keys_capacity_,
+                        plan_.staged_bytes(), plan_.generation(), model_.workspace_generation()};
+  ++steps_;
+  if (auto it = recordings_.find(shape); it != recordings_.end()) {
+    it->second.last_used = steps_;
+    if (it->second.ops == nullptr) return Enqueue(step);  // could not be recorded
+    if (it->second.ops->Replay()) {
+      replayed_ = true;
+      return;
+    }
+  }
+  Enqueue(step);
+  MakeRoomForRecording(shape);
+  recordings_[shape] = Recording{backend_.Record([&] { Enqueue(step); }), steps_};
+}
+
+void ModelRunner::MakeRoomForRecording(const StepShape& current) {
+  if (recordings_.size() < kMaxRecordings) return;
+  // Recordings into buffers that have moved since can never replay again.
+  absl::erase_if(recordings_, [&](const auto& entry) {
+    return entry.first.plan_generation != current.plan_generation ||
+           entry.first.workspace_generation != current.workspace_generation;
+  });
+  if (recordings_.size() < kMaxRecordings) return;
+  auto oldest = std::min_element(
+      recordings_.begin(), recordings_.end(),
+      [](const auto& a, const auto& b) { return a.second.last_used < b.second.last_used; });
+  recordings_.erase(oldest);
+}
+
+void ModelRunner::Enqueue(const ScheduledStep& step) {
   const auto n = static_cast<int64_t>(step.tokens.size());
   if (n > 0) {
     StepAttention attention(&dense_, sparse_ != nullptr ? &sparse_->decode() : nullptr);

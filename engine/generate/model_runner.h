@@ -9,12 +9,22 @@
 // Either way a step reads back once and synchronizes once, and a sequence draws one uniform per
 // stochastic step from its own stream, so its tokens do not depend on which way its batch went.
 //
+// A step of decode rows only, all dense and sampled on the device, is recorded on its first run
+// (Backend::Record: a CUDA graph) and replayed as one launch by later steps of the same rows and
+// keys capacity (the next power of two of the longest context, at least 256): such steps plan
+// the same metadata layout and launch shapes, and only the uploaded metadata differs. Steps with
+// prefill chunks, sparse sequences (or with a sparse cache at all), host sampling, or on a
+// backend that cannot record run each operation as it is enqueued.
+//
 // Engine thread only. Scheduling (which rows run) is the caller's.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/step_plan.h"
@@ -48,8 +58,10 @@ struct ScheduledStep {
 
 class ModelRunner {
  public:
-  // `sparse` is null without a sparse cache. All must outlive the runner.
-  ModelRunner(Backend& backend, Transformer& model, DenseKvAttention& dense, SparseKvCache* sparse);
+  // `sparse` is null without a sparse cache. All must outlive the runner. `record_decode_steps`:
+  // replay recorded decode steps where the backend can (model.cuda_graphs).
+  ModelRunner(Backend& backend, Transformer& model, DenseKvAttention& dense, SparseKvCache* sparse,
+              bool record_decode_steps = true);
 
   // The step's metadata. The caller clears it, lets the KV managers plan into it, then calls
   // Plan.
@@ -70,10 +82,45 @@ class ModelRunner {
 
   // Whether the last step sampled on the device (false when nothing sampled).
   bool sampled_on_device() const { return on_device_ && sampled_rows_ > 0; }
+  // Whether the last step was a replay of a recorded step.
+  bool replayed() const { return replayed_; }
+
+  // The keys capacity of decode steps whose longest sequence has `max_keys` keys.
+  static int32_t DecodeKeysCapacity(int32_t max_keys);
 
  private:
   // Each sampled row's settings (drawing their uniforms) when all can sample on the device.
   void PlanSampling(const ScheduledStep& step);
+  // The keys capacity when the step is decode rows only, all dense; else 0.
+  static int32_t DecodeOnlyKeysCapacity(const ScheduledStep& step);
+  // Enqueues the step's operations one by one.
+  void Enqueue(const ScheduledStep& step);
+  // Replays the step's recording, else enqueues the step and records it for the next.
+  void RunRecorded(const ScheduledStep& step);
+
+  // Steps that plan the same layout replay the same recording. The plan's and the model's
+  // buffer generations are part of it: a buffer that moved invalidates what was recorded.
+  struct StepShape {
+    int32_t rows = 0;
+    int32_t keys_capacity = 0;
+    size_t staged_bytes = 0;
+    uint64_t plan_generation = 0;
+    uint64_t workspace_generation = 0;
+    bool operator==(const StepShape&) const = default;
+    template <typename H>
+    friend H AbslHashValue(H h, const StepShape& s) {
+      return H::combine(std::move(h), s.rows, s.keys_capacity, s.staged_bytes, s.plan_generation,
+                        s.workspace_generation);
+    }
+  };
+  // Recordings kept at most (batch sizes x context doublings seen): past it, those into moved
+  // buffers go, then the least recently used.
+  static constexpr size_t kMaxRecordings = 128;
+  void MakeRoomForRecording(const StepShape& current);
+  struct Recording {
+    std::unique_ptr<RecordedOps> ops;  // null where recording failed
+    int64_t last_used = 0;             // in recorded-shape steps
+  };
 
   Backend& backend_;
   Transformer& model_;
@@ -87,6 +134,16 @@ class ModelRunner {
   PlanSlice<SampledRow> results_slice_;
   std::vector<SampledRow> results_;  // device sampling's results, read back
   std::vector<float> logits_;        // host sampling's logits, read back
+
+  bool record_decode_steps_;
+  // Decode-only steps plan for a keys capacity: where they may be recorded (no sparse cache, a
+  // backend that records), cuda_graphs on or off alike.
+  bool plan_by_capacity_;
+  int32_t keys_capacity_ = 0;  // this step's, when it is decode rows only
+  bool recordable_ = false;    // this step may replay or be recorded
+  bool replayed_ = false;
+  absl::flat_hash_map<StepShape, Recording> recordings_;
+  int64_t steps_ = 0;  // steps of recordable shape so far
 };
 
 }  // namespace specula

@@ -7,7 +7,8 @@
 
 namespace specula {
 
-void DenseKvAttention::Plan(absl::Span<const DenseSeqRows> seqs, StepPlan& plan) {
+void DenseKvAttention::Plan(absl::Span<const DenseSeqRows> seqs, StepPlan& plan,
+                            int32_t decode_keys_capacity) {
   rows_ = 0;
   size_t table = 0;
   // The leading one-row sequences (the scheduler puts decode rows first) attend on their own,
@@ -27,6 +28,13 @@ void DenseKvAttention::Plan(absl::Span<const DenseSeqRows> seqs, StepPlan& plan)
     part.max_seq_rows = std::max(part.max_seq_rows, s.q_len);
   }
   if (rows_ == 0) return;
+  if (decode_keys_capacity > 0) {
+    CHECK_EQ(decode_.rows, rows_) << "a keys capacity is for steps of decode rows only";
+    CHECK_LE(decode_.max_keys, decode_keys_capacity);
+    decode_.max_keys = decode_keys_capacity;
+    table = std::max<size_t>(
+        table, static_cast<size_t>(rows_) * CeilDiv(decode_keys_capacity, pool_.page_size()));
+  }
   chunks_.first_row = decode_.rows;
   chunks_.seqs = static_cast<int32_t>(seqs.size() - single);
   write_blocks_ = plan.Reserve<int32_t>(rows_);

@@ -29,8 +29,12 @@ class DenseKvAttention : public KvAttention {
   DenseKvAttention(Backend& backend, KvPool& pool, int32_t num_heads, float softmax_scale)
       : backend_(backend), pool_(pool), num_heads_(num_heads), softmax_scale_(softmax_scale) {}
 
-  // Plans the step's dense sequences; they must tile rows [0, n) in order.
-  void Plan(absl::Span<const DenseSeqRows> seqs, StepPlan& plan);
+  // Plans the step's dense sequences; they must tile rows [0, n) in order. With
+  // `decode_keys_capacity` (every row a decode row, none with more keys): the rows are attended
+  // as if the longest had that many keys (the attention's launch shape depends on it alone) and
+  // the block table takes room for that many keys a row, so every step of the same rows and
+  // capacity plans the same layout and launches (what a recorded step needs).
+  void Plan(absl::Span<const DenseSeqRows> seqs, StepPlan& plan, int32_t decode_keys_capacity = 0);
   void Bind(const StepPlan& plan);
   int32_t rows() const { return rows_; }
 

@@ -36,6 +36,7 @@ absl::Status Transformer::Reserve(int64_t rows, int64_t logit_rows) {
       2 * c.hidden_size + qkv + c.q_dim() + 3 * c.intermediate_size + c.hidden_size + qkv;
   const int64_t floats = rows * per_row + logit_rows * (c.hidden_size + c.vocab_size);
   ASSIGN_OR_RETURN(workspace_, backend_.Allocate(static_cast<size_t>(floats) * sizeof(float)));
+  ++workspace_generation_;
   float* p = workspace_.as<float>();
   auto take = [&](int64_t n, int64_t cols) {
     Mat m(p, n, cols);
@@ -68,31 +69,27 @@ void Transformer::Embed(DeviceSpan<const int32_t> tokens, Mat* x) {
   backend_.Embed(tokens, weights_.embed, x);
 }
 
-void Transformer::ProjectQkv(int32_t layer, const Mat& x, DeviceSpan<const int32_t> positions,
-                             Mat* h, Mat* qkv, bool keys) {
+void Transformer::ProjectQkv(int32_t layer, const Mat& normed, DeviceSpan<const int32_t> positions,
+                             Mat* qkv, bool keys) {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_.layers[layer];
   const int32_t hd = static_cast<int32_t>(c.head_dim);
   const int32_t heads = static_cast<int32_t>(c.num_attention_heads);
   const int32_t kv_heads = static_cast<int32_t>(c.num_key_value_heads);
   const float eps = static_cast<float>(c.rms_norm_eps);
-  const DeviceSpan<const float> inv_freq(inv_freq_.as<const float>(), hd / 2);
-  backend_.RmsNorm(x, w.input_norm, eps, h);
-  backend_.Gemm(*h, w.qkv, w.qkv_bias, qkv);
-  Mat q = qkv->Cols(0, c.q_dim());
-  Mat k = qkv->Cols(c.q_dim(), c.kv_dim());
+  backend_.Gemm(normed, w.qkv, w.qkv_bias, qkv);
   if (c.qk_norm) {  // Qwen3: RMSNorm over each head's vector, before RoPE
-    for (int32_t i = 0; i < heads; ++i) {
-      Mat qh = q.Cols(static_cast<int64_t>(i) * hd, hd);
-      backend_.RmsNorm(qh, w.q_norm, eps, &qh);
-    }
-    for (int32_t i = 0; keys && i < kv_heads; ++i) {
-      Mat kh = k.Cols(static_cast<int64_t>(i) * hd, hd);
-      backend_.RmsNorm(kh, w.k_norm, eps, &kh);
+    Mat q = qkv->Cols(0, c.q_dim());
+    backend_.HeadRmsNorm(&q, heads, hd, w.q_norm, eps);
+    if (keys) {
+      Mat k = qkv->Cols(c.q_dim(), c.kv_dim());
+      backend_.HeadRmsNorm(&k, kv_heads, hd, w.k_norm, eps);
     }
   }
-  backend_.Rope(&q, heads, hd, positions, inv_freq);
-  if (keys) backend_.Rope(&k, kv_heads, hd, positions, inv_freq);
+  // q and k are adjacent columns, so one launch rotates both.
+  Mat rotated = qkv->Cols(0, c.q_dim() + (keys ? c.kv_dim() : 0));
+  const DeviceSpan<const float> inv_freq(inv_freq_.as<const float>(), hd / 2);
+  backend_.Rope(&rotated, heads + (keys ? kv_heads : 0), hd, positions, inv_freq);
 }
 
 void Transformer::PredictLayer(int32_t next, const Mat& x, DeviceSpan<const int32_t> positions,
@@ -100,30 +97,38 @@ void Transformer::PredictLayer(int32_t next, const Mat& x, DeviceSpan<const int3
   const RowRange rows = attention.EarlyQueryRows();
   Mat h = predict_h_.Rows(0, rows.count);
   Mat qkv = predict_qkv_.Rows(0, rows.count);
-  ProjectQkv(next, x.Rows(rows.first, rows.count),
+  backend_.RmsNorm(x.Rows(rows.first, rows.count), weights_.layers[next].input_norm, norm_eps(),
+                   &h);
+  ProjectQkv(next, h,
              positions.subspan(static_cast<size_t>(rows.first), static_cast<size_t>(rows.count)),
-             &h, &qkv, /*keys=*/false);
+             &qkv, /*keys=*/false);
   attention.PredictLayer(next, qkv.Cols(0, config_.q_dim()));
+}
+
+void Transformer::LayerBody(int32_t layer, Mat* x, Mat* h, DeviceSpan<const int32_t> positions,
+                            KvAttention& attention) {
+  const ModelConfig& c = config_;
+  const int64_t n = x->rows;
+  const LayerWeights& w = weights_.layers[layer];
+  Mat qkv = qkv_.Rows(0, n), attn = attn_.Rows(0, n);
+  Mat gate_up = gate_up_.Rows(0, n), act = act_.Rows(0, n);
+  ProjectQkv(layer, *h, positions, &qkv, /*keys=*/true);
+  attention.Attend(layer, qkv.Cols(0, c.q_dim()), qkv.Cols(c.q_dim(), c.kv_dim()),
+                   qkv.Cols(c.q_dim() + c.kv_dim(), c.kv_dim()), &attn);
+  backend_.Gemm(attn, w.o, w.o_bias, h);
+  backend_.AddRmsNorm(x, *h, w.post_attn_norm, norm_eps(), h);
+  backend_.Gemm(*h, w.gate_up, w.gate_up_bias, &gate_up);
+  backend_.SwiGlu(gate_up, &act);
+  backend_.Gemm(act, w.down, w.down_bias, h);
 }
 
 void Transformer::ForwardLayer(int32_t layer, Mat* x, DeviceSpan<const int32_t> positions,
                                KvAttention& attention) {
-  const ModelConfig& c = config_;
   const int64_t n = x->rows;
   CHECK_LE(n, reserved_rows_) << "Transformer::Reserve was not called for this many rows";
-  const LayerWeights& w = weights_.layers[layer];
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  Mat h = h_.Rows(0, n), qkv = qkv_.Rows(0, n), attn = attn_.Rows(0, n);
-  Mat gate_up = gate_up_.Rows(0, n), act = act_.Rows(0, n);
-  ProjectQkv(layer, *x, positions, &h, &qkv, /*keys=*/true);
-  attention.Attend(layer, qkv.Cols(0, c.q_dim()), qkv.Cols(c.q_dim(), c.kv_dim()),
-                   qkv.Cols(c.q_dim() + c.kv_dim(), c.kv_dim()), &attn);
-  backend_.Gemm(attn, w.o, w.o_bias, &h);
-  backend_.Add(x, h);
-  backend_.RmsNorm(*x, w.post_attn_norm, eps, &h);
-  backend_.Gemm(h, w.gate_up, w.gate_up_bias, &gate_up);
-  backend_.SwiGlu(gate_up, &act);
-  backend_.Gemm(act, w.down, w.down_bias, &h);
+  Mat h = h_.Rows(0, n);
+  backend_.RmsNorm(*x, weights_.layers[layer].input_norm, norm_eps(), &h);
+  LayerBody(layer, x, &h, positions, attention);
   backend_.Add(x, h);
 }
 
@@ -131,15 +136,23 @@ void Transformer::Forward(DeviceSpan<const int32_t> tokens, DeviceSpan<const int
                           KvAttention& attention) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   CHECK_LE(n, reserved_rows_) << "Transformer::Reserve was not called for this many rows";
-  Mat x = x_.Rows(0, n);
+  Mat x = x_.Rows(0, n), h = h_.Rows(0, n);
   Embed(tokens, &x);
   const int32_t layers = static_cast<int32_t>(config_.num_hidden_layers);
   const bool predict = !attention.EarlyQueryRows().empty();
   for (int32_t l = 0; l < layers; ++l) {
+    // The previous layer's MLP output joins the residual stream in this layer's input norm.
+    const Weight& norm = weights_.layers[l].input_norm;
+    if (l == 0) {
+      backend_.RmsNorm(x, norm, norm_eps(), &h);
+    } else {
+      backend_.AddRmsNorm(&x, h, norm, norm_eps(), &h);
+    }
     // Before this layer's work, so the prefetch of the next layer's pages overlaps it.
     if (predict && l + 1 < layers) PredictLayer(l + 1, x, positions, attention);
-    ForwardLayer(l, &x, positions, attention);
+    LayerBody(l, &x, &h, positions, attention);
   }
+  if (layers > 0) backend_.Add(&x, h);
 }
 
 void Transformer::Logits(const Mat& x, DeviceSpan<const int32_t> rows, int64_t first) {
@@ -148,7 +161,7 @@ void Transformer::Logits(const Mat& x, DeviceSpan<const int32_t> rows, int64_t f
   CHECK_LE(first + n, reserved_logit_rows_) << "Transformer::Reserve: too few logit rows";
   Mat last = last_.Rows(first, n), out = logits_.Rows(first, n);
   backend_.GatherRows(x, rows, &last);
-  backend_.RmsNorm(last, weights_.final_norm, static_cast<float>(config_.rms_norm_eps), &last);
+  backend_.RmsNorm(last, weights_.final_norm, norm_eps(), &last);
   backend_.Gemm(last, weights_.output(), Weight{}, &out);
 }
 

@@ -48,6 +48,8 @@ class Transformer {
   Mat hidden(int64_t rows) const;
   // Logit rows [0, rows) in backend memory (what Logits wrote), [rows, vocab].
   Mat logits(int64_t rows) const;
+  // Counts reallocations of the scratch memory (Reserve growing it).
+  uint64_t workspace_generation() const { return workspace_generation_; }
 
   // x[i] = embedding of tokens[i].
   void Embed(DeviceSpan<const int32_t> tokens, Mat* x);
@@ -62,9 +64,16 @@ class Transformer {
 
  private:
   Transformer(ModelConfig config, ModelWeights weights, Backend& backend);
-  // Layer `layer`'s q, k, v of x into qkv (norm, projection, Qwen3's q/k norm, RoPE).
-  void ProjectQkv(int32_t layer, const Mat& x, DeviceSpan<const int32_t> positions, Mat* h,
-                  Mat* qkv, bool keys);
+  float norm_eps() const { return static_cast<float>(config_.rms_norm_eps); }
+  // Layer `layer`'s q, k, v into qkv from its normed input (projection, Qwen3's q/k norm, RoPE;
+  // k is normed and rotated only with `keys`).
+  void ProjectQkv(int32_t layer, const Mat& normed, DeviceSpan<const int32_t> positions, Mat* qkv,
+                  bool keys);
+  // Layer `layer` on x, given its input norm in *h: attention, the output projection added to x
+  // (fused with the post-attention norm), the MLP. The MLP's output is left in *h, not yet added
+  // to x, so the next layer's input norm can fuse the add.
+  void LayerBody(int32_t layer, Mat* x, Mat* h, DeviceSpan<const int32_t> positions,
+                 KvAttention& attention);
   // cross_layer speculation: layer `next`'s queries from layer next - 1's input x, for the rows
   // the attention asks for.
   void PredictLayer(int32_t next, const Mat& x, DeviceSpan<const int32_t> positions,
@@ -77,6 +86,7 @@ class Transformer {
   int64_t reserved_rows_ = 0;
   int64_t reserved_logit_rows_ = 0;
   DeviceBuffer workspace_;
+  uint64_t workspace_generation_ = 0;
   // Views of workspace_, for reserved_rows_ rows.
   Mat x_, h_, qkv_, attn_, gate_up_, act_, predict_h_, predict_qkv_, last_, logits_;
 };

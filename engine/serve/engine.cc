@@ -346,6 +346,7 @@ absl::Status Engine::RunStep() {
     step.decode_rows = generator_->last_step().decode_rows;
     step.prefill_tokens = generator_->last_step().prefill_tokens;
     step.seconds = Seconds(now - start);
+    step.device_wait_seconds = generator_->last_step().device_wait_seconds;
     observer_->OnStep(step);
     if (HadSparseActivity(generator_->last_step().sparse)) {
       observer_->OnSparseStep(generator_->last_step().sparse);

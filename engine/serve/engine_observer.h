@@ -48,6 +48,9 @@ struct StepSummary {
   int32_t decode_rows = 0;      // sequences that decoded one token
   int32_t prefill_tokens = 0;   // prompt tokens processed in this pass
   double seconds = 0;           // wall time of the pass
+  // Of `seconds`, the engine thread blocked waiting for the device (the step's readback); the
+  // rest is host work (scheduling, planning, launching, accepting tokens).
+  double device_wait_seconds = 0;
 };
 
 // Queue and cache occupancy, reported after every change the engine thread makes.

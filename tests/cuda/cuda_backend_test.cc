@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -170,35 +171,76 @@ TEST_F(CudaBackendTest, RmsNormMatchesTheCpuFromRegistersAndInTheLoop) {
   }
 }
 
-// cuBLAS multiplies bf16 inputs: the activations are rounded to bf16 (relative error 2^-9), so
-// each output may differ from the fp32 product by about 2^-8 of the sum of |x||w| it adds up.
-TEST_F(CudaBackendTest, GemmMatchesTheCpuWithinBf16InputRounding) {
-  constexpr int64_t kIn = 160, kOut = 72;
-  const std::vector<float> w = RoundedToBf16(RandomVector(kOut * kIn, 10));
-  const std::vector<float> bias = RandomVector(kOut, 11);
-  Weight cw = cpu_.UploadWeight(w.data(), kOut, kIn).value();
-  Weight gw = gpu_->UploadWeight(w.data(), kOut, kIn).value();
-  Weight cb = cpu_.UploadWeight(bias.data(), 1, kOut).value();
-  Weight gb = gpu_->UploadWeight(bias.data(), 1, kOut).value();
-  for (int64_t m : {1, 5, 67}) {
-    const std::vector<float> xh = RandomVector(m * (kIn + 8), 12 + m);
-    Twin x = Make(xh);
-    Twin y = Zeros(m * (kOut + 4) * 4);
-    for (int side = 0; side < 2; ++side) {
-      Backend& b = side == 0 ? static_cast<Backend&>(cpu_) : *gpu_;
-      Mat xm = Of(side == 0 ? x.cpu : x.gpu, m, kIn, kIn + 8);
-      Mat ym = Of(side == 0 ? y.cpu : y.gpu, m, kOut, kOut + 4);
-      b.Gemm(xm, side == 0 ? cw : gw, side == 0 ? cb : gb, &ym);
+// The fused norms against the CPU backend's compositions (Add then RmsNorm; RmsNorm per head):
+// the residual written back to x, the norm's output over the residual it read (as the forward
+// pass calls it), from registers and in the loop, and every head of a strided row.
+TEST_F(CudaBackendTest, FusedNormsMatchTheCompositionsTheyReplace) {
+  constexpr int64_t kRows = 5;
+  for (const int64_t cols : {int64_t{2048}, int64_t{4100}}) {
+    const std::vector<float> norm = RandomVector(cols, 31);
+    Weight cpu_norm = cpu_.UploadWeight(norm.data(), 1, cols).value();
+    Weight gpu_norm = gpu_->UploadWeight(norm.data(), 1, cols).value();
+    Twin x = Make(RandomVector(kRows * (cols + 3), 32));
+    Twin residual = Make(RandomVector(kRows * cols, 33));
+    for (int i = 0; i < 2; ++i) {
+      Backend& b = side(i);
+      Mat xm = Of(i == 0 ? x.cpu : x.gpu, kRows, cols, cols + 3);
+      Mat rm = Of(i == 0 ? residual.cpu : residual.gpu, kRows, cols);
+      b.AddRmsNorm(&xm, rm, i == 0 ? cpu_norm : gpu_norm, 1e-6f, &rm);
     }
-    const std::vector<float> g = ReadGpu(y), c = ReadCpu(y);
-    for (int64_t r = 0; r < m; ++r) {
-      for (int64_t o = 0; o < kOut; ++o) {
-        double magnitude = 0;
-        for (int64_t i = 0; i < kIn; ++i)
-          magnitude += std::abs(xh[r * (kIn + 8) + i] * w[o * kIn + i]);
-        const size_t at = r * (kOut + 4) + o;
-        EXPECT_NEAR(g[at], c[at], magnitude * std::ldexp(1.0, -8) + 1e-5)
-            << m << " " << r << " " << o;
+    ExpectClose(x, 1e-6, 1e-7, absl::StrCat("residual sum over ", cols, " columns"));
+    ExpectClose(residual, 1e-5, 1e-6, absl::StrCat("norm of the sum over ", cols, " columns"));
+  }
+  constexpr int32_t kHeads = 6, kHeadDim = 128;
+  const std::vector<float> head_norm = RandomVector(kHeadDim, 34);
+  Weight cpu_head = cpu_.UploadWeight(head_norm.data(), 1, kHeadDim).value();
+  Weight gpu_head = gpu_->UploadWeight(head_norm.data(), 1, kHeadDim).value();
+  constexpr int64_t kStride = kHeads * kHeadDim + 40;
+  Twin q = Make(RandomVector(kRows * kStride, 35));
+  for (int i = 0; i < 2; ++i) {
+    // Heads 1..5 of each row, leaving head 0's columns and the row's tail untouched.
+    Mat heads = Of(i == 0 ? q.cpu : q.gpu, kRows, kStride).Cols(kHeadDim, 5 * kHeadDim);
+    side(i).HeadRmsNorm(&heads, 5, kHeadDim, i == 0 ? cpu_head : gpu_head, 1e-6f);
+  }
+  ExpectClose(q, 1e-5, 1e-6, "per-head norm");
+}
+
+// One row takes the skinny kernel: fp32 x, so it differs from the CPU only by the order of fp32
+// sums (bounded here by 2^-14 of the sum of |x||w|, far below bf16 rounding of x); more take
+// cuBLAS, which multiplies
+// bf16 inputs: the activations are rounded to bf16 (relative error 2^-9), so each output may
+// differ from the fp32 product by about 2^-8 of the sum of |x||w| it adds up. Widths: a row of
+// fewer 8-element chunks than lanes, and one whose lanes take several rounds of loads, the last
+// partial.
+TEST_F(CudaBackendTest, GemmMatchesTheCpuWithinBf16InputRounding) {
+  constexpr int64_t kOut = 72;
+  for (const int64_t in : {int64_t{160}, int64_t{2056}}) {
+    const std::vector<float> w = RoundedToBf16(RandomVector(kOut * in, 10));
+    const std::vector<float> bias = RandomVector(kOut, 11);
+    Weight cw = cpu_.UploadWeight(w.data(), kOut, in).value();
+    Weight gw = gpu_->UploadWeight(w.data(), kOut, in).value();
+    Weight cb = cpu_.UploadWeight(bias.data(), 1, kOut).value();
+    Weight gb = gpu_->UploadWeight(bias.data(), 1, kOut).value();
+    for (int64_t m : {1, 2, 5, 67}) {
+      const std::vector<float> xh = RandomVector(m * (in + 8), 12 + m);
+      Twin x = Make(xh);
+      Twin y = Zeros(m * (kOut + 4) * 4);
+      for (int side = 0; side < 2; ++side) {
+        Backend& b = side == 0 ? static_cast<Backend&>(cpu_) : *gpu_;
+        Mat xm = Of(side == 0 ? x.cpu : x.gpu, m, in, in + 8);
+        Mat ym = Of(side == 0 ? y.cpu : y.gpu, m, kOut, kOut + 4);
+        b.Gemm(xm, side == 0 ? cw : gw, side == 0 ? cb : gb, &ym);
+      }
+      const std::vector<float> g = ReadGpu(y), c = ReadCpu(y);
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t o = 0; o < kOut; ++o) {
+          double magnitude = 0;
+          for (int64_t i = 0; i < in; ++i)
+            magnitude += std::abs(xh[r * (in + 8) + i] * w[o * in + i]);
+          const size_t at = r * (kOut + 4) + o;
+          const double bound = magnitude * std::ldexp(1.0, m == 1 ? -14 : -8);
+          EXPECT_NEAR(g[at], c[at], bound + 1e-5) << in << " " << m << " " << r << " " << o;
+        }
       }
     }
   }
@@ -331,6 +373,91 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                        ::testing::Values(32, 64, 96, 128, 256), ::testing::Values(1, 4, 12)),
     KvParamName);
+
+// Lists long enough that a warp of the decode kernel takes more than 32 pages (its window of
+// page addresses, one per lane, refills), in a batch wide enough that no list is split: 400
+// decode rows over the same 300-page sequence, each row with its own query, dense and sparse
+// (whose lists cut a page short now and then, differently per row). 400 rows x 2 KV heads are
+// more blocks than any GPU holds at once; even cut in two, a list gives each warp 37 pages.
+class CudaLongListTest : public CudaKvTest {};
+
+TEST_P(CudaLongListTest, UnsplitListsLongerThanAWarpsWindowMatchTheCpu) {
+  constexpr int32_t kRows = 400, kTokens = 4800;
+  std::vector<std::vector<int32_t>> tables;
+  KvSetup s = Write({kTokens}, &tables);
+  const std::vector<int32_t>& table = tables[0];
+  DenseBatch dense;
+  PageLists lists;
+  for (int32_t row = 0; row < kRows; ++row) {
+    dense.Add(1, kTokens - row % 16, table);
+    for (int h = 0; h < s.kv_heads; ++h) {
+      std::vector<int32_t> pages, tokens;
+      for (size_t i = 0; i < table.size(); ++i) {
+        pages.push_back(table[i] * s.kv_heads + h);
+        const size_t mix = i + static_cast<size_t>(row);
+        tokens.push_back(mix % 7 == 3 ? 1 + static_cast<int32_t>(mix % s.page_size) : s.page_size);
+      }
+      lists.Add(pages, tokens);
+    }
+  }
+  const int heads = s.kv_heads * group();
+  const int64_t width = static_cast<int64_t>(heads) * head_dim();
+  Twin q = Make(RandomVector(kRows * width, 8));
+  Twin dense_out = Zeros(kRows * width * 4), sparse_out = Zeros(kRows * width * 4);
+  for (int i = 0; i < 2; ++i) {
+    const DeviceBuffer& base = i == 0 ? s.pages.cpu : s.pages.gpu;
+    const Mat qm = Of(i == 0 ? q.cpu : q.gpu, kRows, width);
+    Mat dm = Of(i == 0 ? dense_out.cpu : dense_out.gpu, kRows, width);
+    side(i).PagedAttention(qm, dense.Batch(data(i), heads, AttentionScale(head_dim())),
+                           s.View(base), &dm);
+    Mat sm = Of(i == 0 ? sparse_out.cpu : sparse_out.gpu, kRows, width);
+    side(i).SparseDecodeAttention(
+        qm, lists.Batch(data(i), kRows, heads, s.kv_heads, AttentionScale(head_dim())),
+        PagePoolView{base.data(), s.dtype, s.page_size, s.head_dim}, PagePoolView{}, &sm);
+  }
+  ExpectClose(dense_out, 1e-4, 1e-5, "dense attention over long lists");
+  ExpectClose(sparse_out, 1e-4, 1e-5, "sparse attention over long lists");
+}
+
+INSTANTIATE_TEST_SUITE_P(LongLists, CudaLongListTest,
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
+                                            ::testing::Values(64, 128), ::testing::Values(4)),
+                         KvParamName);
+
+// Recorded operations (a CUDA graph) replay with the memory's current contents, as many times as
+// asked, and refuse to replay once the GEMM input buffer they were recorded with has moved (a
+// larger GEMM grew it): then nothing runs and the caller records again.
+TEST_F(CudaBackendTest, RecordedOpsReplayUntilTheirBuffersMove) {
+  constexpr int64_t kIn = 64, kOut = 32, kBig = 512;
+  ASSERT_TRUE(gpu_->can_record());
+  EXPECT_FALSE(cpu_.can_record());
+  const std::vector<float> w = RoundedToBf16(RandomVector(kOut * kIn, 40));
+  Weight cw = cpu_.UploadWeight(w.data(), kOut, kIn).value();
+  Weight gw = gpu_->UploadWeight(w.data(), kOut, kIn).value();
+  Twin x = Make(RandomVector(2 * kIn, 41));
+  Twin y = Zeros(2 * kOut * 4);
+  Mat gx = Of(x.gpu, 2, kIn), gy = Of(y.gpu, 2, kOut);
+  gpu_->Gemm(gx, gw, Weight{}, &gy);  // run once first, as the runner does before recording
+  std::unique_ptr<RecordedOps> ops = gpu_->Record([&] { gpu_->Gemm(gx, gw, Weight{}, &gy); });
+  ASSERT_NE(ops, nullptr);
+  for (uint32_t seed : {42u, 43u}) {  // new inputs, then the recording: y follows them
+    const std::vector<float> input = RandomVector(2 * kIn, seed);
+    std::memcpy(x.cpu.data(), input.data(), input.size() * 4);
+    gpu_->CopyToDevice(x.gpu.data(), input.data(), input.size() * 4);
+    ASSERT_TRUE(ops->Replay());
+    Mat cy = Of(y.cpu, 2, kOut);
+    cpu_.Gemm(Of(x.cpu, 2, kIn), cw, Weight{}, &cy);
+    ExpectClose(y, 0.0, 0.1, absl::StrCat("replayed GEMM, inputs ", seed));
+  }
+  Twin big_x = Make(RandomVector(kBig * kIn, 44));
+  Twin big_y = Zeros(kBig * kOut * 4);
+  Mat bx = Of(big_x.gpu, kBig, kIn), by = Of(big_y.gpu, kBig, kOut);
+  gpu_->Gemm(bx, gw, Weight{}, &by);  // grows the GEMM input buffer
+  const std::vector<float> before = ReadGpu(y);
+  gpu_->Memset(y.gpu.data(), 0, y.bytes);
+  EXPECT_FALSE(ops->Replay());
+  EXPECT_EQ(ReadGpu(y), std::vector<float>(before.size(), 0.0f)) << "a refused replay ran";
+}
 
 // The tensor-core tile kernel (prefill chunks of >= 16 rows, bf16/f16 KV, head_dim 64/128) rounds
 // Q and the softmax weights to the KV dtype before each product, as flash kernels do: its error

@@ -92,6 +92,7 @@ TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_TRUE(c.server.ping_without_calls);
   EXPECT_EQ(c.model.path, "");
   EXPECT_EQ(c.model.device, DeviceKind::kAuto);
+  EXPECT_TRUE(c.model.cuda_graphs);
   EXPECT_EQ(c.scheduler.max_running_requests, 64);
   EXPECT_EQ(c.scheduler.max_waiting_requests, 1024);
   EXPECT_EQ(c.scheduler.prefill_chunk_tokens, 512);
@@ -163,6 +164,7 @@ server:
 model:
   path: /models/qwen3
   device: cpu
+  cuda_graphs: false
 scheduler:
   max_running_requests: 8
   max_waiting_requests: 0
@@ -219,6 +221,7 @@ sparse:
   EXPECT_EQ(c->server.max_requests_per_client, 4);
   EXPECT_EQ(c->model.path, "/models/qwen3");
   EXPECT_EQ(c->model.device, DeviceKind::kCpu);
+  EXPECT_FALSE(c->model.cuda_graphs);
   EXPECT_EQ(c->scheduler.max_running_requests, 8);
   EXPECT_EQ(c->scheduler.max_waiting_requests, 0);
   EXPECT_EQ(c->scheduler.prefill_chunk_tokens, 1);

@@ -54,8 +54,10 @@ void DriveTraffic(ServerMetrics& m) {
   m.OnNextToken(0.0003);
   m.OnNextToken(0.0004);
   m.OnNextToken(0.0005);
-  m.OnStep({/*decode_rows=*/3, /*prefill_tokens=*/0, /*seconds=*/0.004});
-  m.OnStep({/*decode_rows=*/0, /*prefill_tokens=*/100, /*seconds=*/0.02});
+  m.OnStep({/*decode_rows=*/3, /*prefill_tokens=*/0, /*seconds=*/0.004,
+            /*device_wait_seconds=*/0.003});
+  m.OnStep({/*decode_rows=*/0, /*prefill_tokens=*/100, /*seconds=*/0.02,
+            /*device_wait_seconds=*/0.0005});
   RequestSummary done;
   done.request_id = "r1";
   done.finish = FinishReason::kStop;
@@ -147,6 +149,7 @@ TEST(MetricsTest, ScrapeOverHttpIsValidAndCarriesEveryMetric) {
       {"specula_request_queue_time_seconds", "histogram"},
       {"specula_batch_size", "histogram"},
       {"specula_step_duration_seconds", "histogram"},
+      {"specula_step_device_wait_seconds", "histogram"},
       {"specula_num_requests_running", "gauge"},
       {"specula_num_requests_waiting", "gauge"},
       {"specula_kv_cache_blocks_used", "gauge"},
@@ -199,6 +202,7 @@ TEST(MetricsTest, ScrapeOverHttpIsValidAndCarriesEveryMetric) {
   EXPECT_EQ(e.Get("specula_e2e_request_latency_seconds_count"), 2);
   EXPECT_NEAR(e.Get("specula_e2e_request_latency_seconds_sum"), 1.75, 1e-9);
   EXPECT_EQ(e.Get("specula_step_duration_seconds_count"), 2);
+  EXPECT_NEAR(e.Get("specula_step_device_wait_seconds_sum"), 0.0035, 1e-9);
   // Only the step that decoded counts toward the batch size.
   EXPECT_EQ(e.Get("specula_batch_size_count"), 1);
   EXPECT_EQ(e.Get("specula_batch_size_sum"), 3);

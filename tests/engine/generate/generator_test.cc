@@ -3,14 +3,17 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <vector>
 
 #include "engine/backend/step_plan.h"
 #include "engine/common/capacity_error.h"
+#include "engine/common/fault_injection.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/kv/dense_attention.h"
 #include "engine/kv/kv_pool.h"
@@ -205,6 +208,26 @@ TEST(GeneratorTest, ADenseDecodeStepSynchronizesWithTheHostOnce) {
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(gen->Add(Greedy({1, 2, 3, 4 + i}, 8)).ok());
   const std::vector<StepSyncs> steps = DecodeStepSyncs(*gen, 5);
   EXPECT_EQ(steps, std::vector<StepSyncs>(5, StepSyncs{1, 1}));
+}
+
+// A step's wait for the device is told apart from its host work: in a step whose host work
+// stalls 50 ms (before the forward pass) and whose readback waits 50 ms for a slow device, the
+// step reports at least the device's 50 ms as waiting and leaves at least the host's 50 ms out.
+TEST(GeneratorTest, AStepReportsHowLongItWaitedForTheDevice) {
+  if (!kFaultInjection) GTEST_SKIP() << "built without fault injection";
+  auto gen = Generator::Create(TestModelDir("qwen3-f32"), GeneratorOptions{}).value();
+  ASSERT_TRUE(gen->Add(Greedy({1, 2, 3, 4}, 8)).ok());
+  std::vector<SequenceOutput> out;
+  ASSERT_TRUE(gen->Step(&out).ok());  // the prompt
+  ArmFault(Fault::kStallStep, 1, absl::Milliseconds(50));
+  ArmFault(Fault::kSlowDevice, 1, absl::Milliseconds(50));
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(gen->Step(&out).ok());
+  const double step =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  DisarmFaults();
+  EXPECT_GE(gen->last_step().device_wait_seconds, 0.05);
+  EXPECT_LE(gen->last_step().device_wait_seconds, step - 0.05);
 }
 
 // Selection, residency and prefetch planning run on the device, so a sparse decode step also
@@ -496,9 +519,11 @@ class RecordingBackend : public CpuBackend {
   void PagedAttention(const Mat& q, const AttentionBatch& batch, const KvLayerView& layer,
                       Mat* out) override {
     calls.push_back({batch.first_row, batch.rows, batch.seqs, batch.max_seq_rows});
+    max_keys.push_back(batch.max_keys);
     CpuBackend::PagedAttention(q, batch, layer, out);
   }
   std::vector<Call> calls;
+  std::vector<int32_t> max_keys;
 };
 
 // Decode rows attend in their own call, without sequences (a GPU keeps them on its decode
@@ -529,6 +554,40 @@ TEST(DenseKvAttentionTest, DecodeRowsAndPrefillChunksAttendInSeparateCalls) {
             (std::vector<Call>{{0, 2, 0, 0}, {2, 21, 2, 20}}));
   EXPECT_EQ(attend({{0, 1, 3, a}, {1, 1, 9, b}}), (std::vector<Call>{{0, 2, 0, 0}}));
   EXPECT_EQ(attend({{0, 20, 25, c}}), (std::vector<Call>{{0, 20, 1, 20}}));
+}
+
+// Decode rows planned for a keys capacity (what a recorded decode step replays) keep one metadata
+// layout and one attention launch shape while their contexts grow within it: the staged bytes
+// and the attention's max_keys (which sizes the GPU's split-K) are the capacity's, not the
+// longest context's. Without a capacity the two steps differ in both, so the check can fail.
+TEST(DenseKvAttentionTest, DecodeRowsPlannedForACapacityKeepOneLayout) {
+  RecordingBackend backend;
+  // One-token pages: a block table as long as its context, so the tables' bytes show.
+  KvPool pool = KvPool::Create(backend, KvPoolOptions{1, 1, 4, 1, 32}).value();
+  DenseKvAttention attention(backend, pool, 1, 0.5f);
+  std::vector<int32_t> a(16), b(16);
+  std::iota(a.begin(), a.end(), 0);
+  std::iota(b.begin(), b.end(), 16);
+  auto plan_step = [&](int32_t len_a, int32_t len_b, int32_t capacity) {
+    backend.max_keys.clear();
+    StepPlan plan(backend);
+    const std::vector<DenseSeqRows> seqs = {
+        {0, 1, len_a, absl::MakeConstSpan(a).subspan(0, len_a)},
+        {1, 1, len_b, absl::MakeConstSpan(b).subspan(0, len_b)}};
+    attention.Plan(seqs, plan, capacity);
+    EXPECT_TRUE(plan.Upload().ok());
+    attention.Bind(plan);
+    DeviceBuffer buffer = backend.Allocate(4 * 2 * 4 * sizeof(float)).value();
+    float* base = buffer.as<float>();
+    std::fill(base, base + 4 * 2 * 4, 0.25f);
+    Mat q(base, 2, 4), k(base + 8, 2, 4), v(base + 16, 2, 4), out(base + 24, 2, 4);
+    attention.Attend(0, q, k, v, &out);
+    return std::make_pair(plan.staged_bytes(), backend.max_keys);
+  };
+  EXPECT_EQ(plan_step(3, 5, 16), plan_step(9, 16, 16));
+  EXPECT_EQ(plan_step(3, 5, 16).second, std::vector<int32_t>{16});
+  EXPECT_NE(plan_step(3, 5, 0).first, plan_step(9, 16, 0).first);
+  EXPECT_NE(plan_step(3, 5, 0).second, plan_step(9, 16, 0).second);
 }
 
 // The dense planner's programmer-error checks: rows that do not tile the batch, or a block
