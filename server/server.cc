@@ -105,6 +105,19 @@ std::string JoinHostPort(const std::string& host, int port) {
 
 namespace {
 
+// A failed device (a sticky CUDA error at a step's readback) cannot be recovered in-process: the
+// engine has failed its requests, and the server takes its fatal path to be restarted.
+class DeviceFaultWatch : public EngineObserver {
+ public:
+  explicit DeviceFaultWatch(Server* server) : server_(server) {}
+  void OnDeviceFault(const absl::Status& fault) override {
+    server_->ReportFatal("device_fault", std::string(fault.message()));
+  }
+
+ private:
+  Server* server_;
+};
+
 // The model, loaded and logged; errors name the config key that caused them.
 absl::StatusOr<std::unique_ptr<Generator>> LoadGenerator(const ServerConfig& config) {
   const absl::Time load_start = absl::Now();
@@ -171,8 +184,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
     s->auth_ = *std::move(tokens);
   }
   if (absl::Status st = s->StartMetrics(config); !st.ok()) return st;
-  s->observers_ = std::make_unique<ObserverList>(
-      std::vector<EngineObserver*>{s->metrics_.get(), &s->request_log_});
+  s->device_fault_watch_ = std::make_unique<DeviceFaultWatch>(s.get());
+  s->observers_ = std::make_unique<ObserverList>(std::vector<EngineObserver*>{
+      s->metrics_.get(), &s->request_log_, s->device_fault_watch_.get()});
   s->sender_ = std::make_unique<SendExecutor>(config.server.send_priority);
   EngineOptions engine_options;
   engine_options.max_waiting = config.scheduler.max_waiting_requests;

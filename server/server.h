@@ -96,6 +96,7 @@ class Server {
   std::unique_ptr<ClientLimiter> client_limiter_;  // null: no per-client limit
   std::unique_ptr<ServerMetrics> metrics_;
   RequestLog request_log_;
+  std::unique_ptr<EngineObserver> device_fault_watch_;  // takes the fatal path on a device fault
   std::unique_ptr<ObserverList> observers_;
   std::unique_ptr<SendExecutor> sender_;  // outlives the engine, which posts to it
   std::unique_ptr<Engine> engine_;

@@ -112,6 +112,11 @@ class Backend {
   // by one thread at a time.
   virtual std::unique_ptr<Stream> CreateStream() = 0;
   const BackendCounters& counters() const { return counters_; }
+  // A fault that left the device unusable, seen at a readback (CopyToHost): a sticky CUDA error
+  // such as an illegal address or a lost GPU, or the injected Fault::kDeviceLost. OK until then;
+  // after it, nothing the device computes can be trusted, and the server must restart. Engine
+  // thread.
+  const absl::Status& device_fault() const { return device_fault_; }
 
   // For loading many weights: keeps its staging (pinned buffers, fill threads) until destroyed.
   // `staging_bytes` bounds the host staging memory of a backend that needs some.
@@ -196,6 +201,7 @@ class Backend {
 
  protected:
   BackendCounters counters_;
+  absl::Status device_fault_;
 };
 
 inline absl::StatusOr<Weight> Backend::UploadWeight(const float* data, int64_t out, int64_t in) {

@@ -22,8 +22,9 @@ enum class Fault {
   kFailPageCopy,   // a copy stream's batched copy fails (nothing copied): its sparse requests fail
   kSlowDevice,     // the CPU backend's readbacks and compute-stream waits sleep `delay`, as
                    // waiting for a GPU still computing would
+  kDeviceLost,     // the CPU backend's next readback reports a device fault (Backend::device_fault)
 };
-inline constexpr int kFaults = 6;
+inline constexpr int kFaults = 7;
 
 #ifdef SPECULA_FAULT_INJECTION
 inline constexpr bool kFaultInjection = true;

@@ -123,6 +123,9 @@ void CpuBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
   ++counters_.host_syncs;  // on a GPU the read waits for the compute stream
   ++counters_.host_reads;
   (void)SPECULA_FAULT(Fault::kSlowDevice);  // sleeps when armed
+  if (SPECULA_FAULT(Fault::kDeviceLost)) {
+    device_fault_ = absl::InternalError("the device failed: device lost (injected fault)");
+  }
   std::memcpy(dst, src, bytes);
 }
 

@@ -101,8 +101,15 @@ void CudaBackend::CopyToDeviceAsync(void* dst, const void* pinned_src, size_t by
 
 void CudaBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
   ++counters_.host_reads;
-  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
-  compute_->Synchronize();
+  ++counters_.host_syncs;
+  // Where a kernel's fault surfaces (the step's readback): kept as the device fault, for the
+  // engine to fail its requests and the server to take its fatal path, instead of aborting.
+  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream());
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream());
+  if (e != cudaSuccess && device_fault_.ok()) {
+    device_fault_ = absl::InternalError(absl::StrFormat(
+        "the device failed: CUDA error %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e)));
+  }
 }
 
 void CudaBackend::Memset(void* dst, int value, size_t bytes) {

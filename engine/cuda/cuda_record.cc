@@ -40,8 +40,8 @@ class CudaRecordedOps : public RecordedOps {
 // A recording that failed leaves nothing enqueued and no sticky error: log it and go on eager.
 std::unique_ptr<RecordedOps> NotRecorded(const char* what, cudaError_t e) {
   cudaGetLastError();
-  Log(LogLevel::kWarning, "cuda_graph_not_recorded",
-      {{"stage", what}, {"error", cudaGetErrorName(e)}, {"message", cudaGetErrorString(e)}});
+  LogAsync(LogLevel::kWarning, "cuda_graph_not_recorded",
+           {{"stage", what}, {"error", cudaGetErrorName(e)}, {"message", cudaGetErrorString(e)}});
   return nullptr;
 }
 

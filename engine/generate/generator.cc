@@ -623,6 +623,7 @@ absl::Status Generator::Cancel(uint64_t id, SequenceOutput* out, bool kv_valid) 
 absl::Status Generator::Step(std::vector<SequenceOutput>* outputs) {
   last_step_ = StepStats();
   if (running_.empty()) return absl::OkStatus();
+  if (!backend_->device_fault().ok()) return backend_->device_fault();
   if (SPECULA_FAULT(Fault::kEngineStep)) return absl::InternalError("step failed (injected fault)");
   (void)SPECULA_FAULT(Fault::kStallStep);  // sleeps when armed
   ResumePreempted(outputs);
@@ -709,6 +710,8 @@ absl::Status Generator::FinishStep(const ScheduledStep& step,
   Stopwatch wait;
   runner_->ReadResults();
   last_step_.device_wait_seconds = wait.Lap();
+  // What was read back is not to be trusted; the engine fails every request and stops.
+  if (!backend_->device_fault().ok()) return backend_->device_fault();
   last_step_.sampled_on_device = runner_->sampled_on_device();
   last_step_.replayed = runner_->replayed();
   if (sparse_ != nullptr) sparse_->FinishStep(&last_step_.sparse);

@@ -167,6 +167,8 @@ class Generator {
   // that produced a token or finished; finished sequences are retired and their KV freed.
   absl::Status Step(std::vector<SequenceOutput>* outputs);
   const StepStats& last_step() const { return last_step_; }
+  // The backend's device fault (Backend::device_fault): once set, every Step fails with it.
+  const absl::Status& device_fault() const { return backend_->device_fault(); }
 
   // Convenience for offline use and tests: runs requests to completion, batched together.
   // Sequences the caller added before advance too (their outputs are not returned). On error,

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/common/check.h"
+#include "engine/common/log.h"
 #include "engine/common/session_busy.h"
 
 namespace specula {
@@ -224,13 +225,18 @@ void Engine::Loop() {
     const absl::Time now = absl::Now();
     generator_->ExpireSessions(now);
     RetireExpired(now);
-    if (!paused) {
+    if (device_failed_) {
+      FailWaiting(generator_->device_fault());
+    } else if (!paused) {
       Admit();
       if (generator_->HasWork()) {
         // Published before the step too: should it hang, the requests in it stay visible in
         // load() and Requests(), which is what the watchdog reads.
         PublishLoad();
-        if (absl::Status s = RunStep(); !s.ok()) FailRunning(s, FinishReason::kNone);
+        if (absl::Status s = RunStep(); !s.ok()) {
+          FailRunning(s, FinishReason::kNone);
+          NoteDeviceFault();
+        }
       }
     }
     PublishLoad();
@@ -389,6 +395,20 @@ void Engine::FailRunning(const absl::Status& status, FinishReason finish) {
     Finish(*r, status, finish);
   }
   running_.clear();
+}
+
+void Engine::NoteDeviceFault() {
+  if (device_failed_ || generator_->device_fault().ok()) return;
+  device_failed_ = true;
+  LogAsync(LogLevel::kError, "device_fault", {{"error", generator_->device_fault().message()}});
+  if (observer_) observer_->OnDeviceFault(generator_->device_fault());
+}
+
+void Engine::FailWaiting(const absl::Status& status) {
+  while (!waiting_.empty()) {
+    Finish(*waiting_.front(), status, FinishReason::kNone);
+    waiting_.pop_front();
+  }
 }
 
 void Engine::CancelSequence(uint64_t id, Request& r, bool kv_valid) {

@@ -109,6 +109,10 @@ class Engine {
   void Finish(Request& r, absl::Status status, FinishReason finish);
   // Ends every running request with `status`: kCancelled for shutdown, kNone for failures.
   void FailRunning(const absl::Status& status, FinishReason finish);
+  // After a failed step: if the device failed, reports it once (EngineObserver::OnDeviceFault).
+  void NoteDeviceFault();
+  // Ends every waiting request with `status`.
+  void FailWaiting(const absl::Status& status);
   void CancelRequest(uint64_t handle, const absl::Status& reason);
   void PublishLoad();
   static void Describe(const Request& r, const char* state, RequestBrief& out);
@@ -141,6 +145,7 @@ class Engine {
   bool accepting_ = true;
   bool stop_ = false;
   bool paused_ = false;
+  bool device_failed_ = false;  // engine thread: the device failed; nothing runs any more
   bool thread_done_ = false;  // the loop has ended: control ops are refused
   absl::Status stop_reason_;
   int32_t pending_ = 0;  // submitted + waiting, i.e. not admitted yet

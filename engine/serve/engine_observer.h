@@ -101,6 +101,9 @@ class EngineObserver {
   // After OnStep, for a step in which the sparse KV cache selected, copied or waited for pages.
   virtual void OnSparseStep(const SparseStepStats& sparse) {}
   virtual void OnFinished(const RequestSummary& summary) {}
+  // Once, on the engine thread, when the device failed (Backend::device_fault): the engine has
+  // failed its requests with `fault` and fails every later one; the process should restart.
+  virtual void OnDeviceFault(const absl::Status& fault) {}
   virtual void OnLoad(const EngineLoad& load) {}
 };
 
@@ -126,6 +129,9 @@ class ObserverList : public EngineObserver {
   }
   void OnFinished(const RequestSummary& summary) override {
     for (auto* o : observers_) o->OnFinished(summary);
+  }
+  void OnDeviceFault(const absl::Status& fault) override {
+    for (auto* o : observers_) o->OnDeviceFault(fault);
   }
   void OnLoad(const EngineLoad& load) override {
     for (auto* o : observers_) o->OnLoad(load);

@@ -230,6 +230,25 @@ TEST(GeneratorTest, AStepReportsHowLongItWaitedForTheDevice) {
   EXPECT_LE(gen->last_step().device_wait_seconds, step - 0.05);
 }
 
+// A device fault seen at a step's readback (injected: the device lost) fails that step, with no
+// token taken from what was read back, and every later step, with the fault's message.
+TEST(GeneratorTest, ADeviceFaultFailsTheStepAndEveryLaterOne) {
+  if (!kFaultInjection) GTEST_SKIP() << "built without fault injection";
+  auto gen = Generator::Create(TestModelDir("qwen3-f32"), GeneratorOptions{}).value();
+  ASSERT_TRUE(gen->Add(Greedy({1, 2, 3, 4}, 8)).ok());
+  std::vector<SequenceOutput> out;
+  ASSERT_TRUE(gen->Step(&out).ok());
+  out.clear();
+  ArmFault(Fault::kDeviceLost);
+  const absl::Status failed = gen->Step(&out);
+  DisarmFaults();
+  EXPECT_EQ(failed.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(failed.message().find("device lost"), absl::string_view::npos) << failed;
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(gen->device_fault(), failed);
+  EXPECT_EQ(gen->Step(&out), failed);
+}
+
 // Selection, residency and prefetch planning run on the device, so a sparse decode step also
 // synchronizes once: the logits' readback (the counters come back with it, asynchronously). A
 // per-layer query readback, a host-side summary of a page filled this step, a host wait for a

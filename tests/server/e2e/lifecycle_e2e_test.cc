@@ -180,6 +180,39 @@ TEST(LifecycleE2eTest, AStepThatHangsAfterIdleIsSeenByTheWatchdog) {
       Eventually([&] { return Health(server->address()) == HealthCheckResponse::SERVING; }));
 }
 
+// A device that fails (injected: the step's readback reports the device lost, as a sticky CUDA
+// error would) takes the fatal path instead of aborting: the request in flight ends INTERNAL
+// naming the fault, a later request is refused with it too, HTTP /health answers 503 "failing",
+// and specula_fatal_errors_total counts the cause. (main then exits non-zero after a short
+// grace, as for every fatal condition: the daemon test covers that path.)
+TEST(LifecycleE2eTest, ADeviceFaultEndsRequestsAndTakesTheFatalPath) {
+  if (!kFaultInjection) GTEST_SKIP() << "built without SPECULA_FAULT_INJECTION";
+  absl::Cleanup disarm = [] { DisarmFaults(); };
+  auto server = StartServer([](ServerConfig& c) {
+    c.server.http_listen = "127.0.0.1:0";
+    c.server.metrics_listen = "127.0.0.1:0";
+  });
+  ASSERT_NE(server, nullptr);
+  const int http = std::stoi(server->http_address().substr(server->http_address().rfind(':') + 1));
+  const std::string health_request = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  auto stub = Connect(server->address());
+  ASSERT_TRUE(RunGenerate(*stub, GreedyIds(PromptFor(1), 3)).status.ok());
+  EXPECT_EQ(HttpStatus(HttpExchange(http, health_request)), 200);
+
+  ArmFault(Fault::kDeviceLost);
+  const StreamResult failed = RunGenerate(*stub, GreedyIds(PromptFor(2), 8));
+  EXPECT_EQ(failed.status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_THAT(failed.status.error_message(), HasSubstr("device lost"));
+  const StreamResult refused = RunGenerate(*stub, GreedyIds(PromptFor(3), 3));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("device lost"));
+  const std::string health = HttpExchange(http, health_request);
+  EXPECT_EQ(HttpStatus(health), 503);
+  EXPECT_THAT(health, HasSubstr("failing"));
+  const Exposition m = ScrapeMetrics(server->metrics().metrics_port());
+  EXPECT_EQ(m.Get(R"(specula_fatal_errors_total{cause="device_fault"})"), 1);
+}
+
 TEST(LifecycleE2eTest, ModelInfoDescribesTheModelAndLimits) {
   auto server = StartServer([](ServerConfig& c) { c.scheduler.max_running_requests = 7; });
   ASSERT_NE(server, nullptr);
