@@ -28,19 +28,14 @@ ModelRunner::ModelRunner(Backend& backend, Transformer& model, DenseKvAttention&
       record_decode_steps_(record_decode_steps),
       plan_by_capacity_(sparse == nullptr && backend.can_record()) {}
 
-int32_t ModelRunner::DecodeKeysCapacity(int32_t max_keys) {
-  constexpr uint32_t kLeast = 256;
-  return static_cast<int32_t>(std::bit_ceil(std::max(kLeast, static_cast<uint32_t>(max_keys))));
-}
-
 int32_t ModelRunner::DecodeOnlyKeysCapacity(const ScheduledStep& step) {
   if (step.dense.empty() || !step.sparse_decode.empty() || step.sparse_prefill != nullptr) return 0;
-  int32_t max_keys = 0;
+  uint32_t max_keys = 256;  // the least capacity
   for (const DenseSeqRows& s : step.dense) {
     if (s.q_len != 1) return 0;
-    max_keys = std::max(max_keys, s.kv_len);
+    max_keys = std::max(max_keys, static_cast<uint32_t>(s.kv_len));
   }
-  return DecodeKeysCapacity(max_keys);
+  return static_cast<int32_t>(std::bit_ceil(max_keys));
 }
 
 absl::Status ModelRunner::Plan(ScheduledStep& step) {

@@ -85,9 +85,6 @@ class ModelRunner {
   // Whether the last step was a replay of a recorded step.
   bool replayed() const { return replayed_; }
 
-  // The keys capacity of decode steps whose longest sequence has `max_keys` keys.
-  static int32_t DecodeKeysCapacity(int32_t max_keys);
-
  private:
   // Each sampled row's settings (drawing their uniforms) when all can sample on the device.
   void PlanSampling(const ScheduledStep& step);

@@ -76,14 +76,13 @@ void Transformer::ProjectQkv(int32_t layer, const Mat& normed, DeviceSpan<const 
   const int32_t hd = static_cast<int32_t>(c.head_dim);
   const int32_t heads = static_cast<int32_t>(c.num_attention_heads);
   const int32_t kv_heads = static_cast<int32_t>(c.num_key_value_heads);
-  const float eps = static_cast<float>(c.rms_norm_eps);
   backend_.Gemm(normed, w.qkv, w.qkv_bias, qkv);
   if (c.qk_norm) {  // Qwen3: RMSNorm over each head's vector, before RoPE
     Mat q = qkv->Cols(0, c.q_dim());
-    backend_.HeadRmsNorm(&q, heads, hd, w.q_norm, eps);
+    backend_.HeadRmsNorm(&q, heads, hd, w.q_norm, norm_eps());
     if (keys) {
       Mat k = qkv->Cols(c.q_dim(), c.kv_dim());
-      backend_.HeadRmsNorm(&k, kv_heads, hd, w.k_norm, eps);
+      backend_.HeadRmsNorm(&k, kv_heads, hd, w.k_norm, norm_eps());
     }
   }
   // q and k are adjacent columns, so one launch rotates both.

@@ -226,7 +226,7 @@ void Engine::Loop() {
     generator_->ExpireSessions(now);
     RetireExpired(now);
     if (device_failed_) {
-      FailWaiting(generator_->device_fault());
+      FailWaiting(generator_->device_fault(), FinishReason::kNone);
     } else if (!paused) {
       Admit();
       if (generator_->HasWork()) {
@@ -252,10 +252,7 @@ void Engine::Loop() {
     thread_done_ = true;
   }
   RunControlOps(control);
-  while (!waiting_.empty()) {
-    Finish(*waiting_.front(), reason, FinishReason::kCancelled);
-    waiting_.pop_front();
-  }
+  FailWaiting(reason, FinishReason::kCancelled);
   FailRunning(reason, FinishReason::kCancelled);
   PublishLoad();
 }
@@ -404,9 +401,9 @@ void Engine::NoteDeviceFault() {
   if (observer_) observer_->OnDeviceFault(generator_->device_fault());
 }
 
-void Engine::FailWaiting(const absl::Status& status) {
+void Engine::FailWaiting(const absl::Status& status, FinishReason finish) {
   while (!waiting_.empty()) {
-    Finish(*waiting_.front(), status, FinishReason::kNone);
+    Finish(*waiting_.front(), status, finish);
     waiting_.pop_front();
   }
 }

@@ -111,8 +111,8 @@ class Engine {
   void FailRunning(const absl::Status& status, FinishReason finish);
   // After a failed step: if the device failed, reports it once (EngineObserver::OnDeviceFault).
   void NoteDeviceFault();
-  // Ends every waiting request with `status`.
-  void FailWaiting(const absl::Status& status);
+  // Ends every waiting request with `status`, like FailRunning.
+  void FailWaiting(const absl::Status& status, FinishReason finish);
   void CancelRequest(uint64_t handle, const absl::Status& reason);
   void PublishLoad();
   static void Describe(const Request& r, const char* state, RequestBrief& out);
