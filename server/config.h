@@ -43,6 +43,7 @@ struct ServerSection {
   // server.connections: what a connection may do before it is closed.
   double grpc_max_idle_seconds = 3600;    // no call for this long; 0 = never
   double grpc_handshake_seconds = 10;     // TLS handshake unfinished this long
+  int grpc_max_connections = 2048;        // plaintext gRPC connections open at once
   int http_idle_seconds = 10;             // an HTTP connection with no traffic
   int http_stream_stall_seconds = 300;    // a streamed answer its client does not read; 0 = never
   int http_max_connections = 1024;        // open HTTP connections at once

@@ -27,6 +27,9 @@ namespace {
 constexpr int kRetryPauseMs = 100;
 // Refusals and failures are logged at most this often (the counters keep the exact numbers).
 constexpr absl::Duration kLogEvery = absl::Seconds(10);
+// At the connection limit, the open connections are counted again at most this often: a flood
+// of refused connections must not cost a look at every open one each.
+constexpr absl::Duration kRecountEvery = absl::Milliseconds(20);
 
 absl::Status BindError(const std::string& host_port, const std::string& why) {
   return absl::UnavailableError(absl::StrFormat(
@@ -123,15 +126,17 @@ bool GrpcAcceptor::AcceptPending() {
   while (!stop_.load()) {
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= options_.descriptor_ceiling) {
-      close(fd);
-      ++refused_;
-      if (options_.on_refused) options_.on_refused();
-      MaybeLog("grpc_connection_refused", "descriptors near the limit");
+      Refuse(fd, "descriptor_reserve", "descriptors near the limit");
+      continue;
+    }
+    if (fd >= 0 && AtConnectionLimit()) {
+      Refuse(fd, "connection_limit", "server.connections.grpc_max_connections reached");
       continue;
     }
     if (fd >= 0) {
       const int one = 1;  // as gRPC's own listener: small frames go out at once
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      if (options_.max_connections > 0) handed_.Add(fd);
       grpc::AddInsecureChannelFromFd(server_, fd);
       continue;
     }
@@ -148,6 +153,23 @@ bool GrpcAcceptor::AcceptPending() {
   return true;
 }
 
+bool GrpcAcceptor::AtConnectionLimit() {
+  const int limit = options_.max_connections;
+  if (limit <= 0 || handed_.recorded() < limit) return false;
+  const absl::Time now = absl::Now();
+  if (now - last_full_count_ < kRecountEvery) return true;
+  if (handed_.CountOpen() < limit) return false;
+  last_full_count_ = now;
+  return true;
+}
+
+void GrpcAcceptor::Refuse(int fd, const char* reason, const std::string& why) {
+  close(fd);
+  ++refused_;
+  if (options_.on_refused) options_.on_refused(reason);
+  MaybeLog("grpc_connection_refused", why);
+}
+
 void GrpcAcceptor::MaybeLog(const char* event, const std::string& why) {
   const absl::Time now = absl::Now();
   if (now - last_log_ < kLogEvery) return;
@@ -156,7 +178,8 @@ void GrpcAcceptor::MaybeLog(const char* event, const std::string& why) {
       {{"error", why}, {"refused_total", refused_},
        {"accept_errors_total", accept_errors_},
        {"descriptor_ceiling", options_.descriptor_ceiling},
-       {"action", "closing new connections until descriptors are free; retrying accept"}});
+       {"max_connections", options_.max_connections},
+       {"action", "closing new connections until some close; retrying accept"}});
 }
 
 }  // namespace specula

@@ -6,7 +6,10 @@
 // - connections stop being accepted before the process runs out of descriptors: a connection
 //   whose descriptor lands in the reserve (the top `reserve` below the soft limit) is closed at
 //   once. Descriptors are allocated lowest-first, so a descriptor that high means every one below
-//   it is taken; other users of descriptors (files, the HTTP API, gRPC's own) keep the reserve.
+//   it is taken; other users of descriptors (files, the HTTP API, gRPC's own) keep the reserve;
+// - at most `max_connections` are open at once (server.connections.grpc_max_connections): each
+//   costs ~17 KB while open, and gRPC keeps a small object per peak connection for good, which
+//   pins freed pages, so the cap also bounds what a burst leaves behind (docs/SERVING.md).
 // TLS connections cannot be handed over this way: with TLS, gRPC keeps its own listener and a
 // failed accept takes the server's fatal path instead (server.cc).
 #pragma once
@@ -20,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/handed_sockets.h"
 
 namespace grpc {
 class Server;
@@ -33,9 +37,12 @@ class GrpcAcceptor {
     // Accepted descriptors numbered at or above this are closed at once (RLIMIT_NOFILE's soft
     // limit minus the reserve).
     int descriptor_ceiling = 0;
-    // Called on the acceptor's thread for each connection closed at the ceiling and each failed
-    // accept (metrics); may be empty.
-    std::function<void()> on_refused;
+    // Connections handed to gRPC and still open, at most; 0 = no limit.
+    int max_connections = 0;
+    // Called on the acceptor's thread for each connection closed at once, with the reason
+    // ("descriptor_reserve" or "connection_limit"), and each failed accept (metrics); may be
+    // empty.
+    std::function<void(const char* reason)> on_refused;
     std::function<void()> on_accept_error;
   };
 
@@ -63,6 +70,11 @@ class GrpcAcceptor {
   void Loop();
   // Accepts what is pending; false after a failed accept, which calls for a pause.
   bool AcceptPending();
+  // Whether a new connection would pass max_connections. Counting the open ones costs a look
+  // at each, so at the limit the answer is reused for a short while.
+  bool AtConnectionLimit();
+  // Closes `fd` at once, counted under `reason`.
+  void Refuse(int fd, const char* reason, const std::string& why);
   // A warning line, at most every 10 s (the counters keep the exact numbers).
   void MaybeLog(const char* event, const std::string& why);
 
@@ -77,6 +89,8 @@ class GrpcAcceptor {
   int64_t refused_ = 0;
   int64_t accept_errors_ = 0;
   absl::Time last_log_ = absl::InfinitePast();
+  HandedSockets handed_;
+  absl::Time last_full_count_ = absl::InfinitePast();  // when CountOpen last found the limit
 };
 
 }  // namespace specula

@@ -222,10 +222,11 @@ ServerMetrics::ServerMetrics(const std::string& model)
                        .Name("specula_grpc_connections_refused_total")
                        .Help(
                            "gRPC connections closed as soon as accepted, by reason: "
-                           "descriptor_reserve (the process is near its open-file limit) or "
-                           "accept_failed (accept failed; the listener pauses and retries).")
+                           "descriptor_reserve (the process is near its open-file limit), "
+                           "connection_limit (server.connections.grpc_max_connections are open) "
+                           "or accept_failed (accept failed; the listener pauses and retries).")
                        .Register(r);
-  for (const char* reason : {"descriptor_reserve", "accept_failed"}) {
+  for (const char* reason : {"descriptor_reserve", "connection_limit", "accept_failed"}) {
     grpc_refused_->Add({{"reason", reason}});
   }
   http_refused_ =

@@ -397,8 +397,9 @@ absl::Status Server::StartGrpc(const ServerConfig& config) {
   if (grpc_acceptor_ != nullptr) {
     GrpcAcceptor::Options options;
     options.descriptor_ceiling = GrpcAcceptor::DefaultDescriptorCeiling();
+    options.max_connections = config.server.grpc_max_connections;
     ServerMetrics* m = metrics_.get();
-    options.on_refused = [m] { m->RecordGrpcConnectionRefused("descriptor_reserve"); };
+    options.on_refused = [m](const char* reason) { m->RecordGrpcConnectionRefused(reason); };
     options.on_accept_error = [m] { m->RecordGrpcConnectionRefused("accept_failed"); };
     grpc_acceptor_->Start(grpc_server_.get(), std::move(options));
   } else {

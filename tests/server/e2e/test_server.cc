@@ -49,6 +49,27 @@ int ConnectTcp(const std::string& address, const std::string& source) {
   return -1;
 }
 
+bool SendHttp2Preface(int fd) {
+  static constexpr char kPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+  constexpr ssize_t kBytes = sizeof(kPreface) - 1;
+  return send(fd, kPreface, kBytes, MSG_NOSIGNAL) == kBytes;
+}
+
+bool ReadSettingsAck(int fd) {
+  for (int frames = 0; frames < 16; ++frames) {
+    uint8_t header[9];
+    if (recv(fd, header, sizeof(header), MSG_WAITALL) != sizeof(header)) return false;
+    const size_t length = (size_t{header[0]} << 16) | (size_t{header[1]} << 8) | header[2];
+    if (header[3] == 0x4 && (header[4] & 0x1) != 0) return true;  // SETTINGS with ACK
+    std::vector<uint8_t> payload(length);
+    if (length > 0 &&
+        recv(fd, payload.data(), length, MSG_WAITALL) != static_cast<ssize_t>(length)) {
+      return false;
+    }
+  }
+  return false;
+}
+
 StreamResult RunGenerate(
     v1::Specula::Stub& stub, const v1::GenerateRequest& request,
     const std::function<void(grpc::ClientContext&)>& setup,

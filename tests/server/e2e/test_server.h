@@ -30,6 +30,14 @@ std::unique_ptr<v1::Specula::Stub> Connect(const std::string& address);
 // cannot.
 int ConnectTcp(const std::string& address, const std::string& source = "127.0.0.1");
 
+// Sends the client's HTTP/2 connection preface and an empty SETTINGS frame on a connection from
+// ConnectTcp; false when the server already closed it (no SIGPIPE).
+bool SendHttp2Preface(int fd);
+
+// Reads frames until the server acknowledges the client's SETTINGS: by then gRPC's transport for
+// this connection is built and reading. False when the server closed the connection instead.
+bool ReadSettingsAck(int fd);
+
 // What one Generate stream delivered.
 struct StreamResult {
   grpc::Status status;
