@@ -254,6 +254,7 @@ class Generator {
   // build a mask cache entry between forward passes, never beside the CPU backend's).
   std::unique_ptr<grammar::TokenTable> token_table_;
   std::unique_ptr<grammar::TokenMasker> masker_;
+  std::unique_ptr<MaskWorker> mask_worker_;  // uses masker_
   MaskCaches mask_caches_;
   grammar::TokenMasker& masker() { return *masker_; }
   std::map<uint64_t, std::unique_ptr<Sequence>> running_;  // ordered: admission order

@@ -19,11 +19,12 @@ absl::Status NonFiniteLogits() {
 }  // namespace
 
 ModelRunner::ModelRunner(Backend& backend, Transformer& model, DenseKvAttention& dense,
-                         SparseKvCache* sparse, bool record_decode_steps)
+                         SparseKvCache* sparse, bool record_decode_steps, MaskWorker* masks)
     : backend_(backend),
       model_(model),
       dense_(dense),
       sparse_(sparse),
+      masks_(masks),
       plan_(backend),
       record_decode_steps_(record_decode_steps),
       plan_by_capacity_(sparse == nullptr && backend.can_record()) {}
@@ -77,8 +78,19 @@ void ModelRunner::PlanSampling(const ScheduledStep& step) {
   results_slice_ = plan_.Scratch<SampledRow>(settings_.size());
 }
 
+void ModelRunner::StartMasks(const ScheduledStep& step) {
+  if (masks_ == nullptr || on_device_) return;  // a row whose grammar holds samples on the host
+  holding_.clear();
+  for (const ScheduledRow& row : step.rows) {
+    if (!row.sample) continue;
+    if (OutputConstraint* c = row.seq->holding_constraint()) holding_.push_back(c);
+  }
+  masks_->Start(holding_);
+}
+
 void ModelRunner::Run(const ScheduledStep& step) {
   replayed_ = false;
+  StartMasks(step);
   if (sparse_ != nullptr) sparse_->RunPendingSummaries(plan_);
   dense_.Bind(plan_);
   if (sparse_ != nullptr) sparse_->decode().Bind(plan_);
@@ -147,6 +159,7 @@ void ModelRunner::ReadResults() {
   } else {
     model_.ReadLogits(sampled_rows_, &logits_);
   }
+  if (masks_ != nullptr) masks_->Wait();
 }
 
 absl::Status ModelRunner::Accept(size_t i, Sequence& seq, SequenceOutput* out) {

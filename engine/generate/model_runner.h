@@ -16,6 +16,10 @@
 // prefill chunks, sparse sequences (or with a sparse cache at all), host sampling, or on a
 // backend that cannot record run each operation as it is enqueued.
 //
+// The token masks of rows whose output grammar holds are prepared on the MaskWorker's thread
+// while the forward pass runs (started in Run, waited for in ReadResults), so sampling finds them
+// ready.
+//
 // Engine thread only. Scheduling (which rows run) is the caller's.
 #pragma once
 
@@ -28,6 +32,7 @@
 #include "absl/status/status.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/step_plan.h"
+#include "engine/generate/mask_worker.h"
 #include "engine/generate/sequence.h"
 #include "engine/generate/sparse_prefill.h"
 #include "engine/kv/dense_attention.h"
@@ -60,8 +65,10 @@ class ModelRunner {
  public:
   // `sparse` is null without a sparse cache. All must outlive the runner. `record_decode_steps`:
   // replay recorded decode steps where the backend can (model.cuda_graphs).
+  // `masks` (may be null: masks are then computed as rows sample) prepares constrained rows'
+  // masks.
   ModelRunner(Backend& backend, Transformer& model, DenseKvAttention& dense, SparseKvCache* sparse,
-              bool record_decode_steps = true);
+              bool record_decode_steps = true, MaskWorker* masks = nullptr);
 
   // The step's metadata. The caller clears it, lets the KV managers plan into it, then calls
   // Plan.
@@ -71,10 +78,11 @@ class ModelRunner {
   // major prefill's row as sampled when it finishes this step. RESOURCE_EXHAUSTED when the plan
   // cannot grow.
   absl::Status Plan(ScheduledStep& step);
-  // Enqueues the forward pass, the layer-major prefill's units and the device sampling.
+  // Starts preparing the masks of the sampled rows whose grammar holds, then enqueues the forward
+  // pass, the layer-major prefill's units and the device sampling.
   void Run(const ScheduledStep& step);
   // The step's one synchronization: the sampled tokens or the logits come back (a plain wait when
-  // nothing samples).
+  // nothing samples), and the masks Run started are ready.
   void ReadResults();
   // The i-th sampled row's token into `seq` (i in `rows` order among rows that sample). INTERNAL,
   // with nothing accepted, when the row's logits were NaN or infinite.
@@ -92,6 +100,8 @@ class ModelRunner {
   static int32_t DecodeOnlyKeysCapacity(const ScheduledStep& step);
   // Enqueues the step's operations one by one.
   void Enqueue(const ScheduledStep& step);
+  // Hands the masks of the step's sampled rows whose grammar holds to the mask worker.
+  void StartMasks(const ScheduledStep& step);
   // Replays the step's recording, else enqueues the step and records it for the next.
   void RunRecorded(const ScheduledStep& step);
 
@@ -123,6 +133,8 @@ class ModelRunner {
   Transformer& model_;
   DenseKvAttention& dense_;
   SparseKvCache* sparse_;
+  MaskWorker* masks_;
+  std::vector<OutputConstraint*> holding_;  // StartMasks' scratch
   StepPlan plan_;
   int64_t sampled_rows_ = 0;
   bool on_device_ = false;

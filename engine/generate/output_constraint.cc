@@ -45,11 +45,20 @@ OutputConstraint::OutputConstraint(ConstraintSpec spec, grammar::TokenMasker& ma
 void OutputConstraint::Activate(const std::shared_ptr<const grammar::Grammar>& g) {
   matcher_.emplace(g);
   cache_ = caches_.For(g);
+  prepared_ = false;
+}
+
+void OutputConstraint::PrepareMask(grammar::TokenMasker& masker) {
+  if (!active()) return;
+  allowed_ = masker.Compute(*matcher_, cache_.get(), &mask_);
+  prepared_ = true;
 }
 
 absl::Status OutputConstraint::Mask(absl::Span<float> logits) {
   if (!active()) return absl::OkStatus();
-  int64_t allowed = masker_.Compute(*matcher_, cache_.get(), &mask_);
+  if (!prepared_) PrepareMask(masker_);
+  prepared_ = false;  // one use: the sampled token moves the matcher
+  int64_t allowed = allowed_;
   const bool can_end = matcher_->CanEnd();
   const auto n = static_cast<int64_t>(logits.size());
   // The end tokens' logits, kept: allowed exactly where the output can end, whatever the mask.
@@ -120,6 +129,7 @@ absl::Status OutputConstraint::Watch(std::string_view bytes) {
 }
 
 absl::Status OutputConstraint::Accept(int32_t token) {
+  prepared_ = false;
   if (end_ids_.contains(token)) return absl::OkStatus();
   const std::string bytes = tokenizer_.TokenBytes(token);
   if (!active()) return Watch(bytes);

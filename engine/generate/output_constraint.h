@@ -2,10 +2,11 @@
 // are masked to the tokens the grammar allows next, the request's end tokens only where the
 // output can end, and the sampled token is followed through the grammar. A grammar holds from the
 // first token (a response format, a forced tool call) or from each time the output writes a
-// trigger (a strict tool call the model opens); a row samples on the host while one holds (the
-// mask is computed there; a device mask is future work).
+// trigger (a strict tool call the model opens); a row samples on the host while one holds (a
+// device mask is future work).
 //
-// Engine thread only: the masker's scratch is the Generator's.
+// Engine thread only, but for PrepareMask: the engine's MaskWorker prepares a step's masks on its
+// own thread while the step's forward pass runs, and hands the constraints back before sampling.
 #pragma once
 
 #include <cstdint>
@@ -70,8 +71,12 @@ class OutputConstraint {
   // Whether a grammar holds for the next token (else the output is free and Mask changes
   // nothing).
   bool active() const { return matcher_.has_value(); }
-  // Sets every refused token's logit to -infinity. INTERNAL when none is left: the vocabulary
-  // cannot spell what the grammar needs next (the request was valid; the model failed it).
+  // Computes the next token's mask with `masker` ahead of Mask: on any thread, while nothing else
+  // touches this constraint, `masker` or the grammar's mask cache. Nothing while no grammar holds.
+  void PrepareMask(grammar::TokenMasker& masker);
+  // Sets every refused token's logit to -infinity, with the prepared mask or else one computed
+  // now. INTERNAL when none is left: the vocabulary cannot spell what the grammar needs next (the
+  // request was valid; the model failed it).
   absl::Status Mask(absl::Span<float> logits);
   // Follows a token the mask allowed (an end token takes nothing), or a free token (watching for
   // the trigger). INTERNAL if the grammar refuses a token the mask allowed, or if the token that
@@ -99,6 +104,8 @@ class OutputConstraint {
   const Tokenizer& tokenizer_;
   absl::flat_hash_set<int32_t> end_ids_;
   std::vector<uint32_t> mask_;
+  bool prepared_ = false;  // mask_ is the next token's (the matcher has not moved since)
+  int64_t allowed_ = 0;    // tokens in mask_
   std::vector<std::pair<int32_t, float>> ends_;  // Mask's scratch: the end tokens' logits
 };
 

@@ -107,6 +107,11 @@ class Sequence {
     return !sampler_.has_penalties() && (constraint_ == nullptr || !constraint_->active());
   }
   RowSampling NextDeviceRow() { return sampler_.NextRow(); }
+  // The constraint whose grammar holds for the next token (its mask can be prepared ahead), or
+  // null.
+  OutputConstraint* holding_constraint() {
+    return constraint_ != nullptr && constraint_->active() ? constraint_.get() : nullptr;
+  }
   absl::Status AcceptSampled(const SampledRow& row, SequenceOutput* out);
   // Ends the sequence for a reason decided outside (cancellation).
   void Finish(FinishReason reason, SequenceOutput* out);

@@ -173,7 +173,11 @@ double RowSampler::KeepNucleus(const RowSampling& row, absl::Span<const float> l
   bucket_mass_.assign(kNumBuckets, 0.0);
   double total = 0.0;
   for (size_t i = 0; i < vocab; ++i) {
-    const float w = std::exp((Sanitize(logits[i]) - max_logit) * inv_t);
+    if (!(logits[i] > kNegInf)) {  // -inf or NaN: weight 0 (a grammar's mask refuses most)
+      weights_[i] = 0.0f;
+      continue;
+    }
+    const float w = std::exp((logits[i] - max_logit) * inv_t);
     weights_[i] = w;
     total += w;
     bucket_mass_[Bucket(w)] += w;
@@ -259,6 +263,7 @@ int32_t RowSampler::Draw(const RowSampling& row, absl::Span<const float> logits)
   } else {
     // No ordering needed: plain temperature sampling in id order, filtered by min-p when set.
     for (size_t i = 0; i < vocab; ++i) {
+      if (!(logits[i] > kNegInf)) continue;  // weight 0: a masked token costs no exp
       const float w = weight(logits[i]);
       if (w >= row.min_p && w > 0.0f) {
         cands.push_back({w, static_cast<int32_t>(i)});

@@ -27,6 +27,7 @@
 #include "tools/bench/agent_bench.h"
 #include "tools/bench/attention_bench.h"
 #include "tools/bench/cpu_bench.h"
+#include "tools/bench/constrained_bench.h"
 #include "tools/bench/grammar_bench.h"
 #include "tools/bench/sampling_bench.h"
 #include "tools/bench/serve_bench.h"
@@ -124,6 +125,12 @@ ABSL_FLAG(std::string, schemas, "tests/engine/grammar/agent_schemas.json",
           "grammar: JSON array of {\"schema\", \"strict\"}");
 ABSL_FLAG(int, mask_threads, 1, "grammar: threads that build a mask cache entry (1: one)");
 
+// constrained
+ABSL_FLAG(int32_t, batch, 32, "constrained: requests kept in flight");
+ABSL_FLAG(int32_t, steps, 100, "constrained: steps timed per run");
+ABSL_FLAG(int32_t, pairs, 5, "constrained: free/constrained pairs of runs, after a warm-up pair");
+ABSL_FLAG(double, temperature, 1.0, "constrained: every request's (0 = greedy)");
+
 namespace {
 
 constexpr char kUsage[] =
@@ -135,7 +142,9 @@ constexpr char kUsage[] =
     "  attention  attention kernels (--device, --contexts, --head-dims, --decode-shapes)\n"
     "  sampling   sampling on the device vs on the host (--device, --vocab, --sampling-rows)\n"
     "  grammar    structured outputs: schema compile and token mask times (--tokenizer-dir, "
-    "--schemas)";
+    "--schemas)\n"
+    "  constrained  a full batch with and without JSON-schema constraints (--model, --schemas, "
+    "--batch)";
 
 // --device, or nullopt after saying why not.
 std::optional<specula::DeviceKind> DeviceFlag() {
@@ -333,6 +342,17 @@ int main(int argc, char** argv) {
     o.schemas_file = absl::GetFlag(FLAGS_schemas);
     o.mask_threads = absl::GetFlag(FLAGS_mask_threads);
     return specula::RunGrammarBench(o);
+  }
+  if (command == "constrained") {
+    specula::ConstrainedBenchOptions o;
+    o.model_dir = absl::GetFlag(FLAGS_model);
+    o.schemas_file = absl::GetFlag(FLAGS_schemas);
+    o.batch = absl::GetFlag(FLAGS_batch);
+    o.steps = absl::GetFlag(FLAGS_steps);
+    o.pairs = absl::GetFlag(FLAGS_pairs);
+    o.threads = absl::GetFlag(FLAGS_threads);
+    o.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
+    return specula::RunConstrainedBench(o);
   }
   std::cerr << kUsage << "\n";
   return 2;

@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "engine/generate/generator.h"
+#include "engine/generate/mask_worker.h"
 #include "engine/generate/output_constraint.h"
 #include "engine/grammar/json_schema.h"
 #include "gtest/gtest.h"
@@ -228,6 +230,52 @@ TEST_F(OutputConstraintTest, AForcedCallIsFreeAfterItsEnd) {
   EXPECT_FALSE(c.active());
   EXPECT_FALSE(c.complete());
   EXPECT_TRUE(c.Accept(Ids(*tokenizer_, "x")[0]).ok());
+}
+
+// The logits Mask leaves finite, as a set of token ids.
+std::vector<int32_t> Allowed(OutputConstraint& c, size_t vocab) {
+  std::vector<float> logits(vocab, 0.5f);
+  EXPECT_TRUE(c.Mask(absl::MakeSpan(logits)).ok());
+  std::vector<int32_t> allowed;
+  for (size_t id = 0; id < vocab; ++id) {
+    if (!std::isinf(logits[id])) allowed.push_back(static_cast<int32_t>(id));
+  }
+  return allowed;
+}
+
+// The engine prepares a step's masks on the MaskWorker's thread while the forward pass runs. A
+// prepared mask masks exactly as one computed at sampling time, and serves one token only: on a
+// random walk through a schema's answers, `ahead` is prepared before every step, `inline` never;
+// at every other step `ahead` is also prepared before the previous token was accepted, a mask
+// for a state the matcher has since left, which must not be used.
+TEST_F(OutputConstraintTest, MasksPreparedOnTheWorkerEqualMasksComputedAtSampling) {
+  ConstraintSpec spec;
+  spec.grammar = Compile(kWeather);
+  const int32_t eos = *tokenizer_->eos_token_id();
+  const auto vocab = static_cast<size_t>(tokenizer_->vocab_size());
+  OutputConstraint ahead(spec, masker_, caches_, *tokenizer_, {eos});
+  OutputConstraint at_sampling(spec, masker_, caches_, *tokenizer_, {eos});
+  MaskWorker worker(masker_);
+  std::mt19937 random(7);
+  int steps = 0;
+  for (; steps < 200 && !ahead.complete(); ++steps) {
+    worker.Start({&ahead});
+    worker.Wait();
+    const std::vector<int32_t> expected = Allowed(at_sampling, vocab);
+    ASSERT_FALSE(expected.empty());
+    const int32_t token = expected[random() % expected.size()];
+    if (steps % 2 == 1) {
+      ASSERT_TRUE(ahead.Accept(token).ok());  // the prepared mask is now stale
+    } else {
+      ASSERT_EQ(Allowed(ahead, vocab), expected) << "step " << steps;
+      ASSERT_TRUE(ahead.Accept(token).ok());
+    }
+    ASSERT_TRUE(at_sampling.Accept(token).ok());
+    if (steps % 2 == 1 && !at_sampling.complete()) {
+      ASSERT_EQ(Allowed(ahead, vocab), Allowed(at_sampling, vocab)) << "after step " << steps;
+    }
+  }
+  EXPECT_GT(steps, 10);
 }
 
 // Requests that share a compiled grammar share its mask cache; the cache goes with the grammar.
