@@ -183,7 +183,7 @@ __device__ RowStats Stats(Row row, Shared& s) {
   int32_t id = INT_MAX;
   bool finite = true;
   ForEachToken(row, [&](int32_t i, float l) {
-    finite = finite && isfinite(l);
+    finite = finite && l < INFINITY;  // not NaN, not +inf: -inf is a token never chosen
     const uint32_t k = RankKey(l);
     if (k > key) {  // ids rise within a thread: the first of equal keys stays
       key = k;
@@ -445,7 +445,10 @@ __global__ void __launch_bounds__(kThreads) SampleRowsKernel(SampleRowsParams p)
   const Row row{p.logits + blockIdx.x * p.stride, static_cast<int32_t>(p.vocab)};
   const RowSampling rs = p.sampling[blockIdx.x];
   SampledRow* out = p.out + blockIdx.x;
-  const RowStats stats = Stats(row, s);
+  RowStats stats = Stats(row, s);
+  // A row of -inf alone has no token either (uniform across the block: every thread reads the
+  // same best key).
+  stats.finite = stats.finite && (row.vocab == 0 || isfinite(KeyLogit(stats.best_key)));
   if (threadIdx.x == 0) {
     out->token = 0;
     out->status = stats.finite ? RowSampleStatus::kOk : RowSampleStatus::kNonFinite;
@@ -463,7 +466,26 @@ __global__ void __launch_bounds__(kThreads) SampleRowsKernel(SampleRowsParams p)
   if (rs.logprobs >= 0) WriteLogprobs(row, rs, token, max_logit, s, out);
 }
 
+__global__ void __launch_bounds__(kThreads) MaskLogitsKernel(MaskLogitsParams p) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (t >= p.vocab) return;
+  const int64_t words = (p.vocab + 31) / 32;
+  const uint32_t word = p.bits[blockIdx.y * words + t / 32];
+  if ((word >> (t & 31)) & 1u) return;
+  float* logit = p.logits + p.rows[blockIdx.y] * p.stride + t;
+  if (*logit < INFINITY) *logit = -INFINITY;  // NaN and +inf stay for SampleRows to report
+}
+
 }  // namespace
+
+cudaError_t MaskLogits(const MaskLogitsParams& p, cudaStream_t stream) {
+  if (p.masked_rows == 0 || p.vocab == 0) return cudaSuccess;
+  if (p.masked_rows > 65535 || p.vocab > INT_MAX) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((p.vocab + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(p.masked_rows));
+  MaskLogitsKernel<<<grid, kThreads, 0, stream>>>(p);
+  return LaunchStatus();
+}
 
 cudaError_t SampleRows(const SampleRowsParams& p, cudaStream_t stream) {
   if (p.rows == 0) return cudaSuccess;

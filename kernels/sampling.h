@@ -21,4 +21,18 @@ struct SampleRowsParams {
 };
 cudaError_t SampleRows(const SampleRowsParams& p, cudaStream_t stream);
 
+// A grammar's masks on the rows they belong to: logits[rows[i], t] = -inf where bit t % 32 of
+// bits[i * words + t / 32] is clear (words = ceil(vocab / 32)), NaN and +inf left for SampleRows
+// to report. One thread per token, so a warp reads one mask word and writes 128 contiguous
+// bytes. Per masked row it reads vocab / 8 bytes and writes at most 4 * vocab.
+struct MaskLogitsParams {
+  float* logits = nullptr;  // [*, vocab], row stride `stride` floats
+  int64_t vocab = 0;
+  int64_t stride = 0;
+  const int32_t* rows = nullptr;  // [masked_rows]: the logits row of each mask
+  int64_t masked_rows = 0;
+  const uint32_t* bits = nullptr;  // [masked_rows, words]
+};
+cudaError_t MaskLogits(const MaskLogitsParams& p, cudaStream_t stream);
+
 }  // namespace specula::kernels

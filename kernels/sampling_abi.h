@@ -35,7 +35,9 @@ struct RowSampling {
 
 enum class RowSampleStatus : int32_t {
   kOk = 0,
-  kNonFinite = 1,  // a logit was NaN or infinite: no token (the sequence fails, as on the host)
+  // A logit was NaN or +infinity, or none was finite: no token (the sequence fails, as on the
+  // host). -infinity alone is a token never chosen (a grammar's mask), not an error.
+  kNonFinite = 1,
 };
 
 // One row's result. Logprobs are log_softmax of the row's logits (temperature not applied).

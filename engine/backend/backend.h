@@ -194,6 +194,13 @@ class Backend {
   // the method of kernels/sampling_abi.h; `rows` and `out` are in this backend's memory.
   virtual void SampleRows(const Mat& logits, DeviceSpan<const RowSampling> rows,
                           DeviceSpan<SampledRow> out) = 0;
+  // A grammar's masks, applied where the logits are, before SampleRows: for each i, row rows[i]
+  // of `logits` gets -inf at every token whose bit is clear in mask i (bit t % 32 of word t / 32
+  // of bits[i * words, (i + 1) * words), words = ceil(logits.cols / 32)). NaN and +inf stay, so
+  // SampleRows still reports a model that overflowed. `rows` and `bits` are in this backend's
+  // memory.
+  virtual void MaskLogits(const Mat& logits, DeviceSpan<const int32_t> rows,
+                          DeviceSpan<const uint32_t> bits) = 0;
 
   // The most cache slots a sparse sequence may have per (layer, KV head): a GPU's selection keeps
   // them in a block's shared memory. Unbounded on the CPU.

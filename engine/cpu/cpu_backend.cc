@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <new>
 #include <vector>
 
@@ -281,6 +282,30 @@ void CpuBackend::GatherRows(const Mat& src, DeviceSpan<const int32_t> row_span, 
   for (size_t i = 0; i < rows.size(); ++i) {
     CHECK(rows[i] >= 0 && rows[i] < src.rows);
     std::memcpy(out->row(static_cast<int64_t>(i)), src.row(rows[i]), src.cols * sizeof(float));
+  }
+}
+
+void CpuBackend::MaskLogits(const Mat& logits, DeviceSpan<const int32_t> row_span,
+                            DeviceSpan<const uint32_t> bit_span) {
+  const absl::Span<const int32_t> rows = Host(row_span);
+  const absl::Span<const uint32_t> bits = Host(bit_span);
+  const int64_t words = (logits.cols + 31) / 32;
+  CHECK_EQ(static_cast<int64_t>(bits.size()), static_cast<int64_t>(rows.size()) * words);
+  constexpr float kRefused = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    CHECK(rows[i] >= 0 && rows[i] < logits.rows);
+    float* row = logits.row(rows[i]);
+    const uint32_t* mask = bits.data() + static_cast<int64_t>(i) * words;
+    for (int64_t w = 0; w < words; ++w) {
+      if (mask[w] == ~uint32_t{0}) continue;
+      const int64_t end = std::min(logits.cols, w * 32 + 32);
+      for (int64_t t = w * 32; t < end; ++t) {
+        // NaN and +inf fail `<`: they stay for SampleRows to report.
+        if (!((mask[w] >> (t & 31)) & 1) && row[t] < std::numeric_limits<float>::infinity()) {
+          row[t] = kRefused;
+        }
+      }
+    }
   }
 }
 

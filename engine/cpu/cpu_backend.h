@@ -69,6 +69,8 @@ class CpuBackend : public Backend {
   // The reference: engine/sampling/row_sampling.h, one row after another.
   void SampleRows(const Mat& logits, DeviceSpan<const RowSampling> rows,
                   DeviceSpan<SampledRow> out) override;
+  void MaskLogits(const Mat& logits, DeviceSpan<const int32_t> rows,
+                  DeviceSpan<const uint32_t> bits) override;
 
   // The host view of a DeviceSpan: CHECK-fails unless it lies inside memory from Allocate (what
   // a device operation may dereference on a GPU).

@@ -207,6 +207,20 @@ void CudaBackend::SampleRows(const Mat& logits, DeviceSpan<const RowSampling> ro
   CheckLaunch(kernels::SampleRows(p, stream()), "SampleRows");
 }
 
+void CudaBackend::MaskLogits(const Mat& logits, DeviceSpan<const int32_t> rows,
+                             DeviceSpan<const uint32_t> bits) {
+  CHECK_EQ(static_cast<int64_t>(bits.size()),
+           static_cast<int64_t>(rows.size()) * ((logits.cols + 31) / 32));
+  kernels::MaskLogitsParams p;
+  p.logits = logits.data;
+  p.vocab = logits.cols;
+  p.stride = logits.stride;
+  p.rows = rows.data();
+  p.masked_rows = static_cast<int64_t>(rows.size());
+  p.bits = bits.data();
+  CheckLaunch(kernels::MaskLogits(p, stream()), "MaskLogits");
+}
+
 void CudaBackend::WriteKv(const Mat& k, const Mat& v, const KvWrite& where,
                           const KvLayerView& layer) {
   CHECK(static_cast<int64_t>(where.blocks.size()) >= k.rows &&

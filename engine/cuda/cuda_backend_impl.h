@@ -66,6 +66,8 @@ class CudaBackend : public Backend {
   void GatherPages(Stream& stream, const PageGatherArgs& args) override;
   void SampleRows(const Mat& logits, DeviceSpan<const RowSampling> rows,
                   DeviceSpan<SampledRow> out) override;
+  void MaskLogits(const Mat& logits, DeviceSpan<const int32_t> rows,
+                  DeviceSpan<const uint32_t> bits) override;
   int32_t max_sparse_cache_slots() const override { return max_cache_slots_; }
   // cuda_record.cc
   bool can_record() const override { return true; }

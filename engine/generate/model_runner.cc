@@ -25,6 +25,7 @@ ModelRunner::ModelRunner(Backend& backend, Transformer& model, DenseKvAttention&
       dense_(dense),
       sparse_(sparse),
       masks_(masks),
+      mask_plan_(backend),
       plan_(backend),
       record_decode_steps_(record_decode_steps),
       plan_by_capacity_(sparse == nullptr && backend.can_record()) {}
@@ -55,7 +56,7 @@ absl::Status ModelRunner::Plan(ScheduledStep& step) {
   step.logit_rows_slice = plan_.Add<int32_t>(step.logit_rows);
   PlanSampling(step);
   RETURN_IF_ERROR(plan_.Upload());
-  recordable_ = record_decode_steps_ && keys_capacity_ > 0 && on_device_ &&
+  recordable_ = record_decode_steps_ && keys_capacity_ > 0 && on_device_ && holding_.empty() &&
                 sampled_rows_ == static_cast<int64_t>(step.tokens.size());
   return absl::OkStatus();
 }
@@ -63,10 +64,17 @@ absl::Status ModelRunner::Plan(ScheduledStep& step) {
 void ModelRunner::PlanSampling(const ScheduledStep& step) {
   sampled_rows_ = 0;
   on_device_ = true;
+  holding_.clear();
+  holding_rows_.clear();
+  mask_failures_.clear();
   for (const ScheduledRow& row : step.rows) {
     if (!row.sample) continue;
+    if (OutputConstraint* c = row.seq->holding_constraint()) {
+      holding_.push_back(c);
+      holding_rows_.push_back(static_cast<int32_t>(sampled_rows_));
+    }
     ++sampled_rows_;
-    on_device_ = on_device_ && row.seq->CanSampleOnDevice();
+    on_device_ = on_device_ && row.seq->CanSampleOnDevice(masks_ != nullptr);
   }
   if (!on_device_ || sampled_rows_ == 0) return;
   // Drawn only once the whole step is known to sample here: a host step draws in Sample.
@@ -78,19 +86,36 @@ void ModelRunner::PlanSampling(const ScheduledStep& step) {
   results_slice_ = plan_.Scratch<SampledRow>(settings_.size());
 }
 
-void ModelRunner::StartMasks(const ScheduledStep& step) {
-  if (masks_ == nullptr || on_device_) return;  // a row whose grammar holds samples on the host
-  holding_.clear();
-  for (const ScheduledRow& row : step.rows) {
-    if (!row.sample) continue;
-    if (OutputConstraint* c = row.seq->holding_constraint()) holding_.push_back(c);
+void ModelRunner::StartMasks() {
+  if (masks_ != nullptr) masks_->Start(holding_);
+}
+
+void ModelRunner::ApplyDeviceMasks() {
+  masks_->Wait();
+  const int64_t vocab = model_.config().vocab_size;
+  const size_t words = static_cast<size_t>((vocab + 31) / 32);
+  mask_plan_.Clear();
+  const PlanSlice<int32_t> rows = mask_plan_.Add<int32_t>(holding_rows_);
+  const PlanSlice<uint32_t> bits = mask_plan_.Reserve<uint32_t>(holding_.size() * words);
+  uint32_t* host = mask_plan_.Host(bits);
+  for (size_t i = 0; i < holding_.size(); ++i) {
+    const absl::Span<uint32_t> row(host + i * words, words);
+    if (absl::Status s = holding_[i]->WriteMask(row, vocab); !s.ok()) {
+      mask_failures_.emplace_back(static_cast<size_t>(holding_rows_[i]), std::move(s));
+      std::fill(row.begin(), row.end(), ~uint32_t{0});  // the row fails; its draw is moot
+    }
   }
-  masks_->Start(holding_);
+  if (absl::Status s = mask_plan_.Upload(); !s.ok()) {
+    for (int32_t r : holding_rows_) mask_failures_.emplace_back(static_cast<size_t>(r), s);
+    return;
+  }
+  backend_.MaskLogits(model_.logits(sampled_rows_), mask_plan_.Device(rows),
+                      mask_plan_.Device(bits));
 }
 
 void ModelRunner::Run(const ScheduledStep& step) {
   replayed_ = false;
-  StartMasks(step);
+  StartMasks();
   if (sparse_ != nullptr) sparse_->RunPendingSummaries(plan_);
   dense_.Bind(plan_);
   if (sparse_ != nullptr) sparse_->decode().Bind(plan_);
@@ -144,6 +169,7 @@ void ModelRunner::Enqueue(const ScheduledStep& step) {
     step.sparse_prefill->Run(static_cast<int64_t>(step.logit_rows.size()));
   }
   if (on_device_ && sampled_rows_ > 0) {
+    if (!holding_.empty()) ApplyDeviceMasks();
     backend_.SampleRows(model_.logits(sampled_rows_), plan_.Device(settings_slice_),
                         plan_.Device(results_slice_));
   }
@@ -165,12 +191,15 @@ void ModelRunner::ReadResults() {
 absl::Status ModelRunner::Accept(size_t i, Sequence& seq, SequenceOutput* out) {
   CHECK_LT(static_cast<int64_t>(i), sampled_rows_);
   if (on_device_) {
+    for (const auto& [row, status] : mask_failures_) {
+      if (row == i) return status;
+    }
     if (results_[i].status != RowSampleStatus::kOk) return NonFiniteLogits();
     return seq.AcceptSampled(results_[i], out);
   }
   const int64_t vocab = model_.config().vocab_size;
   const absl::Span<float> row(logits_.data() + static_cast<int64_t>(i) * vocab, vocab);
-  if (!AllFinite(row)) return NonFiniteLogits();
+  if (!LogitsSampleable(row)) return NonFiniteLogits();
   return seq.Accept(row, out);
 }
 

@@ -17,8 +17,10 @@
 // backend that cannot record run each operation as it is enqueued.
 //
 // The token masks of rows whose output grammar holds are prepared on the MaskWorker's thread
-// while the forward pass runs (started in Run, waited for in ReadResults), so sampling finds them
-// ready.
+// while the forward pass runs (started in Run), so sampling finds them ready. On the device path
+// the masks are uploaded as bits once the forward pass is enqueued and applied to the logits
+// there (Backend::MaskLogits) before SampleRows: a constrained row samples on the device and
+// its logits are never read back. Steps with masks are not recorded.
 //
 // Engine thread only. Scheduling (which rows run) is the caller's.
 #pragma once
@@ -101,7 +103,9 @@ class ModelRunner {
   // Enqueues the step's operations one by one.
   void Enqueue(const ScheduledStep& step);
   // Hands the masks of the step's sampled rows whose grammar holds to the mask worker.
-  void StartMasks(const ScheduledStep& step);
+  void StartMasks();
+  // Waits for them, uploads them as bits and masks their rows' logits on the backend.
+  void ApplyDeviceMasks();
   // Replays the step's recording, else enqueues the step and records it for the next.
   void RunRecorded(const ScheduledStep& step);
 
@@ -134,7 +138,12 @@ class ModelRunner {
   DenseKvAttention& dense_;
   SparseKvCache* sparse_;
   MaskWorker* masks_;
-  std::vector<OutputConstraint*> holding_;  // StartMasks' scratch
+  // The step's sampled rows whose grammar holds: their constraints and their indices among the
+  // sampled rows (their logits rows); a row whose mask allowed nothing fails with its status.
+  std::vector<OutputConstraint*> holding_;
+  std::vector<int32_t> holding_rows_;
+  std::vector<std::pair<size_t, absl::Status>> mask_failures_;
+  StepPlan mask_plan_;  // the device masks' bits, uploaded after the forward pass is enqueued
   StepPlan plan_;
   int64_t sampled_rows_ = 0;
   bool on_device_ = false;

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "engine/common/check.h"
+#include "engine/common/status_macros.h"
 
 namespace specula {
 
@@ -54,31 +55,20 @@ void OutputConstraint::PrepareMask(grammar::TokenMasker& masker) {
   prepared_ = true;
 }
 
-absl::Status OutputConstraint::Mask(absl::Span<float> logits) {
-  if (!active()) return absl::OkStatus();
+absl::Status OutputConstraint::FinishMask(int64_t vocab) {
   if (!prepared_) PrepareMask(masker_);
   prepared_ = false;  // one use: the sampled token moves the matcher
+  // Ids past the tokenizer's table (a padded vocabulary) are never allowed.
+  mask_.resize(std::max(mask_.size(), static_cast<size_t>((vocab + 31) / 32)), 0);
   int64_t allowed = allowed_;
   const bool can_end = matcher_->CanEnd();
-  const auto n = static_cast<int64_t>(logits.size());
-  // The end tokens' logits, kept: allowed exactly where the output can end, whatever the mask.
-  ends_.clear();
+  // The end tokens: allowed exactly where the output can end, whatever the grammar's mask says.
   for (const int32_t e : end_ids_) {
-    if (e < n) ends_.push_back({e, logits[e]});
-  }
-  constexpr float kRefused = -std::numeric_limits<float>::infinity();
-  const auto table_size = static_cast<int64_t>(mask_.size()) * 32;
-  for (int64_t word = 0; word * 32 < n; ++word) {
-    const uint32_t bits = word * 32 < table_size ? mask_[static_cast<size_t>(word)] : 0;
-    if (bits == ~uint32_t{0}) continue;  // all 32 allowed
-    const int64_t end = std::min(n, word * 32 + 32);
-    for (int64_t id = word * 32; id < end; ++id) {
-      if (!((bits >> (id & 31)) & 1)) logits[id] = kRefused;
-    }
-  }
-  for (const auto& [e, logit] : ends_) {
-    const bool in_mask = e < table_size && grammar::MaskAllows(mask_, e);
-    logits[e] = can_end ? logit : kRefused;
+    if (e >= vocab) continue;
+    uint32_t& word = mask_[static_cast<size_t>(e) / 32];
+    const uint32_t bit = uint32_t{1} << (e & 31);
+    const bool in_mask = (word & bit) != 0;
+    word = can_end ? (word | bit) : (word & ~bit);
     allowed += (can_end && !in_mask) - (!can_end && in_mask);
   }
   if (allowed == 0) {
@@ -87,6 +77,30 @@ absl::Status OutputConstraint::Mask(absl::Span<float> logits) {
         "the output constraint allows no token here: the model's vocabulary cannot spell what "
         "the grammar needs next");
   }
+  return absl::OkStatus();
+}
+
+absl::Status OutputConstraint::Mask(absl::Span<float> logits) {
+  if (!active()) return absl::OkStatus();
+  const auto n = static_cast<int64_t>(logits.size());
+  RETURN_IF_ERROR(FinishMask(n));
+  constexpr float kRefused = -std::numeric_limits<float>::infinity();
+  for (int64_t word = 0; word * 32 < n; ++word) {
+    const uint32_t bits = mask_[static_cast<size_t>(word)];
+    if (bits == ~uint32_t{0}) continue;  // all 32 allowed
+    const int64_t end = std::min(n, word * 32 + 32);
+    for (int64_t id = word * 32; id < end; ++id) {
+      if (!((bits >> (id & 31)) & 1)) logits[id] = kRefused;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OutputConstraint::WriteMask(absl::Span<uint32_t> words, int64_t vocab) {
+  CHECK(active());
+  CHECK_EQ(static_cast<int64_t>(words.size()), (vocab + 31) / 32);
+  RETURN_IF_ERROR(FinishMask(vocab));
+  std::copy_n(mask_.begin(), words.size(), words.begin());
   return absl::OkStatus();
 }
 

@@ -2,8 +2,8 @@
 // are masked to the tokens the grammar allows next, the request's end tokens only where the
 // output can end, and the sampled token is followed through the grammar. A grammar holds from the
 // first token (a response format, a forced tool call) or from each time the output writes a
-// trigger (a strict tool call the model opens); a row samples on the host while one holds (a
-// device mask is future work).
+// trigger (a strict tool call the model opens). The mask reaches the logits as bits on the
+// device (WriteMask, Backend::MaskLogits), or on the host when the step samples there (Mask).
 //
 // Engine thread only, but for PrepareMask: the engine's MaskWorker prepares a step's masks on its
 // own thread while the step's forward pass runs, and hands the constraints back before sampling.
@@ -78,6 +78,10 @@ class OutputConstraint {
   // now. INTERNAL when none is left: the vocabulary cannot spell what the grammar needs next (the
   // request was valid; the model failed it).
   absl::Status Mask(absl::Span<float> logits);
+  // The same mask as bits for Backend::MaskLogits (bit t % 32 of word t / 32 set where token t
+  // is allowed; `words` holds ceil(vocab / 32)), for a row sampled where its logits are. Only
+  // while a grammar holds; the same INTERNAL as Mask.
+  absl::Status WriteMask(absl::Span<uint32_t> words, int64_t vocab);
   // Follows a token the mask allowed (an end token takes nothing), or a free token (watching for
   // the trigger). INTERNAL if the grammar refuses a token the mask allowed, or if the token that
   // completed the trigger went on with text the triggered grammar refuses (the model wrote the
@@ -88,6 +92,9 @@ class OutputConstraint {
 
  private:
   void Activate(const std::shared_ptr<const grammar::Grammar>& g);
+  // Takes the prepared mask (computing it now if none is) over `vocab` tokens, with the end
+  // tokens' bits set exactly where the output can end; INTERNAL when it allows nothing.
+  absl::Status FinishMask(int64_t vocab);
   // Follows `bytes` through the active grammar; free again once it is complete (or the end).
   bool Advance(std::string_view bytes);
   // Watches free text for the trigger; activates the triggered grammar after it.
@@ -106,7 +113,6 @@ class OutputConstraint {
   std::vector<uint32_t> mask_;
   bool prepared_ = false;  // mask_ is the next token's (the matcher has not moved since)
   int64_t allowed_ = 0;    // tokens in mask_
-  std::vector<std::pair<int32_t, float>> ends_;  // Mask's scratch: the end tokens' logits
 };
 
 }  // namespace specula

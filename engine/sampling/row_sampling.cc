@@ -12,7 +12,8 @@ namespace {
 
 using sampling_internal::Candidate;
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNegInf = -kInf;
 
 // Total order used everywhere a "most likely first" order is needed: larger value first, then
 // lower token id, so ties resolve the same way as greedy argmax. A function object rather than a
@@ -125,8 +126,13 @@ size_t DrawIndex(size_t count, WeightAt weight_at, double total, double u) {
 
 }  // namespace
 
-bool AllFinite(absl::Span<const float> logits) {
-  return std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); });
+bool LogitsSampleable(absl::Span<const float> logits) {
+  bool some_finite = logits.empty();
+  for (const float v : logits) {
+    if (!(v < kInf)) return false;  // NaN or +inf
+    some_finite = some_finite || v > kNegInf;
+  }
+  return some_finite;
 }
 
 // Shifted by the max so large logits cannot overflow.
@@ -278,7 +284,7 @@ int32_t RowSampler::Draw(const RowSampling& row, absl::Span<const float> logits)
 
 SampledRow RowSampler::Sample(const RowSampling& row, absl::Span<const float> logits) {
   SampledRow out;
-  if (!AllFinite(logits)) {
+  if (!LogitsSampleable(logits)) {
     out.status = RowSampleStatus::kNonFinite;
     return out;
   }

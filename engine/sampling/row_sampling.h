@@ -25,8 +25,10 @@ struct Candidate {
 };
 }  // namespace sampling_internal
 
-// Whether every logit is a finite number: a row with NaN or infinity has no token.
-bool AllFinite(absl::Span<const float> logits);
+// Whether a row of logits has a token to give: no NaN, no +infinity (a model that overflowed),
+// and at least one finite logit. -infinity is a token never chosen (a grammar's mask writes it),
+// not an error.
+bool LogitsSampleable(absl::Span<const float> logits);
 
 // Keeps scratch buffers across rows so that a steady stream of rows allocates nothing. Not
 // thread-safe; one per thread.

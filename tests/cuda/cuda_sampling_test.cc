@@ -14,6 +14,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "gtest/gtest.h"
 #include "tests/cuda/cuda_test_backend.h"
+#include "tests/engine/cpu/mask_logits_case.h"
 
 namespace specula {
 namespace {
@@ -171,6 +172,20 @@ TEST_F(CudaSamplingTest, ARowSamplesTheSameAloneOrInABatchAndBadRowsStayAlone) {
     const bool bad = r == 5 || r == 9;
     EXPECT_EQ(batch[r].status, bad ? RowSampleStatus::kNonFinite : RowSampleStatus::kOk)
         << "row " << r;
+  }
+}
+
+// The device's MaskLogits writes what the CPU backend's does, bit for bit (NaN and +inf kept),
+// at vocabularies with a partial last mask word and at Qwen3's.
+TEST_F(CudaSamplingTest, MaskLogitsEqualsTheCpuBackend) {
+  CpuBackend cpu(1);
+  for (const int64_t vocab : {70, 4099, 151669}) {
+    const testing::MaskLogitsCase want = testing::RunMaskLogits(cpu, vocab, 11);
+    const testing::MaskLogitsCase got = testing::RunMaskLogits(*gpu_, vocab, 11);
+    ASSERT_EQ(want.after.size(), got.after.size());
+    EXPECT_EQ(std::memcmp(want.after.data(), got.after.data(), want.after.size() * sizeof(float)),
+              0)
+        << "vocab " << vocab;
   }
 }
 

@@ -128,9 +128,10 @@ int RunConstrainedBench(const ConstrainedBenchOptions& o) {
                 *held / *free);
   }
   std::sort(ratios.begin(), ratios.end());
-  std::printf("\nbatch %d, temperature %g, %d steps a run, %zu schemas: median constrained/free "
-              "%.3f\n",
-              o.batch, o.temperature, o.steps, grammars->size(), Percentile(ratios, 50));
+  std::printf(
+      "\nbatch %d, temperature %g, %d steps a run, %zu schemas: median constrained/free "
+      "%.3f\n",
+      o.batch, o.temperature, o.steps, grammars->size(), Percentile(ratios, 50));
   return 0;
 }
 

@@ -11,6 +11,7 @@
 #include "engine/kv/kv_pool.h"
 #include "gtest/gtest.h"
 #include "tests/engine/cpu/device_data.h"
+#include "tests/engine/cpu/mask_logits_case.h"
 #include "tests/engine/cpu/random_vector.h"
 #include "tests/engine/cpu/stored_parts.h"
 
@@ -263,6 +264,32 @@ TEST_F(CpuBackendTest, WeightUploaderConvertsEachPartIntoPlace) {
   EXPECT_EQ(w.in, kIn);
   const float* got = w.buffer.as<float>();
   EXPECT_TRUE(std::equal(stored.values.begin(), stored.values.end(), got));
+}
+
+// A grammar's mask on the rows it belongs to: a refused token's logit becomes -inf, an allowed
+// one keeps its value, NaN and +inf stay (SampleRows reports them), and an unmasked row and the
+// padding past the vocabulary are untouched. 70 tokens: the last mask word is partial.
+TEST_F(CpuBackendTest, MaskLogitsRefusesWhatEachMaskClears) {
+  const testing::MaskLogitsCase c = testing::RunMaskLogits(backend_, 70, 5);
+  const int64_t words = (c.vocab + 31) / 32;
+  for (int64_t row = 0; row < 3; ++row) {
+    const int mask = row == 2 ? 0 : row == 0 ? 1 : -1;
+    for (int64_t t = 0; t < c.stride; ++t) {
+      const float before = c.before[row * c.stride + t];
+      const float after = c.after[row * c.stride + t];
+      const bool refused =
+          mask >= 0 && t < c.vocab && !((c.bits[mask * words + t / 32] >> (t % 32)) & 1);
+      if (refused && std::isfinite(before)) {
+        EXPECT_EQ(after, -INFINITY) << row << " " << t;
+      } else if (std::isnan(before)) {
+        EXPECT_TRUE(std::isnan(after)) << row << " " << t;
+      } else {
+        EXPECT_EQ(after, before) << row << " " << t;
+      }
+    }
+  }
+  EXPECT_TRUE(std::isnan(c.after[c.nan_at]));
+  EXPECT_EQ(c.after[c.inf_at], INFINITY);
 }
 
 }  // namespace

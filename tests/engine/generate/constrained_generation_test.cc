@@ -116,28 +116,41 @@ TEST(ConstrainedGenerationTest, AnEnumAnswerIsOneOfItsValuesAndEndsThere) {
   }
 }
 
-// A constrained row needs its mask, computed on the host: its steps sample there, and the same
-// seeded request gives the same tokens alone and beside unconstrained neighbours.
-TEST(ConstrainedGenerationTest, ConstrainedStepsSampleOnTheHostAndIgnoreTheirNeighbours) {
+// A constrained row's mask is applied where its logits are (Backend::MaskLogits), so its steps
+// sample on the device; beside a neighbour with a penalty the step samples on the host, with the
+// mask applied there. Either way the same seeded request gives the same tokens as alone: the
+// device mask equals the host's, and a row's draws do not depend on its neighbours.
+TEST(ConstrainedGenerationTest, ConstrainedRowsGiveTheSameTokensSampledOnTheDeviceOrTheHost) {
   auto g = Compile(kWeather);
   auto alone = Generator::Create(TestModelDir("llama3-f32"), GeneratorOptions{}).value();
   const auto solo = alone->GenerateAll({Constrained(g, 3)}).value()[0];
-  auto gen = Generator::Create(TestModelDir("llama3-f32"), GeneratorOptions{}).value();
-  const uint64_t id = gen->Add(Constrained(g, 3)).value();
-  GenerationRequest neighbour = Constrained(nullptr, 9);
-  neighbour.stopping.max_tokens = 8;
-  ASSERT_TRUE(gen->Add(neighbour).ok());
-  std::vector<int32_t> tokens;
-  std::vector<SequenceOutput> out;
-  while (gen->HasWork()) {
-    out.clear();
-    ASSERT_TRUE(gen->Step(&out).ok());
-    EXPECT_FALSE(gen->last_step().sampled_on_device);
-    for (const SequenceOutput& o : out) {
-      if (o.id == id) tokens.insert(tokens.end(), o.tokens.begin(), o.tokens.end());
+  ASSERT_EQ(solo.finish, FinishReason::kStop);
+  for (const bool penalised_neighbour : {false, true}) {
+    SCOPED_TRACE(penalised_neighbour ? "host" : "device");
+    auto gen = Generator::Create(TestModelDir("llama3-f32"), GeneratorOptions{}).value();
+    const uint64_t id = gen->Add(Constrained(g, 3)).value();
+    GenerationRequest neighbour = Constrained(nullptr, 9);
+    neighbour.stopping.max_tokens = 400;  // outlives the constrained answer
+    if (penalised_neighbour) neighbour.sampling.repetition_penalty = 1.3f;
+    ASSERT_TRUE(gen->Add(neighbour).ok());
+    std::vector<int32_t> tokens;
+    std::vector<SequenceOutput> out;
+    bool done = false;
+    while (!done) {
+      out.clear();
+      ASSERT_TRUE(gen->Step(&out).ok());
+      if (gen->last_step().decode_rows > 0) {
+        EXPECT_EQ(gen->last_step().sampled_on_device, !penalised_neighbour);
+      }
+      for (const SequenceOutput& o : out) {
+        if (o.id != id) continue;
+        ASSERT_TRUE(o.error.ok()) << o.error;
+        tokens.insert(tokens.end(), o.tokens.begin(), o.tokens.end());
+        done = o.finish != FinishReason::kNone;
+      }
     }
+    EXPECT_EQ(tokens, solo.tokens);
   }
-  EXPECT_EQ(tokens, solo.tokens);
 }
 
 // A constraint's pieces over the Llama 3 tokenizer.

@@ -27,6 +27,8 @@ RowSampling Stochastic(double uniform) {
   return row;
 }
 
+RowSampling Greedy() { return RowSampling{}; }  // temperature 0
+
 // Probabilities 0.1, 0.4, 0.2, 0.3: ranked, the tokens are 1, 3, 2, 0.
 const std::vector<float> kFour = LogitsFromProbs({0.1, 0.4, 0.2, 0.3});
 
@@ -100,12 +102,33 @@ TEST(RowSamplerTest, SampleReportsTokenLogprobAndRankedAlternatives) {
 
 TEST(RowSamplerTest, NonFiniteLogitsAreReportedNotSampled) {
   RowSampler sampler;
-  for (float bad : {NAN, INFINITY, -INFINITY}) {
+  for (float bad : {NAN, INFINITY}) {
     std::vector<float> logits = kFour;
     logits[2] = bad;
     const SampledRow out = sampler.Sample(Stochastic(0.5), logits);
     EXPECT_EQ(out.status, RowSampleStatus::kNonFinite) << bad;
     EXPECT_EQ(out.token, 0);
+  }
+  const std::vector<float> none(4, -INFINITY);  // no token left to give
+  EXPECT_EQ(sampler.Sample(Stochastic(0.5), none).status, RowSampleStatus::kNonFinite);
+  EXPECT_EQ(sampler.Sample(Greedy(), none).status, RowSampleStatus::kNonFinite);
+}
+
+// -inf is a token never chosen (what a grammar's mask writes over the tokens it refuses), not an
+// error: the row samples among the others, whatever the uniform.
+TEST(RowSamplerTest, MinusInfinityIsATokenNeverChosen) {
+  RowSampler sampler;
+  std::vector<float> logits = kFour;
+  const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
+  logits[best] = -INFINITY;
+  EXPECT_NE(sampler.Sample(Greedy(), logits).token, best);
+  for (double u : {0.0, 0.3, 0.6, 0.999}) {
+    RowSampling row = Stochastic(u);
+    row.logprobs = 2;
+    const SampledRow out = sampler.Sample(row, logits);
+    EXPECT_EQ(out.status, RowSampleStatus::kOk) << u;
+    EXPECT_NE(out.token, best) << u;
+    EXPECT_TRUE(std::isfinite(out.logprob)) << u;
   }
 }
 
