@@ -65,7 +65,7 @@ ABSL_FLAG(bool, compare_engine, false,
           "batch and print served/engine tokens/s (the server must be idle and serve --model)");
 ABSL_FLAG(std::string, model, "",
           "serve --compare-engine: the server's model directory (default: the embedded tiny "
-          "model)");
+          "model); constrained: the model to run (one with a real tokenizer)");
 ABSL_FLAG(int32_t, server_pid, 0,
           "serve: pid of a server on this machine; reports its CPU time per thread name "
           "(engine vs gRPC threads) during the run");
