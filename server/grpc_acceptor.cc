@@ -29,7 +29,7 @@ constexpr int kRetryPauseMs = 100;
 constexpr absl::Duration kLogEvery = absl::Seconds(10);
 // At the connection limit, the open connections are counted again at most this often: a flood
 // of refused connections must not cost a look at every open one each.
-constexpr absl::Duration kRecountEvery = absl::Milliseconds(20);
+constexpr std::chrono::milliseconds kRecountEvery(20);
 
 absl::Status BindError(const std::string& host_port, const std::string& why) {
   return absl::UnavailableError(absl::StrFormat(
@@ -156,7 +156,8 @@ bool GrpcAcceptor::AcceptPending() {
 bool GrpcAcceptor::AtConnectionLimit() {
   const int limit = options_.max_connections;
   if (limit <= 0 || handed_.recorded() < limit) return false;
-  const absl::Time now = absl::Now();
+  // Monotonic: a wall clock stepped back must not stretch the pause into refusing for good.
+  const auto now = std::chrono::steady_clock::now();
   if (now - last_full_count_ < kRecountEvery) return true;
   if (handed_.CountOpen() < limit) return false;
   last_full_count_ = now;
@@ -164,9 +165,10 @@ bool GrpcAcceptor::AtConnectionLimit() {
 }
 
 void GrpcAcceptor::Refuse(int fd, const char* reason, const std::string& why) {
-  close(fd);
+  // Counted before the client can see the close: whoever saw it reads the count with it.
   ++refused_;
   if (options_.on_refused) options_.on_refused(reason);
+  close(fd);
   MaybeLog("grpc_connection_refused", why);
 }
 

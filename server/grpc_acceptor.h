@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -90,7 +91,8 @@ class GrpcAcceptor {
   int64_t accept_errors_ = 0;
   absl::Time last_log_ = absl::InfinitePast();
   HandedSockets handed_;
-  absl::Time last_full_count_ = absl::InfinitePast();  // when CountOpen last found the limit
+  // When CountOpen last found the limit.
+  std::chrono::steady_clock::time_point last_full_count_{};
 };
 
 }  // namespace specula

@@ -23,8 +23,10 @@ enum class Fault {
   kSlowDevice,     // the CPU backend's readbacks and compute-stream waits sleep `delay`, as
                    // waiting for a GPU still computing would
   kDeviceLost,     // the CPU backend's next readback reports a device fault (Backend::device_fault)
+  kEmptyMask,      // an output constraint's next mask allows no token, as when the vocabulary
+                   // cannot spell what the grammar needs (the request fails with INTERNAL)
 };
-inline constexpr int kFaults = 7;
+inline constexpr int kFaults = 8;
 
 #ifdef SPECULA_FAULT_INJECTION
 inline constexpr bool kFaultInjection = true;

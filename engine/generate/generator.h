@@ -251,7 +251,8 @@ class Generator {
   std::unique_ptr<PrefixCache> prefix_;    // after kv_, host_ and sparse_ (holds their pages)
   absl::flat_hash_set<int32_t> eos_ids_;
   // The vocabulary as output constraints see it, and the scratch of their masks (whose threads
-  // build a mask cache entry between forward passes, never beside the CPU backend's).
+  // build mask cache entries on the MaskWorker while a forward pass runs: on the CPU backend,
+  // beside its own threads).
   std::unique_ptr<grammar::TokenTable> token_table_;
   std::unique_ptr<grammar::TokenMasker> masker_;
   std::unique_ptr<MaskWorker> mask_worker_;  // uses masker_

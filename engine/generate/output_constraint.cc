@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "engine/common/check.h"
+#include "engine/common/fault_injection.h"
 #include "engine/common/status_macros.h"
 
 namespace specula {
@@ -71,7 +72,7 @@ absl::Status OutputConstraint::FinishMask(int64_t vocab) {
     word = can_end ? (word | bit) : (word & ~bit);
     allowed += (can_end && !in_mask) - (!can_end && in_mask);
   }
-  if (allowed == 0) {
+  if (allowed == 0 || SPECULA_FAULT(Fault::kEmptyMask)) {
     // The request was valid; the model and vocabulary failed it: a server-side error.
     return absl::InternalError(
         "the output constraint allows no token here: the model's vocabulary cannot spell what "

@@ -175,6 +175,32 @@ TEST_F(CudaSamplingTest, ARowSamplesTheSameAloneOrInABatchAndBadRowsStayAlone) {
   }
 }
 
+// Rows a grammar's mask has cut (-inf over most tokens, as MaskLogits writes): every method samples
+// the same token and logprobs as the CPU, including top-k past the allowed count and 20
+// alternatives with fewer allowed; a row with none allowed is non-finite on both.
+TEST_F(CudaSamplingTest, MaskedRowsSampleAsOnTheCpu) {
+  constexpr int64_t kVocab = 4099;
+  const std::vector<RowSampling> rows = Settings();
+  const auto n = static_cast<int64_t>(rows.size());
+  std::mt19937_64 rng(77);
+  std::vector<float> logits;
+  for (int64_t r = 0; r < n; ++r) {
+    std::vector<float> row = Logits(Shape::kNormal, kVocab, 500 + r);
+    const uint64_t keep_one_in = r % 3 == 0 ? 1000 : 10;  // a few allowed, or a tenth
+    for (float& x : row) {
+      if (rng() % keep_one_in != 0) x = -INFINITY;
+    }
+    if (r == n - 1) std::fill(row.begin(), row.end(), -INFINITY);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  const std::vector<SampledRow> cpu = Sample(cpu_, logits, kVocab, rows);
+  const std::vector<SampledRow> gpu = Sample(*gpu_, logits, kVocab, rows);
+  for (int64_t r = 0; r < n; ++r) {
+    ExpectSame(cpu[r], gpu[r], rows[r], absl::StrCat("masked row ", r));
+  }
+  EXPECT_EQ(cpu[n - 1].status, RowSampleStatus::kNonFinite);
+}
+
 // The device's MaskLogits writes what the CPU backend's does, bit for bit (NaN and +inf kept),
 // at vocabularies with a partial last mask word and at Qwen3's.
 TEST_F(CudaSamplingTest, MaskLogitsEqualsTheCpuBackend) {

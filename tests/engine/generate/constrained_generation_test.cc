@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/common/fault_injection.h"
 #include "engine/generate/generator.h"
 #include "engine/generate/mask_worker.h"
 #include "engine/generate/output_constraint.h"
@@ -128,11 +129,11 @@ TEST(ConstrainedGenerationTest, ConstrainedRowsGiveTheSameTokensSampledOnTheDevi
   for (const bool penalised_neighbour : {false, true}) {
     SCOPED_TRACE(penalised_neighbour ? "host" : "device");
     auto gen = Generator::Create(TestModelDir("llama3-f32"), GeneratorOptions{}).value();
-    const uint64_t id = gen->Add(Constrained(g, 3)).value();
     GenerationRequest neighbour = Constrained(nullptr, 9);
     neighbour.stopping.max_tokens = 400;  // outlives the constrained answer
     if (penalised_neighbour) neighbour.sampling.repetition_penalty = 1.3f;
-    ASSERT_TRUE(gen->Add(neighbour).ok());
+    ASSERT_TRUE(gen->Add(neighbour).ok());  // first: the constrained row is not row 0
+    const uint64_t id = gen->Add(Constrained(g, 3)).value();
     std::vector<int32_t> tokens;
     std::vector<SequenceOutput> out;
     bool done = false;
@@ -150,6 +151,38 @@ TEST(ConstrainedGenerationTest, ConstrainedRowsGiveTheSameTokensSampledOnTheDevi
       }
     }
     EXPECT_EQ(tokens, solo.tokens);
+  }
+}
+
+// A mask that allows nothing (the vocabulary cannot spell what the grammar needs; injected) fails
+// its request alone with INTERNAL, on the device path and on the host path; the neighbour runs on.
+TEST(ConstrainedGenerationTest, AMaskThatAllowsNothingFailsItsRequestAlone) {
+  if (!kFaultInjection) GTEST_SKIP() << "built without fault injection";
+  auto g = Compile(kWeather);
+  for (const bool penalised_neighbour : {false, true}) {
+    SCOPED_TRACE(penalised_neighbour ? "host" : "device");
+    auto gen = Generator::Create(TestModelDir("llama3-f32"), GeneratorOptions{}).value();
+    GenerationRequest neighbour = Constrained(nullptr, 9);
+    neighbour.stopping.max_tokens = 6;
+    if (penalised_neighbour) neighbour.sampling.repetition_penalty = 1.3f;
+    const uint64_t free_id = gen->Add(neighbour).value();
+    const uint64_t id = gen->Add(Constrained(g, 3)).value();
+    ArmFault(Fault::kEmptyMask);
+    absl::Status failed;
+    FinishReason free_finish = FinishReason::kNone;
+    std::vector<SequenceOutput> out;
+    while (gen->HasWork()) {
+      out.clear();
+      ASSERT_TRUE(gen->Step(&out).ok());
+      for (const SequenceOutput& o : out) {
+        if (o.id == id && !o.error.ok()) failed = o.error;
+        if (o.id == free_id && o.finish != FinishReason::kNone) free_finish = o.finish;
+      }
+    }
+    DisarmFaults();
+    EXPECT_EQ(failed.code(), absl::StatusCode::kInternal) << failed;
+    EXPECT_NE(failed.message().find("allows no token"), std::string::npos) << failed;
+    EXPECT_EQ(free_finish, FinishReason::kLength);
   }
 }
 
