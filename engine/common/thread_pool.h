@@ -3,10 +3,11 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "absl/functional/function_ref.h"
 
 namespace specula {
 
@@ -23,9 +24,9 @@ class ThreadPool {
 
   // Calls fn(begin, end) on disjoint ranges covering [0, n), in parallel, and returns when all
   // are done. Ranges hold at least `min_chunk` items so tiny loops stay on one thread.
-  // Not reentrant: one ParallelFor at a time per pool (the engine thread owns it).
-  void ParallelFor(int64_t n, int64_t min_chunk,
-                   const std::function<void(int64_t, int64_t)>& fn);
+  // Not reentrant: one ParallelFor at a time per pool (the engine thread owns it). `fn` is taken
+  // by reference, never copied: a lambda with many captures costs no allocation per call.
+  void ParallelFor(int64_t n, int64_t min_chunk, absl::FunctionRef<void(int64_t, int64_t)> fn);
 
  private:
   void WorkerLoop(int index);
@@ -34,7 +35,7 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable start_cv_;
   std::condition_variable done_cv_;
-  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  const absl::FunctionRef<void(int64_t, int64_t)>* job_ = nullptr;  // ParallelFor's argument
   int64_t job_n_ = 0;
   int64_t job_chunks_ = 0;
   int64_t next_chunk_ = 0;

@@ -75,8 +75,8 @@ void PagedAttentionTyped(ThreadPool& pool, const Mat& q, const AttentionBatch& b
   const int32_t ps = layer.page_size;
   // One task per (query row, head).
   pool.ParallelFor(static_cast<int64_t>(batch.rows) * heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
-    std::vector<float> acc(hd);
+    // Each thread's, kept across calls: a steady decode step allocates nothing here.
+    thread_local std::vector<float> scores, acc;
     for (int64_t task = begin; task < end; ++task) {
       const int32_t r = static_cast<int32_t>(task / heads);
       const int32_t h = static_cast<int32_t>(task % heads);
@@ -109,9 +109,9 @@ void SparseAttentionTyped(ThreadPool& pool, const Mat& q, const SparseAttentionB
   const int32_t group = batch.num_heads / kv_heads;
   // One task per (row, KV head): its list is read once for the group's query heads.
   pool.ParallelFor(static_cast<int64_t>(batch.rows) * kv_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
-    std::vector<float> acc(hd);
-    std::vector<std::pair<const T*, int32_t>> pages_of;  // the list's pages and tokens
+    // Each thread's, kept across calls: a steady decode step allocates nothing here.
+    thread_local std::vector<float> scores, acc;
+    thread_local std::vector<std::pair<const T*, int32_t>> pages_of;  // the list's pages, tokens
     for (int64_t list = begin; list < end; ++list) {
       const int64_t row = batch.first_row + list / kv_heads;
       const int32_t kv_h = static_cast<int32_t>(list % kv_heads);

@@ -223,7 +223,9 @@ void CpuBackend::Rope(Mat* x, int32_t num_heads, int32_t head_dim,
   CHECK_EQ(static_cast<int64_t>(positions.size()), x->rows);
   CHECK_EQ(static_cast<int32_t>(inv_freq.size()), half);
   pool_.ParallelFor(x->rows, 4, [&](int64_t begin, int64_t end) {
-    std::vector<float> cos_t(half), sin_t(half);
+    thread_local std::vector<float> cos_t, sin_t;  // each thread's, kept across calls
+    cos_t.resize(half);
+    sin_t.resize(half);
     for (int64_t t = begin; t < end; ++t) {
       // The angle in double: fp32 products lose precision at long positions.
       for (int32_t i = 0; i < half; ++i) {

@@ -634,7 +634,7 @@ absl::Status Generator::Step(std::vector<SequenceOutput>* outputs) {
   if (running_.empty()) return absl::OkStatus();
   runner_->plan().Clear();
   if (sparse_ != nullptr) sparse_->PlanStep(runner_->plan());
-  ScheduledStep step = ChooseRows();
+  ScheduledStep& step = ChooseRows();
   if (step.rows.empty()) return absl::OkStatus();  // every sequence waits for room
   RETURN_IF_ERROR(runner_->Plan(step));
   runner_->Run(step);
@@ -649,14 +649,16 @@ int64_t Generator::PrefillBudget() const {
                                                 : options_.prefill_chunk_tokens;
 }
 
-ScheduledStep Generator::ChooseRows() {
-  ScheduledStep step;
+ScheduledStep& Generator::ChooseRows() {
+  ScheduledStep& step = step_;
+  step.Clear();
   int64_t prefill_budget = PrefillBudget();
   // Decode first: every running sequence gets its token each step, so TBT stays bounded while
   // long prompts are prefilled a chunk at a time. Prefills in admission order within the
   // budget; a sparse one (layer-major, engine/generate/sparse_prefill.h) takes what is left of
   // it, times the layer count, in (layer, chunk) units.
-  std::vector<std::pair<Sequence*, int64_t>> dense_prefills;
+  std::vector<std::pair<Sequence*, int64_t>>& dense_prefills = dense_prefills_;
+  dense_prefills.clear();
   for (auto& [id, s] : running_) {
     if (prefill_budget == 0) break;
     if (!s->in_prefill() || s->preempted()) continue;

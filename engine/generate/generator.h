@@ -178,7 +178,8 @@ class Generator {
  private:
   Generator() = default;
   // Which sequences run this step and how: decode rows, prefill chunks within the budget.
-  ScheduledStep ChooseRows();
+  // Fills step_ (reused: a steady step allocates no vectors).
+  ScheduledStep& ChooseRows();
   // Prompt tokens this step may prefill: prefill_chunk_tokens while a sequence decodes,
   // solo_prefill_chunk_tokens (when set) while none does.
   int64_t PrefillBudget() const;
@@ -264,6 +265,9 @@ class Generator {
   int64_t resumed_cached_tokens_ = 0;
   std::unique_ptr<DenseKvAttention> dense_attention_;
   std::unique_ptr<ModelRunner> runner_;  // after the model, the KV pool and the sparse cache
+  // ChooseRows' step and scratch, kept across steps so a steady step allocates no vectors.
+  ScheduledStep step_;
+  std::vector<std::pair<Sequence*, int64_t>> dense_prefills_;
   LoadTimings load_timings_;
   // Layer-major prefills of sparse sequences, by sequence id (engine/generate/sparse_prefill.h).
   std::map<uint64_t, std::unique_ptr<SparsePrefill>> sparse_prefills_;

@@ -61,6 +61,20 @@ struct ScheduledStep {
   Sequence* sparse_prefill_seq = nullptr;
   int64_t sparse_layer_tokens = 0;
   PlanSlice<int32_t> tokens_slice, positions_slice, logit_rows_slice;
+
+  // Empties it for the next step, keeping the vectors' storage.
+  void Clear() {
+    rows.clear();
+    tokens.clear();
+    positions.clear();
+    logit_rows.clear();
+    dense.clear();
+    sparse_decode.clear();
+    sparse_prefill = nullptr;
+    sparse_prefill_seq = nullptr;
+    sparse_layer_tokens = 0;
+    tokens_slice = positions_slice = logit_rows_slice = {};
+  }
 };
 
 class ModelRunner {
