@@ -102,6 +102,7 @@ int RunConstrainedBench(const ConstrainedBenchOptions& o) {
   }
   GeneratorOptions go;
   go.threads = o.threads;
+  go.device = o.device;
   go.max_running = o.batch;
   go.kv_cache_tokens = int64_t{o.batch} * 512;
   absl::StatusOr<std::unique_ptr<Generator>> g = Generator::Create(o.model_dir, go);

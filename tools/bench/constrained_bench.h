@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "engine/common/device_kind.h"
+
 namespace specula {
 
 struct ConstrainedBenchOptions {
@@ -16,6 +18,7 @@ struct ConstrainedBenchOptions {
   int steps = 100;  // timed per run, after the batch is full and prefilled
   int pairs = 5;    // free/constrained runs, alternated
   int threads = 0;  // the CPU backend's; 0 = all cores
+  DeviceKind device = DeviceKind::kCpu;
   // Of every request; at 1 a random-weight model's answers wander (as the grammar bench's random
   // walks do); at 0 sampling costs an argmax and the masks stand out.
   float temperature = 1.0f;

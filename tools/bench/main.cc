@@ -96,7 +96,8 @@ ABSL_FLAG(int32_t, tool_tokens, 64, "agent: tool result appended after each answ
 ABSL_FLAG(int32_t, output_tokens, 32, "agent: answer tokens per turn");
 ABSL_FLAG(int32_t, think_ms, 0, "agent: pause between a turn's end and the next turn");
 ABSL_FLAG(std::string, device, "cpu",
-          "agent, attention, sampling: model.device of the engine (cpu | cuda | auto)");
+          "agent, attention, sampling, constrained: model.device of the engine (cpu | cuda | "
+          "auto)");
 ABSL_FLAG(int32_t, suffix_probe_repeats, 5,
           "agent: afterwards, TTFT of a turn's new tokens after a cached prefix of 0, the first "
           "turn's and the last turn's context, one request at a time: the median of this many "
@@ -144,7 +145,7 @@ constexpr char kUsage[] =
     "  grammar    structured outputs: schema compile and token mask times (--tokenizer-dir, "
     "--schemas)\n"
     "  constrained  a full batch with and without JSON-schema constraints (--model, --schemas, "
-    "--batch)";
+    "--batch, --device)";
 
 // --device, or nullopt after saying why not.
 std::optional<specula::DeviceKind> DeviceFlag() {
@@ -153,6 +154,21 @@ std::optional<specula::DeviceKind> DeviceFlag() {
   if (device.ok()) return *device;
   std::cerr << "specula-bench: --device: " << device.status().message() << "\n";
   return std::nullopt;
+}
+
+int RunConstrained() {
+  const std::optional<specula::DeviceKind> device = DeviceFlag();
+  if (!device) return 2;
+  specula::ConstrainedBenchOptions o;
+  o.model_dir = absl::GetFlag(FLAGS_model);
+  o.schemas_file = absl::GetFlag(FLAGS_schemas);
+  o.batch = absl::GetFlag(FLAGS_batch);
+  o.steps = absl::GetFlag(FLAGS_steps);
+  o.pairs = absl::GetFlag(FLAGS_pairs);
+  o.threads = absl::GetFlag(FLAGS_threads);
+  o.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
+  o.device = *device;
+  return specula::RunConstrainedBench(o);
 }
 
 int RunAgent() {
@@ -343,17 +359,7 @@ int main(int argc, char** argv) {
     o.mask_threads = absl::GetFlag(FLAGS_mask_threads);
     return specula::RunGrammarBench(o);
   }
-  if (command == "constrained") {
-    specula::ConstrainedBenchOptions o;
-    o.model_dir = absl::GetFlag(FLAGS_model);
-    o.schemas_file = absl::GetFlag(FLAGS_schemas);
-    o.batch = absl::GetFlag(FLAGS_batch);
-    o.steps = absl::GetFlag(FLAGS_steps);
-    o.pairs = absl::GetFlag(FLAGS_pairs);
-    o.threads = absl::GetFlag(FLAGS_threads);
-    o.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
-    return specula::RunConstrainedBench(o);
-  }
+  if (command == "constrained") return RunConstrained();
   std::cerr << kUsage << "\n";
   return 2;
 }
