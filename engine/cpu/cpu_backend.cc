@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <limits>
 #include <new>
 #include <vector>
 
@@ -293,21 +292,10 @@ void CpuBackend::MaskLogits(const Mat& logits, DeviceSpan<const int32_t> row_spa
   const absl::Span<const uint32_t> bits = Host(bit_span);
   const int64_t words = (logits.cols + 31) / 32;
   CHECK_EQ(static_cast<int64_t>(bits.size()), static_cast<int64_t>(rows.size()) * words);
-  constexpr float kRefused = -std::numeric_limits<float>::infinity();
   for (size_t i = 0; i < rows.size(); ++i) {
     CHECK(rows[i] >= 0 && rows[i] < logits.rows);
-    float* row = logits.row(rows[i]);
-    const uint32_t* mask = bits.data() + static_cast<int64_t>(i) * words;
-    for (int64_t w = 0; w < words; ++w) {
-      if (mask[w] == ~uint32_t{0}) continue;
-      const int64_t end = std::min(logits.cols, w * 32 + 32);
-      for (int64_t t = w * 32; t < end; ++t) {
-        // NaN and +inf fail `<`: they stay for SampleRows to report.
-        if (!((mask[w] >> (t & 31)) & 1) && row[t] < std::numeric_limits<float>::infinity()) {
-          row[t] = kRefused;
-        }
-      }
-    }
+    MaskRow(absl::MakeSpan(logits.row(rows[i]), logits.cols),
+            bits.data() + static_cast<int64_t>(i) * words);
   }
 }
 

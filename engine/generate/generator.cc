@@ -146,8 +146,8 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
   g->dense_attention_ = std::make_unique<DenseKvAttention>(
       *g->backend_, g->kv_, static_cast<int32_t>(c.num_attention_heads), c.softmax_scale());
   g->runner_ = std::make_unique<ModelRunner>(*g->backend_, *g->model_, *g->dense_attention_,
-                                             g->sparse_.get(), options.cuda_graphs,
-                                             g->mask_worker_.get());
+                                             g->sparse_.get(), *g->mask_worker_,
+                                             options.cuda_graphs);
   g->prefix_ = std::make_unique<PrefixCache>(options.prefix_cache, g->kv_, g->host_.get());
   // The largest step: every running sequence decodes while a full prefill chunk runs, or one
   // solo chunk runs alone.

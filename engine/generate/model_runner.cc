@@ -19,7 +19,7 @@ absl::Status NonFiniteLogits() {
 }  // namespace
 
 ModelRunner::ModelRunner(Backend& backend, Transformer& model, DenseKvAttention& dense,
-                         SparseKvCache* sparse, bool record_decode_steps, MaskWorker* masks)
+                         SparseKvCache* sparse, MaskWorker& masks, bool record_decode_steps)
     : backend_(backend),
       model_(model),
       dense_(dense),
@@ -74,7 +74,7 @@ void ModelRunner::PlanSampling(const ScheduledStep& step) {
       holding_rows_.push_back(static_cast<int32_t>(sampled_rows_));
     }
     ++sampled_rows_;
-    on_device_ = on_device_ && row.seq->CanSampleOnDevice(masks_ != nullptr);
+    on_device_ = on_device_ && row.seq->CanSampleOnDevice();
   }
   if (!on_device_ || sampled_rows_ == 0) return;
   // Drawn only once the whole step is known to sample here: a host step draws in Sample.
@@ -86,12 +86,8 @@ void ModelRunner::PlanSampling(const ScheduledStep& step) {
   results_slice_ = plan_.Scratch<SampledRow>(settings_.size());
 }
 
-void ModelRunner::StartMasks() {
-  if (masks_ != nullptr) masks_->Start(holding_);
-}
-
 void ModelRunner::ApplyDeviceMasks() {
-  masks_->Wait();
+  masks_.Wait();
   const int64_t vocab = model_.config().vocab_size;
   const size_t words = static_cast<size_t>((vocab + 31) / 32);
   mask_plan_.Clear();
@@ -115,7 +111,7 @@ void ModelRunner::ApplyDeviceMasks() {
 
 void ModelRunner::Run(const ScheduledStep& step) {
   replayed_ = false;
-  StartMasks();
+  masks_.Start(holding_);  // while the forward pass runs
   if (sparse_ != nullptr) sparse_->RunPendingSummaries(plan_);
   dense_.Bind(plan_);
   if (sparse_ != nullptr) sparse_->decode().Bind(plan_);
@@ -185,7 +181,7 @@ void ModelRunner::ReadResults() {
   } else {
     model_.ReadLogits(sampled_rows_, &logits_);
   }
-  if (masks_ != nullptr) masks_->Wait();
+  masks_.Wait();  // the host path's masks (the device path waited before MaskLogits)
 }
 
 absl::Status ModelRunner::Accept(size_t i, Sequence& seq, SequenceOutput* out) {

@@ -79,12 +79,11 @@ struct ScheduledStep {
 
 class ModelRunner {
  public:
-  // `sparse` is null without a sparse cache. All must outlive the runner. `record_decode_steps`:
-  // replay recorded decode steps where the backend can (model.cuda_graphs).
-  // `masks` (may be null: masks are then computed as rows sample) prepares constrained rows'
-  // masks.
+  // `sparse` is null without a sparse cache; `masks` prepares constrained rows' masks. All must
+  // outlive the runner. `record_decode_steps`: replay recorded decode steps where the backend can
+  // (model.cuda_graphs).
   ModelRunner(Backend& backend, Transformer& model, DenseKvAttention& dense, SparseKvCache* sparse,
-              bool record_decode_steps = true, MaskWorker* masks = nullptr);
+              MaskWorker& masks, bool record_decode_steps = true);
 
   // The step's metadata. The caller clears it, lets the KV managers plan into it, then calls
   // Plan.
@@ -116,8 +115,6 @@ class ModelRunner {
   static int32_t DecodeOnlyKeysCapacity(const ScheduledStep& step);
   // Enqueues the step's operations one by one.
   void Enqueue(const ScheduledStep& step);
-  // Hands the masks of the step's sampled rows whose grammar holds to the mask worker.
-  void StartMasks();
   // Waits for them, uploads them as bits and masks their rows' logits on the backend.
   void ApplyDeviceMasks();
   // Replays the step's recording, else enqueues the step and records it for the next.
@@ -151,7 +148,7 @@ class ModelRunner {
   Transformer& model_;
   DenseKvAttention& dense_;
   SparseKvCache* sparse_;
-  MaskWorker* masks_;
+  MaskWorker& masks_;
   // The step's sampled rows whose grammar holds: their constraints and their indices among the
   // sampled rows (their logits rows); a row whose mask allowed nothing fails with its status.
   std::vector<OutputConstraint*> holding_;

@@ -1,13 +1,13 @@
 #include "engine/generate/output_constraint.h"
 
 #include <algorithm>
-#include <limits>
 #include <string>
 #include <utility>
 
 #include "engine/common/check.h"
 #include "engine/common/fault_injection.h"
 #include "engine/common/status_macros.h"
+#include "engine/sampling/row_sampling.h"
 
 namespace specula {
 
@@ -83,17 +83,8 @@ absl::Status OutputConstraint::FinishMask(int64_t vocab) {
 
 absl::Status OutputConstraint::Mask(absl::Span<float> logits) {
   if (!active()) return absl::OkStatus();
-  const auto n = static_cast<int64_t>(logits.size());
-  RETURN_IF_ERROR(FinishMask(n));
-  constexpr float kRefused = -std::numeric_limits<float>::infinity();
-  for (int64_t word = 0; word * 32 < n; ++word) {
-    const uint32_t bits = mask_[static_cast<size_t>(word)];
-    if (bits == ~uint32_t{0}) continue;  // all 32 allowed
-    const int64_t end = std::min(n, word * 32 + 32);
-    for (int64_t id = word * 32; id < end; ++id) {
-      if (!((bits >> (id & 31)) & 1)) logits[id] = kRefused;
-    }
-  }
+  RETURN_IF_ERROR(FinishMask(static_cast<int64_t>(logits.size())));
+  MaskRow(logits, mask_.data());
   return absl::OkStatus();
 }
 

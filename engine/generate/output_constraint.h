@@ -74,9 +74,9 @@ class OutputConstraint {
   // Computes the next token's mask with `masker` ahead of Mask: on any thread, while nothing else
   // touches this constraint, `masker` or the grammar's mask cache. Nothing while no grammar holds.
   void PrepareMask(grammar::TokenMasker& masker);
-  // Sets every refused token's logit to -infinity, with the prepared mask or else one computed
-  // now. INTERNAL when none is left: the vocabulary cannot spell what the grammar needs next (the
-  // request was valid; the model failed it).
+  // Sets every refused token's logit to -infinity (MaskRow: NaN and +inf stay), with the
+  // prepared mask or else one computed now. INTERNAL when none is left: the vocabulary cannot spell
+  // what the grammar needs next (the request was valid; the model failed it).
   absl::Status Mask(absl::Span<float> logits);
   // The same mask as bits for Backend::MaskLogits (bit t % 32 of word t / 32 set where token t
   // is allowed; `words` holds ceil(vocab / 32)), for a row sampled where its logits are. Only

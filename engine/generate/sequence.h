@@ -101,13 +101,9 @@ class Sequence {
   // nothing.
   absl::Status Accept(absl::Span<float> logits, SequenceOutput* out);
   // The same for a token sampled on the device (the engine's ModelRunner): whether this sequence
-  // can be (no penalties, no grammar holding now), its settings for the next step, and the
-  // result (an error as Accept's: the constraint still watches free tokens for its trigger).
-  // With `device_masks`, a grammar's mask can be applied on the device (Backend::MaskLogits).
-  bool CanSampleOnDevice(bool device_masks) const {
-    return !sampler_.has_penalties() &&
-           (device_masks || constraint_ == nullptr || !constraint_->active());
-  }
+  // can be (no penalties: a grammar's mask is applied there too, Backend::MaskLogits), its
+  // settings for the next step, and the result (an error as Accept's).
+  bool CanSampleOnDevice() const { return !sampler_.has_penalties(); }
   RowSampling NextDeviceRow() { return sampler_.NextRow(); }
   // The constraint whose grammar holds for the next token (its mask can be prepared ahead), or
   // null.

@@ -135,6 +135,18 @@ bool LogitsSampleable(absl::Span<const float> logits) {
   return some_finite;
 }
 
+void MaskRow(absl::Span<float> logits, const uint32_t* bits) {
+  const auto n = static_cast<int64_t>(logits.size());
+  for (int64_t w = 0; w * 32 < n; ++w) {
+    if (bits[w] == ~uint32_t{0}) continue;  // all 32 allowed
+    const int64_t end = std::min(n, w * 32 + 32);
+    for (int64_t t = w * 32; t < end; ++t) {
+      // NaN and +inf fail `<`: they stay for the sampler to report.
+      if (!((bits[w] >> (t & 31)) & 1) && logits[t] < kInf) logits[t] = kNegInf;
+    }
+  }
+}
+
 // Shifted by the max so large logits cannot overflow.
 float RowSampler::LogSumExp(absl::Span<const float> logits) {
   const float m = MaxLogit(logits);

@@ -30,6 +30,11 @@ struct Candidate {
 // not an error.
 bool LogitsSampleable(absl::Span<const float> logits);
 
+// A grammar's mask on one row: logits[t] = -infinity where bit t % 32 of bits[t / 32] is clear
+// (`bits` holds ceil(logits.size() / 32) words). NaN and +infinity stay, so the row still fails
+// LogitsSampleable. The reference of Backend::MaskLogits, and the host path's mask.
+void MaskRow(absl::Span<float> logits, const uint32_t* bits);
+
 // Keeps scratch buffers across rows so that a steady stream of rows allocates nothing. Not
 // thread-safe; one per thread.
 class RowSampler {
