@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,9 +15,11 @@
 #include "absl/time/time.h"
 #include "engine/backend/backend.h"
 #include "engine/common/device_kind.h"
+#include "engine/generate/dense_kv_manager.h"
 #include "engine/generate/model_runner.h"
+#include "engine/generate/scheduler.h"
 #include "engine/generate/sequence.h"
-#include "engine/generate/sparse_prefill.h"
+#include "engine/generate/sparse_kv_manager.h"
 #include "engine/kv/dense_attention.h"
 #include "engine/kv/kv_pool.h"
 #include "engine/kv/prefix_cache.h"
@@ -155,12 +156,12 @@ class Generator {
   absl::Time NextSessionExpiry() const { return prefix_->NextExpiry(); }
   const PrefixCacheCounters& prefix_cache_counters() const { return prefix_->counters(); }
   // Preemptions so far (cumulative).
-  int64_t preemptions() const { return preemptions_; }
+  int64_t preemptions() const { return scheduler_->preemptions(); }
   // Tokens resumed sequences found still cached (not recomputed), cumulative.
-  int64_t resumed_cached_tokens() const { return resumed_cached_tokens_; }
+  int64_t resumed_cached_tokens() const { return scheduler_->resumed_cached_tokens(); }
 
-  bool HasWork() const { return !running_.empty(); }
-  size_t num_running() const { return running_.size(); }
+  bool HasWork() const { return !scheduler_->empty(); }
+  size_t num_running() const { return scheduler_->size(); }
 
   // One forward pass: decode one token for every sequence past prefill, plus up to
   // prefill_chunk_tokens prompt tokens of sequences in prefill. Appends one output per sequence
@@ -177,68 +178,13 @@ class Generator {
 
  private:
   Generator() = default;
-  // Which sequences run this step and how: decode rows, prefill chunks within the budget.
-  // Fills step_ (reused: a steady step allocates no vectors).
-  ScheduledStep& ChooseRows();
-  // Prompt tokens this step may prefill: prefill_chunk_tokens while a sequence decodes,
-  // solo_prefill_chunk_tokens (when set) while none does.
-  int64_t PrefillBudget() const;
+  // The KV pool, the host store, the sparse cache and the prefix cache; then the KV managers,
+  // the scheduler and the runner over them.
+  absl::Status CreateKv();
+  void CreateScheduling();
   // The step's one synchronization, then each sampled row's token to its sequence, and retiring.
   absl::Status FinishStep(const ScheduledStep& step, std::vector<SequenceOutput>* outputs);
-  // After a failed prefetch gather: fails every running sparse sequence (outputs with the error)
-  // and returns their ids; empty when no copy failed.
-  absl::flat_hash_set<uint64_t> FailSparseOnCopyError(std::vector<SequenceOutput>* outputs);
-  void Retire(uint64_t id, bool kv_valid = true);
-  // Gives a new sequence its KV: the prefix cache's hit, then fresh pages (evicting cache
-  // for room). On failure the hit is released.
-  // With `resume`, a preempted sequence gets KV for every token so far back.
-  absl::Status AttachKv(Sequence& seq, bool resume);
-  // Hands a retiring sequence's full pages to the prefix cache; with `park`, a preempted one's
-  // (evictable, to be found again by Resume).
-  void CacheKv(Sequence& seq, bool kv_valid, bool park = false);
-  // A dense sequence's blocks: the `shared` whole pages of its prefix hit, then fresh ones for
-  // `total` tokens, the first a copy of the hit's tail when it has one.
-  absl::Status AttachDenseBlocks(Sequence& seq, int64_t total, std::vector<int32_t> shared);
-  // A dense sequence whose hit is host pages: fresh blocks for `total` tokens, the hit's pages
-  // (and its tail's) copied into the first of them.
-  absl::Status ReloadFromHost(Sequence& seq, int64_t total, absl::Span<const int32_t> host_pages);
-  // A finished dense session turn's KV (`tokens`: `blocks` whole blocks, then a tail) moves to
-  // host pages and becomes the session's; false (nothing done) when it cannot (no host store,
-  // no session, no room), and the caller caches it in the pool's index.
-  bool OffloadToHost(Sequence& seq, absl::Span<const int32_t> tokens, int64_t blocks);
-  // Dense KV tokens a sequence starts with: what it prefills plus its first sampled token.
-  int64_t InitialDenseTokens(const Sequence& seq) const;
-  static std::vector<int32_t> TokensOf(const Sequence& seq, int64_t n);
-  // Preemption (docs/SESSIONS.md): a dense sequence whose next token needs a block gets one; when
-  // the pool (less what the prefix cache can give back) runs out, the youngest running dense
-  // sequences are preempted: their KV parked in the prefix cache, resumed oldest first (before
-  // new requests) by prefilling what eviction did not spare.
-  void GrowDecodeBlocks();
-  // Whether `s` decodes into a position past its last block at the next step, and how many do.
-  bool NeedsBlock(const Sequence& s) const;
-  int64_t PendingGrowth() const;
-  void Preempt(Sequence& seq);
-  // Preempted sequences that fit again get their KV back; one whose allocation fails ends
-  // (an output with the error).
-  void ResumePreempted(std::vector<SequenceOutput>* outputs);
-  bool HasRoomToResume(const Sequence& s) const;
-  // Sparse host pages by current need: what a sequence of `total` tokens at most takes when it
-  // has `tokens` to hold; whether that, and its device slots, fit now.
-  static int64_t SparseTokensNow(int64_t total, int64_t tokens);
-  bool HasSparseRoom(int64_t total, int64_t now, int64_t budget_tokens, int64_t cached_blocks,
-                     int64_t reclaimable_host_pages, int64_t free_blocks) const;
-  // Decoding sparse sequences whose next token needs host pages they have not taken yet get
-  // them, preempting the youngest decoding sparse sequences when the store runs out; a failed
-  // allocation fails that sequence (an output with the error).
-  void GrowSparseHostPages(std::vector<SequenceOutput>* outputs);
-  bool NeedsHostPages(const Sequence& s) const;
-  int64_t SparseGrowthTarget(const Sequence& s) const;
-  int64_t SparseGrowthPages() const;  // host pages this step's growth takes
-  bool HasPreempted() const;
-  // The final output's kv_stats (waits for the sequence's prefetch copies in flight).
-  KvStats FinalKvStats(const Sequence& s) const;
-  // The output that ends `s` with `error` (its final kv_stats with it).
-  SequenceOutput FailedOutput(const Sequence& s, absl::Status error) const;
+  KvManager& KvFor(const GenerationRequest& request) const;
   int64_t TotalTokens(const GenerationRequest& r) const;
 
   GeneratorOptions options_;
@@ -258,19 +204,13 @@ class Generator {
   std::unique_ptr<grammar::TokenMasker> masker_;
   std::unique_ptr<MaskWorker> mask_worker_;  // uses masker_
   MaskCaches mask_caches_;
-  grammar::TokenMasker& masker() { return *masker_; }
-  std::map<uint64_t, std::unique_ptr<Sequence>> running_;  // ordered: admission order
   uint64_t next_id_ = 1;
-  int64_t preemptions_ = 0;
-  int64_t resumed_cached_tokens_ = 0;
   std::unique_ptr<DenseKvAttention> dense_attention_;
-  std::unique_ptr<ModelRunner> runner_;  // after the model, the KV pool and the sparse cache
-  // ChooseRows' step and scratch, kept across steps so a steady step allocates no vectors.
-  ScheduledStep step_;
-  std::vector<std::pair<Sequence*, int64_t>> dense_prefills_;
+  std::unique_ptr<ModelRunner> runner_;   // after the model, the KV pool and the sparse cache
+  std::unique_ptr<Scheduler> scheduler_;  // its sequences go before the managers' prefills
+  std::unique_ptr<DenseKvManager> dense_kv_;
+  std::unique_ptr<SparseKvManager> sparse_kv_;  // null unless sparse.enabled
   LoadTimings load_timings_;
-  // Layer-major prefills of sparse sequences, by sequence id (engine/generate/sparse_prefill.h).
-  std::map<uint64_t, std::unique_ptr<SparsePrefill>> sparse_prefills_;
   StepStats last_step_;
 };
 

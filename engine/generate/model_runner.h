@@ -35,6 +35,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/step_plan.h"
 #include "engine/generate/mask_worker.h"
+#include "engine/generate/scheduled_step.h"
 #include "engine/generate/sequence.h"
 #include "engine/generate/sparse_prefill.h"
 #include "engine/kv/dense_attention.h"
@@ -42,40 +43,6 @@
 #include "engine/model/transformer.h"
 
 namespace specula {
-
-// A sequence's part in a step.
-struct ScheduledRow {
-  Sequence* seq = nullptr;
-  int64_t n = 0;  // tokens through the batched forward pass (0 for a layer-major prefill)
-  bool prefill = false;
-  bool sample = false;  // has a logit row (in `rows` order)
-};
-
-// What one step runs, as the scheduler chose it.
-struct ScheduledStep {
-  std::vector<ScheduledRow> rows;
-  std::vector<int32_t> tokens, positions, logit_rows;  // of the batched forward pass
-  std::vector<DenseSeqRows> dense;                     // rows [0, dense rows)
-  std::vector<SparseDecodeRow> sparse_decode;          // after them
-  SparsePrefill* sparse_prefill = nullptr;             // this step's layer-major prefill
-  Sequence* sparse_prefill_seq = nullptr;
-  int64_t sparse_layer_tokens = 0;
-  PlanSlice<int32_t> tokens_slice, positions_slice, logit_rows_slice;
-
-  // Empties it for the next step, keeping the vectors' storage.
-  void Clear() {
-    rows.clear();
-    tokens.clear();
-    positions.clear();
-    logit_rows.clear();
-    dense.clear();
-    sparse_decode.clear();
-    sparse_prefill = nullptr;
-    sparse_prefill_seq = nullptr;
-    sparse_layer_tokens = 0;
-    tokens_slice = positions_slice = logit_rows_slice = {};
-  }
-};
 
 class ModelRunner {
  public:

@@ -1,6 +1,7 @@
 #include "engine/kv/kv_pool.h"
 
 #include "engine/common/check.h"
+#include "engine/common/status_macros.h"
 #include "absl/strings/str_format.h"
 
 namespace specula {
@@ -32,6 +33,12 @@ size_t KvPool::bytes_per_block() const {
 }
 
 absl::StatusOr<std::vector<int32_t>> KvPool::Allocate(int32_t n) {
+  std::vector<int32_t> out;
+  RETURN_IF_ERROR(AllocateInto(n, &out));
+  return out;
+}
+
+absl::Status KvPool::AllocateInto(int32_t n, std::vector<int32_t>* blocks) {
   CHECK_GE(n, 0);
   if (n > free_blocks()) {
     return absl::ResourceExhaustedError(absl::StrFormat(
@@ -39,10 +46,10 @@ absl::StatusOr<std::vector<int32_t>> KvPool::Allocate(int32_t n) {
         free_blocks(), num_blocks()));
   }
   if (n > 0 && reuse_guard_) reuse_guard_();
-  std::vector<int32_t> out(free_.end() - n, free_.end());
+  for (auto it = free_.end() - n; it != free_.end(); ++it) refs_[*it] = 1;
+  blocks->insert(blocks->end(), free_.end() - n, free_.end());
   free_.resize(free_.size() - n);
-  for (int32_t b : out) refs_[b] = 1;
-  return out;
+  return absl::OkStatus();
 }
 
 void KvPool::Retain(absl::Span<const int32_t> blocks) {

@@ -33,6 +33,8 @@ class KvPool {
 
   // RESOURCE_EXHAUSTED when fewer than `n` blocks are free (nothing is taken then).
   absl::StatusOr<std::vector<int32_t>> Allocate(int32_t n);
+  // The same, appended to `blocks` (a sequence's own list: no vector of its own).
+  absl::Status AllocateInto(int32_t n, std::vector<int32_t>* blocks);
   // Blocks are refcounted so finished sequences' blocks can stay in the prefix cache while new
   // sequences share them: Allocate gives each block one reference, Retain adds one, Free drops
   // one and returns the block at zero. Every block must be held (CHECKed).
