@@ -5,6 +5,9 @@
 #include "absl/strings/str_format.h"
 
 namespace specula {
+namespace {
+constexpr size_t kMinDeviceBytes = size_t{256} << 10;
+}  // namespace
 
 void StepPlan::Clear() {
   if (upload_done_ != nullptr) {
@@ -47,7 +50,9 @@ absl::Status StepPlan::Upload() {
   CHECK(!uploaded_) << "StepPlan::Upload twice";
   auto grow = [&](DeviceBuffer* buffer, size_t bytes, const char* what) -> absl::Status {
     if (bytes <= buffer->bytes()) return absl::OkStatus();
-    absl::StatusOr<DeviceBuffer> next = backend_.Allocate(std::max(bytes, 2 * buffer->bytes()));
+    // At least 256 KiB: contexts grow a page at a time, and the metadata with them.
+    absl::StatusOr<DeviceBuffer> next =
+        backend_.Allocate(std::max({bytes, 2 * buffer->bytes(), kMinDeviceBytes}));
     if (!next.ok()) {
       return absl::Status(next.status().code(),
                           absl::StrFormat("step plan %s: %s", what, next.status().message()));

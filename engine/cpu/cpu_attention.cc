@@ -6,6 +6,7 @@
 #include "engine/common/check.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/dot.h"
+#include "engine/cpu/scratch.h"
 
 namespace specula {
 namespace {
@@ -40,6 +41,7 @@ template <typename T, typename PageFn>
 void AttendPages(const float* qv, int32_t n_pages, PageFn page, int32_t hd, int32_t ps, float scale,
                  std::vector<float>* scores, std::vector<float>* acc, float* out) {
   scores->clear();
+  ReserveScratch(*scores, static_cast<size_t>(n_pages) * ps);
   float max_score = -INFINITY;
   for (int32_t i = 0; i < n_pages; ++i) {
     const auto [keys, tokens] = page(i);

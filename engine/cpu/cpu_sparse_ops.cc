@@ -12,6 +12,7 @@
 #include "engine/common/check.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/dot.h"
+#include "engine/cpu/scratch.h"
 #include "engine/cpu/top_pages.h"
 
 namespace specula {
@@ -243,6 +244,7 @@ void StageTop(const SelectList& l) {
   const SparseRowPlan& row = l.row;
   Stager stager = l.MakeStager();
   const uint32_t stamp = l.args.urgent ? UseStamp(row.step) : PredictStamp(row.step + 1);
+  ReserveScratch(ranked, static_cast<size_t>(row.seq.cache_slots));
   RankCandidates(row, l.hs.head, l.buffers.scores, row.seq.cache_slots, &ranked);
   for (int32_t p : ranked) l.hs.Touch(p, stamp);  // staging the others cannot evict these
   for (int32_t p : ranked) {
@@ -302,6 +304,10 @@ void Resolve(const SelectList& l) {
   Stager stager = l.MakeStager();
   const uint32_t use = UseStamp(row.step);
   const uint32_t next = PredictStamp(row.step + 1);
+  // Bounded by the cache's slots: a floor's worth each, so they do not grow step by step.
+  ReserveScratch(ranked, static_cast<size_t>(row.seq.cache_slots));
+  ReserveScratch(selected, static_cast<size_t>(B));
+  ReserveScratch(missed, static_cast<size_t>(B));
   RankCandidates(row, l.hs.head, l.buffers.scores, l.args.stage_ranked ? row.seq.cache_slots : B,
                  &ranked, B);
   selected.assign(ranked.begin(), ranked.begin() + std::min<size_t>(B, ranked.size()));

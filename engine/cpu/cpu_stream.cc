@@ -1,5 +1,6 @@
 #include "engine/cpu/cpu_stream.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -77,11 +78,20 @@ CpuCopyStream::~CpuCopyStream() {
   thread_.join();
 }
 
-void CpuCopyStream::Enqueue(std::function<void()> work) {
+void CpuCopyStream::Enqueue(Work work) {
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(work));
+    if (queued_ == queue_.size()) {  // full: twice the room, oldest first
+      std::vector<Work> grown(std::max<size_t>(16, 2 * queue_.size()));
+      for (size_t i = 0; i < queued_; ++i) {
+        grown[i] = std::move(queue_[(head_ + i) % queue_.size()]);
+      }
+      queue_ = std::move(grown);
+      head_ = 0;
+    }
+    queue_[(head_ + queued_) % queue_.size()] = std::move(work);
+    ++queued_;
     wake = idle_;
   }
   // Only an idle thread needs waking: a busy one finds the work when it looks at the queue. A
@@ -93,33 +103,53 @@ void CpuCopyStream::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     idle_ = true;
-    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    cv_.wait(lock, [&] { return stop_ || queued_ > 0; });
     idle_ = false;
-    if (queue_.empty()) return;  // stopping, and everything enqueued has run
-    std::function<void()> work = std::move(queue_.front());
-    queue_.pop_front();
+    if (queued_ == 0) return;  // stopping, and everything enqueued has run
+    Work work = std::move(queue_[head_]);
+    head_ = (head_ + 1) % queue_.size();
+    --queued_;
     lock.unlock();
-    work();
+    Run(work);
     lock.lock();
   }
 }
 
-void CpuCopyStream::CopyPages(absl::Span<const PageCopy> copies, size_t page_bytes) {
-  Enqueue([this, list = std::vector<PageCopy>(copies.begin(), copies.end()), page_bytes] {
-    if (before_copy_) before_copy_();
-    (void)SPECULA_FAULT(Fault::kSlowPageCopy);  // sleeps when armed
-    if (FailedByFault()) return;
-    CopyPagesNow(list, page_bytes);
-  });
+void CpuCopyStream::Run(Work& work) {
+  switch (work.kind) {
+    case Work::Kind::kLaunch:
+      if (BeginBatch()) work.launch();
+      return;
+    case Work::Kind::kCopy:
+      if (BeginBatch()) CopyPagesNow(work.copies, work.page_bytes);
+      return;
+    case Work::Kind::kComplete:
+      work.event->Complete();
+      return;
+    case Work::Kind::kWait:
+      work.event->WaitUntilDone();
+      return;
+  }
 }
 
-void CpuCopyStream::Launch(std::function<void()> work) {
-  Enqueue([this, work = std::move(work)] {
-    if (before_copy_) before_copy_();
-    (void)SPECULA_FAULT(Fault::kSlowPageCopy);
-    if (FailedByFault()) return;
-    work();
-  });
+bool CpuCopyStream::BeginBatch() {
+  if (before_copy_) before_copy_();
+  (void)SPECULA_FAULT(Fault::kSlowPageCopy);  // sleeps when armed
+  return !FailedByFault();
+}
+
+void CpuCopyStream::CopyPages(absl::Span<const PageCopy> copies, size_t page_bytes) {
+  Work work;
+  work.kind = Work::Kind::kCopy;
+  work.copies.assign(copies.begin(), copies.end());
+  work.page_bytes = page_bytes;
+  Enqueue(std::move(work));
+}
+
+void CpuCopyStream::Launch(InlineFunction launch) {
+  Work work;
+  work.launch = launch;
+  Enqueue(std::move(work));
 }
 
 bool CpuCopyStream::FailedByFault() {
@@ -138,14 +168,19 @@ std::shared_ptr<Event> CpuCopyStream::Record() {
   std::shared_ptr<CpuEvent> event =
       events_.Next([this] { return std::make_shared<CpuEvent>(counters_); });
   event->Rearm();
-  Enqueue([event] { event->Complete(); });
+  Work work;
+  work.kind = Work::Kind::kComplete;
+  work.event = event;
+  Enqueue(std::move(work));
   return event;
 }
 
 void CpuCopyStream::Wait(const std::shared_ptr<Event>& event) {
-  std::shared_ptr<const CpuEvent> cpu_event = std::dynamic_pointer_cast<const CpuEvent>(event);
-  CHECK(cpu_event != nullptr) << "a CPU stream can only wait on a CPU event";
-  Enqueue([cpu_event] { cpu_event->WaitUntilDone(); });
+  Work work;
+  work.kind = Work::Kind::kWait;
+  work.event = std::dynamic_pointer_cast<CpuEvent>(event);
+  CHECK(work.event != nullptr) << "a CPU stream can only wait on a CPU event";
+  Enqueue(std::move(work));
 }
 
 void CpuCopyStream::Synchronize() { Record()->Synchronize(); }

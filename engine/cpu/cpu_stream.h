@@ -10,14 +10,15 @@
 
 #include <condition_variable>
 #include <cstddef>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "engine/backend/event_ring.h"
 #include "engine/backend/stream.h"
+#include "engine/common/inline_function.h"
 
 namespace specula {
 
@@ -73,11 +74,24 @@ class CpuCopyStream : public Stream {
   void Synchronize() override;
   absl::Status TakeError() override;
   // Enqueues a kernel-like function that moves pages (GatherPages): it runs on the stream's
-  // thread in order, after `before_copy`, like CopyPages.
-  void Launch(std::function<void()> work);
+  // thread in order, after `before_copy`, like CopyPages. Enqueuing it allocates nothing.
+  void Launch(InlineFunction work);
 
  private:
-  void Enqueue(std::function<void()> work);
+  // An item of the queue. Launches, records and waits, enqueued every decode step, allocate
+  // nothing (an InlineFunction, a shared event); a CopyPages batch owns its list.
+  struct Work {
+    enum class Kind { kLaunch, kCopy, kComplete, kWait };
+    Kind kind = Kind::kLaunch;
+    InlineFunction launch;             // kLaunch
+    std::vector<PageCopy> copies;      // kCopy
+    size_t page_bytes = 0;             // kCopy
+    std::shared_ptr<CpuEvent> event;   // kComplete: completes it; kWait: waits for it
+  };
+  void Enqueue(Work work);
+  void Run(Work& work);
+  // A batch of pages moves (a copy or a launch): `before_copy` first, and the fault points.
+  bool BeginBatch();
   void Loop();
   // Whether an armed kFailPageCopy fails this batch: the batch is skipped (as a failed
   // cudaMemcpyBatchAsync copies nothing it could be trusted with) and the error kept.
@@ -88,7 +102,11 @@ class CpuCopyStream : public Stream {
   EventRing<CpuEvent> events_;  // engine thread (Record)
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
+  // A ring (guarded by mu_): queue_[head_] is the oldest of `queued_` items. It grows by
+  // doubling and never shrinks, so a steady step's items reuse its slots.
+  std::vector<Work> queue_;
+  size_t head_ = 0;
+  size_t queued_ = 0;
   bool stop_ = false;
   bool idle_ = false;   // the thread waits for work (guarded by mu_)
   absl::Status error_;  // the first failure since TakeError (guarded by mu_)

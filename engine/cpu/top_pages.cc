@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "engine/common/check.h"
+#include "engine/cpu/scratch.h"
 
 namespace specula {
 
@@ -34,6 +35,7 @@ void PartitionTopPages(absl::Span<const float> scores, int32_t first, int32_t k,
   CHECK(k >= 0 && first >= 0 && first <= k);
   thread_local std::vector<uint64_t> keys;
   const size_t n = scores.size();
+  ReserveScratch(keys, n);
   keys.resize(n);
   for (size_t i = 0; i < n; ++i) keys[i] = RankKey(scores[i], static_cast<int32_t>(i));
   const size_t take = std::min<size_t>(static_cast<size_t>(k), n);

@@ -84,27 +84,7 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
   g->load_timings_.backend_seconds = clock.Lap();
   ASSIGN_OR_RETURN(g->model_, Transformer::Load(model_dir, *g->backend_));
   g->load_timings_.weights_seconds = clock.Lap();
-  // The model's vocabulary bounds the tokenizer's ids before anything is sized by them.
-  ASSIGN_OR_RETURN(g->tokenizer_,
-                   Tokenizer::FromDirectory(model_dir, g->model_->config().vocab_size));
-  ASSIGN_OR_RETURN(GenerationConfig gen, LoadGenerationConfig(model_dir));
-  const ModelConfig& c = g->model_->config();
-  if (g->tokenizer_->vocab_size() > c.vocab_size) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: tokenizer has %d ids but config.json vocab_size is %d", model_dir,
-                        g->tokenizer_->vocab_size(), c.vocab_size));
-  }
-  for (int64_t id : gen.eos_token_ids) g->eos_ids_.insert(static_cast<int32_t>(id));
-  for (int64_t id : c.eos_token_ids) g->eos_ids_.insert(static_cast<int32_t>(id));
-  if (auto eos = g->tokenizer_->eos_token_id()) g->eos_ids_.insert(*eos);
-  g->token_table_ = std::make_unique<grammar::TokenTable>(GrammarTokenTable(*g->tokenizer_));
-  // Half the cores, at most 8: an entry takes ~50-100 ms on one core at a 128K vocabulary. The
-  // threads start with the first constrained request's first entry.
-  g->masker_ = std::make_unique<grammar::TokenMasker>(
-      *g->token_table_,
-      std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 8));
-  g->mask_worker_ = std::make_unique<MaskWorker>(*g->masker_);
-
+  RETURN_IF_ERROR(g->LoadTokenizer(model_dir));
   clock.Lap();  // the tokenizer and generation config are not the KV's time
   RETURN_IF_ERROR(g->CreateKv());
   g->load_timings_.kv_seconds = clock.Lap();
@@ -124,6 +104,28 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
                         options.solo_prefill_chunk_tokens, s.message()));
   }
   return g;
+}
+
+absl::Status Generator::LoadTokenizer(const std::string& model_dir) {
+  // The model's vocabulary bounds the tokenizer's ids before anything is sized by them.
+  const ModelConfig& c = model_->config();
+  ASSIGN_OR_RETURN(tokenizer_, Tokenizer::FromDirectory(model_dir, c.vocab_size));
+  ASSIGN_OR_RETURN(GenerationConfig gen, LoadGenerationConfig(model_dir));
+  if (tokenizer_->vocab_size() > c.vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: tokenizer has %d ids but config.json vocab_size is %d", model_dir,
+                        tokenizer_->vocab_size(), c.vocab_size));
+  }
+  for (int64_t id : gen.eos_token_ids) eos_ids_.insert(static_cast<int32_t>(id));
+  for (int64_t id : c.eos_token_ids) eos_ids_.insert(static_cast<int32_t>(id));
+  if (auto eos = tokenizer_->eos_token_id()) eos_ids_.insert(*eos);
+  token_table_ = std::make_unique<grammar::TokenTable>(GrammarTokenTable(*tokenizer_));
+  // Half the cores, at most 8: an entry takes ~50-100 ms on one core at a 128K vocabulary. The
+  // threads start with the first constrained request's first entry.
+  masker_ = std::make_unique<grammar::TokenMasker>(
+      *token_table_, std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 8));
+  mask_worker_ = std::make_unique<MaskWorker>(*masker_);
+  return absl::OkStatus();
 }
 
 absl::Status Generator::CreateKv() {
@@ -286,7 +288,7 @@ absl::Status Generator::Cancel(uint64_t id, SequenceOutput* out, bool kv_valid) 
 }
 
 absl::Status Generator::Step(std::vector<SequenceOutput>* outputs) {
-  last_step_ = StepStats();
+  last_step_.Reset();
   if (scheduler_->empty()) return absl::OkStatus();
   if (!backend_->device_fault().ok()) return backend_->device_fault();
   if (SPECULA_FAULT(Fault::kEngineStep)) return absl::InternalError("step failed (injected fault)");

@@ -76,6 +76,14 @@ struct StepStats {
   // readback): the step's wall time less this is host work, during which the device may idle.
   double device_wait_seconds = 0;
   SparseStepStats sparse;  // what the sparse KV cache did in this step
+
+  // Zero for the next step, keeping the latency samples' room (a steady step allocates nothing).
+  void Reset() {
+    std::vector<double> latencies = std::move(sparse.prefetch_latencies_seconds);
+    latencies.clear();
+    *this = StepStats();
+    sparse.prefetch_latencies_seconds = std::move(latencies);
+  }
 };
 
 struct GenerationResult {
@@ -178,6 +186,9 @@ class Generator {
 
  private:
   Generator() = default;
+  // The tokenizer, the stop ids (generation_config.json, config.json, the tokenizer's EOS) and
+  // the output constraints' token table and masker.
+  absl::Status LoadTokenizer(const std::string& model_dir);
   // The KV pool, the host store, the sparse cache and the prefix cache; then the KV managers,
   // the scheduler and the runner over them.
   absl::Status CreateKv();

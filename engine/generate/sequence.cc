@@ -33,6 +33,10 @@ Sequence::Sequence(uint64_t id, GenerationRequest request, const Tokenizer& toke
       detok_(tokenizer, /*skip_special_tokens=*/true),
       stops_(request_.stopping.stop) {
   prefill_target_ = static_cast<int64_t>(request_.prompt.size());
+  // Room for the output up front (up to kReservedOutputTokens), so decode does not grow it step
+  // by step.
+  generated_.reserve(static_cast<size_t>(
+      std::clamp<int64_t>(request_.stopping.max_tokens, 0, kReservedOutputTokens)));
   if (!request_.stopping.ignore_eos) stop_ids_ = std::move(eos_ids);
   stop_ids_.insert(request_.stopping.stop_token_ids.begin(),
                    request_.stopping.stop_token_ids.end());

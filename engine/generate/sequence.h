@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "engine/generate/output_constraint.h"
 #include "engine/grammar/grammar.h"
@@ -43,7 +44,8 @@ const char* FinishReasonName(FinishReason r);
 // What one step produced for one sequence.
 struct SequenceOutput {
   uint64_t id = 0;
-  std::vector<int32_t> tokens;         // new token ids (0 or 1 per step)
+  // New token ids: 0 or 1 per step, held inline (an output allocates nothing for its token).
+  absl::InlinedVector<int32_t, 1> tokens;
   std::string text;                    // new text, safe to show (complete UTF-8, no stop string)
   std::vector<SampledToken> logprobs;  // per new token, when asked
   FinishReason finish = FinishReason::kNone;
@@ -117,6 +119,9 @@ class Sequence {
   FinishReason finish_reason() const { return finish_; }
 
  private:
+  // Output tokens whose room is reserved at construction (64 KiB); a longer output grows it,
+  // doubling.
+  static constexpr int64_t kReservedOutputTokens = 16384;
   // Appends the sampled token and updates the stop state and `out`.
   void Take(SampledToken s, SequenceOutput* out);
   uint64_t id_;

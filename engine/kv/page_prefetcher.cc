@@ -15,6 +15,8 @@ double MonotonicSeconds() {
 
 namespace {
 constexpr size_t kMaxLatencySamples = 65536;
+// Samples' room kept between steps (16 KiB), so a steady step does not grow it.
+constexpr size_t kReservedLatencySamples = 2048;
 // Gathers whose landing is tracked at once; more in flight go untimed.
 constexpr int32_t kTrackedGathers = 1024;
 }  // namespace
@@ -164,6 +166,8 @@ double PagePrefetcher::TakeStallSeconds() {
 void PagePrefetcher::TakeLatencies(std::vector<double>* out) {
   out->swap(latencies_);
   latencies_.clear();
+  // The two buffers trade places each step: both get a step's usual samples' room once.
+  latencies_.reserve(kReservedLatencySamples);
 }
 
 }  // namespace specula
