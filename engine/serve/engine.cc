@@ -184,65 +184,73 @@ void Engine::SetPausedForTesting(bool paused) {
 }
 
 void Engine::Loop() {
-  std::vector<std::unique_ptr<Request>> submitted;
-  std::vector<std::pair<uint64_t, absl::Status>> cancels;
-  std::vector<std::function<void()>> control;
-  bool stop = false;
-  while (!stop) {
-    bool paused = false;
-    const absl::Time session_expiry = NextWake();
-    {
-      std::unique_lock lock(mu_);
-      auto has_control = [&] {
-        return stop_ || !submitted_.empty() || !cancels_.empty() || !control_.empty();
-      };
-      const bool has_requests = !running_.empty() || !waiting_.empty();
-      if (paused_ || !has_requests) {
-        if (has_requests) {
-          // Paused with requests: wake now and then to expire deadlines.
-          wake_.wait_for(lock, std::chrono::milliseconds(20), has_control);
-        } else {
-          // Idle: sleep until there is work or a session expires.
-          if (session_expiry == absl::InfiniteFuture()) {
-            wake_.wait(lock, has_control);
-          } else {
-            wake_.wait_until(lock, absl::ToChronoTime(session_expiry), has_control);
-          }
-        }
-      }
-      submitted.swap(submitted_);
-      cancels.swap(cancels_);
-      control.swap(control_);
-      stop = stop_;
-      paused = paused_;
-    }
-    for (auto& r : submitted) waiting_.push_back(std::move(r));
-    submitted.clear();
-    for (auto& [handle, reason] : cancels) CancelRequest(handle, reason);
-    cancels.clear();
-    RunControlOps(control);
-    if (stop) break;
-    const absl::Time now = absl::Now();
-    generator_->ExpireSessions(now);
-    RetireExpired(now);
-    if (device_failed_) {
-      FailWaiting(generator_->device_fault(), FinishReason::kNone);
-    } else if (!paused) {
-      Admit();
-      if (generator_->HasWork()) {
-        // Published before the step too: should it hang, the requests in it stay visible in
-        // load() and Requests(), which is what the watchdog reads.
-        PublishLoad();
-        if (absl::Status s = RunStep(); !s.ok()) {
-          FailRunning(s, FinishReason::kNone);
-          NoteDeviceFault();
-        }
-      }
-    }
+  Inbox inbox;
+  while (true) {
+    TakeInbox(inbox);
+    ApplyInbox(inbox);
+    if (inbox.stop) break;
+    Advance(inbox.paused);
     PublishLoad();
   }
+  Shutdown();
+}
 
+void Engine::TakeInbox(Inbox& inbox) {
+  const absl::Time session_expiry = NextWake();
+  std::unique_lock lock(mu_);
+  auto has_control = [&] {
+    return stop_ || !submitted_.empty() || !cancels_.empty() || !control_.empty();
+  };
+  const bool has_requests = !running_.empty() || !waiting_.empty();
+  if (paused_ || !has_requests) {
+    if (has_requests) {
+      // Paused with requests: wake now and then to expire deadlines.
+      wake_.wait_for(lock, std::chrono::milliseconds(20), has_control);
+    } else if (session_expiry == absl::InfiniteFuture()) {
+      // Idle: sleep until there is work or a session expires.
+      wake_.wait(lock, has_control);
+    } else {
+      wake_.wait_until(lock, absl::ToChronoTime(session_expiry), has_control);
+    }
+  }
+  inbox.submitted.swap(submitted_);
+  inbox.cancels.swap(cancels_);
+  inbox.control.swap(control_);
+  inbox.stop = stop_;
+  inbox.paused = paused_;
+}
+
+void Engine::ApplyInbox(Inbox& inbox) {
+  for (auto& r : inbox.submitted) waiting_.push_back(std::move(r));
+  inbox.submitted.clear();
+  for (auto& [handle, reason] : inbox.cancels) CancelRequest(handle, reason);
+  inbox.cancels.clear();
+  RunControlOps(inbox.control);
+}
+
+void Engine::Advance(bool paused) {
+  const absl::Time now = absl::Now();
+  generator_->ExpireSessions(now);
+  RetireExpired(now);
+  if (device_failed_) {
+    FailWaiting(generator_->device_fault(), FinishReason::kNone);
+    return;
+  }
+  if (paused) return;
+  Admit();
+  if (!generator_->HasWork()) return;
+  // Published before the step too: should it hang, the requests in it stay visible in load()
+  // and Requests(), which is what the watchdog reads.
+  PublishLoad();
+  if (absl::Status s = RunStep(); !s.ok()) {
+    FailRunning(s, FinishReason::kNone);
+    NoteDeviceFault();
+  }
+}
+
+void Engine::Shutdown() {
   absl::Status reason;
+  std::vector<std::function<void()>> control;
   {
     std::lock_guard lock(mu_);
     reason = stop_reason_;

@@ -100,7 +100,26 @@ class Engine {
  private:
   struct Request;  // one submitted request, queued or running (engine thread)
 
+  // What other threads handed over since the loop last looked.
+  struct Inbox {
+    std::vector<std::unique_ptr<Request>> submitted;
+    std::vector<std::pair<uint64_t, absl::Status>> cancels;
+    std::vector<std::function<void()>> control;
+    bool stop = false;
+    bool paused = false;
+  };
+
   void Loop();
+  // Sleeps while there is nothing to do (idle: until work or a session expiry; paused with
+  // requests: 20 ms at a time, to expire deadlines), then takes the inbox.
+  void TakeInbox(Inbox& inbox);
+  // Queues the submissions, applies the cancellations and runs the control ops.
+  void ApplyInbox(Inbox& inbox);
+  // One round: expiry, then admission and a step (neither while paused; after a device fault,
+  // the waiting requests fail instead).
+  void Advance(bool paused);
+  // After the loop: what was handed over meanwhile, then every request ends with the reason.
+  void Shutdown();
   void RetireExpired(absl::Time now);
   void Admit();
   absl::Status RunStep();
