@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/common/status_macros.h"
 #include "server/compiled_constraints.h"
 
 namespace specula {
@@ -140,6 +141,66 @@ absl::Status ValidateSessionId(absl::string_view id) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The prompt: its text tokenized (within the limits), or its ids checked against the vocabulary.
+absl::Status ConvertPrompt(const v1::GenerateRequest& request, const Tokenizer& tokenizer,
+                           const TotalTokenLimits& limits, const ChatPromptFacts& chat,
+                           std::vector<int32_t>* prompt) {
+  const bool has_text = request.has_prompt();
+  const bool has_ids = request.has_prompt_token_ids();
+  if (has_text && has_ids) {
+    return absl::InvalidArgumentError("set exactly one of prompt and prompt_token_ids, not both");
+  }
+  if (!has_text && !has_ids) {
+    return absl::InvalidArgumentError("no input: set prompt, prompt_token_ids or messages");
+  }
+  if (has_text) {
+    if (request.prompt().empty()) return absl::InvalidArgumentError("prompt is empty");
+    EncodeOptions options = EncodeOptionsOf(request);
+    options.plain_ranges = chat.plain_ranges;
+    absl::StatusOr<std::vector<int32_t>> ids =
+        EncodePrompt(tokenizer, request.prompt(), "prompt", std::move(options), limits);
+    if (!ids.ok()) return ids.status();
+    if (ids->empty()) return absl::InvalidArgumentError("prompt tokenizes to no tokens");
+    *prompt = *std::move(ids);
+  } else {
+    if (request.prompt_token_ids().ids().empty()) {
+      return absl::InvalidArgumentError("prompt_token_ids is empty");
+    }
+    RETURN_IF_ERROR(ConvertIds(request.prompt_token_ids().ids(), "prompt_token_ids", prompt));
+  }
+  if (limits.max_prompt_tokens > 0 &&
+      static_cast<int64_t>(prompt->size()) > limits.max_prompt_tokens) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the prompt is %d tokens; this server accepts at most %d (server.limits.max_prompt_tokens)",
+        prompt->size(), limits.max_prompt_tokens));
+  }
+  return absl::OkStatus();
+}
+
+// max_tokens (within server.limits.max_tokens, else the default length), stop strings and ids.
+absl::Status ConvertStopping(const v1::StoppingCriteria& stop, int32_t default_max_tokens,
+                             const TotalTokenLimits& limits, GenerationRequest* g) {
+  if (stop.has_max_tokens()) {
+    if (limits.max_output_tokens > 0 && stop.max_tokens() > limits.max_output_tokens) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "stopping.max_tokens = %d; this server allows at most %d (server.limits.max_tokens)",
+          stop.max_tokens(), limits.max_output_tokens));
+    }
+    g->stopping.max_tokens = stop.max_tokens();
+  } else {
+    g->stopping.max_tokens = DefaultLength(*g, default_max_tokens, limits);
+  }
+  g->stopping.stop.assign(stop.stop().begin(), stop.stop().end());
+  RETURN_IF_ERROR(
+      ConvertIds(stop.stop_token_ids(), "stopping.stop_token_ids", &g->stopping.stop_token_ids));
+  g->stopping.ignore_eos = stop.ignore_eos();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                               const Tokenizer& tokenizer,
                                               int32_t default_max_tokens,
@@ -151,66 +212,16 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& request
         "request_id is %d bytes; at most %d", request.request_id().size(), kMaxRequestIdBytes));
   }
   out.request_id = request.request_id().empty() ? NewRequestId() : request.request_id();
-  if (!request.session_id().empty()) {
-    if (absl::Status s = ValidateSessionId(request.session_id()); !s.ok()) return s;
-    out.generation.session_id = request.session_id();
-  }
-
-  const bool has_text = request.has_prompt();
-  const bool has_ids = request.has_prompt_token_ids();
-  if (has_text && has_ids) {
-    return absl::InvalidArgumentError("set exactly one of prompt and prompt_token_ids, not both");
-  }
-  if (!has_text && !has_ids) {
-    return absl::InvalidArgumentError("no input: set prompt, prompt_token_ids or messages");
-  }
   GenerationRequest& g = out.generation;
-  if (has_text) {
-    if (request.prompt().empty()) return absl::InvalidArgumentError("prompt is empty");
-    EncodeOptions options = EncodeOptionsOf(request);
-    options.plain_ranges = chat.plain_ranges;
-    absl::StatusOr<std::vector<int32_t>> ids =
-        EncodePrompt(tokenizer, request.prompt(), "prompt", std::move(options), limits);
-    if (!ids.ok()) return ids.status();
-    if (ids->empty()) return absl::InvalidArgumentError("prompt tokenizes to no tokens");
-    g.prompt = *std::move(ids);
-  } else {
-    if (request.prompt_token_ids().ids().empty()) {
-      return absl::InvalidArgumentError("prompt_token_ids is empty");
-    }
-    if (absl::Status s =
-            ConvertIds(request.prompt_token_ids().ids(), "prompt_token_ids", &g.prompt);
-        !s.ok()) {
-      return s;
-    }
+  if (!request.session_id().empty()) {
+    RETURN_IF_ERROR(ValidateSessionId(request.session_id()));
+    g.session_id = request.session_id();
   }
-
-  if (limits.max_prompt_tokens > 0 &&
-      static_cast<int64_t>(g.prompt.size()) > limits.max_prompt_tokens) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "the prompt is %d tokens; this server accepts at most %d (server.limits.max_prompt_tokens)",
-        g.prompt.size(), limits.max_prompt_tokens));
-  }
-  if (absl::Status s = ConvertSampling(request.sampling(), &g.sampling); !s.ok()) return s;
-  if (absl::Status s = ConvertSparse(request.sparse(), &g.sparse); !s.ok()) return s;
-  const v1::StoppingCriteria& stop = request.stopping();
-  if (stop.has_max_tokens()) {
-    if (limits.max_output_tokens > 0 && stop.max_tokens() > limits.max_output_tokens) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "stopping.max_tokens = %d; this server allows at most %d (server.limits.max_tokens)",
-          stop.max_tokens(), limits.max_output_tokens));
-    }
-    g.stopping.max_tokens = stop.max_tokens();
-  } else {
-    g.stopping.max_tokens = DefaultLength(g, default_max_tokens, limits);
-  }
-  g.stopping.stop.assign(stop.stop().begin(), stop.stop().end());
-  if (absl::Status s =
-          ConvertIds(stop.stop_token_ids(), "stopping.stop_token_ids", &g.stopping.stop_token_ids);
-      !s.ok()) {
-    return s;
-  }
-  g.stopping.ignore_eos = stop.ignore_eos();
+  RETURN_IF_ERROR(ConvertPrompt(request, tokenizer, limits, chat, &g.prompt));
+  RETURN_IF_ERROR(ConvertSampling(request.sampling(), &g.sampling));
+  RETURN_IF_ERROR(ConvertSparse(request.sparse(), &g.sparse));
+  // After the prompt: the default length is what the context leaves.
+  RETURN_IF_ERROR(ConvertStopping(request.stopping(), default_max_tokens, limits, &g));
   // Compiled here, on the calling thread, never on the engine's; once per distinct schema.
   absl::StatusOr<std::shared_ptr<const grammar::Grammar>> constraint =
       SharedCompiledConstraints().Get(request.output_constraint(), chat.answer_lead);

@@ -59,16 +59,20 @@ void DecodeStart::Bind(const StepPlan& plan) {
 }
 
 void DecodeStart::Run(int32_t layer, const PromptPages& pages, const Mat& last_query) {
-  const WorkingSetGeometry& g = ws_.geometry();
-  const int32_t ps = g.page_size;
-  Backend& backend = cache_.backend();
   const LayerPlan& lp = layers_[layer];
   if (lp.summary_pages.count > 0) {
-    backend.SummarizePages(
+    cache_.backend().SummarizePages(
         PageSummaryArgs{plan_->Device(pages.host_store ? lp.summary_dst : lp.summary_pages),
                         plan_->Device(lp.summary_dst), pages.pool, cache_.index().summaries()});
   }
-  // Sinks and the recent window into their slots.
+  LoadSinksAndWindow(layer, pages);
+  SelectFirstPages(layer, last_query);
+}
+
+void DecodeStart::LoadSinksAndWindow(int32_t layer, const PromptPages& pages) {
+  const WorkingSetGeometry& g = ws_.geometry();
+  const int32_t ps = g.page_size;
+  Backend& backend = cache_.backend();
   const PagePoolView slots = PagesOf(cache_.device().Layer(layer));
   const int32_t written = static_cast<int32_t>((prompt_tokens_ + ps - 1) / ps);
   const int32_t window_begin = g.window_begin(static_cast<int32_t>(prompt_tokens_ / ps));
@@ -85,8 +89,12 @@ void DecodeStart::Run(int32_t layer, const PromptPages& pages, const Mat& last_q
   for (int32_t p = 0; p < std::min(g.sink_pages, written); ++p) load(p, ws_.sink_slot(p));
   for (int32_t p = window_begin; p < written; ++p) load(p, ws_.ring_slot(p));
   if (!copies_.empty()) backend.compute_stream().CopyPages(copies_, slots.page_bytes());
+}
 
-  // The first decode step's pages.
+void DecodeStart::SelectFirstPages(int32_t layer, const Mat& last_query) {
+  const WorkingSetGeometry& g = ws_.geometry();
+  const int32_t ps = g.page_size;
+  Backend& backend = cache_.backend();
   const SpeculationMode mode = cache_.options().speculation;
   const bool cross_step = mode == SpeculationMode::kCrossStep || mode == SpeculationMode::kBoth;
   const bool all_fit = candidates() <= g.budget_pages;
@@ -97,7 +105,7 @@ void DecodeStart::Run(int32_t layer, const PromptPages& pages, const Mat& last_q
   select.num_kv_heads = g.kv_heads;
   select.page_size = ps;
   select.max_cache_slots = std::max(g.cache_slots, 1);
-  select.device_pool = slots;
+  select.device_pool = PagesOf(cache_.device().Layer(layer));
   select.host_pool = cache_.store().pool();
   select.counters = counters_.Device();
   if (all_fit) {

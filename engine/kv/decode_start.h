@@ -39,10 +39,16 @@ class DecodeStart {
   // After the step's synchronization: pages loaded or staged, into the request's stats and `step`.
   void FinishStep(SparseStepStats* step);
 
+
   // Candidate pages at the first decode step.
   int32_t candidates() const;
 
  private:
+  // Run's parts: the sink pages and the recent window into their slots, then the first decode
+  // step's pages (all of them when they fit, else staged by the last prompt row's query).
+  void LoadSinksAndWindow(int32_t layer, const PromptPages& pages);
+  void SelectFirstPages(int32_t layer, const Mat& last_query);
+
   struct LayerPlan {
     PlanSlice<int32_t>
         summary_pages;               // new full pages' indices (page p of head h: p * kv_heads + h)
