@@ -571,6 +571,29 @@ size_t UnescapeKeepingNul(void* /*cls*/, MHD_Connection* /*connection*/, char* s
 // libmicrohttpd's own limit, above the guard's: the guard decides (and makes room at its limit),
 // while connections it shut down are still closing, and although libmicrohttpd splits its limit
 // evenly between the polling threads, which do not get equal shares of the connections.
+// The TLS options of the daemon (with MHD_OPTION_END; only that without server.tls), and the
+// TLS flag in `flags`.
+absl::StatusOr<std::vector<MHD_OptionItem>> TlsOptions(const HttpServerOptions& options,
+                                                       unsigned int* flags) {
+  std::vector<MHD_OptionItem> items;
+  if (options.tls != nullptr) {
+    if (MHD_is_feature_supported(MHD_FEATURE_HTTPS_CERT_CALLBACK) != MHD_YES) {
+      return absl::FailedPreconditionError(
+          "server.tls: this libmicrohttpd was built without HTTPS support");
+    }
+    *flags |= MHD_USE_TLS;
+    items.push_back({MHD_OPTION_HTTPS_CERT_CALLBACK, 0,
+                     reinterpret_cast<void*>(&HttpTls::RetrieveCertificate)});
+    // Makes libmicrohttpd ask clients for a certificate; HttpTls verifies it per request.
+    if (options.tls->requires_client_certificate()) {
+      items.push_back({MHD_OPTION_HTTPS_MEM_TRUST, 0,
+                       const_cast<char*>(options.tls->initial_client_ca_pem().c_str())});
+    }
+  }
+  items.push_back({MHD_OPTION_END, 0, nullptr});
+  return items;
+}
+
 unsigned HardConnectionLimit(const HttpServerOptions& options) {
   return static_cast<unsigned>(options.max_connections) * 2 + 64;
 }
@@ -593,34 +616,12 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   absl::StatusOr<std::unique_ptr<ConnectionWatcher>> watcher = ConnectionWatcher::Start();
   if (!watcher.ok()) return watcher.status();
   server->watcher_ = *std::move(watcher);
-  HttpConnectionGuardOptions guard;
-  guard.read_timeout = absl::Seconds(options.request_read_seconds);
-  guard.max_connections = options.max_connections;
-  guard.max_per_peer = options.max_connections_per_ip;
-  guard.on_refused = [server = server.get()](absl::string_view reason) {
-    server->ReportRefused(std::string_view(reason.data(), reason.size()));
-  };
-  server->guard_ = std::make_unique<HttpConnectionGuard>(std::move(guard));
-  server->guard_->StartSweeper();
+  server->StartGuard();
   unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
   // "[::]" takes IPv4 too, as gRPC's listener does (libmicrohttpd would set IPV6_V6ONLY).
   if (addr->ss_family == AF_INET6) flags |= MHD_USE_DUAL_STACK;
-  std::vector<MHD_OptionItem> tls_options;
-  if (options.tls != nullptr) {
-    if (MHD_is_feature_supported(MHD_FEATURE_HTTPS_CERT_CALLBACK) != MHD_YES) {
-      return absl::FailedPreconditionError(
-          "server.tls: this libmicrohttpd was built without HTTPS support");
-    }
-    flags |= MHD_USE_TLS;
-    tls_options.push_back({MHD_OPTION_HTTPS_CERT_CALLBACK, 0,
-                           reinterpret_cast<void*>(&HttpTls::RetrieveCertificate)});
-    // Makes libmicrohttpd ask clients for a certificate; HttpTls verifies it per request.
-    if (options.tls->requires_client_certificate()) {
-      tls_options.push_back({MHD_OPTION_HTTPS_MEM_TRUST, 0,
-                             const_cast<char*>(options.tls->initial_client_ca_pem().c_str())});
-    }
-  }
-  tls_options.push_back({MHD_OPTION_END, 0, nullptr});
+  absl::StatusOr<std::vector<MHD_OptionItem>> tls_options = TlsOptions(options, &flags);
+  if (!tls_options.ok()) return tls_options.status();
   // The logger first, so complaints about the options below reach it too. One thread is the
   // internal polling thread itself; a pool is only asked for beyond that.
   server->daemon_ = MHD_start_daemon(
@@ -635,7 +636,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
       &HttpServerCallbacks::RequestStarted, server.get(), MHD_OPTION_UNESCAPE_CALLBACK,
       &UnescapeKeepingNul, nullptr,  //
       MHD_OPTION_THREAD_POOL_SIZE, static_cast<unsigned>(options.threads > 1 ? options.threads : 0),
-      MHD_OPTION_ARRAY, tls_options.data(),  //
+      MHD_OPTION_ARRAY, tls_options->data(),  //
       MHD_OPTION_END);
   if (server->daemon_ == nullptr) {
     const std::string why = server->last_error();
@@ -650,6 +651,18 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
 
 HttpServer::HttpServer(std::vector<HttpRoute> routes, const HttpServerOptions& options)
     : routes_(std::move(routes)), options_(options), gate_(std::make_shared<DaemonGate>()) {}
+
+void HttpServer::StartGuard() {
+  HttpConnectionGuardOptions guard;
+  guard.read_timeout = absl::Seconds(options_.request_read_seconds);
+  guard.max_connections = options_.max_connections;
+  guard.max_per_peer = options_.max_connections_per_ip;
+  guard.on_refused = [this](absl::string_view reason) {
+    ReportRefused(std::string_view(reason.data(), reason.size()));
+  };
+  guard_ = std::make_unique<HttpConnectionGuard>(std::move(guard));
+  guard_->StartSweeper();
+}
 
 absl::Status HttpServer::CheckClientCertificate(MHD_Connection* connection) const {
   if (options_.tls == nullptr || !options_.tls->requires_client_certificate()) {

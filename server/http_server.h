@@ -158,6 +158,8 @@ class HttpServer {
 
  private:
   HttpServer(std::vector<HttpRoute> routes, const HttpServerOptions& options);
+  // The connection guard (read deadlines, connection caps) and its sweeper.
+  void StartGuard();
 
   // The route that serves `request`, or null with `refusal` set to a 404 (unknown path) or a 405
   // naming the allowed methods.

@@ -150,21 +150,27 @@ absl::StatusOr<std::unique_ptr<Generator>> LoadGenerator(const ServerConfig& con
   return generator;
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config) {
+// What stops the server before the (possibly long) model load: the configuration, a model
+// directory, and TLS files that do not load.
+absl::Status CheckBeforeLoad(const ServerConfig& config) {
   if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
-  RouteProtobufLogs();
   if (config.model.path.empty()) {
     return absl::InvalidArgumentError("model.path: no model directory given");
   }
-  // Bad TLS files stop the server before the (possibly long) model load.
   if (config.server.tls()) {
     if (absl::StatusOr<TlsFileContents> files = LoadTlsFiles(TlsPathsOf(config.server));
         !files.ok()) {
       return files.status();
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config) {
+  if (absl::Status s = CheckBeforeLoad(config); !s.ok()) return s;
+  RouteProtobufLogs();
   absl::StatusOr<std::unique_ptr<Generator>> generator = LoadGenerator(config);
   if (!generator.ok()) return generator.status();
   // The chat template is checked before anything starts: a template the interpreter cannot run
@@ -201,18 +207,22 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerConfig& config
     s->Shutdown(absl::ZeroDuration());
     return st;
   }
-  Log(LogLevel::kInfo, "server_listening",
-      {{"grpc", s->address_},
-       {"metrics", s->metrics_address_},
-       {"http", s->http_address_},
-       {"model", s->served_model_name_},
-       {"chat_template", s->chat_->has_template()},
-       {"auth", s->auth_ == nullptr ? std::string("off")
-                                    : absl::StrCat(s->auth_->size(), " bearer tokens")},
-       {"tls", !config.server.tls()                       ? "off"
-               : config.server.tls_client_ca_file.empty() ? "on"
-                                                          : "mutual"}});
+  s->LogListening();
   return s;
+}
+
+void Server::LogListening() const {
+  Log(LogLevel::kInfo, "server_listening",
+      {{"grpc", address_},
+       {"metrics", metrics_address_},
+       {"http", http_address_},
+       {"model", served_model_name_},
+       {"chat_template", chat_->has_template()},
+       {"auth",
+        auth_ == nullptr ? std::string("off") : absl::StrCat(auth_->size(), " bearer tokens")},
+       {"tls", !config_.server.tls()                       ? "off"
+               : config_.server.tls_client_ca_file.empty() ? "on"
+                                                           : "mutual"}});
 }
 
 namespace {

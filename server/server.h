@@ -81,6 +81,8 @@ class Server {
   absl::Status StartGrpc(const ServerConfig& config);
   // server.stall_seconds: health follows whether the engine makes progress.
   void StartWatchdog(const ServerConfig& config);
+  // The server_listening line: addresses, model, chat template, auth and TLS.
+  void LogListening() const;
   // The OpenAI-compatible listener (server.http_listen), if configured.
   absl::Status StartHttp(const ServerConfig& config, const v1::ModelInfo& model_info);
 
