@@ -93,6 +93,57 @@ absl::StatusOr<EngineBaseline> CompareEngine(const ServeBenchOptions& o, const p
 
 }  // namespace
 
+namespace {
+
+// Requests before the measured run (o.warmup of them, at the served batch), reported apart.
+void Warmup(pb::Specula::Stub* stub, const ServeBenchOptions& o, int32_t vocab, int32_t batch) {
+  LoadPlan warm;
+  warm.prompts = RandomPrompts(o.warmup, o.input_len, vocab, o.seed ^ kWarmupSeedSalt);
+  warm.output_len = o.output_len;
+  warm.max_concurrency = batch;
+  warm.timeout_seconds = o.timeout_seconds;
+  const LoadResult r = RunLoad(stub, warm);
+  const BenchSummary ws = SummarizeRun(r.records, r.duration_seconds);
+  std::cout << absl::StrFormat("warmup: %d/%d requests ok in %.2f s\n", ws.completed, o.warmup,
+                               r.duration_seconds);
+}
+
+// The measured run: a fixed concurrency, or arrivals at o.request_rate under o.max_concurrency.
+LoadPlan MeasuredPlan(const ServeBenchOptions& o, int32_t vocab) {
+  LoadPlan plan;
+  plan.prompts = RandomPrompts(o.num_prompts, o.input_len, vocab, o.seed);
+  plan.output_len = o.output_len;
+  plan.timeout_seconds = o.timeout_seconds;
+  if (o.concurrency > 0) {
+    plan.max_concurrency = o.concurrency;
+  } else {
+    plan.max_concurrency = o.max_concurrency;
+    if (!std::isinf(o.request_rate)) {
+      plan.arrival_offsets =
+          ArrivalOffsets(o.num_prompts, o.request_rate, o.seed ^ kArrivalSeedSalt);
+    }
+  }
+  return plan;
+}
+
+ServeRunInfo DescribeRun(const ServeBenchOptions& o, const pb::ModelInfo& info, int32_t batch,
+                         std::map<std::string, double> server_cpu) {
+  ServeRunInfo run;
+  run.server = o.server;
+  run.model = DescribeModel(info);
+  run.arrival = DescribeArrival(o);
+  run.num_prompts = o.num_prompts;
+  run.input_len = o.input_len;
+  run.output_len = o.output_len;
+  run.seed = o.seed;
+  run.warmup = o.warmup;
+  run.engine_max_running = batch;
+  run.server_cpu_by_thread = std::move(server_cpu);
+  return run;
+}
+
+}  // namespace
+
 int RunServeBench(const ServeBenchOptions& o) {
   if (absl::Status s = Validate(o); !s.ok()) return Fail(s);
   // One channel, one HTTP/2 connection multiplexing every stream, as a typical client does.
@@ -111,31 +162,8 @@ int RunServeBench(const ServeBenchOptions& o) {
   const int32_t batch = ServedBatch(o, *info);
   std::unique_ptr<pb::Specula::Stub> stub = pb::Specula::NewStub(channel);
 
-  if (o.warmup > 0) {
-    LoadPlan warm;
-    warm.prompts = RandomPrompts(o.warmup, o.input_len, vocab, o.seed ^ kWarmupSeedSalt);
-    warm.output_len = o.output_len;
-    warm.max_concurrency = batch;
-    warm.timeout_seconds = o.timeout_seconds;
-    const LoadResult r = RunLoad(stub.get(), warm);
-    const BenchSummary ws = SummarizeRun(r.records, r.duration_seconds);
-    std::cout << absl::StrFormat("warmup: %d/%d requests ok in %.2f s\n", ws.completed, o.warmup,
-                                 r.duration_seconds);
-  }
-
-  LoadPlan plan;
-  plan.prompts = RandomPrompts(o.num_prompts, o.input_len, vocab, o.seed);
-  plan.output_len = o.output_len;
-  plan.timeout_seconds = o.timeout_seconds;
-  if (o.concurrency > 0) {
-    plan.max_concurrency = o.concurrency;
-  } else {
-    plan.max_concurrency = o.max_concurrency;
-    if (!std::isinf(o.request_rate)) {
-      plan.arrival_offsets =
-          ArrivalOffsets(o.num_prompts, o.request_rate, o.seed ^ kArrivalSeedSalt);
-    }
-  }
+  if (o.warmup > 0) Warmup(stub.get(), o, vocab, batch);
+  const LoadPlan plan = MeasuredPlan(o, vocab);
   std::map<std::string, double> server_cpu_before;
   if (o.server_pid > 0) {
     absl::StatusOr<std::map<std::string, double>> cpu = ThreadCpuByName(o.server_pid);
@@ -158,17 +186,7 @@ int RunServeBench(const ServeBenchOptions& o) {
     engine = *b;
   }
 
-  ServeRunInfo run;
-  run.server = o.server;
-  run.model = DescribeModel(*info);
-  run.arrival = DescribeArrival(o);
-  run.num_prompts = o.num_prompts;
-  run.input_len = o.input_len;
-  run.output_len = o.output_len;
-  run.seed = o.seed;
-  run.warmup = o.warmup;
-  run.engine_max_running = batch;
-  run.server_cpu_by_thread = std::move(server_cpu);
+  const ServeRunInfo run = DescribeRun(o, *info, batch, std::move(server_cpu));
   PrintReport(run, load, summary, engine, std::cout);
   if (!o.json_path.empty()) {
     if (absl::Status s = WriteJson(o.json_path, run, load, summary, engine); !s.ok()) {
