@@ -109,6 +109,30 @@ std::string Quote(const std::string& s) {
   return out;
 }
 
+// Logprobs go to stderr so that stdout stays exactly the generated text.
+void PrintRemoteLogprobs(const std::vector<pb::TokenLogprobs>& logprobs) {
+  for (const pb::TokenLogprobs& t : logprobs) {
+    std::cerr << absl::StrFormat("logprob token=%d %.4f", t.token_id(), t.logprob());
+    for (const pb::TokenLogprob& alt : t.top()) {
+      std::cerr << absl::StrFormat(" %d:%.4f", alt.token_id(), alt.logprob());
+    }
+    std::cerr << "\n";
+  }
+}
+
+KvStats KvStatsOf(const pb::KvStats& proto) {
+  KvStats k;
+  k.sparse = proto.sparse();
+  k.budget_tokens = static_cast<int64_t>(proto.budget_tokens());
+  k.pages_hit = static_cast<int64_t>(proto.pages_hit());
+  k.pages_missed = static_cast<int64_t>(proto.pages_missed());
+  k.pages_late = static_cast<int64_t>(proto.pages_late());
+  k.bytes_prefetched = static_cast<int64_t>(proto.bytes_prefetched());
+  k.bytes_fetched = static_cast<int64_t>(proto.bytes_fetched());
+  k.stall_seconds = proto.stall_seconds();
+  return k;
+}
+
 }  // namespace
 
 int GenerateRemote() {
@@ -150,14 +174,7 @@ int GenerateRemote() {
   std::fflush(stdout);
   if (!status.ok()) return Fail(status);
 
-  // Logprobs go to stderr so that stdout stays exactly the generated text.
-  for (const pb::TokenLogprobs& t : logprobs) {
-    std::cerr << absl::StrFormat("logprob token=%d %.4f", t.token_id(), t.logprob());
-    for (const pb::TokenLogprob& alt : t.top()) {
-      std::cerr << absl::StrFormat(" %d:%.4f", alt.token_id(), alt.logprob());
-    }
-    std::cerr << "\n";
-  }
+  PrintRemoteLogprobs(logprobs);
   // Over the whole call: the server may coalesce tokens into few messages, so a rate over the
   // gaps between messages would read as arbitrarily fast.
   std::cerr << absl::StrFormat(
@@ -168,16 +185,8 @@ int GenerateRemote() {
       pb::FinishReason_Name(finish), first_token_s * 1e3, total_s * 1e3,
       total_s > 0 ? completion_tokens / total_s : 0.0);
   if (kv_stats.has_value()) {
-    KvStats k;
-    k.sparse = kv_stats->sparse();
-    k.budget_tokens = static_cast<int64_t>(kv_stats->budget_tokens());
-    k.pages_hit = static_cast<int64_t>(kv_stats->pages_hit());
-    k.pages_missed = static_cast<int64_t>(kv_stats->pages_missed());
-    k.pages_late = static_cast<int64_t>(kv_stats->pages_late());
-    k.bytes_prefetched = static_cast<int64_t>(kv_stats->bytes_prefetched());
-    k.bytes_fetched = static_cast<int64_t>(kv_stats->bytes_fetched());
-    k.stall_seconds = kv_stats->stall_seconds();
-    std::cerr << absl::StrFormat("[%s] %s\n", absl::GetFlag(FLAGS_server), FormatKvStats(k));
+    std::cerr << absl::StrFormat("[%s] %s\n", absl::GetFlag(FLAGS_server),
+                                 FormatKvStats(KvStatsOf(*kv_stats)));
   }
   return 0;
 }
