@@ -1,12 +1,16 @@
 // A void() callable held inline, with no heap allocation: for work queued every step (the CPU
 // copy stream's launches), where std::function would allocate for any capture larger than two
 // pointers or not trivially copyable. It takes trivially copyable callables (lambdas capturing
-// pointers, spans and numbers) of at most kBytes, checked when it is built.
+// pointers, spans and numbers) of at most kBytes, checked when it is built. Copies copy the bytes
+// with memcpy, which creates the callable in the new storage (it is trivially copyable).
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <new>
 #include <type_traits>
+
+#include "engine/common/check.h"
 
 namespace specula {
 
@@ -23,11 +27,24 @@ class InlineFunction {
     static_assert(sizeof(F) <= kBytes && alignof(F) <= alignof(std::max_align_t),
                   "the callable's captures exceed InlineFunction::kBytes");
     ::new (static_cast<void*>(storage_)) F(f);
-    invoke_ = [](const void* storage) { (*static_cast<const F*>(storage))(); };
+    invoke_ = [](const void* storage) { (*std::launder(reinterpret_cast<const F*>(storage)))(); };
+  }
+
+  InlineFunction(const InlineFunction& other) { *this = other; }
+  InlineFunction& operator=(const InlineFunction& other) {
+    if (this != &other) {
+      std::memcpy(storage_, other.storage_, kBytes);
+      invoke_ = other.invoke_;
+    }
+    return *this;
   }
 
   explicit operator bool() const { return invoke_ != nullptr; }
-  void operator()() const { invoke_(storage_); }
+  // Calling an empty one is a bug (CHECKed).
+  void operator()() const {
+    CHECK(invoke_ != nullptr) << "an empty InlineFunction was called";
+    invoke_(storage_);
+  }
 
  private:
   alignas(std::max_align_t) unsigned char storage_[kBytes] = {};

@@ -217,8 +217,10 @@ class Generator {
   MaskCaches mask_caches_;
   uint64_t next_id_ = 1;
   std::unique_ptr<DenseKvAttention> dense_attention_;
-  std::unique_ptr<ModelRunner> runner_;   // after the model, the KV pool and the sparse cache
-  std::unique_ptr<Scheduler> scheduler_;  // its sequences go before the managers' prefills
+  std::unique_ptr<ModelRunner> runner_;  // after the model, the KV pool and the sparse cache
+  // Declared before the managers, so destroyed after them: the sparse manager's layer-major
+  // prefills refer to working sets the scheduler's sequences own.
+  std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<DenseKvManager> dense_kv_;
   std::unique_ptr<SparseKvManager> sparse_kv_;  // null unless sparse.enabled
   LoadTimings load_timings_;

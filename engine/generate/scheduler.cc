@@ -9,6 +9,10 @@
 
 namespace specula {
 
+bool Scheduler::CanAdmit() const {
+  return static_cast<int32_t>(running_.size()) < options_.max_running && !HasPreempted();
+}
+
 absl::Status Scheduler::CheckAdmission() const {
   if (static_cast<int32_t>(running_.size()) >= options_.max_running) {
     return absl::ResourceExhaustedError(
@@ -23,7 +27,7 @@ absl::Status Scheduler::CheckAdmission() const {
 
 bool Scheduler::HasRoomFor(const GenerationRequest& request, int64_t total,
                            const KvManager& kv) const {
-  return CheckAdmission().ok() && kv.HasRoomFor(request, total, Reserved());
+  return CanAdmit() && kv.HasRoomFor(request, total, Reserved());
 }
 
 absl::Status Scheduler::Admit(std::unique_ptr<Sequence> seq, KvManager& kv) {
@@ -84,11 +88,13 @@ void Scheduler::Grow(KvManager& kv, std::vector<SequenceOutput>* outputs) {
   if (need.empty()) return;
   // Out of room: the youngest running sequences of this kind give theirs back (parked in the
   // prefix cache while nothing else needs the room) until the others can grow.
-  for (auto it = running_.rbegin(); !kv.MakeRoom(need) && it != running_.rend(); ++it) {
+  bool room = kv.MakeRoom(need);
+  for (auto it = running_.rbegin(); !room && it != running_.rend(); ++it) {
     Running& victim = it->second;
     if (victim.kv != &kv || victim.seq->preempted() || !kv.Preemptible(*victim.seq)) continue;
     Preempt(victim);
     need = Reserved(&kv);  // the victim may have been one of those growing
+    room = kv.MakeRoom(need);
   }
   failed_.clear();
   for (auto& [id, r] : running_) {

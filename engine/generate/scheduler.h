@@ -35,13 +35,14 @@ class Scheduler {
     int32_t solo_prefill_chunk_tokens = 0;
   };
   // `managers`: every kind of KV, in the order the ModelRunner lays out their rows (dense rows
-  // first). They outlive the scheduler.
+  // first). They must outlive every call; the scheduler's destructor does not call them.
   Scheduler(const Options& options, std::vector<KvManager*> managers)
       : options_(options), managers_(std::move(managers)) {}
 
   // OK when a new sequence may start now: a running slot is free and no preempted sequence waits
   // (they come back first); else RESOURCE_EXHAUSTED saying which.
   absl::Status CheckAdmission() const;
+  bool CanAdmit() const;  // CheckAdmission().ok(), without building a status
   // Whether a request of at most `total` tokens on `kv` would be admitted now.
   bool HasRoomFor(const GenerationRequest& request, int64_t total, const KvManager& kv) const;
   // Gives the sequence its KV on `kv` and runs it from the next step.
