@@ -60,6 +60,9 @@ bool IsSupported(std::string_view key) {
   return kSupported->contains(key);
 }
 
+// The schema `false`: no value is valid against it.
+bool IsFalse(const Json& s) { return s.is_boolean() && !s.get<bool>(); }
+
 absl::Status Unsatisfiable(const std::string& path, absl::string_view why) {
   return absl::InvalidArgumentError(
       absl::StrCat("JSON Schema at '", path, "': no value satisfies it (", why, ")"));
@@ -230,8 +233,11 @@ absl::StatusOr<int32_t> SchemaCompiler::Choice(const Json& s, const std::string&
   }
   absl::flat_hash_set<std::string> seen;  // oneOf: each branch's types, which may not overlap
   const int32_t rule = b_.NewRule(key);
+  bool any_branch = false;
   for (size_t i = 0; i < branches.size(); ++i) {
     const std::string branch_path = absl::StrCat(path, "/", key, "/", i);
+    if (IsFalse(branches[i])) continue;  // no value is valid for it: nothing to write
+    any_branch = true;
     if (one_of) {
       ASSIGN_OR_RETURN(std::vector<std::string> types, Types(branches[i], branch_path));
       if (std::find(types.begin(), types.end(), "number") != types.end()) {
@@ -248,6 +254,7 @@ absl::StatusOr<int32_t> SchemaCompiler::Choice(const Json& s, const std::string&
     ASSIGN_OR_RETURN(const int32_t r, Compile(branches[i], branch_path, depth + 1));
     b_.AddAlternative(rule, {B::Ref(r)});
   }
+  if (!any_branch) return Unsatisfiable(path, absl::StrCat("every branch of ", key, " is false"));
   return rule;
 }
 
@@ -326,6 +333,15 @@ absl::StatusOr<int32_t> SchemaCompiler::Properties(const Json& s, const std::str
     const std::string& name = r.get_ref<const std::string&>();
     if (required.insert(name).second && !properties.contains(name)) names.push_back(name);
   }
+  // A property whose schema is false may not appear: it is never written.
+  for (const std::string& name : required) {
+    if (properties.contains(name) && IsFalse(properties.at(name))) {
+      return Unsatisfiable(path, absl::StrCat("'", name, "' is required but its schema is false"));
+    }
+  }
+  std::erase_if(names, [&](const std::string& name) {
+    return properties.contains(name) && IsFalse(properties.at(name));
+  });
   // Each optional property may be the first written: one parse stack each at the opening brace,
   // and the matcher follows at most StackSet::kMaxStacks.
   const auto optional = static_cast<int64_t>(names.size() - required.size());
@@ -376,6 +392,12 @@ absl::StatusOr<int32_t> SchemaCompiler::Array(const Json& s, const std::string& 
   ASSIGN_OR_RETURN(const int64_t min, Count(s, "minItems", 0, path));
   ASSIGN_OR_RETURN(const int64_t max, Count(s, "maxItems", -1, path));
   if (max >= 0 && min > max) return Unsatisfiable(path, "minItems > maxItems");
+  if (s.contains("items") && IsFalse(s["items"])) {  // no item is valid: only the empty array
+    if (min > 0) return Unsatisfiable(path, "minItems > 0 but items is false");
+    const int32_t ws = json_.Whitespace();
+    return b_.AddRule("empty_array",
+                      {{B::Bytes(ByteSet::Of("[")), B::Ref(ws), B::Bytes(ByteSet::Of("]"))}});
+  }
   ASSIGN_OR_RETURN(const int32_t item, CompileOrAny(s, "items", path, depth));
   return json_.Array("array", item, min, max);
 }

@@ -217,11 +217,26 @@ TEST(JsonSchemaTest, IntegerBoundsAcceptExactlyTheIntegersWithinThem) {
   EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(JsonSchemaTest, FalseSubschemasForbidWhatTheyGuard) {
+  // A property whose schema is false never appears; the others are written as usual.
+  Check({R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": false},
+             "required": ["a"], "additionalProperties": false})",
+         {R"({"a": 1})"},
+         {R"({"a": 1, "b": 2})", R"({"b": 2, "a": 1})", R"({})"}});
+  // A false branch of anyOf / oneOf matches nothing: the others remain.
+  Check({R"({"anyOf": [false, {"type": "integer"}]})", {"3"}, {"\"x\"", "null"}});
+  Check({R"({"oneOf": [{"type": "string"}, false]})", {"\"x\""}, {"3"}});
+  // items: false allows only the empty array.
+  Check({R"({"type": "array", "items": false})", {"[]", "[ ]"}, {"[1]", "[null]"}});
+}
+
 TEST(JsonSchemaTest, SchemasNoValueSatisfiesAreErrors) {
   for (const char* schema :
        {R"(false)", R"({"enum": []})", R"({"type": "string", "enum": [1]})",
         R"({"type": "array", "minItems": 3, "maxItems": 2})", R"({"type": []})",
-        R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})"}) {
+        R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})",
+        R"({"anyOf": [false, false]})", R"({"type": "array", "items": false, "minItems": 1})",
+        R"({"properties": {"a": false}, "required": ["a"]})"}) {
     auto g = CompileJsonSchema(Json::parse(schema));
     EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << schema;
   }
