@@ -211,6 +211,30 @@ int32_t JsonRules::Array(const std::string& name, int32_t item, int64_t min, int
   return rule;
 }
 
+int32_t JsonRules::Tuple(const std::string& name, const std::vector<int32_t>& positions,
+                         int32_t extra, int64_t min, int64_t max) {
+  const auto n = static_cast<int64_t>(positions.size());
+  if (n == 0) return Array(name, extra, min, extra >= 0 ? max : 0);
+  const Symbol ws = B::Ref(Whitespace());
+  // `after` is what may follow the first k items (k from n down to 1), each after a comma.
+  int32_t after = b_.AddRule(name + "_end", {{}});
+  if (extra >= 0) {
+    const int32_t more = b_.AddRule(name + "_more", {{Byte(','), ws, B::Ref(extra), ws}});
+    after = b_.Repeat(name + "_extra", more, std::max<int64_t>(min - n, 0), max < 0 ? -1 : max - n);
+  }
+  for (int64_t k = n - 1; k >= 1; --k) {
+    std::vector<Alternative> alternatives{{Byte(','), ws, B::Ref(positions[k]), ws, B::Ref(after)}};
+    if (k >= min) alternatives.push_back({});
+    after = b_.AddRule(name + "_at", std::move(alternatives));
+  }
+  const int32_t rule = b_.NewRule(name);
+  if (min == 0) b_.AddAlternative(rule, {Byte('['), ws, Byte(']')});
+  if (max != 0) {
+    b_.AddAlternative(rule, {Byte('['), ws, B::Ref(positions[0]), ws, B::Ref(after), Byte(']')});
+  }
+  return rule;
+}
+
 int32_t JsonRules::DateBody() {
   const Symbol d = Digit();
   const int32_t day28 = b_.AddRule(

@@ -52,6 +52,10 @@ class JsonRules {
   int32_t Map(const std::string& name, int32_t value);
   // "[" ws ( item ws ( "," ws item ws ){min-1, max-1} )? "]".
   int32_t Array(const std::string& name, int32_t item, int64_t min, int64_t max);
+  // A tuple: position i holds `positions[i]`, positions past them `extra` (< 0: none), from `min`
+  // to `max` items (max < 0: no bound; without `extra`, at most positions.size()).
+  int32_t Tuple(const std::string& name, const std::vector<int32_t>& positions, int32_t extra,
+                int64_t min, int64_t max);
 
  private:
   int32_t Char();

@@ -47,6 +47,7 @@ bool IsSupported(std::string_view key) {
                                                 "required",
                                                 "additionalProperties",
                                                 "items",
+                                                "additionalItems",
                                                 "minItems",
                                                 "maxItems",
                                                 "minLength",
@@ -116,6 +117,8 @@ class SchemaCompiler {
   absl::StatusOr<int32_t> Object(const Json& s, const std::string& path, int depth);
   absl::StatusOr<int32_t> Properties(const Json& s, const std::string& path, int depth);
   absl::StatusOr<int32_t> Array(const Json& s, const std::string& path, int depth);
+  absl::StatusOr<int32_t> Tuple(const Json& s, const std::string& path, int depth, int64_t min,
+                                int64_t max);
   absl::StatusOr<int32_t> String(const Json& s, const std::string& path);
   absl::StatusOr<int32_t> Pattern(const Json& s, const std::string& path);
   absl::StatusOr<int32_t> Integer(const Json& s, const std::string& path);
@@ -268,7 +271,8 @@ absl::StatusOr<std::vector<std::string>> SchemaCompiler::Types(const Json& s,
     if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) {
       return std::vector<std::string>{"object"};
     }
-    if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
+    if (s.contains("items") || s.contains("additionalItems") || s.contains("minItems") ||
+        s.contains("maxItems")) {
       return std::vector<std::string>{"array"};
     }
     if (s.contains("minLength") || s.contains("maxLength") || s.contains("format") ||
@@ -386,12 +390,10 @@ absl::StatusOr<int32_t> SchemaCompiler::Properties(const Json& s, const std::str
 }
 
 absl::StatusOr<int32_t> SchemaCompiler::Array(const Json& s, const std::string& path, int depth) {
-  if (s.contains("items") && s["items"].is_array()) {
-    return Invalid(path, "items as an array (tuples) is not supported");
-  }
   ASSIGN_OR_RETURN(const int64_t min, Count(s, "minItems", 0, path));
   ASSIGN_OR_RETURN(const int64_t max, Count(s, "maxItems", -1, path));
   if (max >= 0 && min > max) return Unsatisfiable(path, "minItems > maxItems");
+  if (s.contains("items") && s["items"].is_array()) return Tuple(s, path, depth, min, max);
   if (s.contains("items") && IsFalse(s["items"])) {  // no item is valid: only the empty array
     if (min > 0) return Unsatisfiable(path, "minItems > 0 but items is false");
     const int32_t ws = json_.Whitespace();
@@ -400,6 +402,38 @@ absl::StatusOr<int32_t> SchemaCompiler::Array(const Json& s, const std::string& 
   }
   ASSIGN_OR_RETURN(const int32_t item, CompileOrAny(s, "items", path, depth));
   return json_.Array("array", item, min, max);
+}
+
+// items as an array (draft 7 tuples): position i follows items[i], later positions
+// additionalItems (any value without it). A false schema ends the array before its position.
+absl::StatusOr<int32_t> SchemaCompiler::Tuple(const Json& s, const std::string& path, int depth,
+                                              int64_t min, int64_t max) {
+  const Json& items = s["items"];
+  const Json extra = s.value("additionalItems", Json(true));
+  int64_t longest = max;  // the most items it can hold (< 0: no bound)
+  std::vector<int32_t> positions;
+  for (size_t i = 0; i < items.size() && (max < 0 || static_cast<int64_t>(i) < max); ++i) {
+    if (IsFalse(items[i])) {
+      longest = static_cast<int64_t>(i);
+      break;
+    }
+    ASSIGN_OR_RETURN(const int32_t item,
+                     Compile(items[i], absl::StrCat(path, "/items/", i), depth + 1));
+    positions.push_back(item);
+  }
+  const auto n = static_cast<int64_t>(items.size());
+  const bool has_extra =
+      static_cast<int64_t>(positions.size()) == n && !IsFalse(extra) && (max < 0 || max > n);
+  if (!has_extra) longest = static_cast<int64_t>(positions.size());
+  if (longest >= 0 && min > longest) {
+    return Unsatisfiable(
+        path, absl::StrCat("minItems is ", min, " but at most ", longest, " items can be valid"));
+  }
+  int32_t extra_item = -1;
+  if (has_extra) {
+    ASSIGN_OR_RETURN(extra_item, Compile(extra, path + "/additionalItems", depth + 1));
+  }
+  return json_.Tuple("tuple", positions, extra_item, min, has_extra ? max : longest);
 }
 
 // minimum / maximum / exclusiveMinimum / exclusiveMaximum (draft 6+ numbers) as an integer range;

@@ -230,13 +230,33 @@ TEST(JsonSchemaTest, FalseSubschemasForbidWhatTheyGuard) {
   Check({R"({"type": "array", "items": false})", {"[]", "[ ]"}, {"[1]", "[null]"}});
 }
 
+TEST(JsonSchemaTest, TuplesFollowTheirPositionsThenAdditionalItems) {
+  // Any prefix of the tuple, then any values (additionalItems absent).
+  Check({R"({"items": [{"type": "integer"}, {"type": "string"}]})",
+         {"[]", "[1]", R"([1, "a"])", R"([1, "a", null, 2])"},
+         {R"(["a"])", R"([1, 2])", "{}"}});
+  // Closed, with a minimum: exactly one or two items of the tuple.
+  Check({R"({"type": "array", "items": [{"type": "integer"}, {"type": "boolean"}],
+             "additionalItems": false, "minItems": 1})",
+         {"[1]", "[1, true]"},
+         {"[]", "[1, true, 2]", "[true]"}});
+  // Later positions follow additionalItems' schema, up to maxItems.
+  Check({R"({"items": [{"type": "string"}], "additionalItems": {"type": "integer"},
+             "maxItems": 3})",
+         {R"(["a"])", R"(["a", 1, 2])"},
+         {R"(["a", "b"])", R"(["a", 1, 2, 3])"}});
+  // A false position ends the array before it.
+  Check({R"({"items": [{"type": "integer"}, false]})", {"[]", "[1]"}, {"[1, 2]"}});
+}
+
 TEST(JsonSchemaTest, SchemasNoValueSatisfiesAreErrors) {
   for (const char* schema :
        {R"(false)", R"({"enum": []})", R"({"type": "string", "enum": [1]})",
         R"({"type": "array", "minItems": 3, "maxItems": 2})", R"({"type": []})",
         R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})",
         R"({"anyOf": [false, false]})", R"({"type": "array", "items": false, "minItems": 1})",
-        R"({"properties": {"a": false}, "required": ["a"]})"}) {
+        R"({"properties": {"a": false}, "required": ["a"]})",
+        R"({"items": [{}], "additionalItems": false, "minItems": 2})"}) {
     auto g = CompileJsonSchema(Json::parse(schema));
     EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << schema;
   }
