@@ -42,6 +42,7 @@ bool IsSupported(std::string_view key) {
                                                 "const",
                                                 "anyOf",
                                                 "oneOf",
+                                                "allOf",
                                                 "$ref",
                                                 "properties",
                                                 "required",
@@ -111,6 +112,7 @@ class SchemaCompiler {
   absl::StatusOr<int32_t> Reference(const Json& s, const std::string& path, int depth);
   absl::StatusOr<int32_t> Enum(const Json& s, const std::string& path);
   absl::StatusOr<int32_t> Choice(const Json& s, const std::string& path, int depth);
+  absl::StatusOr<int32_t> AllOf(const Json& s, const std::string& path, int depth);
   absl::StatusOr<std::vector<std::string>> Types(const Json& s, const std::string& path);
   absl::StatusOr<int32_t> Typed(const Json& s, const std::string& type, const std::string& path,
                                 int depth);
@@ -143,6 +145,7 @@ absl::StatusOr<int32_t> SchemaCompiler::Compile(const Json& s, const std::string
       return Invalid(path, absl::StrCat("keyword '", key, "' is not supported"));
     }
   }
+  if (s.contains("allOf")) return AllOf(s, path, depth);
   if (s.contains("$ref")) return Reference(s, path, depth);
   if (s.contains("enum") || s.contains("const")) return Enum(s, path);
   if (s.contains("anyOf") || s.contains("oneOf")) return Choice(s, path, depth);
@@ -220,6 +223,24 @@ absl::StatusOr<int32_t> SchemaCompiler::Enum(const Json& s, const std::string& p
   }
   if (texts.empty()) return Unsatisfiable(path, "no enum value has the schema's type");
   return json_.LiteralChoice("enum", std::move(texts));
+}
+
+// allOf of one schema (what pydantic v1 writes to give a $ref field a description): that schema.
+// Several would need their intersection, which the grammar cannot build in general.
+absl::StatusOr<int32_t> SchemaCompiler::AllOf(const Json& s, const std::string& path, int depth) {
+  for (const auto& [k, value] : s.items()) {
+    if (k != "allOf" && !IsAnnotation(k)) {
+      return Invalid(path, absl::StrCat("keyword '", k, "' beside allOf is not supported"));
+    }
+  }
+  const Json& all = s["allOf"];
+  if (!all.is_array() || all.empty()) return Invalid(path, "allOf must be a non-empty array");
+  if (all.size() > 1) {
+    return Invalid(path,
+                   "keyword 'allOf' is supported with one schema only (the grammar cannot "
+                   "intersect several)");
+  }
+  return Compile(all[0], path + "/allOf/0", depth + 1);
 }
 
 absl::StatusOr<int32_t> SchemaCompiler::Choice(const Json& s, const std::string& path, int depth) {

@@ -168,7 +168,9 @@ TEST(JsonSchemaTest, WhatIsNotSupportedIsRefusedByName) {
       {R"({"properties": {"x": {"nullable": true}}})", "'/properties/x': keyword 'nullable'"},
       {R"({"type": "string", "format": "email"})", "format 'email' is not supported"},
       {R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})", "a type of its own"},
-      {R"({"allOf": [{"type": "integer"}]})", "keyword 'allOf'"},
+      {R"({"allOf": [{"type": "integer"}, {"minimum": 1}]})",
+       "keyword 'allOf' is supported with one"},
+      {R"({"type": "object", "allOf": [{"type": "integer"}]})", "'type' beside allOf"},
       {R"({"$ref": "http://example.com/s.json"})", "does not point into this schema"},
       {R"({"$ref": "#/$defs/missing"})", "points at nothing"},
       // fuzz_json_schema's first find: nlohmann throws on these pointers (it ended the process).
@@ -247,6 +249,15 @@ TEST(JsonSchemaTest, TuplesFollowTheirPositionsThenAdditionalItems) {
          {R"(["a", "b"])", R"(["a", 1, 2, 3])"}});
   // A false position ends the array before it.
   Check({R"({"items": [{"type": "integer"}, false]})", {"[]", "[1]"}, {"[1, 2]"}});
+}
+
+TEST(JsonSchemaTest, AllOfOneSchemaIsThatSchema) {
+  // pydantic v1's way of describing a $ref field.
+  Check({R"({"$defs": {"Color": {"enum": ["red", "green"]}},
+             "properties": {"c": {"allOf": [{"$ref": "#/$defs/Color"}], "description": "a color"}},
+             "required": ["c"]})",
+         {R"({"c": "red"})"},
+         {R"({"c": "blue"})", R"({})"}});
 }
 
 TEST(JsonSchemaTest, SchemasNoValueSatisfiesAreErrors) {
