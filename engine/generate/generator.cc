@@ -1,7 +1,6 @@
 #include "engine/generate/generator.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <deque>
 #include <limits>
@@ -15,26 +14,13 @@
 #include "engine/common/check.h"
 #include "engine/common/fault_injection.h"
 #include "engine/common/status_macros.h"
+#include "engine/common/stopwatch.h"
 #include "engine/kv/kv_dtype.h"
 #include "engine/kv/sparse_decode.h"
 
 namespace specula {
 
 namespace {
-
-// Seconds between calls to Lap (the first counts from construction): the load timings.
-class Stopwatch {
- public:
-  double Lap() {
-    const auto now = std::chrono::steady_clock::now();
-    const double seconds = std::chrono::duration<double>(now - last_).count();
-    last_ = now;
-    return seconds;
-  }
-
- private:
-  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
-};
 
 // The host KV store kv_cache.host_capacity_tokens asks for (null for none), of the KV pool's page
 // layout and dtype, in the backend's pinned memory.
