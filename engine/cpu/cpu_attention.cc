@@ -114,6 +114,7 @@ void SparseAttentionTyped(ThreadPool& pool, const Mat& q, const SparseAttentionB
     // Each thread's, kept across calls: a steady decode step allocates nothing here.
     thread_local std::vector<float> scores, acc;
     thread_local std::vector<std::pair<const T*, int32_t>> pages_of;  // the list's pages, tokens
+    ReserveScratch(pages_of, 1);
     for (int64_t list = begin; list < end; ++list) {
       const int64_t row = batch.first_row + list / kv_heads;
       const int32_t kv_h = static_cast<int32_t>(list % kv_heads);

@@ -18,6 +18,29 @@
 namespace specula {
 namespace {
 
+// Each thread's selection scratch, reserved to its floor when the thread first selects, whatever
+// it selects first (a mode, a victim search, a ranking): a later step never grows it, whichever
+// of them a thread happens to meet first.
+struct SelectScratch {
+  std::vector<std::pair<uint64_t, int32_t>> order;  // NextVictim
+  std::vector<int32_t> staged;                      // StageTop's ranking
+  std::vector<int32_t> ranked, selected, missed;    // Resolve
+};
+
+SelectScratch& ThreadSelectScratch() {
+  thread_local SelectScratch scratch = [] {
+    SelectScratch s;
+    ReserveScratch(s.order, 1);
+    ReserveScratch(s.staged, 1);
+    ReserveScratch(s.ranked, 1);
+    ReserveScratch(s.selected, 1);
+    ReserveScratch(s.missed, 1);
+    ReserveTopPagesScratch();
+    return s;
+  }();
+  return scratch;
+}
+
 int32_t LoadState(int32_t* state) {
   return std::atomic_ref<int32_t>(*state).load(std::memory_order_acquire);
 }
@@ -50,7 +73,7 @@ struct HeadState : SparseHead {
   // and a touched one's too, so neither is eligible again, and the slots left keep their order.
   // A slot seen loading is never taken, even if its copy lands meanwhile.
   int32_t NextVictim(uint32_t evict_before) {
-    thread_local std::vector<std::pair<uint64_t, int32_t>> order;
+    std::vector<std::pair<uint64_t, int32_t>>& order = ThreadSelectScratch().order;
     if (!victims_built_) {
       order.clear();
       for (int32_t j = 0; j < seq.cache_slots; ++j) {
@@ -240,7 +263,7 @@ void LoadNow(const SelectList& l) {
 
 // kStage: the top C candidates are staged, for this step (urgent: cross_layer) or the next.
 void StageTop(const SelectList& l) {
-  thread_local std::vector<int32_t> ranked;
+  std::vector<int32_t>& ranked = ThreadSelectScratch().staged;
   const SparseRowPlan& row = l.row;
   Stager stager = l.MakeStager();
   const uint32_t stamp = l.args.urgent ? UseStamp(row.step) : PredictStamp(row.step + 1);
@@ -298,7 +321,10 @@ void WriteAttendList(const SelectList& l, const std::vector<int32_t>& selected,
 // kResolve: this step's pages (the top B), their attend list, and for the next step the misses
 // and (stage_ranked: cross_step) the pages ranked just below the cut.
 void Resolve(const SelectList& l) {
-  thread_local std::vector<int32_t> ranked, selected, missed;
+  SelectScratch& scratch = ThreadSelectScratch();
+  std::vector<int32_t>& ranked = scratch.ranked;
+  std::vector<int32_t>& selected = scratch.selected;
+  std::vector<int32_t>& missed = scratch.missed;
   const SparseRowPlan& row = l.row;
   const int32_t B = row.seq.budget_pages;
   Stager stager = l.MakeStager();
@@ -375,6 +401,7 @@ void CpuBackend::SelectPages(const SparseSelectArgs& a) {
   const int32_t kv_heads = a.num_kv_heads;
   pool_.ParallelFor(
       static_cast<int64_t>(rows.size()) * kv_heads, 1, [&](int64_t begin, int64_t end) {
+        (void)ThreadSelectScratch();  // reserved on this thread's first selection of any kind
         for (int64_t list = begin; list < end; ++list) {
           const SparseRowPlan& row = rows[list / kv_heads];
           HeadState hs(row, a.layer, static_cast<int32_t>(list % kv_heads), kv_heads);

@@ -26,6 +26,16 @@ uint64_t RankKey(float score, int32_t index) {
   return (static_cast<uint64_t>(bits) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(index));
 }
 
+// Each thread's ranking keys, reserved to their floor on first use.
+std::vector<uint64_t>& ThreadKeys() {
+  thread_local std::vector<uint64_t> keys = [] {
+    std::vector<uint64_t> k;
+    ReserveScratch(k, 1);
+    return k;
+  }();
+  return keys;
+}
+
 int32_t IndexOf(uint64_t key) { return static_cast<int32_t>(0xFFFFFFFFu - (key & 0xFFFFFFFFu)); }
 
 }  // namespace
@@ -33,7 +43,7 @@ int32_t IndexOf(uint64_t key) { return static_cast<int32_t>(0xFFFFFFFFu - (key &
 void PartitionTopPages(absl::Span<const float> scores, int32_t first, int32_t k,
                        std::vector<int32_t>* out) {
   CHECK(k >= 0 && first >= 0 && first <= k);
-  thread_local std::vector<uint64_t> keys;
+  std::vector<uint64_t>& keys = ThreadKeys();
   const size_t n = scores.size();
   ReserveScratch(keys, n);
   keys.resize(n);
@@ -49,6 +59,8 @@ void PartitionTopPages(absl::Span<const float> scores, int32_t first, int32_t k,
   out->resize(take);
   for (size_t i = 0; i < take; ++i) (*out)[i] = IndexOf(keys[i]);
 }
+
+void ReserveTopPagesScratch() { (void)ThreadKeys(); }
 
 void RankTopPages(absl::Span<const float> scores, int32_t k, std::vector<int32_t>* out) {
   PartitionTopPages(scores, 0, k, out);

@@ -14,6 +14,9 @@ namespace specula {
 // every index; k must be >= 0. O(n + k log k) on average. *out is resized, never shrunk in
 // capacity, so a reused vector does not allocate in steady state.
 void RankTopPages(absl::Span<const float> scores, int32_t k, std::vector<int32_t>* out);
+// Reserves this thread's ranking scratch now (engine/cpu/scratch.h), so a later ranking on it
+// does not allocate.
+void ReserveTopPagesScratch();
 
 // Replaces *out with the indices of the `k` best scores: the best `first` of them first in any
 // order, then the rest best first (first <= k). Cheaper than ranking all k when only the set of
