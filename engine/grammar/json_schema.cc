@@ -62,6 +62,19 @@ bool IsSupported(std::string_view key) {
   return kSupported->contains(key);
 }
 
+// The formats written as a subset of their valid strings, one every validator accepts (ajv-formats'
+// full mode, RFC 5321 / 3986): an address of lowercase atoms at a dotted host, an http(s) URL of
+// a host and unreserved path segments. Bounded, so an answer always ends (an address stays under
+// RFC 5321's 254 characters).
+constexpr char kHostRegex[] =
+    "[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?){0,3}\\.[a-z]{2,12}";
+std::string FormatRegexOf(std::string_view format) {
+  if (format == "email") {
+    return absl::StrCat("[a-z0-9_+-]{1,32}(\\.[a-z0-9_+-]{1,32}){0,2}@", kHostRegex);
+  }
+  return absl::StrCat("https?://", kHostRegex, "(/[a-zA-Z0-9._~-]{0,32}){0,8}");
+}
+
 // The schema `false`: no value is valid against it.
 bool IsFalse(const Json& s) { return s.is_boolean() && !s.get<bool>(); }
 
@@ -123,6 +136,8 @@ class SchemaCompiler {
                                 int64_t max);
   absl::StatusOr<int32_t> String(const Json& s, const std::string& path);
   absl::StatusOr<int32_t> Pattern(const Json& s, const std::string& path);
+  // A format written as the strings a regex matches whole.
+  absl::StatusOr<int32_t> FormatRegex(const std::string& regex, const std::string& path);
   absl::StatusOr<int32_t> Integer(const Json& s, const std::string& path);
   absl::StatusOr<int32_t> Number(const Json& s, const std::string& path);
 
@@ -524,8 +539,23 @@ absl::StatusOr<int32_t> SchemaCompiler::String(const Json& s, const std::string&
   if (format == "time") return json_.Time();
   if (format == "date-time") return json_.DateTime();
   if (format == "uuid") return json_.Uuid();
+  if (format == "email" || format == "uri") {
+    return FormatRegex(FormatRegexOf(format), path);
+  }
   return Invalid(path, absl::StrCat("format '", format,
-                                    "' is not supported (date, time, date-time, uuid are)"));
+                                    "' is not supported (date, time, date-time, uuid, email, uri "
+                                    "are)"));
+}
+
+absl::StatusOr<int32_t> SchemaCompiler::FormatRegex(const std::string& regex,
+                                                    const std::string& path) {
+  RegexOptions options;
+  options.text = RegexText::kJsonString;
+  options.match = RegexMatch::kWhole;
+  absl::StatusOr<int32_t> body = AddRegex(regex, options, b_);
+  if (!body.ok()) return absl::InternalError(absl::StrCat(path, ": ", body.status().message()));
+  return b_.AddRule("format",
+                    {{B::Bytes(ByteSet::Of("\"")), B::Ref(*body), B::Bytes(ByteSet::Of("\""))}});
 }
 
 // A string `pattern` matches somewhere (ECMAScript's RegExp.test): written as a JSON string.

@@ -446,9 +446,9 @@ test('strict tools: every call\'s arguments follow the schema', async () => {
 
 test('a strict tool whose schema cannot be honoured is a 400 naming the keyword', async () => {
   const tools = structuredClone(STRICT_TOOLS);
-  tools[0].function.parameters.properties.city = {type: 'string', format: 'email'};
+  tools[0].function.parameters.properties.city = {type: 'string', format: 'ipv4'};
   await assert.rejects(
       client.chat.completions.create({model, messages: MESSAGES, tools, max_tokens: 5}),
       (e) => e instanceof OpenAI.BadRequestError && /strict tool 'get_weather'/.test(e.message) &&
-             /format 'email'/.test(e.message));
+             /format 'ipv4'/.test(e.message));
 });

@@ -65,6 +65,14 @@ TEST(JsonSchemaTest, Formats) {
   Check({R"({"type": "string", "format": "uuid"})",
          {"\"123e4567-e89b-12d3-a456-426614174000\""},
          {"\"123e4567e89b12d3a456426614174000\"", "\"123E4567-E89B-12D3-A456-426614174000\""}});
+  Check({R"({"type": "string", "format": "email"})",
+         {"\"ada@example.com\"", "\"first.last+tag@mail.example.co.uk\""},
+         {"\"ada\"", "\"ada@localhost\"", "\"@example.com\"", "\"a b@example.com\"",
+          "\"Ada@Example.com\""}});
+  Check({R"({"type": "string", "format": "uri"})",
+         {"\"https://example.com\"", "\"http://api.example.org/v1/items/42\""},
+         {"\"example.com\"", "\"ftp://example.com\"", "\"https://exa mple.com\"",
+          "\"https://example.com/a b\""}});
 }
 
 TEST(JsonSchemaTest, ObjectsWriteDeclaredPropertiesInOrderRequiredOnesAlways) {
@@ -166,7 +174,7 @@ TEST(JsonSchemaTest, WhatIsNotSupportedIsRefusedByName) {
       {R"({"type": "number", "maximum": "3"})", "'maximum' must be a number"},
       {R"({"type": "integer", "minimum": "1"})", "'minimum' must be a number"},
       {R"({"properties": {"x": {"nullable": true}}})", "'/properties/x': keyword 'nullable'"},
-      {R"({"type": "string", "format": "email"})", "format 'email' is not supported"},
+      {R"({"type": "string", "format": "ipv4"})", "format 'ipv4' is not supported"},
       {R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})", "a type of its own"},
       {R"({"allOf": [{"type": "integer"}, {"minimum": 1}]})",
        "keyword 'allOf' is supported with one"},
