@@ -6,9 +6,7 @@
 namespace specula {
 
 bool KvManager::MakeRoom(const KvRoom& need) {
-  kv_.prefix.MakeRoom(need.pool_blocks, need.host_pages);
-  const int64_t free_host = kv_.host == nullptr ? 0 : kv_.host->free_pages();
-  return kv_.pool.free_blocks() >= need.pool_blocks && free_host >= need.host_pages;
+  return kv_.prefix.MakeRoom(need.pool_blocks, need.host_pages);
 }
 
 absl::Status KvManager::BeginHit(Sequence& seq, bool sparse, bool resume) {

@@ -14,15 +14,13 @@ bool Scheduler::CanAdmit() const {
 }
 
 absl::Status Scheduler::CheckAdmission() const {
+  if (CanAdmit()) return absl::OkStatus();
   if (static_cast<int32_t>(running_.size()) >= options_.max_running) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("%d sequences are running already (max_running)", running_.size()));
   }
-  if (HasPreempted()) {
-    return absl::ResourceExhaustedError(
-        "preempted sequences are waiting for KV cache; new ones start after them");
-  }
-  return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      "preempted sequences are waiting for KV cache; new ones start after them");
 }
 
 bool Scheduler::HasRoomFor(const GenerationRequest& request, int64_t total,

@@ -136,8 +136,9 @@ class SchemaCompiler {
                                 int64_t max);
   absl::StatusOr<int32_t> String(const Json& s, const std::string& path);
   absl::StatusOr<int32_t> Pattern(const Json& s, const std::string& path);
-  // A format written as the strings a regex matches whole.
-  absl::StatusOr<int32_t> FormatRegex(const std::string& regex, const std::string& path);
+  // A JSON string whose decoded value `regex` matches (as `match` says): `pattern` and the
+  // formats written by a regex.
+  absl::StatusOr<int32_t> RegexString(const std::string& regex, RegexMatch match);
   absl::StatusOr<int32_t> Integer(const Json& s, const std::string& path);
   absl::StatusOr<int32_t> Number(const Json& s, const std::string& path);
 
@@ -540,37 +541,32 @@ absl::StatusOr<int32_t> SchemaCompiler::String(const Json& s, const std::string&
   if (format == "date-time") return json_.DateTime();
   if (format == "uuid") return json_.Uuid();
   if (format == "email" || format == "uri") {
-    return FormatRegex(FormatRegexOf(format), path);
+    absl::StatusOr<int32_t> rule = RegexString(FormatRegexOf(format), RegexMatch::kWhole);
+    if (!rule.ok()) return absl::InternalError(absl::StrCat(path, ": ", rule.status().message()));
+    return rule;
   }
   return Invalid(path, absl::StrCat("format '", format,
                                     "' is not supported (date, time, date-time, uuid, email, uri "
                                     "are)"));
 }
 
-absl::StatusOr<int32_t> SchemaCompiler::FormatRegex(const std::string& regex,
-                                                    const std::string& path) {
+absl::StatusOr<int32_t> SchemaCompiler::RegexString(const std::string& regex, RegexMatch match) {
   RegexOptions options;
   options.text = RegexText::kJsonString;
-  options.match = RegexMatch::kWhole;
-  absl::StatusOr<int32_t> body = AddRegex(regex, options, b_);
-  if (!body.ok()) return absl::InternalError(absl::StrCat(path, ": ", body.status().message()));
-  return b_.AddRule("format",
-                    {{B::Bytes(ByteSet::Of("\"")), B::Ref(*body), B::Bytes(ByteSet::Of("\""))}});
+  options.match = match;
+  ASSIGN_OR_RETURN(const int32_t body, AddRegex(regex, options, b_));
+  return b_.AddRule("regex_string",
+                    {{B::Bytes(ByteSet::Of("\"")), B::Ref(body), B::Bytes(ByteSet::Of("\""))}});
 }
 
-// A string `pattern` matches somewhere (ECMAScript's RegExp.test): written as a JSON string.
 absl::StatusOr<int32_t> SchemaCompiler::Pattern(const Json& s, const std::string& path) {
   if (s.contains("minLength") || s.contains("maxLength") || s.contains("format")) {
     return Invalid(path, "pattern together with minLength, maxLength or format is not supported");
   }
   if (!s["pattern"].is_string()) return Invalid(path, "pattern must be a string");
-  RegexOptions options;
-  options.text = RegexText::kJsonString;
-  options.match = RegexMatch::kSearch;
-  absl::StatusOr<int32_t> body = AddRegex(s["pattern"].get<std::string>(), options, b_);
-  if (!body.ok()) return Invalid(path, absl::StrCat("pattern: ", body.status().message()));
-  return b_.AddRule("pattern",
-                    {{B::Bytes(ByteSet::Of("\"")), B::Ref(*body), B::Bytes(ByteSet::Of("\""))}});
+  absl::StatusOr<int32_t> rule = RegexString(s["pattern"].get<std::string>(), RegexMatch::kSearch);
+  if (!rule.ok()) return Invalid(path, absl::StrCat("pattern: ", rule.status().message()));
+  return rule;
 }
 
 }  // namespace

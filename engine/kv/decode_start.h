@@ -39,7 +39,6 @@ class DecodeStart {
   // After the step's synchronization: pages loaded or staged, into the request's stats and `step`.
   void FinishStep(SparseStepStats* step);
 
-
   // Candidate pages at the first decode step.
   int32_t candidates() const;
 
