@@ -39,6 +39,26 @@ TokenTable::TokenTable(const std::vector<std::string>& token_bytes)
     first_byte_[static_cast<uint8_t>(bytes_[offsets_[i]])] = static_cast<uint32_t>(i);
   }
   for (int b = 255; b >= 0; --b) first_byte_[b] = std::min(first_byte_[b], first_byte_[b + 1]);
+  // Next smaller element, from the right: `later` holds the candidates, common_ ascending from
+  // its bottom.
+  next_shorter_.assign(ids_.size(), static_cast<uint32_t>(ids_.size()));
+  std::vector<uint32_t> later;
+  for (size_t i = ids_.size(); i-- > 0;) {
+    while (!later.empty() && common_[later.back()] >= common_[i]) later.pop_back();
+    if (!later.empty()) next_shorter_[i] = later.back();
+    later.push_back(static_cast<uint32_t>(i));
+  }
+}
+
+size_t TokenTable::PastPrefix(size_t i, size_t prefix, size_t last) const {
+  // Token m shares `prefix` bytes with i exactly when every common_ in (i, m] is at least
+  // `prefix`; a run of common_ at or above common_[m] ends at next_shorter_[m]. Each jump lowers
+  // common_, so there are at most as many jumps as token i + 1 is long, not one per token. The
+  // token returned shares exactly its common_ bytes with i (the least common_ of the range), so
+  // the walk's reuse of i's states stays right.
+  size_t m = i + 1;
+  while (m < last && common_[m] >= prefix) m = next_shorter_[m];
+  return std::min(m, last);
 }
 
 TokenMasker::Walk::Walk(size_t max_length)
@@ -167,6 +187,12 @@ void TokenMasker::ClassifyTokens(const Grammar& g, bool partial, size_t first, s
       if (walk.left[length - 1]) entry->escaping.push_back(static_cast<uint32_t>(i));
     } else if (walk.left[d]) {  // after the last byte, only an overflow sets it
       entry->uncertain.push_back(static_cast<uint32_t>(i));
+    } else {
+      // Refused, and nothing left the frames: no stack takes its first d bytes (its first d + 1
+      // when states[d] kept only the stacks taking byte d). Every following token starting with
+      // them would stop at the same empty state: jump past them all (a whitespace key walks the
+      // ~50K tokens starting with a space, which this reduces to their distinct second bytes).
+      i = table_.PastPrefix(i, d + (walk.filtered[d] ? 1 : 0), last) - 1;
     }
   }
 }

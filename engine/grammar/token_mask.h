@@ -4,8 +4,8 @@
 // A token is allowed when the grammar takes all of its bytes from the matcher's state. The
 // vocabulary is kept sorted by bytes, so neighbours share prefixes: the walk keeps the state
 // after each byte of the previous token and restarts from the longest common prefix, and a
-// rejected prefix skips every token that starts with it (a depth-first walk of the vocabulary's
-// trie without building the trie).
+// rejected prefix jumps past every token that starts with it (a depth-first walk of the
+// vocabulary's trie without building the trie).
 #pragma once
 
 #include <algorithm>
@@ -45,7 +45,13 @@ class TokenTable {
   std::vector<int32_t> ids_;       // tokens with bytes, sorted by their bytes
   std::vector<uint32_t> offsets_;  // ids_[i]'s bytes are bytes_[offsets_[i], offsets_[i + 1])
   std::string bytes_;
+  // The first sorted token after i that starts with none of the first `prefix` bytes of token
+  // i, or `last` if none before it: the tokens in between share those bytes.
+  size_t PastPrefix(size_t i, size_t prefix, size_t last) const;
   std::vector<uint32_t> common_;  // common prefix length of sorted tokens i - 1 and i
+  // The first sorted token after i whose common_ is below common_[i] (ids_.size() if none):
+  // every token in between shares at least common_[i] bytes with i - 1.
+  std::vector<uint32_t> next_shorter_;
   size_t max_length_ = 0;
   // The sorted tokens starting with byte b are [first_byte_[b], first_byte_[b + 1]).
   std::array<uint32_t, 257> first_byte_{};
