@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "engine/common/status_macros.h"
+#include "engine/grammar/integer_multiples.h"
 #include "engine/grammar/json_rules.h"
 #include "engine/grammar/number_range.h"
 #include "engine/grammar/regex.h"
@@ -58,7 +59,8 @@ bool IsSupported(std::string_view key) {
                                                 "minimum",
                                                 "maximum",
                                                 "exclusiveMinimum",
-                                                "exclusiveMaximum"};
+                                                "exclusiveMaximum",
+                                                "multipleOf"};
   return kSupported->contains(key);
 }
 
@@ -140,6 +142,8 @@ class SchemaCompiler {
   // formats written by a regex.
   absl::StatusOr<int32_t> RegexString(const std::string& regex, RegexMatch match);
   absl::StatusOr<int32_t> Integer(const Json& s, const std::string& path);
+  absl::StatusOr<std::pair<int64_t, int64_t>> IntegerBounds(const Json& s, const std::string& path);
+  absl::StatusOr<int32_t> Multiples(const Json& s, const std::string& path);
   absl::StatusOr<int32_t> Number(const Json& s, const std::string& path);
 
   const Json& root_;
@@ -321,6 +325,7 @@ absl::StatusOr<std::vector<std::string>> SchemaCompiler::Types(const Json& s,
     for (const char* bound : kBounds) {
       if (s.contains(bound)) return std::vector<std::string>{"number"};
     }
+    if (s.contains("multipleOf")) return std::vector<std::string>{"number"};
     return std::vector<std::string>{};
   }
   std::vector<std::string> types;
@@ -477,6 +482,16 @@ absl::StatusOr<int32_t> SchemaCompiler::Tuple(const Json& s, const std::string& 
 // bounds past what the integer grammar writes anyway (15 digits, e.g. JavaScript's safe-integer
 // bounds that zod writes) change nothing.
 absl::StatusOr<int32_t> SchemaCompiler::Integer(const Json& s, const std::string& path) {
+  if (s.contains("multipleOf")) return Multiples(s, path);
+  ASSIGN_OR_RETURN(const auto bounds, IntegerBounds(s, path));
+  const auto [lo, hi] = bounds;
+  if (lo == -JsonRules::kMaxInteger && hi == JsonRules::kMaxInteger) return json_.Integer();
+  return json_.IntegerRange(lo, hi);
+}
+
+// The integers the bounds allow, [lo, hi] within the 15 digits the integer grammar writes.
+absl::StatusOr<std::pair<int64_t, int64_t>> SchemaCompiler::IntegerBounds(const Json& s,
+                                                                          const std::string& path) {
   constexpr int64_t kMax = JsonRules::kMaxInteger;
   double lo = -double(kMax), hi = double(kMax);
   for (const auto& [key, value] : s.items()) {
@@ -489,15 +504,39 @@ absl::StatusOr<int32_t> SchemaCompiler::Integer(const Json& s, const std::string
     if (lower) lo = std::max(lo, exclusive ? std::floor(v) + 1 : std::ceil(v));
     if (upper) hi = std::min(hi, exclusive ? std::ceil(v) - 1 : std::floor(v));
   }
-  if (lo <= -double(kMax) && hi >= double(kMax)) return json_.Integer();
   if (lo > hi) return Unsatisfiable(path, "no integer lies within its bounds");
-  return json_.IntegerRange(static_cast<int64_t>(std::max(lo, -double(kMax))),
-                            static_cast<int64_t>(std::min(hi, double(kMax))));
+  return std::pair{static_cast<int64_t>(std::max(lo, -double(kMax))),
+                   static_cast<int64_t>(std::min(hi, double(kMax)))};
+}
+
+// multipleOf: the multiples within the bounds, written as integers for a number too (a subset of
+// its valid texts). Only an integer divisor: validators divide in binary floating point, where
+// 0.07 / 0.01 is not 7, so a fraction's multiples are not what they accept.
+absl::StatusOr<int32_t> SchemaCompiler::Multiples(const Json& s, const std::string& path) {
+  const Json& m = s["multipleOf"];
+  if (!m.is_number() || !(m.get<double>() > 0)) {
+    return Invalid(path, "'multipleOf' must be a number above 0");
+  }
+  const double k = m.get<double>();
+  if (k != std::floor(k) || k > double(kMaxMultipleOf)) {
+    return Invalid(
+        path, absl::StrCat("'multipleOf' ", m.dump(),
+                           " is not supported: only an integer from 1 to ", kMaxMultipleOf, " is"));
+  }
+  ASSIGN_OR_RETURN(const auto bounds, IntegerBounds(s, path));
+  const std::optional<int32_t> rule =
+      IntegerMultiples(b_, bounds.first, bounds.second, static_cast<int64_t>(k));
+  if (!rule) {
+    return Unsatisfiable(path,
+                         absl::StrCat("no multiple of ", m.dump(), " lies within its bounds"));
+  }
+  return *rule;
 }
 
 // A number with bounds is a plain decimal within them (engine/grammar/number_range.h); without,
 // any JSON number.
 absl::StatusOr<int32_t> SchemaCompiler::Number(const Json& s, const std::string& path) {
+  if (s.contains("multipleOf")) return Multiples(s, path);
   std::optional<std::pair<double, bool>> lo, hi;  // (value, exclusive): the tightest of each side
   for (const auto& [key, value] : s.items()) {
     const bool lower = key == "minimum" || key == "exclusiveMinimum";

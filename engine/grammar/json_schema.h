@@ -4,7 +4,8 @@
 // Supported: type (one or a list), enum, const, object (properties in the schema's order,
 // required, additionalProperties), array (items, minItems, maxItems), string (minLength,
 // maxLength, pattern (engine/grammar/regex.h), format date / time / date-time / uuid), integer
-// and number (with bounds: engine/grammar/number_range.h), boolean, null, anyOf,
+// and number (with bounds: engine/grammar/number_range.h; multipleOf an integer up to 1,000:
+// engine/grammar/integer_multiples.h), boolean, null, anyOf,
 // oneOf whose branches have distinct types, $ref into the document ("#", "#/$defs/..."), and the
 // annotations (title, description, default, examples, $schema, $id, $comment, deprecated,
 // readOnly, writeOnly). Any other keyword is INVALID_ARGUMENT naming it and where it is, never

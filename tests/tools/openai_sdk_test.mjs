@@ -292,9 +292,9 @@ test('a schema keyword the server cannot honour is a 400 naming it', async () =>
       client.chat.completions.create({
         model, messages: MESSAGES,
         response_format: {type: 'json_schema', json_schema: {
-          name: 'x', schema: {type: 'object', properties: {a: {type: 'integer', multipleOf: 2}}}}},
+          name: 'x', schema: {type: 'object', properties: {a: {type: 'integer', not: {const: 2}}}}}},
       }),
-      (e) => e instanceof OpenAI.BadRequestError && /'multipleOf' is not supported/.test(e.message));
+      (e) => e instanceof OpenAI.BadRequestError && /keyword 'not' is not supported/.test(e.message));
   await assert.rejects(
       client.chat.completions.create({
         model, messages: MESSAGES,
@@ -302,6 +302,25 @@ test('a schema keyword the server cannot honour is a 400 naming it', async () =>
           name: 'x', schema: {type: 'string', pattern: '(a)\\1'}}},
       }),
       (e) => e instanceof OpenAI.BadRequestError && /backreferences \(\\1 \.\.\.\) are not supported/.test(e.message));
+});
+
+// multipleOf (an integer divisor), with and without bounds, on integers and numbers: ajv checks
+// each answer's arithmetic.
+const MULTIPLES_SCHEMA = {
+  type: 'object',
+  properties: {
+    dozen: {type: 'integer', multipleOf: 12, minimum: 0, maximum: 1000},
+    angle: {type: 'number', multipleOf: 15, minimum: -180, exclusiveMaximum: 180},
+    odd_seven: {type: 'integer', multipleOf: 7},
+    thousands: {type: 'integer', multipleOf: 1000},
+  },
+  required: ['dozen', 'angle', 'odd_seven', 'thousands'],
+  additionalProperties: false,
+};
+
+test('response_format json_schema with multipleOf: the answer validates', async () => {
+  await assertAnswersValidate(new Ajv2020({strict: false}), 'multiples', MULTIPLES_SCHEMA,
+                              [[0, 1], [1, 2], [1, 3], [1, 4]], 300);
 });
 
 // `pattern`: ajv checks it with JavaScript's own RegExp (the "u" flag), an engine independent of

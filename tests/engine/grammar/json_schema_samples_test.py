@@ -1,8 +1,8 @@
 """Every sentence of a compiled JSON Schema's grammar is a JSON text valid against the schema.
 
-Random sentences of the grammars of agent-style schemas (agent_schemas.json), printed by
-grammar_samples, checked by an independent validator: Python's jsonschema (Draft 2020-12, with
-its format checker; Debian's package checks date, time, uuid; date-time needs an optional package
+Random sentences of the grammars of agent-style schemas (agent_schemas.json; keyword_schemas.json
+for keywords beyond them), printed by grammar_samples, checked by an independent validator:
+Python's jsonschema (the draft a schema's $schema names, else 2020-12, with its format checker; Debian's package checks date, time, uuid; date-time needs an optional package
 Debian lacks, so for it this test checks RFC 3339 with the standard library).
 
 usage: json_schema_samples_test.py GRAMMAR_SAMPLES SCHEMAS_JSON
@@ -31,8 +31,8 @@ def main():
         schemas = json.load(f)
     out = subprocess.run([binary, schemas_path, str(SAMPLES_PER_SCHEMA)], check=True,
                          capture_output=True, text=True).stdout
-    checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
-    checker.checks("date-time", raises=ValueError)(check_date_time)
+    for cls in (jsonschema.Draft202012Validator, jsonschema.Draft7Validator):
+        cls.FORMAT_CHECKER.checks("date-time", raises=ValueError)(check_date_time)
     per_schema = [0] * len(schemas)
     failures = []
     for line in filter(None, out.split("\n")):  # not splitlines: texts may hold U+2028
@@ -41,8 +41,10 @@ def main():
         per_schema[index] += 1
         try:
             value = json.loads(text)
-            jsonschema.validate(value, schemas[index]["schema"],
-                                cls=jsonschema.Draft202012Validator, format_checker=checker)
+            schema = schemas[index]["schema"]
+            cls = jsonschema.validators.validator_for(schema,
+                                                      default=jsonschema.Draft202012Validator)
+            jsonschema.validate(value, schema, cls=cls, format_checker=cls.FORMAT_CHECKER)
         except (ValueError, jsonschema.ValidationError) as e:
             failures.append(f"schema {index}: {text!r}: {e}")
     for index, count in enumerate(per_schema):

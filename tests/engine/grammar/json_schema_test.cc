@@ -169,7 +169,13 @@ TEST(JsonSchemaTest, WhatIsNotSupportedIsRefusedByName) {
   const std::vector<std::pair<const char*, const char*>> cases{
       {R"({"type": "string", "pattern": "(a)\\1"})", "pattern: regex at offset 3: backreferences"},
       {R"({"type": "string", "pattern": 7})", "pattern must be a string"},
-      {R"({"type": "integer", "multipleOf": 2})", "keyword 'multipleOf' is not supported"},
+      {R"({"type": "integer", "multipleOf": 0.5})", "'multipleOf' 0.5 is not supported"},
+      {R"({"type": "number", "multipleOf": 1001})", "only an integer from 1 to 1000"},
+      {R"({"type": "integer", "multipleOf": 0})", "'multipleOf' must be a number above 0"},
+      {R"({"type": "integer", "multipleOf": "2"})", "'multipleOf' must be a number above 0"},
+      {R"({"type": "integer", "multipleOf": 10, "minimum": 1, "maximum": 9})",
+       "no multiple of 10 lies within its bounds"},
+      {R"({"type": "integer", "not": {"const": 1}})", "keyword 'not' is not supported"},
       {R"({"type": "number", "minimum": 2, "exclusiveMaximum": 2})", "no number of at most 15"},
       {R"({"type": "number", "maximum": "3"})", "'maximum' must be a number"},
       {R"({"type": "integer", "minimum": "1"})", "'minimum' must be a number"},
@@ -192,6 +198,24 @@ TEST(JsonSchemaTest, WhatIsNotSupportedIsRefusedByName) {
     EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << schema;
     EXPECT_THAT(g.status().message(), HasSubstr(message)) << schema;
   }
+}
+
+// multipleOf (an integer divisor): the multiples within the bounds, as integers for a number too
+// (a validator accepts 4.0 as well; the grammar writes a subset). engine/grammar/
+// integer_multiples_test checks the arithmetic exhaustively.
+TEST(JsonSchemaTest, MultipleOfWritesTheMultiplesWithinTheBounds) {
+  Check({R"({"type": "integer", "multipleOf": 5, "minimum": 3, "maximum": 40})",
+         {"5", "10", "40"},
+         {"0", "3", "7", "45", "-5", "05"}});
+  Check({R"({"type": "number", "multipleOf": 2.0, "minimum": 0.5, "exclusiveMaximum": 8})",
+         {"2", "4", "6"},
+         {"0", "8", "3", "4.0", "2e0"}});
+  Check({R"({"multipleOf": 3})", {"9", "-3", "0", "123456789012345"}, {"\"x\"", "10", "-0"}});
+  Check({R"({"type": ["integer", "null"], "multipleOf": 1000})",
+         {"null", "-2000", "999999999999000"},
+         {"1", "500"}});
+  // Only numbers are multiples: beside another type it constrains nothing.
+  Check({R"({"type": "string", "multipleOf": 2, "maxLength": 2})", {"\"ab\""}, {"2"}});
 }
 
 // Integer bounds: every integer of a window around each bound is accepted exactly when it lies
