@@ -32,7 +32,10 @@ constexpr int64_t kMaxOptionalProperties = 256;
 bool IsAnnotation(std::string_view key) {
   static const auto* const kAnnotations = new absl::flat_hash_set<std::string_view>{
       "title",    "description", "default",  "examples",  "$schema", "$id",
-      "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions"};
+      "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions",
+      // OpenAPI's (pydantic writes it beside a discriminated oneOf); validators ignore it, and
+      // the branches' own const properties discriminate (SchemaCompiler::Discriminated).
+      "discriminator"};
   return kAnnotations->contains(key);
 }
 
@@ -128,6 +131,13 @@ class SchemaCompiler {
   absl::StatusOr<int32_t> Enum(const Json& s, const std::string& path);
   absl::StatusOr<int32_t> Choice(const Json& s, const std::string& path, int depth);
   absl::StatusOr<int32_t> AllOf(const Json& s, const std::string& path, int depth);
+  // `s` with its $refs into the document followed (null where one points at nothing).
+  const Json* Resolved(const Json& s) const;
+  // Whether every branch is an object requiring one property whose const or enum values no other
+  // branch shares (pydantic's discriminated unions): a value valid for one branch then fails the
+  // others, so oneOf is anyOf.
+  bool Discriminated(const Json& branches) const;
+  absl::Status CheckOneOfDisjoint(const Json& branches, const std::string& path);
   absl::StatusOr<std::vector<std::string>> Types(const Json& s, const std::string& path);
   absl::StatusOr<int32_t> Typed(const Json& s, const std::string& type, const std::string& path,
                                 int depth);
@@ -275,31 +285,112 @@ absl::StatusOr<int32_t> SchemaCompiler::Choice(const Json& s, const std::string&
   if (!branches.is_array() || branches.empty()) {
     return Invalid(path, absl::StrCat(key, " must be a non-empty array"));
   }
-  absl::flat_hash_set<std::string> seen;  // oneOf: each branch's types, which may not overlap
+  const auto live = std::count_if(branches.begin(), branches.end(),
+                                  [](const Json& b) { return !IsFalse(b); });
+  if (one_of && live > 1 && !Discriminated(branches)) {
+    RETURN_IF_ERROR(CheckOneOfDisjoint(branches, path));
+  }
   const int32_t rule = b_.NewRule(key);
   bool any_branch = false;
   for (size_t i = 0; i < branches.size(); ++i) {
     const std::string branch_path = absl::StrCat(path, "/", key, "/", i);
     if (IsFalse(branches[i])) continue;  // no value is valid for it: nothing to write
     any_branch = true;
-    if (one_of) {
-      ASSIGN_OR_RETURN(std::vector<std::string> types, Types(branches[i], branch_path));
-      if (std::find(types.begin(), types.end(), "number") != types.end()) {
-        types.push_back("integer");  // every integer is a number
-      }
-      bool disjoint = !types.empty();
-      for (const std::string& t : types) disjoint = seen.insert(t).second && disjoint;
-      if (!disjoint) {
-        return Invalid(branch_path,
-                       "oneOf is supported only when each branch has a type of its own (an "
-                       "answer valid for two branches would be invalid)");
-      }
-    }
     ASSIGN_OR_RETURN(const int32_t r, Compile(branches[i], branch_path, depth + 1));
     b_.AddAlternative(rule, {B::Ref(r)});
   }
   if (!any_branch) return Unsatisfiable(path, absl::StrCat("every branch of ", key, " is false"));
   return rule;
+}
+
+// oneOf's branches each with a type of its own: no value is valid for two of them.
+absl::Status SchemaCompiler::CheckOneOfDisjoint(const Json& branches, const std::string& path) {
+  absl::flat_hash_set<std::string> seen;
+  for (size_t i = 0; i < branches.size(); ++i) {
+    if (IsFalse(branches[i])) continue;
+    const std::string branch_path = absl::StrCat(path, "/oneOf/", i);
+    ASSIGN_OR_RETURN(std::vector<std::string> types, Types(branches[i], branch_path));
+    if (std::find(types.begin(), types.end(), "number") != types.end()) {
+      types.push_back("integer");  // every integer is a number
+    }
+    bool disjoint = !types.empty();
+    for (const std::string& t : types) disjoint = seen.insert(t).second && disjoint;
+    if (!disjoint) {
+      return Invalid(branch_path,
+                     "oneOf is supported only when each branch has a type of its own, or each is "
+                     "an object whose required property of const or enum values tells it apart "
+                     "(an answer valid for two branches would be invalid)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+const Json* SchemaCompiler::Resolved(const Json& s) const {
+  const Json* at = &s;
+  for (int hops = 0; hops < kMaxDepth && at->is_object() && at->contains("$ref"); ++hops) {
+    const Json& ref = (*at)["$ref"];
+    if (!ref.is_string()) return nullptr;
+    const std::string r = ref.get<std::string>();
+    if (r == "#") {
+      at = &root_;
+      continue;
+    }
+    if (r.rfind("#/", 0) != 0) return nullptr;
+    try {
+      const Json::json_pointer pointer(r.substr(1));
+      if (!root_.contains(pointer)) return nullptr;
+      at = &root_.at(pointer);
+    } catch (const nlohmann::json::exception&) {
+      return nullptr;  // Reference() reports it when the branch compiles
+    }
+  }
+  return at;
+}
+
+bool SchemaCompiler::Discriminated(const Json& branches) const {
+  // Each branch's object schema; the candidates are the first one's required properties.
+  std::vector<const Json*> objects;
+  for (const Json& branch : branches) {
+    if (IsFalse(branch)) continue;
+    const Json* o = Resolved(branch);
+    if (o == nullptr || !o->is_object() || !o->contains("required") ||
+        !(*o)["required"].is_array() || !o->contains("properties") ||
+        !(*o)["properties"].is_object()) {
+      return false;
+    }
+    objects.push_back(o);
+  }
+  for (const Json& name : (*objects[0])["required"]) {
+    if (!name.is_string()) continue;
+    const std::string p = name.get<std::string>();
+    absl::flat_hash_set<std::string> seen;  // every branch's values, dumped
+    bool tells_apart = true;
+    for (const Json* o : objects) {
+      const Json& required = (*o)["required"];
+      const Json* property = (*o)["properties"].contains(p) ? Resolved((*o)["properties"][p])
+                                                            : nullptr;
+      if (std::find(required.begin(), required.end(), name) == required.end() ||
+          property == nullptr || !property->is_object()) {
+        tells_apart = false;
+        break;
+      }
+      const Json values = property->contains("const") ? Json::array({(*property)["const"]})
+                                                     : property->value("enum", Json());
+      if (!values.is_array() || values.empty()) {
+        tells_apart = false;
+        break;
+      }
+      for (const Json& v : values) {
+        // JSON Schema's equality: 1 and 1.0 are one value (%g's six digits may merge two
+        // numbers too, which only refuses a schema).
+        const std::string key = v.is_number() ? absl::StrCat("n", v.get<double>()) : v.dump();
+        tells_apart = seen.insert(key).second && tells_apart;
+      }
+      if (!tells_apart) break;
+    }
+    if (tells_apart) return true;
+  }
+  return false;
 }
 
 // The schema's "type" as a list; without one, the type its keywords imply (an object's for

@@ -200,6 +200,41 @@ TEST(JsonSchemaTest, WhatIsNotSupportedIsRefusedByName) {
   }
 }
 
+// pydantic's discriminated unions: oneOf of objects told apart by a required property of const
+// or enum values (the OpenAPI `discriminator` beside it is an annotation). What is valid for one
+// branch fails the others, so oneOf is written as anyOf.
+TEST(JsonSchemaTest, OneOfObjectsToldApartByAConstPropertyCompile) {
+  Check({R"({"$defs": {
+               "Cat": {"type": "object", "required": ["pet_type", "meows"],
+                       "properties": {"pet_type": {"const": "cat", "type": "string"},
+                                      "meows": {"type": "integer"}}},
+               "Dog": {"type": "object", "required": ["pet_type", "barks"],
+                       "properties": {"pet_type": {"enum": ["dog", "puppy"]},
+                                      "barks": {"type": "number"}}}},
+             "type": "object", "required": ["pet"],
+             "properties": {"pet": {
+               "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}],
+               "discriminator": {"propertyName": "pet_type",
+                                 "mapping": {"cat": "#/$defs/Cat", "dog": "#/$defs/Dog"}}}}})",
+         {R"({"pet":{"pet_type":"cat","meows":3}})", R"({"pet":{"pet_type":"puppy","barks":1.5}})"},
+         {R"({"pet":{"pet_type":"dog","meows":3}})", R"({"pet":{"pet_type":"cat","barks":1}})",
+          R"({"pet":{"meows":3}})"}});
+  const auto refused = [](const char* schema) {
+    auto g = CompileJsonSchema(Json::parse(schema));
+    EXPECT_THAT(g.status().message(), HasSubstr("tells it apart")) << schema;
+  };
+  // A value both branches take; an optional property ({} is valid for both); 1 and 1.0 (one
+  // value to JSON Schema).
+  refused(R"({"oneOf": [{"type": "object", "properties": {"k": {"const": "a"}}, "required": ["k"]},
+                        {"type": "object", "properties": {"k": {"enum": ["b", "a"]}},
+                         "required": ["k"]}]})");
+  refused(R"({"oneOf": [{"type": "object", "properties": {"k": {"const": "a"}}},
+                        {"type": "object", "properties": {"k": {"const": "b"}}}]})");
+  refused(R"({"oneOf": [{"type": "object", "properties": {"k": {"const": 1}}, "required": ["k"]},
+                        {"type": "object", "properties": {"k": {"const": 1.0}},
+                         "required": ["k"]}]})");
+}
+
 // multipleOf (an integer divisor): the multiples within the bounds, as integers for a number too
 // (a validator accepts 4.0 as well; the grammar writes a subset). engine/grammar/
 // integer_multiples_test checks the arithmetic exhaustively.
