@@ -53,6 +53,7 @@ bool IsSupported(std::string_view key) {
                                                 "additionalProperties",
                                                 "items",
                                                 "additionalItems",
+                                                "prefixItems",
                                                 "minItems",
                                                 "maxItems",
                                                 "minLength",
@@ -144,8 +145,9 @@ class SchemaCompiler {
   absl::StatusOr<int32_t> Object(const Json& s, const std::string& path, int depth);
   absl::StatusOr<int32_t> Properties(const Json& s, const std::string& path, int depth);
   absl::StatusOr<int32_t> Array(const Json& s, const std::string& path, int depth);
-  absl::StatusOr<int32_t> Tuple(const Json& s, const std::string& path, int depth, int64_t min,
-                                int64_t max);
+  // Positions `items_key` (an array of schemas), then `rest_key` (a schema; any value without).
+  absl::StatusOr<int32_t> Tuple(const Json& s, const char* items_key, const char* rest_key,
+                                const std::string& path, int depth, int64_t min, int64_t max);
   absl::StatusOr<int32_t> String(const Json& s, const std::string& path);
   absl::StatusOr<int32_t> Pattern(const Json& s, const std::string& path);
   // A JSON string whose decoded value `regex` matches (as `match` says): `pattern` and the
@@ -403,8 +405,8 @@ absl::StatusOr<std::vector<std::string>> SchemaCompiler::Types(const Json& s,
     if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) {
       return std::vector<std::string>{"object"};
     }
-    if (s.contains("items") || s.contains("additionalItems") || s.contains("minItems") ||
-        s.contains("maxItems")) {
+    if (s.contains("items") || s.contains("additionalItems") || s.contains("prefixItems") ||
+        s.contains("minItems") || s.contains("maxItems")) {
       return std::vector<std::string>{"array"};
     }
     if (s.contains("minLength") || s.contains("maxLength") || s.contains("format") ||
@@ -526,7 +528,18 @@ absl::StatusOr<int32_t> SchemaCompiler::Array(const Json& s, const std::string& 
   ASSIGN_OR_RETURN(const int64_t min, Count(s, "minItems", 0, path));
   ASSIGN_OR_RETURN(const int64_t max, Count(s, "maxItems", -1, path));
   if (max >= 0 && min > max) return Unsatisfiable(path, "minItems > maxItems");
-  if (s.contains("items") && s["items"].is_array()) return Tuple(s, path, depth, min, max);
+  if (s.contains("prefixItems")) {
+    if (!s["prefixItems"].is_array()) return Invalid(path, "prefixItems must be an array");
+    if (s.contains("additionalItems") || (s.contains("items") && s["items"].is_array())) {
+      return Invalid(path,
+                     "prefixItems beside additionalItems or an array of items (draft 7's tuple) "
+                     "is not supported: draft 2020-12 writes the rest's schema as items");
+    }
+    return Tuple(s, "prefixItems", "items", path, depth, min, max);
+  }
+  if (s.contains("items") && s["items"].is_array()) {
+    return Tuple(s, "items", "additionalItems", path, depth, min, max);
+  }
   if (s.contains("items") && IsFalse(s["items"])) {  // no item is valid: only the empty array
     if (min > 0) return Unsatisfiable(path, "minItems > 0 but items is false");
     const int32_t ws = json_.Whitespace();
@@ -537,12 +550,14 @@ absl::StatusOr<int32_t> SchemaCompiler::Array(const Json& s, const std::string& 
   return json_.Array("array", item, min, max);
 }
 
-// items as an array (draft 7 tuples): position i follows items[i], later positions
-// additionalItems (any value without it). A false schema ends the array before its position.
-absl::StatusOr<int32_t> SchemaCompiler::Tuple(const Json& s, const std::string& path, int depth,
-                                              int64_t min, int64_t max) {
-  const Json& items = s["items"];
-  const Json extra = s.value("additionalItems", Json(true));
+// Tuples: draft 7's items as an array with additionalItems, draft 2020-12's prefixItems with
+// items. Position i follows the i-th schema, later positions the rest's schema (any value without
+// it). A false schema ends the array before its position.
+absl::StatusOr<int32_t> SchemaCompiler::Tuple(const Json& s, const char* items_key,
+                                              const char* rest_key, const std::string& path,
+                                              int depth, int64_t min, int64_t max) {
+  const Json& items = s[items_key];
+  const Json extra = s.value(rest_key, Json(true));
   int64_t longest = max;  // the most items it can hold (< 0: no bound)
   std::vector<int32_t> positions;
   for (size_t i = 0; i < items.size() && (max < 0 || static_cast<int64_t>(i) < max); ++i) {
@@ -551,7 +566,7 @@ absl::StatusOr<int32_t> SchemaCompiler::Tuple(const Json& s, const std::string& 
       break;
     }
     ASSIGN_OR_RETURN(const int32_t item,
-                     Compile(items[i], absl::StrCat(path, "/items/", i), depth + 1));
+                     Compile(items[i], absl::StrCat(path, "/", items_key, "/", i), depth + 1));
     positions.push_back(item);
   }
   const auto n = static_cast<int64_t>(items.size());
@@ -564,7 +579,7 @@ absl::StatusOr<int32_t> SchemaCompiler::Tuple(const Json& s, const std::string& 
   }
   int32_t extra_item = -1;
   if (has_extra) {
-    ASSIGN_OR_RETURN(extra_item, Compile(extra, path + "/additionalItems", depth + 1));
+    ASSIGN_OR_RETURN(extra_item, Compile(extra, absl::StrCat(path, "/", rest_key), depth + 1));
   }
   return json_.Tuple("tuple", positions, extra_item, min, has_extra ? max : longest);
 }

@@ -318,6 +318,27 @@ TEST(JsonSchemaTest, TuplesFollowTheirPositionsThenAdditionalItems) {
   Check({R"({"items": [{"type": "integer"}, false]})", {"[]", "[1]"}, {"[1, 2]"}});
 }
 
+// Draft 2020-12's tuples, as pydantic v2 writes tuple[int, str] (prefixItems with both counts)
+// and tuple[int, *tuple[str, ...]] (items after the prefix).
+TEST(JsonSchemaTest, PrefixItemsAreTuplesWithItemsForTheRest) {
+  Check({R"({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}],
+             "minItems": 2, "maxItems": 2})",
+         {R"([1, "a"])"},
+         {"[1]", R"([1, "a", 2])", R"(["a", 1])"}});
+  Check({R"({"prefixItems": [{"type": "integer"}], "items": {"type": "string"}, "minItems": 1})",
+         {"[1]", R"([1, "a", "b"])"},
+         {"[]", R"([1, 2])", R"(["a"])"}});
+  Check({R"({"prefixItems": [{"type": "boolean"}], "items": false})",
+         {"[]", "[true]"},
+         {"[true, false]"}});
+  for (const char* schema :
+       {R"({"prefixItems": [{}], "additionalItems": false})",
+        R"({"prefixItems": [{}], "items": [{}]})", R"({"prefixItems": {}})"}) {
+    auto g = CompileJsonSchema(Json::parse(schema));
+    EXPECT_THAT(g.status().message(), HasSubstr("prefixItems")) << schema;
+  }
+}
+
 TEST(JsonSchemaTest, AllOfOneSchemaIsThatSchema) {
   // pydantic v1's way of describing a $ref field.
   Check({R"({"$defs": {"Color": {"enum": ["red", "green"]}},
