@@ -235,6 +235,41 @@ int32_t JsonRules::Tuple(const std::string& name, const std::vector<int32_t>& po
   return rule;
 }
 
+std::optional<int32_t> JsonRules::Subsequence(const std::string& name,
+                                              const std::vector<int32_t>& items, int64_t min,
+                                              int64_t max) {
+  const auto n = static_cast<int64_t>(items.size());
+  if (max < 0 || max > n) max = n;
+  if (min > max) return std::nullopt;
+  const Symbol ws = B::Ref(Whitespace());
+  // pick[i][c]: one of items i.. (the skipped ones never after), then what may follow c + 1
+  // items; after[i][c]: the end, or a comma and a pick from i on. Built from the back; -1 where
+  // no array can be finished from there (too few items left for min, or max reached).
+  std::vector<std::vector<int32_t>> pick(n + 1, std::vector<int32_t>(max + 1, -1));
+  std::vector<std::vector<int32_t>> after(n + 1, std::vector<int32_t>(max + 1, -1));
+  for (int64_t i = n; i >= 0; --i) {
+    for (int64_t c = max; c >= 0; --c) {
+      if (c + (n - i) < min) continue;  // too few items left
+      if (i < n && c < max) {
+        std::vector<Alternative> alternatives;
+        if (after[i + 1][c + 1] >= 0) {
+          alternatives.push_back({B::Ref(items[i]), ws, B::Ref(after[i + 1][c + 1])});
+        }
+        if (pick[i + 1][c] >= 0) alternatives.push_back({B::Ref(pick[i + 1][c])});
+        if (!alternatives.empty()) pick[i][c] = b_.AddRule(name + "_pick", std::move(alternatives));
+      }
+      std::vector<Alternative> alternatives;
+      if (c >= min) alternatives.push_back({});
+      if (pick[i][c] >= 0) alternatives.push_back({Byte(','), ws, B::Ref(pick[i][c])});
+      if (!alternatives.empty()) after[i][c] = b_.AddRule(name + "_after", std::move(alternatives));
+    }
+  }
+  const int32_t rule = b_.NewRule(name);
+  if (min == 0) b_.AddAlternative(rule, {Byte('['), ws, Byte(']')});
+  if (max > 0 && pick[0][0] >= 0) b_.AddAlternative(rule, {Byte('['), ws, B::Ref(pick[0][0]), Byte(']')});
+  return rule;
+}
+
 int32_t JsonRules::DateBody() {
   const Symbol d = Digit();
   const int32_t day28 = b_.AddRule(

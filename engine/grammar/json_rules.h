@@ -56,6 +56,11 @@ class JsonRules {
   // to `max` items (max < 0: no bound; without `extra`, at most positions.size()).
   int32_t Tuple(const std::string& name, const std::vector<int32_t>& positions, int32_t extra,
                 int64_t min, int64_t max);
+  // An array of `items` in their order, each at most once (some left out), from `min` to `max`
+  // items (max < 0: up to all of them): uniqueItems over distinct values. Null when min exceeds
+  // the items.
+  std::optional<int32_t> Subsequence(const std::string& name, const std::vector<int32_t>& items,
+                                     int64_t min, int64_t max);
 
  private:
   int32_t Char();

@@ -54,6 +54,7 @@ bool IsSupported(std::string_view key) {
                                                 "items",
                                                 "additionalItems",
                                                 "prefixItems",
+                                                "uniqueItems",
                                                 "minItems",
                                                 "maxItems",
                                                 "minLength",
@@ -104,6 +105,12 @@ std::vector<std::string> TypesOf(const Json& v) {
   return {"object"};
 }
 
+// A value's identity under JSON Schema's equality, for scalars: 1 and 1.0 are one value (%g's six
+// digits may merge two numbers too, which can only refuse a schema or leave a value out).
+std::string EqualityKey(const Json& v) {
+  return v.is_number() ? absl::StrCat("n", v.get<double>()) : v.dump();
+}
+
 // The non-negative integer `key` of `s`, or `fallback` when absent.
 absl::StatusOr<int64_t> Count(const Json& s, const char* key, int64_t fallback,
                               const std::string& path) {
@@ -130,6 +137,10 @@ class SchemaCompiler {
                                        int depth);
   absl::StatusOr<int32_t> Reference(const Json& s, const std::string& path, int depth);
   absl::StatusOr<int32_t> Enum(const Json& s, const std::string& path);
+  // The values of an enum or const schema that have its type (if it names one).
+  absl::StatusOr<std::vector<Json>> EnumValues(const Json& s, const std::string& path);
+  absl::StatusOr<int32_t> UniqueArray(const Json& s, const std::string& path, int64_t min,
+                                      int64_t max);
   absl::StatusOr<int32_t> Choice(const Json& s, const std::string& path, int depth);
   absl::StatusOr<int32_t> AllOf(const Json& s, const std::string& path, int depth);
   // `s` with its $refs into the document followed (null where one points at nothing).
@@ -235,6 +246,15 @@ absl::StatusOr<int32_t> SchemaCompiler::Reference(const Json& s, const std::stri
 }
 
 absl::StatusOr<int32_t> SchemaCompiler::Enum(const Json& s, const std::string& path) {
+  ASSIGN_OR_RETURN(const std::vector<Json> values, EnumValues(s, path));
+  std::vector<std::string> texts;
+  texts.reserve(values.size());
+  for (const Json& v : values) texts.push_back(v.dump());
+  return json_.LiteralChoice("enum", std::move(texts));
+}
+
+absl::StatusOr<std::vector<Json>> SchemaCompiler::EnumValues(const Json& s,
+                                                             const std::string& path) {
   for (const auto& [key, value] : s.items()) {
     if (key != "enum" && key != "const" && key != "type" && !IsAnnotation(key)) {
       return Invalid(path,
@@ -245,16 +265,16 @@ absl::StatusOr<int32_t> SchemaCompiler::Enum(const Json& s, const std::string& p
   Json values = s.contains("const") ? Json::array({s["const"]}) : s["enum"];
   if (!values.is_array()) return Invalid(path, "enum must be an array");
   ASSIGN_OR_RETURN(const std::vector<std::string> types, Types(s, path));
-  std::vector<std::string> texts;
+  std::vector<Json> typed_values;
   for (const Json& v : values) {
     bool typed = types.empty();
     for (const std::string& t : TypesOf(v)) {
       typed = typed || std::find(types.begin(), types.end(), t) != types.end();
     }
-    if (typed) texts.push_back(v.dump());
+    if (typed) typed_values.push_back(v);
   }
-  if (texts.empty()) return Unsatisfiable(path, "no enum value has the schema's type");
-  return json_.LiteralChoice("enum", std::move(texts));
+  if (typed_values.empty()) return Unsatisfiable(path, "no enum value has the schema's type");
+  return typed_values;
 }
 
 // allOf of one schema (what pydantic v1 writes to give a $ref field a description): that schema.
@@ -382,12 +402,7 @@ bool SchemaCompiler::Discriminated(const Json& branches) const {
         tells_apart = false;
         break;
       }
-      for (const Json& v : values) {
-        // JSON Schema's equality: 1 and 1.0 are one value (%g's six digits may merge two
-        // numbers too, which only refuses a schema).
-        const std::string key = v.is_number() ? absl::StrCat("n", v.get<double>()) : v.dump();
-        tells_apart = seen.insert(key).second && tells_apart;
-      }
+      for (const Json& v : values) tells_apart = seen.insert(EqualityKey(v)).second && tells_apart;
       if (!tells_apart) break;
     }
     if (tells_apart) return true;
@@ -406,7 +421,7 @@ absl::StatusOr<std::vector<std::string>> SchemaCompiler::Types(const Json& s,
       return std::vector<std::string>{"object"};
     }
     if (s.contains("items") || s.contains("additionalItems") || s.contains("prefixItems") ||
-        s.contains("minItems") || s.contains("maxItems")) {
+        s.contains("minItems") || s.contains("maxItems") || s.contains("uniqueItems")) {
       return std::vector<std::string>{"array"};
     }
     if (s.contains("minLength") || s.contains("maxLength") || s.contains("format") ||
@@ -528,6 +543,10 @@ absl::StatusOr<int32_t> SchemaCompiler::Array(const Json& s, const std::string& 
   ASSIGN_OR_RETURN(const int64_t min, Count(s, "minItems", 0, path));
   ASSIGN_OR_RETURN(const int64_t max, Count(s, "maxItems", -1, path));
   if (max >= 0 && min > max) return Unsatisfiable(path, "minItems > maxItems");
+  const Json unique = s.value("uniqueItems", Json(false));
+  if (!unique.is_boolean()) return Invalid(path, "'uniqueItems' must be a boolean");
+  // At most one item is always unique.
+  if (unique.get<bool>() && (max < 0 || max > 1)) return UniqueArray(s, path, min, max);
   if (s.contains("prefixItems")) {
     if (!s["prefixItems"].is_array()) return Invalid(path, "prefixItems must be an array");
     if (s.contains("additionalItems") || (s.contains("items") && s["items"].is_array())) {
@@ -548,6 +567,43 @@ absl::StatusOr<int32_t> SchemaCompiler::Array(const Json& s, const std::string& 
   }
   ASSIGN_OR_RETURN(const int32_t item, CompileOrAny(s, "items", path, depth));
   return json_.Array("array", item, min, max);
+}
+
+// uniqueItems over items of enum or const values (pydantic's set[Literal[...]] and set[SomeEnum]):
+// each value at most once, in the enum's order. Other items would need every pair of items
+// compared, which a grammar cannot do.
+absl::StatusOr<int32_t> SchemaCompiler::UniqueArray(const Json& s, const std::string& path,
+                                                    int64_t min, int64_t max) {
+  constexpr int64_t kMaxStates = 1 << 16;  // (values + 1) * (items + 1) rules of Subsequence
+  const Json* items = s.contains("items") && !s.contains("prefixItems") ? Resolved(s["items"])
+                                                                        : nullptr;
+  if (items == nullptr || !items->is_object() ||
+      !(items->contains("enum") || items->contains("const"))) {
+    return Invalid(path,
+                   "uniqueItems is supported only when items are enum or const values (or "
+                   "maxItems is at most 1)");
+  }
+  ASSIGN_OR_RETURN(const std::vector<Json> values, EnumValues(*items, path + "/items"));
+  std::vector<int32_t> rules;
+  absl::flat_hash_set<std::string> seen;
+  for (const Json& v : values) {
+    if (v.is_object() || v.is_array()) {
+      return Invalid(path, "uniqueItems over object or array values is not supported");
+    }
+    if (seen.insert(EqualityKey(v)).second) {
+      rules.push_back(b_.AddRule("unique_value", {B::Literal(v.dump())}));
+    }
+  }
+  const auto n = static_cast<int64_t>(rules.size());
+  if ((n + 1) * (std::min(max < 0 ? n : max, n) + 1) > kMaxStates) {
+    return Invalid(path, absl::StrCat("uniqueItems over ", n, " values is too large"));
+  }
+  const std::optional<int32_t> rule = json_.Subsequence("unique", rules, min, max);
+  if (!rule) {
+    return Unsatisfiable(path, absl::StrCat("minItems is ", min, " but there are ", n,
+                                            " distinct values"));
+  }
+  return *rule;
 }
 
 // Tuples: draft 7's items as an array with additionalItems, draft 2020-12's prefixItems with

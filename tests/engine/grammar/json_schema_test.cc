@@ -318,6 +318,36 @@ TEST(JsonSchemaTest, TuplesFollowTheirPositionsThenAdditionalItems) {
   Check({R"({"items": [{"type": "integer"}, false]})", {"[]", "[1]"}, {"[1, 2]"}});
 }
 
+// uniqueItems over enum values (pydantic's set[Literal["a", "b"]]): each value at most once, in
+// the enum's order; 1 and 1.0 are one value. Other items are a 400 naming it; so is a minimum
+// past the distinct values.
+TEST(JsonSchemaTest, UniqueItemsOverEnumValuesWritesEachAtMostOnce) {
+  Check({R"({"type": "array", "uniqueItems": true,
+             "items": {"enum": ["red", "green", "blue"], "type": "string"}})",
+         {"[]", R"(["green"])", R"(["red", "blue"])", R"(["red", "green", "blue"])"},
+         {R"(["red", "red"])", R"(["blue", "red"])", R"(["red", "green", "blue", "red"])"}});
+  Check({R"({"$defs": {"Size": {"enum": [1, 1.0, 2, null]}},
+             "items": {"$ref": "#/$defs/Size"}, "uniqueItems": true, "minItems": 2})",
+         {"[1, 2]", "[2, null]", "[1, 2, null]"},
+         {"[1]", "[1, 1.0]", "[1, 1]", "[]"}});
+  Check({R"({"items": {"const": "x"}, "uniqueItems": true})", {"[]", R"(["x"])"}, {R"(["x", "x"])"}});
+  // uniqueItems false, or at most one item: no constraint.
+  Check({R"({"items": {"type": "integer"}, "uniqueItems": false})", {"[1, 1]"}, {R"(["a"])"}});
+  Check({R"({"items": {"type": "integer"}, "uniqueItems": true, "maxItems": 1})", {"[3]"},
+         {"[3, 4]"}});
+  for (const auto& [schema, message] : std::vector<std::pair<const char*, const char*>>{
+           {R"({"items": {"type": "string"}, "uniqueItems": true})", "items are enum or const"},
+           {R"({"uniqueItems": true})", "items are enum or const"},
+           {R"({"prefixItems": [{"enum": [1]}], "uniqueItems": true})", "items are enum or const"},
+           {R"({"items": {"enum": [[1], [2]]}, "uniqueItems": true})", "object or array values"},
+           {R"({"items": {"enum": ["a", "b"]}, "uniqueItems": true, "minItems": 3})",
+            "2 distinct values"},
+           {R"({"items": {"enum": ["a"]}, "uniqueItems": "yes"})", "must be a boolean"}}) {
+    auto g = CompileJsonSchema(Json::parse(schema));
+    EXPECT_THAT(g.status().message(), HasSubstr(message)) << schema;
+  }
+}
+
 // Draft 2020-12's tuples, as pydantic v2 writes tuple[int, str] (prefixItems with both counts)
 // and tuple[int, *tuple[str, ...]] (items after the prefix).
 TEST(JsonSchemaTest, PrefixItemsAreTuplesWithItemsForTheRest) {
