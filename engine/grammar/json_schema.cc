@@ -375,9 +375,11 @@ bool SchemaCompiler::Discriminated(const Json& branches) const {
   for (const Json& branch : branches) {
     if (IsFalse(branch)) continue;
     const Json* o = Resolved(branch);
+    // Only objects are told apart (a branch of type ["object", "null"] writes a null that
+    // another branch may take too).
     if (o == nullptr || !o->is_object() || !o->contains("required") ||
         !(*o)["required"].is_array() || !o->contains("properties") ||
-        !(*o)["properties"].is_object()) {
+        !(*o)["properties"].is_object() || o->value("type", Json("object")) != "object") {
       return false;
     }
     objects.push_back(o);

@@ -224,7 +224,7 @@ TEST(JsonSchemaTest, OneOfObjectsToldApartByAConstPropertyCompile) {
     EXPECT_THAT(g.status().message(), HasSubstr("tells it apart")) << schema;
   };
   // A value both branches take; an optional property ({} is valid for both); 1 and 1.0 (one
-  // value to JSON Schema).
+  // value to JSON Schema); branches that are not only objects.
   refused(R"({"oneOf": [{"type": "object", "properties": {"k": {"const": "a"}}, "required": ["k"]},
                         {"type": "object", "properties": {"k": {"enum": ["b", "a"]}},
                          "required": ["k"]}]})");
@@ -232,6 +232,11 @@ TEST(JsonSchemaTest, OneOfObjectsToldApartByAConstPropertyCompile) {
                         {"type": "object", "properties": {"k": {"const": "b"}}}]})");
   refused(R"({"oneOf": [{"type": "object", "properties": {"k": {"const": 1}}, "required": ["k"]},
                         {"type": "object", "properties": {"k": {"const": 1.0}},
+                         "required": ["k"]}]})");
+  // A branch that may be null: null is valid for both.
+  refused(R"({"oneOf": [{"type": ["object", "null"], "properties": {"k": {"const": 1}},
+                         "required": ["k"]},
+                        {"type": ["object", "null"], "properties": {"k": {"const": 2}},
                          "required": ["k"]}]})");
 }
 
