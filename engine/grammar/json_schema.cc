@@ -75,11 +75,38 @@ bool IsSupported(std::string_view key) {
 // RFC 5321's 254 characters).
 constexpr char kHostRegex[] =
     "[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?){0,3}\\.[a-z]{2,12}";
+// The others OpenAI's strict mode lists: an IPv4 address without leading zeros; an IPv6 address
+// of eight groups, or compressed with "::" and at most seven groups around it (three before,
+// four after); a hostname of one to five labels; an ISO 8601 duration (at least one date or
+// time component, or weeks alone).
+constexpr char kOctetRegex[] = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+constexpr char kHextetRegex[] = "[0-9a-f]{1,4}";
+constexpr char kLabelRegex[] = "[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?";
+constexpr char kAmountRegex[] = "[0-9]{1,4}";
 std::string FormatRegexOf(std::string_view format) {
   if (format == "email") {
     return absl::StrCat("[a-z0-9_+-]{1,32}(\\.[a-z0-9_+-]{1,32}){0,2}@", kHostRegex);
   }
+  if (format == "ipv4") return absl::StrCat(kOctetRegex, "(\\.", kOctetRegex, "){3}");
+  if (format == "ipv6") {
+    const std::string h = kHextetRegex;
+    return absl::StrCat(h, "(:", h, "){7}|(", h, "(:", h, "){0,2})?::(", h, "(:", h, "){0,3})?");
+  }
+  if (format == "hostname") return absl::StrCat(kLabelRegex, "(\\.", kLabelRegex, "){0,4}");
+  if (format == "duration") {
+    const std::string n = kAmountRegex;
+    const std::string date = absl::StrCat("(", n, "Y(", n, "M)?(", n, "D)?|", n, "M(", n, "D)?|",
+                                          n, "D)");
+    const std::string time = absl::StrCat("T(", n, "H(", n, "M)?(", n, "S)?|", n, "M(", n, "S)?|",
+                                          n, "S)");
+    return absl::StrCat("P(", date, "(", time, ")?|", time, "|", n, "W)");
+  }
   return absl::StrCat("https?://", kHostRegex, "(/[a-zA-Z0-9._~-]{0,32}){0,8}");
+}
+
+bool IsRegexFormat(std::string_view format) {
+  return format == "email" || format == "uri" || format == "ipv4" || format == "ipv6" ||
+         format == "hostname" || format == "duration";
 }
 
 // The schema `false`: no value is valid against it.
@@ -743,14 +770,14 @@ absl::StatusOr<int32_t> SchemaCompiler::String(const Json& s, const std::string&
   if (format == "time") return json_.Time();
   if (format == "date-time") return json_.DateTime();
   if (format == "uuid") return json_.Uuid();
-  if (format == "email" || format == "uri") {
+  if (IsRegexFormat(format)) {
     absl::StatusOr<int32_t> rule = RegexString(FormatRegexOf(format), RegexMatch::kWhole);
     if (!rule.ok()) return absl::InternalError(absl::StrCat(path, ": ", rule.status().message()));
     return rule;
   }
   return Invalid(path, absl::StrCat("format '", format,
-                                    "' is not supported (date, time, date-time, uuid, email, uri "
-                                    "are)"));
+                                    "' is not supported (date, time, date-time, uuid, email, uri, "
+                                    "ipv4, ipv6, hostname, duration are)"));
 }
 
 absl::StatusOr<int32_t> SchemaCompiler::RegexString(const std::string& regex, RegexMatch match) {

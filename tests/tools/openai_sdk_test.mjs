@@ -304,6 +304,27 @@ test('a schema keyword the server cannot honour is a 400 naming it', async () =>
       (e) => e instanceof OpenAI.BadRequestError && /backreferences \(\\1 \.\.\.\) are not supported/.test(e.message));
 });
 
+// The formats OpenAI's strict mode lists beyond date-time, email and uuid: ajv-formats checks each
+// in full mode.
+const NETWORK_SCHEMA = {
+  type: 'object',
+  properties: {
+    v4: {type: 'string', format: 'ipv4'},
+    v6: {type: 'string', format: 'ipv6'},
+    host: {type: 'string', format: 'hostname'},
+    ttl: {type: 'string', format: 'duration'},
+  },
+  required: ['v4', 'v6', 'host', 'ttl'],
+  additionalProperties: false,
+};
+
+test('response_format json_schema with network formats: the answer validates', async () => {
+  const ajv = new Ajv2020({strict: false});
+  addFormats(ajv);
+  await assertAnswersValidate(ajv, 'network', NETWORK_SCHEMA, [[0, 1], [1, 2], [1, 3], [1, 4]],
+                              300);
+});
+
 // multipleOf (an integer divisor), with and without bounds, on integers and numbers: ajv checks
 // each answer's arithmetic.
 const MULTIPLES_SCHEMA = {
@@ -474,9 +495,9 @@ test('strict tools: every call\'s arguments follow the schema', async () => {
 
 test('a strict tool whose schema cannot be honoured is a 400 naming the keyword', async () => {
   const tools = structuredClone(STRICT_TOOLS);
-  tools[0].function.parameters.properties.city = {type: 'string', format: 'ipv4'};
+  tools[0].function.parameters.properties.city = {type: 'string', format: 'iri'};
   await assert.rejects(
       client.chat.completions.create({model, messages: MESSAGES, tools, max_tokens: 5}),
       (e) => e instanceof OpenAI.BadRequestError && /strict tool 'get_weather'/.test(e.message) &&
-             /format 'ipv4'/.test(e.message));
+             /format 'iri'/.test(e.message));
 });

@@ -69,6 +69,21 @@ TEST(JsonSchemaTest, Formats) {
          {"\"ada@example.com\"", "\"first.last+tag@mail.example.co.uk\""},
          {"\"ada\"", "\"ada@localhost\"", "\"@example.com\"", "\"a b@example.com\"",
           "\"Ada@Example.com\""}});
+  // OpenAI's other strict-mode formats, as subsets ajv-formats (full mode) accepts.
+  Check({R"({"type": "string", "format": "ipv4"})",
+         {"\"192.168.0.1\"", "\"0.0.0.0\"", "\"255.255.255.255\""},
+         {"\"256.1.1.1\"", "\"01.2.3.4\"", "\"1.2.3\"", "\"1.2.3.4.5\""}});
+  Check({R"({"type": "string", "format": "ipv6"})",
+         {"\"2001:db8:0:0:0:0:2:1\"", "\"::1\"", "\"::\"", "\"fe80::1:2\"",
+          "\"a:b:c::d:e:f:1\""},
+         {"\"1::2::3\"", "\"2001:DB8::1\"", "\"1:2:3:4:5:6:7:8:9\"", "\"a:b:c:d::e:f:1:2\"",
+          "\"12345::1\""}});
+  Check({R"({"type": "string", "format": "hostname"})",
+         {"\"localhost\"", "\"api.example.com\"", "\"a-b.c\""},
+         {"\"-a.com\"", "\"a..b\"", "\"a_b\"", "\"a.\""}});
+  Check({R"({"type": "string", "format": "duration"})",
+         {"\"P3D\"", "\"PT1H30M\"", "\"P1Y2M3DT4H5M6S\"", "\"P2W\""},
+         {"\"P\"", "\"PT\"", "\"P1YT\"", "\"1D\"", "\"P1H\"", "\"P1D2W\""}});
   Check({R"({"type": "string", "format": "uri"})",
          {"\"https://example.com\"", "\"http://api.example.org/v1/items/42\""},
          {"\"example.com\"", "\"ftp://example.com\"", "\"https://exa mple.com\"",
@@ -180,7 +195,7 @@ TEST(JsonSchemaTest, WhatIsNotSupportedIsRefusedByName) {
       {R"({"type": "number", "maximum": "3"})", "'maximum' must be a number"},
       {R"({"type": "integer", "minimum": "1"})", "'minimum' must be a number"},
       {R"({"properties": {"x": {"nullable": true}}})", "'/properties/x': keyword 'nullable'"},
-      {R"({"type": "string", "format": "ipv4"})", "format 'ipv4' is not supported"},
+      {R"({"type": "string", "format": "ipv5"})", "format 'ipv5' is not supported"},
       {R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})", "a type of its own"},
       {R"({"allOf": [{"type": "integer"}, {"minimum": 1}]})",
        "keyword 'allOf' is supported with one"},
