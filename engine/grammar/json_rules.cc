@@ -266,7 +266,9 @@ std::optional<int32_t> JsonRules::Subsequence(const std::string& name,
   }
   const int32_t rule = b_.NewRule(name);
   if (min == 0) b_.AddAlternative(rule, {Byte('['), ws, Byte(']')});
-  if (max > 0 && pick[0][0] >= 0) b_.AddAlternative(rule, {Byte('['), ws, B::Ref(pick[0][0]), Byte(']')});
+  if (max > 0 && pick[0][0] >= 0) {
+    b_.AddAlternative(rule, {Byte('['), ws, B::Ref(pick[0][0]), Byte(']')});
+  }
   return rule;
 }
 

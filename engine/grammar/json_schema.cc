@@ -31,8 +31,8 @@ constexpr int64_t kMaxOptionalProperties = 256;
 // Keywords with no effect on which texts are valid.
 bool IsAnnotation(std::string_view key) {
   static const auto* const kAnnotations = new absl::flat_hash_set<std::string_view>{
-      "title",    "description", "default",  "examples",  "$schema", "$id",
-      "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions",
+      "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
+      "readOnly", "writeOnly", "$defs", "definitions",
       // OpenAPI's (pydantic writes it beside a discriminated oneOf); validators ignore it, and
       // the branches' own const properties discriminate (SchemaCompiler::Discriminated).
       "discriminator"};
@@ -95,10 +95,10 @@ std::string FormatRegexOf(std::string_view format) {
   if (format == "hostname") return absl::StrCat(kLabelRegex, "(\\.", kLabelRegex, "){0,4}");
   if (format == "duration") {
     const std::string n = kAmountRegex;
-    const std::string date = absl::StrCat("(", n, "Y(", n, "M)?(", n, "D)?|", n, "M(", n, "D)?|",
-                                          n, "D)");
-    const std::string time = absl::StrCat("T(", n, "H(", n, "M)?(", n, "S)?|", n, "M(", n, "S)?|",
-                                          n, "S)");
+    const std::string date =
+        absl::StrCat("(", n, "Y(", n, "M)?(", n, "D)?|", n, "M(", n, "D)?|", n, "D)");
+    const std::string time =
+        absl::StrCat("T(", n, "H(", n, "M)?(", n, "S)?|", n, "M(", n, "S)?|", n, "S)");
     return absl::StrCat("P(", date, "(", time, ")?|", time, "|", n, "W)");
   }
   return absl::StrCat("https?://", kHostRegex, "(/[a-zA-Z0-9._~-]{0,32}){0,8}");
@@ -334,8 +334,8 @@ absl::StatusOr<int32_t> SchemaCompiler::Choice(const Json& s, const std::string&
   if (!branches.is_array() || branches.empty()) {
     return Invalid(path, absl::StrCat(key, " must be a non-empty array"));
   }
-  const auto live = std::count_if(branches.begin(), branches.end(),
-                                  [](const Json& b) { return !IsFalse(b); });
+  const auto live =
+      std::count_if(branches.begin(), branches.end(), [](const Json& b) { return !IsFalse(b); });
   if (one_of && live > 1 && !Discriminated(branches)) {
     RETURN_IF_ERROR(CheckOneOfDisjoint(branches, path));
   }
@@ -418,15 +418,15 @@ bool SchemaCompiler::Discriminated(const Json& branches) const {
     bool tells_apart = true;
     for (const Json* o : objects) {
       const Json& required = (*o)["required"];
-      const Json* property = (*o)["properties"].contains(p) ? Resolved((*o)["properties"][p])
-                                                            : nullptr;
+      const Json* property =
+          (*o)["properties"].contains(p) ? Resolved((*o)["properties"][p]) : nullptr;
       if (std::find(required.begin(), required.end(), name) == required.end() ||
           property == nullptr || !property->is_object()) {
         tells_apart = false;
         break;
       }
       const Json values = property->contains("const") ? Json::array({(*property)["const"]})
-                                                     : property->value("enum", Json());
+                                                      : property->value("enum", Json());
       if (!values.is_array() || values.empty()) {
         tells_apart = false;
         break;
@@ -604,8 +604,8 @@ absl::StatusOr<int32_t> SchemaCompiler::Array(const Json& s, const std::string& 
 absl::StatusOr<int32_t> SchemaCompiler::UniqueArray(const Json& s, const std::string& path,
                                                     int64_t min, int64_t max) {
   constexpr int64_t kMaxStates = 1 << 16;  // (values + 1) * (items + 1) rules of Subsequence
-  const Json* items = s.contains("items") && !s.contains("prefixItems") ? Resolved(s["items"])
-                                                                        : nullptr;
+  const Json* items =
+      s.contains("items") && !s.contains("prefixItems") ? Resolved(s["items"]) : nullptr;
   if (items == nullptr || !items->is_object() ||
       !(items->contains("enum") || items->contains("const"))) {
     return Invalid(path,
@@ -629,8 +629,8 @@ absl::StatusOr<int32_t> SchemaCompiler::UniqueArray(const Json& s, const std::st
   }
   const std::optional<int32_t> rule = json_.Subsequence("unique", rules, min, max);
   if (!rule) {
-    return Unsatisfiable(path, absl::StrCat("minItems is ", min, " but there are ", n,
-                                            " distinct values"));
+    return Unsatisfiable(
+        path, absl::StrCat("minItems is ", min, " but there are ", n, " distinct values"));
   }
   return *rule;
 }

@@ -74,8 +74,7 @@ TEST(JsonSchemaTest, Formats) {
          {"\"192.168.0.1\"", "\"0.0.0.0\"", "\"255.255.255.255\""},
          {"\"256.1.1.1\"", "\"01.2.3.4\"", "\"1.2.3\"", "\"1.2.3.4.5\""}});
   Check({R"({"type": "string", "format": "ipv6"})",
-         {"\"2001:db8:0:0:0:0:2:1\"", "\"::1\"", "\"::\"", "\"fe80::1:2\"",
-          "\"a:b:c::d:e:f:1\""},
+         {"\"2001:db8:0:0:0:0:2:1\"", "\"::1\"", "\"::\"", "\"fe80::1:2\"", "\"a:b:c::d:e:f:1\""},
          {"\"1::2::3\"", "\"2001:DB8::1\"", "\"1:2:3:4:5:6:7:8:9\"", "\"a:b:c:d::e:f:1:2\"",
           "\"12345::1\""}});
   Check({R"({"type": "string", "format": "hostname"})",
@@ -350,10 +349,12 @@ TEST(JsonSchemaTest, UniqueItemsOverEnumValuesWritesEachAtMostOnce) {
              "items": {"$ref": "#/$defs/Size"}, "uniqueItems": true, "minItems": 2})",
          {"[1, 2]", "[2, null]", "[1, 2, null]"},
          {"[1]", "[1, 1.0]", "[1, 1]", "[]"}});
-  Check({R"({"items": {"const": "x"}, "uniqueItems": true})", {"[]", R"(["x"])"}, {R"(["x", "x"])"}});
+  Check(
+      {R"({"items": {"const": "x"}, "uniqueItems": true})", {"[]", R"(["x"])"}, {R"(["x", "x"])"}});
   // uniqueItems false, or at most one item: no constraint.
   Check({R"({"items": {"type": "integer"}, "uniqueItems": false})", {"[1, 1]"}, {R"(["a"])"}});
-  Check({R"({"items": {"type": "integer"}, "uniqueItems": true, "maxItems": 1})", {"[3]"},
+  Check({R"({"items": {"type": "integer"}, "uniqueItems": true, "maxItems": 1})",
+         {"[3]"},
          {"[3, 4]"}});
   for (const auto& [schema, message] : std::vector<std::pair<const char*, const char*>>{
            {R"({"items": {"type": "string"}, "uniqueItems": true})", "items are enum or const"},
@@ -381,9 +382,8 @@ TEST(JsonSchemaTest, PrefixItemsAreTuplesWithItemsForTheRest) {
   Check({R"({"prefixItems": [{"type": "boolean"}], "items": false})",
          {"[]", "[true]"},
          {"[true, false]"}});
-  for (const char* schema :
-       {R"({"prefixItems": [{}], "additionalItems": false})",
-        R"({"prefixItems": [{}], "items": [{}]})", R"({"prefixItems": {}})"}) {
+  for (const char* schema : {R"({"prefixItems": [{}], "additionalItems": false})",
+                             R"({"prefixItems": [{}], "items": [{}]})", R"({"prefixItems": {}})"}) {
     auto g = CompileJsonSchema(Json::parse(schema));
     EXPECT_THAT(g.status().message(), HasSubstr("prefixItems")) << schema;
   }
