@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/grammar/json_rules.h"
 
 namespace specula::grammar {
 namespace {
@@ -96,18 +97,13 @@ class SameLengthMultiples {
 // after `prefix`, one length at a time.
 void Magnitudes(SameLengthMultiples& lengths, int64_t lo, int64_t hi, const Alternative& prefix,
                 std::vector<Alternative>* out) {
-  for (int64_t low = lo; low <= hi;) {
-    const std::string digits = std::to_string(low);
-    int64_t top = 9;  // the largest number with as many digits
-    for (size_t i = 1; i < digits.size(); ++i) top = top * 10 + 9;
-    const int64_t high = std::min(hi, top);
-    if (const std::optional<int32_t> rule = lengths.Range(digits, std::to_string(high))) {
+  ForEachDigitCount(lo, hi, [&](const std::string& low, const std::string& high) {
+    if (const std::optional<int32_t> rule = lengths.Range(low, high)) {
       Alternative a = prefix;
       a.push_back(B::Ref(*rule));
       out->push_back(std::move(a));
     }
-    low = high + 1;
-  }
+  });
 }
 
 }  // namespace

@@ -66,14 +66,9 @@ void SameLengthRange(std::string_view lo, std::string_view hi, Alternative prefi
 
 void MagnitudeRange(int64_t lo, int64_t hi, const Alternative& prefix,
                     std::vector<Alternative>* out) {
-  for (int64_t low = lo; low <= hi;) {
-    const std::string digits = std::to_string(low);
-    int64_t top = 9;  // the largest number with as many digits
-    for (size_t k = 1; k < digits.size(); ++k) top = top * 10 + 9;
-    const int64_t high = std::min(hi, top);
-    SameLengthRange(digits, std::to_string(high), prefix, out);
-    low = high + 1;
-  }
+  ForEachDigitCount(lo, hi, [&](const std::string& low, const std::string& high) {
+    SameLengthRange(low, high, prefix, out);
+  });
 }
 
 int32_t JsonRules::IntegerRange(int64_t lo, int64_t hi) {

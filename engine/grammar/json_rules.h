@@ -2,6 +2,7 @@
 // formats), written into a GrammarBuilder once each and shared by every schema that uses them.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -17,6 +18,20 @@ namespace specula::grammar {
 // leading zeros, each after `prefix`; each alternative holds one digit count.
 void MagnitudeRange(int64_t lo, int64_t hi, const Alternative& prefix,
                     std::vector<Alternative>* out);
+
+// Calls same_length(low, high) with the decimal strings of [lo, hi] (0 <= lo <= hi) split into
+// runs of one digit count: [7, 123] gives ("7", "9"), ("10", "99"), ("100", "123").
+template <typename F>
+void ForEachDigitCount(int64_t lo, int64_t hi, F same_length) {
+  for (int64_t low = lo; low <= hi;) {
+    const std::string digits = std::to_string(low);
+    int64_t top = 9;  // the largest number with as many digits
+    for (size_t k = 1; k < digits.size(); ++k) top = top * 10 + 9;
+    const int64_t high = std::min(hi, top);
+    same_length(digits, std::to_string(high));
+    low = high + 1;
+  }
+}
 
 class JsonRules {
  public:
