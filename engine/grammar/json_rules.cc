@@ -183,14 +183,20 @@ int32_t JsonRules::MakeAnyValue() {
   return value;
 }
 
-int32_t JsonRules::Map(const std::string& name, int32_t value) {
+int32_t JsonRules::Map(const std::string& name, int32_t value, int32_t key, int64_t min,
+                       int64_t max) {
   const Symbol ws = B::Ref(Whitespace());
+  const int32_t names = key >= 0 ? key : String(0, -1);
   const int32_t member =
-      b_.AddRule(name + "_member", {{B::Ref(String(0, -1)), ws, Byte(':'), ws, B::Ref(value), ws}});
+      b_.AddRule(name + "_member", {{B::Ref(names), ws, Byte(':'), ws, B::Ref(value), ws}});
+  const int32_t rule = b_.NewRule(name);
+  if (min == 0) b_.AddAlternative(rule, {Byte('{'), ws, Byte('}')});
+  if (max == 0) return rule;
   const int32_t more = b_.AddRule(name + "_more", {{Byte(','), ws, B::Ref(member)}});
-  const int32_t rest = b_.Repeat(name + "_members", more, 0, -1);
-  return b_.AddRule(
-      name, {{Byte('{'), ws, Byte('}')}, {Byte('{'), ws, B::Ref(member), B::Ref(rest), Byte('}')}});
+  const int32_t rest =
+      b_.Repeat(name + "_members", more, std::max<int64_t>(min - 1, 0), max < 0 ? -1 : max - 1);
+  b_.AddAlternative(rule, {Byte('{'), ws, B::Ref(member), B::Ref(rest), Byte('}')});
+  return rule;
 }
 
 int32_t JsonRules::Array(const std::string& name, int32_t item, int64_t min, int64_t max) {

@@ -63,8 +63,10 @@ class JsonRules {
   // Exactly one of `texts`, with shared prefixes merged so that the grammar stays unambiguous
   // (a 1,000-value enum does not open 1,000 parse stacks).
   int32_t LiteralChoice(const std::string& name, std::vector<std::string> texts);
-  // "{" ws ( member ( "," ws member )* )? "}" where member ::= string ws ":" ws value ws.
-  int32_t Map(const std::string& name, int32_t value);
+  // "{" ws ( member ( "," ws member ){min-1, max-1} )? "}" where member ::= key ws ":" ws value ws
+  // and key is any string unless `key` (a rule of JSON strings) is given (max < 0: no bound).
+  int32_t Map(const std::string& name, int32_t value, int32_t key = -1, int64_t min = 0,
+              int64_t max = -1);
   // "[" ws ( item ws ( "," ws item ws ){min-1, max-1} )? "]".
   int32_t Array(const std::string& name, int32_t item, int64_t min, int64_t max);
   // A tuple: position i holds `positions[i]`, positions past them `extra` (< 0: none), from `min`

@@ -55,6 +55,9 @@ bool IsSupported(std::string_view key) {
                                                 "additionalItems",
                                                 "prefixItems",
                                                 "uniqueItems",
+                                                "propertyNames",
+                                                "minProperties",
+                                                "maxProperties",
                                                 "minItems",
                                                 "maxItems",
                                                 "minLength",
@@ -181,7 +184,10 @@ class SchemaCompiler {
   absl::StatusOr<int32_t> Typed(const Json& s, const std::string& type, const std::string& path,
                                 int depth);
   absl::StatusOr<int32_t> Object(const Json& s, const std::string& path, int depth);
-  absl::StatusOr<int32_t> Properties(const Json& s, const std::string& path, int depth);
+  absl::StatusOr<int32_t> Properties(const Json& s, const std::string& path, int depth, int64_t min,
+                                     int64_t max);
+  // The rule of the keys propertyNames allows: JSON strings.
+  absl::StatusOr<int32_t> PropertyNames(const Json& s, const std::string& path, int depth);
   absl::StatusOr<int32_t> Array(const Json& s, const std::string& path, int depth);
   // Positions `items_key` (an array of schemas), then `rest_key` (a schema; any value without).
   absl::StatusOr<int32_t> Tuple(const Json& s, const char* items_key, const char* rest_key,
@@ -446,7 +452,8 @@ absl::StatusOr<std::vector<std::string>> SchemaCompiler::Types(const Json& s,
   if (!s.is_object()) return std::vector<std::string>{};
   auto it = s.find("type");
   if (it == s.end()) {
-    if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) {
+    if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties") ||
+        s.contains("propertyNames") || s.contains("minProperties") || s.contains("maxProperties")) {
       return std::vector<std::string>{"object"};
     }
     if (s.contains("items") || s.contains("additionalItems") || s.contains("prefixItems") ||
@@ -487,23 +494,60 @@ absl::StatusOr<int32_t> SchemaCompiler::Typed(const Json& s, const std::string& 
 }
 
 absl::StatusOr<int32_t> SchemaCompiler::Object(const Json& s, const std::string& path, int depth) {
+  ASSIGN_OR_RETURN(const int64_t min, Count(s, "minProperties", 0, path));
+  ASSIGN_OR_RETURN(const int64_t max, Count(s, "maxProperties", -1, path));
+  if (max >= 0 && min > max) return Unsatisfiable(path, "minProperties > maxProperties");
   const bool has_properties = (s.contains("properties") && !s["properties"].empty()) ||
                               (s.contains("required") && !s["required"].empty());
-  if (has_properties) return Properties(s, path, depth);
+  if (has_properties) {
+    if (s.contains("propertyNames")) {
+      return Invalid(path, "propertyNames beside properties or required is not supported");
+    }
+    return Properties(s, path, depth, min, max);
+  }
   const Json extra = s.value("additionalProperties", Json(!options_.strict));
-  if (extra.is_boolean() && !extra.get<bool>()) {
+  const bool none =
+      (extra.is_boolean() && !extra.get<bool>()) || IsFalse(s.value("propertyNames", Json(true)));
+  if (none || max == 0) {
+    if (min > 0) return Unsatisfiable(path, "minProperties > 0 but no property is allowed");
     const int32_t ws = json_.Whitespace();
     return b_.AddRule("empty_object",
                       {{B::Bytes(ByteSet::Of("{")), B::Ref(ws), B::Bytes(ByteSet::Of("}"))}});
   }
   ASSIGN_OR_RETURN(const int32_t value, Compile(extra, path + "/additionalProperties", depth + 1));
-  return json_.Map("map", value);
+  int32_t key = -1;  // any string
+  if (s.contains("propertyNames")) {
+    ASSIGN_OR_RETURN(key, PropertyNames(s["propertyNames"], path + "/propertyNames", depth));
+  }
+  return json_.Map("map", value, key, min, max);
+}
+
+// propertyNames: a schema of strings (type, enum, const, pattern, lengths, format, or a $ref to
+// one), compiled as a string schema. A map may repeat a key (JSON allows it; validators keep the
+// last), so its keys are not made distinct.
+absl::StatusOr<int32_t> SchemaCompiler::PropertyNames(const Json& s, const std::string& path,
+                                                      int depth) {
+  if (s.is_boolean()) return json_.String(0, -1);  // true (false was handled by the caller)
+  const Json* resolved = Resolved(s);
+  if (resolved == nullptr || !resolved->is_object()) {
+    return Invalid(path, "propertyNames must be a schema object");
+  }
+  Json names = *resolved;
+  for (const char* key : {"anyOf", "oneOf", "allOf", "$ref"}) {
+    if (names.contains(key)) {
+      return Invalid(path, absl::StrCat("propertyNames with '", key,
+                                        "' is not supported (a string schema is)"));
+    }
+  }
+  if (!names.contains("type")) names["type"] = "string";
+  if (names["type"] != "string") return Invalid(path, "propertyNames must describe strings");
+  return Compile(names, path, depth + 1);
 }
 
 // An object of the declared properties, in the schema's order, the required ones always and each
 // optional one or not: after_[i][first] writes properties i.. (first: no comma before the first).
 absl::StatusOr<int32_t> SchemaCompiler::Properties(const Json& s, const std::string& path,
-                                                   int depth) {
+                                                   int depth, int64_t min, int64_t max) {
   const Json properties = s.value("properties", Json::object());
   if (!properties.is_object()) return Invalid(path, "properties must be an object");
   const Json required_list = s.value("required", Json::array());
@@ -525,6 +569,20 @@ absl::StatusOr<int32_t> SchemaCompiler::Properties(const Json& s, const std::str
   std::erase_if(names, [&](const std::string& name) {
     return properties.contains(name) && IsFalse(properties.at(name));
   });
+  // Only the declared properties are written, from the required ones to all: a count bound
+  // inside that range would need counting, one outside it is unsatisfiable or no constraint.
+  const auto least = static_cast<int64_t>(required.size());
+  const auto most = static_cast<int64_t>(names.size());
+  if (min > most || (max >= 0 && max < least)) {
+    return Unsatisfiable(path,
+                         "minProperties or maxProperties leaves no room for the declared "
+                         "and required properties");
+  }
+  if (min > least || (max >= 0 && max < most)) {
+    return Invalid(path,
+                   "minProperties or maxProperties between the required and the declared "
+                   "properties' counts is not supported");
+  }
   // Each optional property may be the first written: one parse stack each at the opening brace,
   // and the matcher follows at most StackSet::kMaxStacks.
   const auto optional = static_cast<int64_t>(names.size() - required.size());

@@ -337,6 +337,40 @@ TEST(JsonSchemaTest, TuplesFollowTheirPositionsThenAdditionalItems) {
   Check({R"({"items": [{"type": "integer"}, false]})", {"[]", "[1]"}, {"[1, 2]"}});
 }
 
+// Maps (objects without declared properties): propertyNames constrains the keys (pydantic's
+// dict[Literal["a", "b"], int]), minProperties and maxProperties their count. On an object with
+// declared properties a count is no constraint (outside the written range) or a 400.
+TEST(JsonSchemaTest, MapsTakePropertyNamesAndPropertyCounts) {
+  Check({R"({"type": "object", "additionalProperties": {"type": "integer"},
+             "propertyNames": {"enum": ["a", "b"]}, "minProperties": 1, "maxProperties": 2})",
+         {R"({"a": 1})", R"({"b": 2, "a": 3})"},
+         {"{}", R"({"c": 1})", R"({"a": 1, "b": 2, "a": 3})", R"({"a": "x"})"}});
+  Check({R"({"propertyNames": {"pattern": "^x[0-9]$"}})",
+         {"{}", R"({"x1": null, "x2": [true]})"},
+         {R"({"y1": 1})", R"({"x12": 1})"}});
+  Check({R"({"propertyNames": false})", {"{}"}, {R"({"a": 1})"}});
+  Check({R"({"maxProperties": 0})", {"{}"}, {R"({"a": 1})"}});
+  // Declared properties: the counts hold whatever is written (1 to 2 properties here).
+  Check({R"({"properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+             "required": ["a"], "minProperties": 1, "maxProperties": 2})",
+         {R"({"a": 1})", R"({"a": 1, "b": 2})"},
+         {"{}"}});
+  for (const auto& [schema, message] : std::vector<std::pair<const char*, const char*>>{
+           {R"({"properties": {"a": {}, "b": {}}, "minProperties": 1})",
+            "between the required and the declared"},
+           {R"({"properties": {"a": {}}, "required": ["a"], "maxProperties": 0})",
+            "leaves no room"},
+           {R"({"properties": {"a": {}}, "propertyNames": {"maxLength": 3}})",
+            "propertyNames beside properties"},
+           {R"({"propertyNames": {"type": "integer"}})", "must describe strings"},
+           {R"({"propertyNames": {"anyOf": [{"const": "a"}]}})", "'anyOf' is not supported"},
+           {R"({"minProperties": 3, "maxProperties": 2})", "minProperties > maxProperties"},
+           {R"({"additionalProperties": false, "minProperties": 1})", "no property is allowed"}}) {
+    auto g = CompileJsonSchema(Json::parse(schema));
+    EXPECT_THAT(g.status().message(), HasSubstr(message)) << schema;
+  }
+}
+
 // uniqueItems over enum values (pydantic's set[Literal["a", "b"]]): each value at most once, in
 // the enum's order; 1 and 1.0 are one value. Other items are a 400 naming it; so is a minimum
 // past the distinct values.
