@@ -58,6 +58,8 @@ bool IsSupported(std::string_view key) {
                                                 "propertyNames",
                                                 "minProperties",
                                                 "maxProperties",
+                                                "dependentRequired",
+                                                "dependencies",
                                                 "minItems",
                                                 "maxItems",
                                                 "minLength",
@@ -186,6 +188,11 @@ class SchemaCompiler {
   absl::StatusOr<int32_t> Object(const Json& s, const std::string& path, int depth);
   absl::StatusOr<int32_t> Properties(const Json& s, const std::string& path, int depth, int64_t min,
                                      int64_t max);
+  // dependentRequired, and draft 7's dependencies with arrays: makes the dependents of every
+  // writable trigger required, or leaves out a trigger whose dependent cannot be written.
+  absl::Status Dependencies(const Json& s, const Json& properties, const std::string& path,
+                            std::vector<std::string>& names,
+                            absl::flat_hash_set<std::string>& required);
   // The rule of the keys propertyNames allows: JSON strings.
   absl::StatusOr<int32_t> PropertyNames(const Json& s, const std::string& path, int depth);
   absl::StatusOr<int32_t> Array(const Json& s, const std::string& path, int depth);
@@ -453,7 +460,8 @@ absl::StatusOr<std::vector<std::string>> SchemaCompiler::Types(const Json& s,
   auto it = s.find("type");
   if (it == s.end()) {
     if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties") ||
-        s.contains("propertyNames") || s.contains("minProperties") || s.contains("maxProperties")) {
+        s.contains("propertyNames") || s.contains("minProperties") || s.contains("maxProperties") ||
+        s.contains("dependentRequired") || s.contains("dependencies")) {
       return std::vector<std::string>{"object"};
     }
     if (s.contains("items") || s.contains("additionalItems") || s.contains("prefixItems") ||
@@ -499,6 +507,11 @@ absl::StatusOr<int32_t> SchemaCompiler::Object(const Json& s, const std::string&
   if (max >= 0 && min > max) return Unsatisfiable(path, "minProperties > maxProperties");
   const bool has_properties = (s.contains("properties") && !s["properties"].empty()) ||
                               (s.contains("required") && !s["required"].empty());
+  if (!has_properties && (s.contains("dependentRequired") || s.contains("dependencies"))) {
+    return Invalid(path,
+                   "dependentRequired or dependencies without declared properties is not "
+                   "supported");
+  }
   if (has_properties) {
     if (s.contains("propertyNames")) {
       return Invalid(path, "propertyNames beside properties or required is not supported");
@@ -520,6 +533,58 @@ absl::StatusOr<int32_t> SchemaCompiler::Object(const Json& s, const std::string&
     ASSIGN_OR_RETURN(key, PropertyNames(s["propertyNames"], path + "/propertyNames", depth));
   }
   return json_.Map("map", value, key, min, max);
+}
+
+// A written trigger needs its dependents. Each dependent of a trigger that can be written is
+// written always (required: a subset of the valid texts, and it keeps every property writable); a
+// trigger whose dependent cannot be written (a false schema, or undeclared where
+// additionalProperties forbids it) is left out, or the schema is unsatisfiable if it is required.
+absl::Status SchemaCompiler::Dependencies(const Json& s, const Json& properties,
+                                          const std::string& path, std::vector<std::string>& names,
+                                          absl::flat_hash_set<std::string>& required) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> rules;  // trigger -> dependents
+  for (const char* key : {"dependentRequired", "dependencies"}) {
+    if (!s.contains(key)) continue;
+    if (!s[key].is_object()) return Invalid(path, absl::StrCat("'", key, "' must be an object"));
+    for (const auto& [trigger, dependents] : s[key].items()) {
+      if (!dependents.is_array()) {
+        return Invalid(path, absl::StrCat("'", key,
+                                          "' with a schema (dependentSchemas) is not "
+                                          "supported: only lists of property names"));
+      }
+      std::vector<std::string> list;
+      for (const Json& d : dependents) {
+        if (!d.is_string()) return Invalid(path, absl::StrCat("'", key, "' must list strings"));
+        list.push_back(d.get<std::string>());
+      }
+      rules.emplace_back(trigger, std::move(list));
+    }
+  }
+  const Json extra = s.value("additionalProperties", Json(!options_.strict));
+  auto writable = [&](const std::string& name) {
+    return properties.contains(name) ? !IsFalse(properties.at(name)) : !IsFalse(extra);
+  };
+  for (bool changed = true; changed;) {  // each pass requires or removes a name, or ends
+    changed = false;
+    for (const auto& [trigger, dependents] : rules) {
+      if (std::find(names.begin(), names.end(), trigger) == names.end()) continue;
+      for (const std::string& d : dependents) {
+        if (d == trigger || required.contains(d)) continue;
+        changed = true;
+        if (!writable(d)) {
+          if (required.contains(trigger)) {
+            return Unsatisfiable(path, absl::StrCat("'", trigger, "' is required and needs '", d,
+                                                    "', which cannot be written"));
+          }
+          std::erase(names, trigger);
+          break;
+        }
+        required.insert(d);
+        if (std::find(names.begin(), names.end(), d) == names.end()) names.push_back(d);
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 // propertyNames: a schema of strings (type, enum, const, pattern, lengths, format, or a $ref to
@@ -569,6 +634,7 @@ absl::StatusOr<int32_t> SchemaCompiler::Properties(const Json& s, const std::str
   std::erase_if(names, [&](const std::string& name) {
     return properties.contains(name) && IsFalse(properties.at(name));
   });
+  RETURN_IF_ERROR(Dependencies(s, properties, path, names, required));
   // Only the declared properties are written, from the required ones to all: a count bound
   // inside that range would need counting, one outside it is unsatisfiable or no constraint.
   const auto least = static_cast<int64_t>(required.size());

@@ -371,6 +371,36 @@ TEST(JsonSchemaTest, MapsTakePropertyNamesAndPropertyCounts) {
   }
 }
 
+// dependentRequired (draft 7: dependencies with lists): a dependent of a writable trigger is
+// written always; a trigger whose dependent cannot be written is left out.
+TEST(JsonSchemaTest, DependentsOfAWritableTriggerAreWrittenAlways) {
+  Check({R"({"properties": {"card": {"type": "string", "maxLength": 4},
+                            "billing": {"type": "string", "maxLength": 4},
+                            "note": {"type": "null"}},
+             "dependentRequired": {"card": ["billing"]}})",
+         {R"({"billing": "x"})", R"({"card": "1", "billing": "x"})",
+          R"({"billing": "x", "note": null})"},
+         {R"({"card": "1"})", "{}", R"({"note": null})"}});
+  // Chains follow (a needs b, b needs c); a trigger needing a false property is never written.
+  Check({R"({"properties": {"a": {"type": "null"}, "b": {"type": "null"}, "c": {"type": "null"},
+                            "d": false, "e": {"type": "null"}},
+             "dependencies": {"a": ["b"], "b": ["c"], "e": ["d"]}})",
+         {R"({"b": null, "c": null})", R"({"a": null, "b": null, "c": null})"},
+         {R"({"a": null, "b": null})", R"({"c": null, "e": null})"}});
+  for (const auto& [schema, message] : std::vector<std::pair<const char*, const char*>>{
+           {R"({"properties": {"a": {}}, "dependencies": {"a": {"required": ["b"]}}})",
+            "dependentSchemas"},
+           {R"({"dependentRequired": {"a": ["b"]}})", "without declared properties"},
+           {R"({"properties": {"a": {}, "b": false}, "required": ["a"],
+                "dependentRequired": {"a": ["b"]}})",
+            "'a' is required and needs 'b'"},
+           {R"({"properties": {"a": {}}, "dependentRequired": {"a": [1]}})",
+            "must list strings"}}) {
+    auto g = CompileJsonSchema(Json::parse(schema));
+    EXPECT_THAT(g.status().message(), HasSubstr(message)) << schema;
+  }
+}
+
 // uniqueItems over enum values (pydantic's set[Literal["a", "b"]]): each value at most once, in
 // the enum's order; 1 and 1.0 are one value. Other items are a 400 naming it; so is a minimum
 // past the distinct values.
