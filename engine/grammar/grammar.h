@@ -120,6 +120,9 @@ class GrammarBuilder {
   absl::StatusOr<Grammar> Build(int32_t root);
 
   int64_t symbols() const { return symbols_; }
+  // INVALID_ARGUMENT once the rules written so far pass the budget: compilers check it as they
+  // go, so a schema that would blow it up is refused before it takes the memory.
+  absl::Status CheckBudget() const;
   const std::string& rule_name(int32_t rule) const { return rules_[rule].name; }
 
  private:
@@ -128,7 +131,6 @@ class GrammarBuilder {
     int32_t body;
     std::vector<int32_t> tails;
   };
-  absl::Status CheckBudget() const;
   // Records in `g` the repetitions whose rules kept Repeat's shape through Build's clean-up and
   // whose body cannot be empty (one repetition takes at least a byte).
   void RecordBoundedRepeats(const std::vector<bool>& nullable, Grammar& g) const;

@@ -114,6 +114,16 @@ bool IsRegexFormat(std::string_view format) {
          format == "hostname" || format == "duration";
 }
 
+// Whether the document's $schema names draft 4, 6 or 7, where prefixItems is no keyword.
+bool DeclaresDraftBefore2019(const Json& root) {
+  if (!root.is_object() || !root.contains("$schema") || !root["$schema"].is_string()) return false;
+  const std::string id = root["$schema"].get<std::string>();
+  for (const char* old : {"draft-04", "draft-06", "draft-07"}) {
+    if (id.find(old) != std::string::npos) return true;
+  }
+  return false;
+}
+
 // The schema `false`: no value is valid against it.
 bool IsFalse(const Json& s) { return s.is_boolean() && !s.get<bool>(); }
 
@@ -137,11 +147,17 @@ std::vector<std::string> TypesOf(const Json& v) {
   return {"object"};
 }
 
-// A value's identity under JSON Schema's equality, for scalars: 1 and 1.0 are one value (%g's six
-// digits may merge two numbers too, which can only refuse a schema or leave a value out).
+// A scalar's identity under JSON Schema's equality: 1 and 1.0 are one value, and so are -0.0 and
+// 0 (%g's six digits may merge two numbers too, which can only refuse a schema or leave a value
+// out). Callers keep arrays and objects out: key order and 1.0 inside them would need a deep
+// comparison.
 std::string EqualityKey(const Json& v) {
-  return v.is_number() ? absl::StrCat("n", v.get<double>()) : v.dump();
+  if (!v.is_number()) return v.dump();
+  const double d = v.get<double>();
+  return absl::StrCat("n", d == 0 ? 0.0 : d);
 }
+
+bool IsScalar(const Json& v) { return !v.is_object() && !v.is_array(); }
 
 // The non-negative integer `key` of `s`, or `fallback` when absent.
 absl::StatusOr<int64_t> Count(const Json& s, const char* key, int64_t fallback,
@@ -218,6 +234,7 @@ class SchemaCompiler {
 
 absl::StatusOr<int32_t> SchemaCompiler::Compile(const Json& s, const std::string& path, int depth) {
   if (depth > kMaxDepth) return Invalid(path, absl::StrCat("nested deeper than ", kMaxDepth));
+  RETURN_IF_ERROR(b_.CheckBudget());  // each subschema adds a bounded amount: stop at the budget
   if (s.is_boolean()) {
     if (!s.get<bool>()) return Unsatisfiable(path, "the schema is false");
     return json_.AnyValue();
@@ -390,6 +407,9 @@ absl::Status SchemaCompiler::CheckOneOfDisjoint(const Json& branches, const std:
 const Json* SchemaCompiler::Resolved(const Json& s) const {
   const Json* at = &s;
   for (int hops = 0; hops < kMaxDepth && at->is_object() && at->contains("$ref"); ++hops) {
+    for (const auto& [key, value] : at->items()) {
+      if (key != "$ref" && !IsAnnotation(key)) return nullptr;  // as Reference() refuses them
+    }
     const Json& ref = (*at)["$ref"];
     if (!ref.is_string()) return nullptr;
     const std::string r = ref.get<std::string>();
@@ -410,8 +430,9 @@ const Json* SchemaCompiler::Resolved(const Json& s) const {
 }
 
 bool SchemaCompiler::Discriminated(const Json& branches) const {
-  // Each branch's object schema; the candidates are the first one's required properties.
+  // Each branch's object schema and required names; the candidates are the first one's.
   std::vector<const Json*> objects;
+  std::vector<absl::flat_hash_set<std::string>> required_names;
   for (const Json& branch : branches) {
     if (IsFalse(branch)) continue;
     const Json* o = Resolved(branch);
@@ -423,18 +444,19 @@ bool SchemaCompiler::Discriminated(const Json& branches) const {
       return false;
     }
     objects.push_back(o);
+    absl::flat_hash_set<std::string>& names = required_names.emplace_back();
+    for (const Json& r : (*o)["required"]) {
+      if (r.is_string()) names.insert(r.get<std::string>());
+    }
   }
-  for (const Json& name : (*objects[0])["required"]) {
-    if (!name.is_string()) continue;
-    const std::string p = name.get<std::string>();
-    absl::flat_hash_set<std::string> seen;  // every branch's values, dumped
+  if (objects.empty()) return false;
+  for (const std::string& p : required_names[0]) {
+    absl::flat_hash_set<std::string> seen;  // every branch's values (EqualityKey)
     bool tells_apart = true;
-    for (const Json* o : objects) {
-      const Json& required = (*o)["required"];
-      const Json* property =
-          (*o)["properties"].contains(p) ? Resolved((*o)["properties"][p]) : nullptr;
-      if (std::find(required.begin(), required.end(), name) == required.end() ||
-          property == nullptr || !property->is_object()) {
+    for (size_t b = 0; b < objects.size() && tells_apart; ++b) {
+      const Json& properties = (*objects[b])["properties"];
+      const Json* property = properties.contains(p) ? Resolved(properties[p]) : nullptr;
+      if (!required_names[b].contains(p) || property == nullptr || !property->is_object()) {
         tells_apart = false;
         break;
       }
@@ -444,8 +466,9 @@ bool SchemaCompiler::Discriminated(const Json& branches) const {
         tells_apart = false;
         break;
       }
-      for (const Json& v : values) tells_apart = seen.insert(EqualityKey(v)).second && tells_apart;
-      if (!tells_apart) break;
+      for (const Json& v : values) {
+        tells_apart = IsScalar(v) && seen.insert(EqualityKey(v)).second && tells_apart;
+      }
     }
     if (tells_apart) return true;
   }
@@ -527,6 +550,12 @@ absl::StatusOr<int32_t> SchemaCompiler::Object(const Json& s, const std::string&
     return b_.AddRule("empty_object",
                       {{B::Bytes(ByteSet::Of("{")), B::Ref(ws), B::Bytes(ByteSet::Of("}"))}});
   }
+  if (min > 1) {
+    // The grammar may repeat a key, which validators count once (they keep the last value).
+    return Invalid(path,
+                   "minProperties above 1 on an object without declared properties is not "
+                   "supported");
+  }
   ASSIGN_OR_RETURN(const int32_t value, Compile(extra, path + "/additionalProperties", depth + 1));
   int32_t key = -1;  // any string
   if (s.contains("propertyNames")) {
@@ -589,7 +618,7 @@ absl::Status SchemaCompiler::Dependencies(const Json& s, const Json& properties,
 
 // propertyNames: a schema of strings (type, enum, const, pattern, lengths, format, or a $ref to
 // one), compiled as a string schema. A map may repeat a key (JSON allows it; validators keep the
-// last), so its keys are not made distinct.
+// last, so a repeat counts once: Object refuses minProperties above 1 on a map).
 absl::StatusOr<int32_t> SchemaCompiler::PropertyNames(const Json& s, const std::string& path,
                                                       int depth) {
   if (s.is_boolean()) return json_.String(0, -1);  // true (false was handled by the caller)
@@ -639,6 +668,12 @@ absl::StatusOr<int32_t> SchemaCompiler::Properties(const Json& s, const std::str
   // inside that range would need counting, one outside it is unsatisfiable or no constraint.
   const auto least = static_cast<int64_t>(required.size());
   const auto most = static_cast<int64_t>(names.size());
+  const Json extras = s.value("additionalProperties", Json(!options_.strict));
+  if (min > most && !IsFalse(extras)) {
+    return Invalid(path,
+                   "minProperties above the declared properties is not supported (only "
+                   "declared properties are written)");
+  }
   if (min > most || (max >= 0 && max < least)) {
     return Unsatisfiable(path,
                          "minProperties or maxProperties leaves no room for the declared "
@@ -698,10 +733,18 @@ absl::StatusOr<int32_t> SchemaCompiler::Array(const Json& s, const std::string& 
   if (max >= 0 && min > max) return Unsatisfiable(path, "minItems > maxItems");
   const Json unique = s.value("uniqueItems", Json(false));
   if (!unique.is_boolean()) return Invalid(path, "'uniqueItems' must be a boolean");
-  // At most one item is always unique.
-  if (unique.get<bool>() && (max < 0 || max > 1)) return UniqueArray(s, path, min, max);
+  const bool no_items = s.contains("items") && IsFalse(s["items"]) && !s.contains("prefixItems");
+  // At most one item (or none) is always unique.
+  if (unique.get<bool>() && (max < 0 || max > 1) && !no_items) {
+    return UniqueArray(s, path, min, max);
+  }
   if (s.contains("prefixItems")) {
     if (!s["prefixItems"].is_array()) return Invalid(path, "prefixItems must be an array");
+    if (DeclaresDraftBefore2019(root_)) {
+      return Invalid(path,
+                     "prefixItems is a draft 2020-12 keyword, and the schema declares an "
+                     "earlier draft ($schema), where items applies to every item");
+    }
     if (s.contains("additionalItems") || (s.contains("items") && s["items"].is_array())) {
       return Invalid(path,
                      "prefixItems beside additionalItems or an array of items (draft 7's tuple) "
@@ -727,7 +770,9 @@ absl::StatusOr<int32_t> SchemaCompiler::Array(const Json& s, const std::string& 
 // compared, which a grammar cannot do.
 absl::StatusOr<int32_t> SchemaCompiler::UniqueArray(const Json& s, const std::string& path,
                                                     int64_t min, int64_t max) {
-  constexpr int64_t kMaxStates = 1 << 16;  // (values + 1) * (items + 1) rules of Subsequence
+  // Each value may come first: one parse stack each (as optional properties), and the matcher
+  // follows at most StackSet::kMaxStacks.
+  constexpr int64_t kMaxValues = kMaxOptionalProperties;
   const Json* items =
       s.contains("items") && !s.contains("prefixItems") ? Resolved(s["items"]) : nullptr;
   if (items == nullptr || !items->is_object() ||
@@ -748,8 +793,9 @@ absl::StatusOr<int32_t> SchemaCompiler::UniqueArray(const Json& s, const std::st
     }
   }
   const auto n = static_cast<int64_t>(rules.size());
-  if ((n + 1) * (std::min(max < 0 ? n : max, n) + 1) > kMaxStates) {
-    return Invalid(path, absl::StrCat("uniqueItems over ", n, " values is too large"));
+  if (n > kMaxValues) {
+    return Invalid(path, absl::StrCat("uniqueItems over ", n, " values; at most ", kMaxValues,
+                                      " are supported"));
   }
   const std::optional<int32_t> rule = json_.Subsequence("unique", rules, min, max);
   if (!rule) {
