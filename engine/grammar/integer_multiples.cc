@@ -71,8 +71,9 @@ class SameLengthMultiples {
     }
     if (nexts.empty()) return std::nullopt;
     std::vector<Alternative> alternatives;
-    for (const auto& [next, digits] : nexts)
+    for (const auto& [next, digits] : nexts) {
       alternatives.push_back({B::Bytes(digits), B::Ref(next)});
+    }
     return b_.AddRule("multiple_digits", std::move(alternatives));
   }
 

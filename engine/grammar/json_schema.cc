@@ -191,8 +191,15 @@ class SchemaCompiler {
                                       int64_t max);
   absl::StatusOr<int32_t> Choice(const Json& s, const std::string& path, int depth);
   absl::StatusOr<int32_t> AllOf(const Json& s, const std::string& path, int depth);
-  // `s` with its $refs into the document followed (null where one points at nothing).
+  // What the $ref of `s` points at: INVALID_ARGUMENT unless only annotations stand beside it
+  // and it is a JSON pointer into this document.
+  absl::StatusOr<const Json*> RefTarget(const Json& s, const std::string& path) const;
+  // `s` with its $refs into the document followed (null where RefTarget refuses one).
   const Json* Resolved(const Json& s) const;
+  // additionalProperties, or its default: false under `strict`, true otherwise.
+  Json AdditionalProperties(const Json& s) const {
+    return s.value("additionalProperties", Json(!options_.strict));
+  }
   // Whether every branch is an object requiring one property whose const or enum values no other
   // branch shares (pydantic's discriminated unions): a value valid for one branch then fails the
   // others, so oneOf is anyOf.
@@ -206,8 +213,9 @@ class SchemaCompiler {
                                      int64_t max);
   // dependentRequired, and draft 7's dependencies with arrays: makes the dependents of every
   // writable trigger required, or leaves out a trigger whose dependent cannot be written.
-  absl::Status Dependencies(const Json& s, const Json& properties, const std::string& path,
-                            std::vector<std::string>& names,
+  // `extra` is the object's additionalProperties (AdditionalProperties).
+  absl::Status Dependencies(const Json& s, const Json& properties, const Json& extra,
+                            const std::string& path, std::vector<std::string>& names,
                             absl::flat_hash_set<std::string>& required);
   // The rule of the keys propertyNames allows: JSON strings.
   absl::StatusOr<int32_t> PropertyNames(const Json& s, const std::string& path, int depth);
@@ -270,6 +278,18 @@ absl::StatusOr<int32_t> SchemaCompiler::CompileOrAny(const Json& s, const char* 
 // apply) is not compiled.
 absl::StatusOr<int32_t> SchemaCompiler::Reference(const Json& s, const std::string& path,
                                                   int depth) {
+  ASSIGN_OR_RETURN(const Json* target, RefTarget(s, path));
+  const std::string ref = s["$ref"].get<std::string>();
+  if (auto it = refs_.find(ref); it != refs_.end()) return it->second;
+  const int32_t rule = b_.NewRule("ref");
+  refs_[ref] = rule;  // before compiling the target: it may refer to itself
+  ASSIGN_OR_RETURN(const int32_t body, Compile(*target, ref.substr(1), depth + 1));
+  b_.AddAlternative(rule, {B::Ref(body)});
+  return rule;
+}
+
+absl::StatusOr<const Json*> SchemaCompiler::RefTarget(const Json& s,
+                                                      const std::string& path) const {
   for (const auto& [key, value] : s.items()) {
     if (key != "$ref" && !IsAnnotation(key)) {
       return Invalid(path, absl::StrCat("keyword '", key, "' beside $ref is not supported"));
@@ -277,29 +297,21 @@ absl::StatusOr<int32_t> SchemaCompiler::Reference(const Json& s, const std::stri
   }
   if (!s["$ref"].is_string()) return Invalid(path, "$ref must be a string");
   const std::string ref = s["$ref"].get<std::string>();
-  if (auto it = refs_.find(ref); it != refs_.end()) return it->second;
-  if (ref != "#" && ref.rfind("#/", 0) != 0) {
+  if (ref == "#") return &root_;
+  if (ref.rfind("#/", 0) != 0) {
     return Invalid(path, absl::StrCat("$ref '", ref, "' does not point into this schema"));
   }
-  const Json* target = &root_;
-  if (ref != "#") {
-    // nlohmann throws on a malformed pointer ("~" not followed by 0 or 1, a bad array index): on
-    // a request thread that would end the process, so every way it fails is an answer.
-    try {
-      const Json::json_pointer pointer(ref.substr(1));
-      if (!root_.contains(pointer)) {
-        return Invalid(path, absl::StrCat("$ref '", ref, "' points at nothing"));
-      }
-      target = &root_.at(pointer);
-    } catch (const nlohmann::json::exception& e) {
-      return Invalid(path, absl::StrCat("$ref '", ref, "' is not a JSON pointer: ", e.what()));
+  // nlohmann throws on a malformed pointer ("~" not followed by 0 or 1, a bad array index): on a
+  // request thread that would end the process, so every way it fails is an answer.
+  try {
+    const Json::json_pointer pointer(ref.substr(1));
+    if (!root_.contains(pointer)) {
+      return Invalid(path, absl::StrCat("$ref '", ref, "' points at nothing"));
     }
+    return &root_.at(pointer);
+  } catch (const nlohmann::json::exception& e) {
+    return Invalid(path, absl::StrCat("$ref '", ref, "' is not a JSON pointer: ", e.what()));
   }
-  const int32_t rule = b_.NewRule("ref");
-  refs_[ref] = rule;  // before compiling the target: it may refer to itself
-  ASSIGN_OR_RETURN(const int32_t body, Compile(*target, ref.substr(1), depth + 1));
-  b_.AddAlternative(rule, {B::Ref(body)});
-  return rule;
 }
 
 absl::StatusOr<int32_t> SchemaCompiler::Enum(const Json& s, const std::string& path) {
@@ -407,24 +419,9 @@ absl::Status SchemaCompiler::CheckOneOfDisjoint(const Json& branches, const std:
 const Json* SchemaCompiler::Resolved(const Json& s) const {
   const Json* at = &s;
   for (int hops = 0; hops < kMaxDepth && at->is_object() && at->contains("$ref"); ++hops) {
-    for (const auto& [key, value] : at->items()) {
-      if (key != "$ref" && !IsAnnotation(key)) return nullptr;  // as Reference() refuses them
-    }
-    const Json& ref = (*at)["$ref"];
-    if (!ref.is_string()) return nullptr;
-    const std::string r = ref.get<std::string>();
-    if (r == "#") {
-      at = &root_;
-      continue;
-    }
-    if (r.rfind("#/", 0) != 0) return nullptr;
-    try {
-      const Json::json_pointer pointer(r.substr(1));
-      if (!root_.contains(pointer)) return nullptr;
-      at = &root_.at(pointer);
-    } catch (const nlohmann::json::exception&) {
-      return nullptr;  // Reference() reports it when the branch compiles
-    }
+    absl::StatusOr<const Json*> target = RefTarget(*at, "");
+    if (!target.ok()) return nullptr;  // Reference() reports it where the schema is compiled
+    at = *target;
   }
   return at;
 }
@@ -541,9 +538,8 @@ absl::StatusOr<int32_t> SchemaCompiler::Object(const Json& s, const std::string&
     }
     return Properties(s, path, depth, min, max);
   }
-  const Json extra = s.value("additionalProperties", Json(!options_.strict));
-  const bool none =
-      (extra.is_boolean() && !extra.get<bool>()) || IsFalse(s.value("propertyNames", Json(true)));
+  const Json extra = AdditionalProperties(s);
+  const bool none = IsFalse(extra) || IsFalse(s.value("propertyNames", Json(true)));
   if (none || max == 0) {
     if (min > 0) return Unsatisfiable(path, "minProperties > 0 but no property is allowed");
     const int32_t ws = json_.Whitespace();
@@ -568,7 +564,7 @@ absl::StatusOr<int32_t> SchemaCompiler::Object(const Json& s, const std::string&
 // written always (required: a subset of the valid texts, and it keeps every property writable); a
 // trigger whose dependent cannot be written (a false schema, or undeclared where
 // additionalProperties forbids it) is left out, or the schema is unsatisfiable if it is required.
-absl::Status SchemaCompiler::Dependencies(const Json& s, const Json& properties,
+absl::Status SchemaCompiler::Dependencies(const Json& s, const Json& properties, const Json& extra,
                                           const std::string& path, std::vector<std::string>& names,
                                           absl::flat_hash_set<std::string>& required) {
   std::vector<std::pair<std::string, std::vector<std::string>>> rules;  // trigger -> dependents
@@ -589,7 +585,6 @@ absl::Status SchemaCompiler::Dependencies(const Json& s, const Json& properties,
       rules.emplace_back(trigger, std::move(list));
     }
   }
-  const Json extra = s.value("additionalProperties", Json(!options_.strict));
   auto writable = [&](const std::string& name) {
     return properties.contains(name) ? !IsFalse(properties.at(name)) : !IsFalse(extra);
   };
@@ -663,13 +658,14 @@ absl::StatusOr<int32_t> SchemaCompiler::Properties(const Json& s, const std::str
   std::erase_if(names, [&](const std::string& name) {
     return properties.contains(name) && IsFalse(properties.at(name));
   });
-  RETURN_IF_ERROR(Dependencies(s, properties, path, names, required));
+  // A required name with no schema of its own takes additionalProperties' (JSON Schema's rule).
+  const Json extra = AdditionalProperties(s);
+  RETURN_IF_ERROR(Dependencies(s, properties, extra, path, names, required));
   // Only the declared properties are written, from the required ones to all: a count bound
   // inside that range would need counting, one outside it is unsatisfiable or no constraint.
   const auto least = static_cast<int64_t>(required.size());
   const auto most = static_cast<int64_t>(names.size());
-  const Json extras = s.value("additionalProperties", Json(!options_.strict));
-  if (min > most && !IsFalse(extras)) {
+  if (min > most && !IsFalse(extra)) {
     return Invalid(path,
                    "minProperties above the declared properties is not supported (only "
                    "declared properties are written)");
@@ -691,13 +687,11 @@ absl::StatusOr<int32_t> SchemaCompiler::Properties(const Json& s, const std::str
     return Invalid(path, absl::StrCat(optional, " optional properties; at most ",
                                       kMaxOptionalProperties, " are supported in one object"));
   }
-  // A required name with no schema of its own takes additionalProperties' (JSON Schema's rule).
-  const Json extra = s.value("additionalProperties", Json(!options_.strict));
   const Symbol ws = B::Ref(json_.Whitespace());
   const Symbol comma = B::Bytes(ByteSet::Of(","));
   std::vector<int32_t> members;
   for (const std::string& name : names) {
-    if (!properties.contains(name) && extra.is_boolean() && !extra.get<bool>()) {
+    if (!properties.contains(name) && IsFalse(extra)) {
       return Unsatisfiable(
           path, absl::StrCat("'", name, "' is required but additionalProperties forbids it"));
     }
@@ -755,7 +749,7 @@ absl::StatusOr<int32_t> SchemaCompiler::Array(const Json& s, const std::string& 
   if (s.contains("items") && s["items"].is_array()) {
     return Tuple(s, "items", "additionalItems", path, depth, min, max);
   }
-  if (s.contains("items") && IsFalse(s["items"])) {  // no item is valid: only the empty array
+  if (no_items) {  // no item is valid: only the empty array
     if (min > 0) return Unsatisfiable(path, "minItems > 0 but items is false");
     const int32_t ws = json_.Whitespace();
     return b_.AddRule("empty_array",
@@ -785,7 +779,7 @@ absl::StatusOr<int32_t> SchemaCompiler::UniqueArray(const Json& s, const std::st
   std::vector<int32_t> rules;
   absl::flat_hash_set<std::string> seen;
   for (const Json& v : values) {
-    if (v.is_object() || v.is_array()) {
+    if (!IsScalar(v)) {
       return Invalid(path, "uniqueItems over object or array values is not supported");
     }
     if (seen.insert(EqualityKey(v)).second) {
