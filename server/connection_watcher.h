@@ -1,6 +1,7 @@
-// Tells when the peer of a parked connection goes away. libmicrohttpd does not poll a suspended
-// connection's socket, so a client that hangs up while its request is generating would only be
-// noticed at the next write (for a non-streaming request: at the very end, after all the work).
+// Tells when the peer of a waiting connection goes away. An HTTP connection whose answer is being
+// produced reads nothing from its socket, so a client that hangs up while its request is
+// generating would only be noticed at the next write (for a non-streaming request: at the very
+// end, after all the work).
 // This thread waits on those sockets with epoll (EPOLLRDHUP) and reports a hang-up at once, so the
 // request is cancelled and its KV freed.
 #pragma once

@@ -1,6 +1,6 @@
 // Keeps an HTTP listener answerable while clients hold connections without finishing requests
-// (slowloris: one header line or body byte every few seconds keeps libmicrohttpd's idle timer from
-// firing, and enough such connections fill every slot, so health probes and scrapes are refused):
+// (slowloris: one header line or body byte every few seconds keeps an idle timer from firing, and
+// enough such connections fill every slot, so health probes and scrapes are refused):
 // - a deadline for reading each request: a connection must deliver a whole request (line,
 //   headers and body; on HTTPS the TLS handshake before the first) within `read_timeout` of
 //   opening or of the first byte of its request line, or its socket is shut down;
@@ -8,9 +8,9 @@
 //   (longest idle first) or else the one that has been reading its request longest (never one
 //   whose request is being answered), so a probe always gets in while attackers hold the slots;
 // - an optional cap on connections per client address.
-// A keep-alive connection between requests has no deadline here: libmicrohttpd's idle timeout
+// A keep-alive connection between requests has no deadline here: the listener's idle timeout
 // closes it, and that is not a refusal.
-// It knows sockets and opaque connection keys, not libmicrohttpd: HttpServer feeds it events.
+// It knows sockets and opaque connection keys, not the HTTP stack: each connection feeds it events.
 // Thread-safe. Shutting a socket down (not closing it) makes its owner see the end of the stream
 // and close it through its usual path, so the descriptor is never closed under its owner.
 #pragma once

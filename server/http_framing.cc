@@ -15,7 +15,9 @@ bool IsTokenChar(unsigned char c) {
          std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
 }
 
-bool IsToken(absl::string_view s) {
+}  // namespace
+
+bool IsFieldName(std::string_view s) {
   if (s.empty()) return false;
   for (unsigned char c : s) {
     if (!IsTokenChar(c)) return false;
@@ -23,14 +25,14 @@ bool IsToken(absl::string_view s) {
   return true;
 }
 
-// RFC 9110 5.5: field values hold visible characters, spaces, tabs and obs-text (0x80-0xFF);
-// no other control character, NUL, CR or LF above all.
-bool IsFieldValue(absl::string_view s) {
+bool IsFieldValue(std::string_view s) {
   for (unsigned char c : s) {
     if ((c < 0x20 && c != '\t') || c == 0x7f) return false;
   }
   return true;
 }
+
+namespace {
 
 // RFC 9110 8.6: Content-Length = 1*DIGIT, and it must fit the length type.
 bool IsContentLength(absl::string_view s) {
@@ -63,7 +65,7 @@ std::optional<HeadRefusal> CheckRequestHead(
   std::vector<absl::string_view> content_lengths;
   std::vector<absl::string_view> transfer_encodings;
   for (const auto& [name, value] : headers) {
-    if (!IsToken(name)) return BadRequest("a header name is not a token (RFC 9110 5.1)");
+    if (!IsFieldName(name)) return BadRequest("a header name is not a token (RFC 9110 5.1)");
     if (!IsFieldValue(value)) {
       return BadRequest(absl::StrCat("header '", name, "' holds a control character"));
     }

@@ -21,6 +21,12 @@ struct HeadRefusal {
   std::string reason;  // for the client and the log
 };
 
+// RFC 9110 5.1: a field name is a token (tchar: letters, digits and !#$%&'*+-.^_`|~).
+bool IsFieldName(std::string_view name);
+// RFC 9110 5.5: field values hold visible characters, spaces, tabs and obs-text (0x80-0xFF); no
+// other control character, NUL, CR or LF above all.
+bool IsFieldValue(std::string_view value);
+
 // `version` as on the request line ("HTTP/1.1"); `headers` as received: names as sent (any
 // case), values with surrounding whitespace already trimmed, both possibly holding any byte.
 std::optional<HeadRefusal> CheckRequestHead(

@@ -1,19 +1,21 @@
-// specula's one HTTP stack: a small router over GNU libmicrohttpd. It serves /metrics today and is
-// the base for the OpenAI-compatible listener.
+// specula's one HTTP stack: a small router over Boost.Beast's HTTP/1.1 parser and Asio. It serves
+// the OpenAI-compatible API and /metrics.
 //
-// Why libmicrohttpd (docs/SERVING.md, "HTTP"): it is event-driven (epoll), so an idle or slowly
-// dripping connection costs a file descriptor and a timer, not a worker thread. Thread-per-
-// connection servers (civetweb, which prometheus-cpp's exposer embeds, and cpp-httplib) let a
-// handful of such connections block every other request; civetweb's exposer also crashed on any
-// request but GET /metrics. Every response here is built by this file: a route's handler, 404 for
-// an unknown path, 405 (with Allow) for a method the route does not take.
+// Why this stack (docs/SERVING.md, "HTTP"): it is event-driven (epoll), so an idle or slowly
+// dripping connection costs a descriptor and a coroutine frame, not a worker thread (thread-per-
+// connection servers let a handful of such connections block every other request); Beast's
+// parser refuses ambiguous framing (Content-Length with Transfer-Encoding, conflicting or
+// malformed lengths, control characters in fields) by construction and never writes, so every
+// response on the wire is built by this listener (server/http_wire.h): a route's answer, 404 for
+// an unknown path, 405 (with Allow) for a method the route does not take, and the refusals of
+// malformed, unauthenticated or oversized requests.
 //
-// Threading: handlers run on the server's polling threads; they must be quick and must not block
-// (they build a response from in-memory state). Work that takes time (a generation) uses an
+// Threading: handlers run on the server's threads; they must be quick and must not block (they
+// build a response from in-memory state). Work that takes time (a generation) uses an
 // asynchronous route: its handler starts the work and returns; the answer comes later, from any
-// thread, through the HttpExchange, while the connection is parked (suspended in libmicrohttpd,
-// its socket watched for a hang-up by a ConnectionWatcher). Streamed answers use chunked
-// transfer encoding; between two writes the connection is parked again.
+// thread, through the HttpExchange, while the connection waits (costing no thread, its socket
+// watched for a hang-up by a ConnectionWatcher). Streamed answers use chunked transfer encoding;
+// what the route writes while a write is in flight goes out coalesced in the next one.
 #pragma once
 
 #include <functional>
@@ -26,9 +28,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-
-struct MHD_Connection;
-struct MHD_Daemon;
 
 namespace specula {
 
@@ -59,9 +58,9 @@ class HttpTls;
 struct HttpExchangeState;
 
 // The answer side of one request on an asynchronous route; any thread. Either Respond once, or
-// StartStream, Write any number of times and End. The connection stays open (parked, costing no
-// thread) until then. Calls after the client went away are ignored.
-struct DaemonGate;
+// StartStream, Write any number of times and End. The connection stays open (costing no thread)
+// until then. Calls after the client went away, or after the server stopped, are ignored.
+struct ServerGate;
 class HttpExchange {
  public:
   explicit HttpExchange(std::shared_ptr<HttpExchangeState> state) : state_(std::move(state)) {}
@@ -72,8 +71,9 @@ class HttpExchange {
                    std::vector<std::pair<std::string, std::string>> headers = {});
   void Write(std::string_view data);
   void End();
-  // Runs `on_gone` once if the client hangs up (or the connection fails) before the answer was
-  // complete; at once if that already happened. On a watcher or polling thread: must not block.
+  // Runs `on_gone` once if the client hangs up (or the connection fails, or the server stops)
+  // before the answer was complete; at once if that already happened. On a watcher or server
+  // thread: must not block.
   void OnClientGone(std::function<void()> on_gone);
 
  private:
@@ -120,15 +120,16 @@ struct HttpServerOptions {
   // takes: an unknown path or method)
   // and the status sent (0 when the client left before any was). Any thread; must not block.
   std::function<void(std::string_view route, int status)> on_answered;
-  // Polling threads (each owns an epoll set and a share of the connections).
+  // Threads running the connections (and the handlers).
   int threads = 1;
-  // Largest request body read: a larger declared Content-Length gets 413 before the body is read;
-  // a chunked body that grows past it is read on and dropped, then gets 413 and the connection
-  // closes (past 16 MiB more, it closes without an answer).
+  // Largest request body read: a larger declared Content-Length gets 413 before the body is read
+  // (and the connection closes); a chunked body that grows past it is read on and dropped, then
+  // gets 413 and the connection closes (past 16 MiB more, it closes without an answer).
   size_t max_body_bytes = 64 * 1024;
   // Checked on every request's head before routing, except for `open_paths`: a refusal is sent
   // as it is, so without credentials unknown paths and methods cannot be told from known ones,
-  // and no body is read. Unset: no check.
+  // and no body is read (the connection closes after the refusal when one was declared). Unset:
+  // no check.
   std::function<std::optional<HttpResponse>(const HttpRequest&)> authenticate;
   std::vector<std::string> open_paths;
   // The body of the server's own refusals (404, 405, 413); plain text when unset. The OpenAI
@@ -152,11 +153,9 @@ class HttpServer {
 
   int port() const { return port_; }
 
-  // libmicrohttpd's last error line (its reason when Start fails); any thread.
-  void set_last_error(std::string message);
-  std::string last_error() const;
-
  private:
+  struct Listener;  // the event loop, the acceptor and the threads (http_server.cc)
+
   HttpServer(std::vector<HttpRoute> routes, const HttpServerOptions& options);
   // The connection guard (read deadlines, connection caps) and its sweeper.
   void StartGuard();
@@ -166,34 +165,31 @@ class HttpServer {
   const HttpRoute* Match(const HttpRequest& request, HttpResponse* refusal) const;
   // options_.authenticate's refusal of `request`, unless its path is open.
   std::optional<HttpResponse> Authenticate(const HttpRequest& request) const;
-  // OK unless the listener requires client certificates and this connection has no valid one.
-  absl::Status CheckClientCertificate(MHD_Connection* connection) const;
   // options_.on_refused, if set.
   void ReportRefused(std::string_view reason) const;
   // options_.on_answered, if set, for a request whose exchange ended.
   void ReportAnswered(std::string_view route, int status) const;
-  // The 413 for a body over options_.max_body_bytes.
+  // The 413 for a body over options_.max_body_bytes; the connection closes after it.
   HttpResponse TooLarge() const;
   // One of the server's own refusals, in options_.error_response's format.
   HttpResponse Refusal(int status, const std::string& message) const;
 
-  // Keeps `state` to be closed by the destructor (a parked connection must be resumed first).
+  // Keeps `state` to be finished by the destructor (its connection will never answer it).
   void Register(const std::shared_ptr<HttpExchangeState>& state) const;
 
   std::vector<HttpRoute> routes_;
   HttpServerOptions options_;
-  std::shared_ptr<DaemonGate> gate_;  // made in the constructor
+  std::shared_ptr<ServerGate> gate_;  // made in the constructor
   mutable std::mutex live_mu_;
   mutable std::vector<std::weak_ptr<HttpExchangeState>> live_;  // guarded by live_mu_
-  mutable bool closing_ = false;                                // guarded by live_mu_
-  std::unique_ptr<ConnectionWatcher> watcher_;  // outlives the daemon (declared first)
+  std::unique_ptr<ConnectionWatcher> watcher_;  // outlives the connections (declared first)
   std::unique_ptr<HttpConnectionGuard> guard_;  // likewise
-  MHD_Daemon* daemon_ = nullptr;
+  std::unique_ptr<Listener> listener_;
   int port_ = 0;
-  mutable std::mutex error_mu_;
-  std::string last_error_;
 
-  friend struct HttpServerCallbacks;
+  template <class Stream>
+  friend class HttpConnection;
+  friend class HttpConnections;
 };
 
 }  // namespace specula

@@ -1,25 +1,86 @@
 #include "server/http_tls.h"
 
+// Boost 1.74's Asio uses std::exchange without including <utility>.
+#include <utility>
+// clang-format off
+#include <boost/asio/ssl/context.hpp>
+// clang-format on
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
+
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
-#include "server/gnutls_datum.h"
 #include "engine/common/log.h"
 
 namespace specula {
 namespace {
 
-constexpr unsigned kMaxChainLength = 16;
+namespace ssl = boost::asio::ssl;
 
-absl::Status GnutlsError(absl::string_view what, int code) {
-  return absl::InvalidArgumentError(absl::StrCat(what, ": ", gnutls_strerror(code)));
+// The reason OpenSSL queued for its last failure (and the queue emptied).
+std::string OpenSslError() {
+  std::string reason = "unknown OpenSSL error";
+  while (const unsigned long code = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(code, buf, sizeof(buf));
+    reason = buf;
+  }
+  return reason;
+}
+
+// A store holding every certificate of the PEM bundle `pem`; null when it holds none.
+x509_store_st* CertificateStore(const std::string& pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  if (bio == nullptr) return nullptr;
+  absl::Cleanup free_bio = [bio] { BIO_free(bio); };
+  X509_STORE* store = X509_STORE_new();
+  int added = 0;
+  while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+    if (X509_STORE_add_cert(store, cert) == 1) ++added;
+    X509_free(cert);
+  }
+  ERR_clear_error();  // the read that ended the loop queued "no start line"
+  if (added == 0) {
+    X509_STORE_free(store);
+    return nullptr;
+  }
+  return store;
+}
+
+// A server context presenting `contents`' chain and key; with a client CA it asks every client
+// for a certificate, which CheckClient verifies per request (the handshake accepts any, or none).
+absl::StatusOr<std::shared_ptr<ssl::context>> ServerContext(const TlsPaths& paths,
+                                                            const TlsFileContents& contents) {
+  auto context = std::make_shared<ssl::context>(ssl::context::tls_server);
+  context->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                       ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
+  boost::system::error_code ec;
+  context->use_certificate_chain(
+      boost::asio::buffer(contents.cert_chain_pem.data(), contents.cert_chain_pem.size()), ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("server.tls.cert_file '", paths.cert_file, "': ", ec.message()));
+  }
+  context->use_private_key(boost::asio::buffer(contents.key_pem.data(), contents.key_pem.size()),
+                           ssl::context::pem, ec);
+  if (ec || SSL_CTX_check_private_key(context->native_handle()) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("server.tls.key_file '", paths.key_file,
+                                                   "': ", ec ? ec.message() : OpenSslError()));
+  }
+  if (!contents.client_ca_pem.empty()) {
+    context->set_verify_mode(ssl::verify_peer);
+    context->set_verify_callback([](bool, ssl::verify_context&) { return true; });
+    // No resumption: a resumed session need not carry the client's chain, which every request
+    // is checked against.
+    SSL_CTX_set_session_cache_mode(context->native_handle(), SSL_SESS_CACHE_OFF);
+    SSL_CTX_set_options(context->native_handle(), SSL_OP_NO_TICKET);
+  }
+  return context;
 }
 
 }  // namespace
-
-HttpTls::Identity::~Identity() {
-  for (gnutls_pcert_st& c : chain) gnutls_pcert_deinit(&c);
-  if (key != nullptr) gnutls_privkey_deinit(key);
-}
 
 absl::StatusOr<std::unique_ptr<HttpTls>> HttpTls::Create(const TlsPaths& paths,
                                                          absl::Duration reload_every) {
@@ -30,54 +91,35 @@ absl::StatusOr<std::unique_ptr<HttpTls>> HttpTls::Create(const TlsPaths& paths,
   std::lock_guard lock(tls->mu_);
   if (absl::Status s = tls->InstallLocked(*contents); !s.ok()) return s;
   tls->version_ = version;
-  tls->initial_client_ca_pem_ = contents->client_ca_pem;
   tls->next_check_ = absl::Now() + reload_every;
   return tls;
 }
 
 HttpTls::~HttpTls() {
-  if (client_ca_ != nullptr) gnutls_x509_trust_list_deinit(client_ca_, 1);
+  if (client_ca_ != nullptr) X509_STORE_free(client_ca_);
 }
 
 absl::Status HttpTls::InstallLocked(const TlsFileContents& contents) {
   // Tools that rewrite unchanged files (config management, secret agents) change the version but
-  // not the contents: nothing to install, and no identity kept for nothing.
-  std::string pem =
-      absl::StrCat(contents.cert_chain_pem, "\n--\n", contents.key_pem, "\n--\n",
-                   contents.client_ca_pem);
-  if (!identities_.empty() && pem == installed_pem_) return absl::OkStatus();
-  auto id = std::make_unique<Identity>();
-  id->chain.resize(kMaxChainLength);
-  unsigned n = kMaxChainLength;
-  const gnutls_datum_t chain = GnutlsDatum(contents.cert_chain_pem);
-  if (int r = gnutls_pcert_list_import_x509_raw(id->chain.data(), &n, &chain, GNUTLS_X509_FMT_PEM,
-                                                0);
-      r < 0) {
-    id->chain.clear();
-    return GnutlsError(absl::StrCat("server.tls.cert_file '", paths_.cert_file, "'"), r);
-  }
-  id->chain.resize(n);
-  const gnutls_datum_t key = GnutlsDatum(contents.key_pem);
-  if (int r = gnutls_privkey_init(&id->key); r < 0) return GnutlsError("server.tls", r);
-  if (int r = gnutls_privkey_import_x509_raw(id->key, &key, GNUTLS_X509_FMT_PEM, nullptr, 0);
-      r < 0) {
-    return GnutlsError(absl::StrCat("server.tls.key_file '", paths_.key_file, "'"), r);
-  }
-  gnutls_x509_trust_list_t ca = nullptr;
+  // not the contents: nothing to install.
+  std::string pem = absl::StrCat(contents.cert_chain_pem, "\n--\n", contents.key_pem, "\n--\n",
+                                 contents.client_ca_pem);
+  if (context_ != nullptr && pem == installed_pem_) return absl::OkStatus();
+  absl::StatusOr<std::shared_ptr<ssl::context>> context = ServerContext(paths_, contents);
+  if (!context.ok()) return context.status();
+  X509_STORE* ca = nullptr;
   if (!contents.client_ca_pem.empty()) {
-    if (int r = gnutls_x509_trust_list_init(&ca, 0); r < 0) return GnutlsError("server.tls", r);
-    const gnutls_datum_t pem = GnutlsDatum(contents.client_ca_pem);
-    if (int r = gnutls_x509_trust_list_add_trust_mem(ca, &pem, nullptr, GNUTLS_X509_FMT_PEM, 0, 0);
-        r <= 0) {
-      gnutls_x509_trust_list_deinit(ca, 1);
+    ca = CertificateStore(contents.client_ca_pem);
+    if (ca == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           "server.tls.client_ca_file '", paths_.client_ca_file, "' holds no PEM certificate"));
     }
   }
-  identities_.push_back(std::move(id));
-  // Verification runs under mu_, so the old list has no reader left.
-  if (client_ca_ != nullptr) gnutls_x509_trust_list_deinit(client_ca_, 1);
+  // Verification runs under mu_, so the old store has no reader left; connections keep the
+  // context they were accepted with.
+  if (client_ca_ != nullptr) X509_STORE_free(client_ca_);
   client_ca_ = ca;
+  context_ = *std::move(context);
   installed_pem_ = std::move(pem);
   ++loads_;
   return absl::OkStatus();
@@ -101,64 +143,37 @@ void HttpTls::MaybeReloadLocked() {
   Log(LogLevel::kInfo, "tls_reloaded", {{"listener", "http"}, {"cert_file", paths_.cert_file}});
 }
 
-// libmicrohttpd sets the session pointer to its connection for its pre-shared-key callback only,
-// which specula does not use; the certificate callback needs this object instead.
-void HttpTls::Attach(gnutls_session_t session) { gnutls_session_set_ptr(session, this); }
-
-int HttpTls::RetrieveCertificate(gnutls_session_t session, const gnutls_datum_t*, int,
-                                 const gnutls_pk_algorithm_t*, int, gnutls_pcert_st** pcert,
-                                 unsigned int* pcert_length, gnutls_privkey_t* privkey) {
-  auto* self = static_cast<HttpTls*>(gnutls_session_get_ptr(session));
-  if (self == nullptr) return -1;  // not attached: refuse the handshake rather than guess
-  std::lock_guard lock(self->mu_);
-  self->MaybeReloadLocked();
-  Identity& id = *self->identities_.back();
-  *pcert = id.chain.data();
-  *pcert_length = static_cast<unsigned>(id.chain.size());
-  *privkey = id.key;
-  return 0;
+std::shared_ptr<ssl::context> HttpTls::Context() {
+  std::lock_guard lock(mu_);
+  MaybeReloadLocked();
+  return context_;
 }
 
-absl::Status HttpTls::CheckClient(gnutls_session_t session) {
+absl::Status HttpTls::CheckClient(ssl_st* connection) {
   if (!requires_client_certificate()) return absl::OkStatus();
-  unsigned n = 0;
-  const gnutls_datum_t* peers = session == nullptr ? nullptr : gnutls_certificate_get_peers(session, &n);
-  if (peers == nullptr || n == 0) {
+  X509* leaf = connection == nullptr ? nullptr : SSL_get0_peer_certificate(connection);
+  if (leaf == nullptr) {
     return absl::PermissionDeniedError(
         "a client certificate is required (server.tls.client_ca_file)");
   }
-  std::vector<gnutls_x509_crt_t> chain;
-  absl::Cleanup free_chain = [&chain] {
-    for (gnutls_x509_crt_t c : chain) gnutls_x509_crt_deinit(c);
-  };
-  for (unsigned i = 0; i < n; ++i) {
-    gnutls_x509_crt_t c = nullptr;
-    if (gnutls_x509_crt_init(&c) < 0) return absl::ResourceExhaustedError("out of memory");
-    chain.push_back(c);
-    if (gnutls_x509_crt_import(c, &peers[i], GNUTLS_X509_FMT_DER) < 0) {
-      return absl::PermissionDeniedError("the client certificate does not parse");
-    }
-  }
-  // A client certificate, not a server one presented by a client.
-  gnutls_typed_vdata_st purpose{GNUTLS_DT_KEY_PURPOSE_OID,
-                                reinterpret_cast<unsigned char*>(const_cast<char*>(
-                                    GNUTLS_KP_TLS_WWW_CLIENT)),
-                                0};
-  unsigned status = 0;
+  // On the server side the peer's chain leaves the leaf out.
+  STACK_OF(X509)* intermediates = SSL_get_peer_cert_chain(connection);
+  X509_STORE_CTX* verify = X509_STORE_CTX_new();
+  if (verify == nullptr) return absl::ResourceExhaustedError("out of memory");
+  absl::Cleanup free_verify = [verify] { X509_STORE_CTX_free(verify); };
   std::lock_guard lock(mu_);
   MaybeReloadLocked();
-  if (int r = gnutls_x509_trust_list_verify_crt2(client_ca_, chain.data(), n, &purpose, 1, 0,
-                                                 &status, nullptr);
-      r < 0 || status != 0) {
-    gnutls_datum_t why{};
-    std::string reason = r < 0 ? gnutls_strerror(r) : "not verified";
-    if (r >= 0 && gnutls_certificate_verification_status_print(status, GNUTLS_CRT_X509, &why,
-                                                               0) == 0) {
-      reason.assign(reinterpret_cast<char*>(why.data), why.size);
-      gnutls_free(why.data);
-    }
-    return absl::PermissionDeniedError(absl::StrCat(
-        "the client certificate is not signed by server.tls.client_ca_file: ", reason));
+  if (X509_STORE_CTX_init(verify, client_ca_, leaf, intermediates) != 1) {
+    return absl::ResourceExhaustedError(OpenSslError());
+  }
+  // A client certificate, not a server one presented by a client.
+  X509_STORE_CTX_set_purpose(verify, X509_PURPOSE_SSL_CLIENT);
+  if (X509_verify_cert(verify) != 1) {
+    const int why = X509_STORE_CTX_get_error(verify);
+    ERR_clear_error();
+    return absl::PermissionDeniedError(
+        absl::StrCat("the client certificate is not signed by server.tls.client_ca_file: ",
+                     X509_verify_cert_error_string(why)));
   }
   return absl::OkStatus();
 }

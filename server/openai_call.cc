@@ -73,8 +73,8 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
     return gone_;
   }
 
-  // A bug that throws answers 500 rather than ending the process (the worker threads and
-  // libmicrohttpd's callbacks have no handler of their own).
+  // A bug that throws answers 500 rather than ending the process (the worker threads and the
+  // listener's connections have no handler of their own).
   void SafePrepare() {
     try {
       Prepare();

@@ -1,12 +1,13 @@
 #include "server/tls_files.h"
 
-#include <gnutls/gnutls.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <sys/stat.h>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "engine/common/bounded_file.h"
-#include "server/gnutls_datum.h"
 
 namespace specula {
 namespace {
@@ -17,52 +18,69 @@ absl::StatusOr<std::string> ReadPem(const char* key, const std::string& path) {
   return ReadBoundedFile(path, kMaxPemBytes, key);
 }
 
-// The chain and key load together (GnuTLS checks that the key belongs to the leaf).
+// A BIO reading `pem`'s bytes (freed by the caller).
+BIO* PemBio(const std::string& pem) {
+  return BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+}
+
+// OpenSSL's reason for its last failure, and its error queue emptied.
+std::string OpenSslReason() {
+  std::string reason = "no PEM data";
+  while (const unsigned long code = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(code, buf, sizeof(buf));
+    reason = buf;
+  }
+  return reason;
+}
+
+// The chain's leaf and the key parse, and the key belongs to the leaf.
 absl::Status CheckIdentity(const TlsPaths& paths, const TlsFileContents& c) {
-  gnutls_certificate_credentials_t cred = nullptr;
-  if (gnutls_certificate_allocate_credentials(&cred) < 0) {
-    return absl::ResourceExhaustedError("server.tls: cannot allocate TLS credentials");
-  }
-  absl::Cleanup free_cred = [cred] { gnutls_certificate_free_credentials(cred); };
-  const gnutls_datum_t cert = GnutlsDatum(c.cert_chain_pem), key = GnutlsDatum(c.key_pem);
-  const int r = gnutls_certificate_set_x509_key_mem2(cred, &cert, &key, GNUTLS_X509_FMT_PEM,
-                                                     nullptr, 0);
-  if (r == GNUTLS_E_CERTIFICATE_KEY_MISMATCH) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("server.tls.key_file: '", paths.key_file,
-                     "' is not the key of the certificate in '", paths.cert_file, "'"));
-  }
-  if (r < 0) {
+  BIO* cert_bio = PemBio(c.cert_chain_pem);
+  BIO* key_bio = PemBio(c.key_pem);
+  absl::Cleanup free_bios = [cert_bio, key_bio] {
+    BIO_free(cert_bio);
+    BIO_free(key_bio);
+  };
+  X509* leaf =
+      cert_bio == nullptr ? nullptr : PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
+  EVP_PKEY* key =
+      key_bio == nullptr ? nullptr : PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
+  absl::Cleanup free_parsed = [leaf, key] {
+    X509_free(leaf);
+    EVP_PKEY_free(key);
+  };
+  if (leaf == nullptr || key == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "server.tls.cert_file / server.tls.key_file: '", paths.cert_file, "' and '",
-        paths.key_file, "' are not a PEM certificate chain and its unencrypted private key: ",
-        gnutls_strerror(r)));
+        "server.tls.cert_file / server.tls.key_file: '", paths.cert_file, "' and '", paths.key_file,
+        "' are not a PEM certificate chain and its unencrypted private key: ", OpenSslReason()));
+  }
+  if (X509_check_private_key(leaf, key) != 1) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(absl::StrCat("server.tls.key_file: '", paths.key_file,
+                                                   "' is not the key of the certificate in '",
+                                                   paths.cert_file, "'"));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckClientCa(const TlsPaths& paths, const TlsFileContents& c) {
-  gnutls_certificate_credentials_t cred = nullptr;
-  if (gnutls_certificate_allocate_credentials(&cred) < 0) {
-    return absl::ResourceExhaustedError("server.tls: cannot allocate TLS credentials");
+  BIO* bio = PemBio(c.client_ca_pem);
+  absl::Cleanup free_bio = [bio] { BIO_free(bio); };
+  X509* first = bio == nullptr ? nullptr : PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+  ERR_clear_error();
+  if (first == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "server.tls.client_ca_file: '", paths.client_ca_file, "' holds no PEM certificate"));
   }
-  absl::Cleanup free_cred = [cred] { gnutls_certificate_free_credentials(cred); };
-  const gnutls_datum_t ca = GnutlsDatum(c.client_ca_pem);
-  const int n = gnutls_certificate_set_x509_trust_mem(cred, &ca, GNUTLS_X509_FMT_PEM);
-  if (n <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("server.tls.client_ca_file: '", paths.client_ca_file,
-                     "' holds no PEM certificate", n < 0 ? absl::StrCat(": ", gnutls_strerror(n))
-                                                          : std::string()));
-  }
+  X509_free(first);
   return absl::OkStatus();
 }
 
 std::string FileVersion(const std::string& path) {
   struct stat st {};
   if (path.empty() || stat(path.c_str(), &st) != 0) return "-";
-  return absl::StrCat(st.st_ino, ":", st.st_size, ":", st.st_mtim.tv_sec, ".",
-                      st.st_mtim.tv_nsec);
+  return absl::StrCat(st.st_ino, ":", st.st_size, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec);
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ struct TlsFileContents {
   std::string client_ca_pem;  // "" without a client CA
 };
 
-// Reads the files and checks them with GnuTLS: the chain parses, the key parses and belongs to
+// Reads the files and checks them with OpenSSL: the chain parses, the key parses and belongs to
 // the leaf, the CA bundle holds at least one certificate. INVALID_ARGUMENT (NOT_FOUND for a file
 // that cannot be read) naming the config key and the path.
 absl::StatusOr<TlsFileContents> LoadTlsFiles(const TlsPaths& paths);

@@ -10,7 +10,7 @@ set -euo pipefail
 build_packages=(
   build-essential cmake ninja-build ccache pkg-config git python3
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libyaml-cpp-dev prometheus-cpp-dev libmicrohttpd-dev libgnutls28-dev
+  libabsl-dev libyaml-cpp-dev prometheus-cpp-dev libboost-dev libssl-dev
   libopenblas-dev libopenblas0-pthread libpcre2-dev libicu-dev nlohmann-json3-dev
 )
 packages=(

@@ -247,7 +247,8 @@ TEST(HttpAsyncTest, AStreamWhoseClientNeverReadsIsClosedAfterTheStallBound) {
 }
 
 // Stopping the listener with connections parked (a request not answered yet, a stream between
-// two writes) closes them: libmicrohttpd would abort the process on a suspended connection.
+// two writes) closes them (libmicrohttpd aborted the process on a suspended connection), and
+// their routes hear the clients are gone.
 // The exchanges outlive the server, and answering them afterwards does nothing.
 TEST(HttpAsyncTest, StoppingWithParkedConnectionsClosesThem) {
   Parked parked;

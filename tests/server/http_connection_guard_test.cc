@@ -91,7 +91,7 @@ TEST_F(HttpConnectionGuardTest, AKeptAliveConnectionHasNoDeadlineUntilItsNextReq
   guard.RequestRead(&keep_alive);
   now_ += absl::Seconds(30);  // a long answer (a generation)
   guard.ResponseDone(&keep_alive);
-  now_ += absl::Seconds(60);  // idle: libmicrohttpd's idle timeout governs, not the guard
+  now_ += absl::Seconds(60);  // idle: the listener's idle timeout governs, not the guard
   EXPECT_EQ(guard.Sweep(), 0);
   guard.RequestStarted(&keep_alive);
   now_ += absl::Seconds(9);

@@ -172,6 +172,76 @@ TEST(HttpServerTest, AmbiguousOrUnknownBodyFramingIsRefusedAndTheConnectionClose
   EXPECT_EQ(HttpStatus(HttpExchange(server->port(), "GET /hello HTTP/1.0\r\n\r\n")), 200);
 }
 
+// Issue 33 items 3 and 6: a Content-Length that is no length and a NUL or another control
+// character in a header value get exactly one 400 and the connection closes, so the request
+// behind them is never answered. (libmicrohttpd wrote its own status line and headers twice on
+// a bad length, the second copy inside the declared body, and cut a value at its NUL.)
+int StatusLines(const std::string& raw) {
+  int n = 0;
+  for (size_t at = raw.find("HTTP/1."); at != std::string::npos; at = raw.find("HTTP/1.", at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+TEST(HttpServerTest, BadLengthsAndControlCharactersGetOneAnswerAndTheConnectionCloses) {
+  auto server = StartTestServer();
+  ASSERT_NE(server, nullptr);
+  const std::string smuggled = "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n";
+  for (const std::string& field : std::vector<std::string>{
+           "Content-Length: -1", "Content-Length: 12abc", "Content-Length: 18446744073709551616",
+           "Content-Length: +5", "Content-Length: 5, 6", std::string("X-A: a\0b", 8),
+           "X-A: a\x7f"
+           "b",
+           "X-A: a\rb", "X A: b"}) {
+    const std::string head = "POST /echo HTTP/1.1\r\nHost: t\r\n" + field + "\r\n\r\n";
+    const std::string r = HttpExchange(server->port(), head + smuggled, /*timeout_seconds=*/5);
+    EXPECT_EQ(HttpStatus(r), 400) << field << "\n" << r;
+    EXPECT_EQ(StatusLines(r), 1) << field << "\n" << r;
+    EXPECT_THAT(r, HasSubstr("Connection: close")) << field;
+    EXPECT_THAT(r, Not(HasSubstr("hello from"))) << field;
+    EXPECT_THAT(r, Not(HasSubstr("POST "))) << field;
+  }
+}
+
+// Keep-alive as clients use it: pipelined requests answered in order on one connection, a body
+// sent after the server's 100 Continue, HTTP/1.0 closed after its answer, a head too large for
+// any real client refused with 431.
+TEST(HttpServerTest, PipelinedContinuedAndOldClientsAreServed) {
+  auto server = StartTestServer();
+  ASSERT_NE(server, nullptr);
+  const std::string pipelined =
+      HttpExchange(server->port(), "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n" +
+                                       Request("POST", "/echo", "abc"));
+  EXPECT_EQ(StatusLines(pipelined), 2) << pipelined;
+  EXPECT_LT(pipelined.find("hello from"), pipelined.find("POST 3 abc")) << pipelined;
+
+  const int fd = ConnectLoopback(server->port());
+  ASSERT_GE(fd, 0);
+  const std::string head =
+      "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n";
+  ASSERT_GT(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
+  char buf[4096];
+  ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(std::string(buf, static_cast<size_t>(n)), "HTTP/1.1 100 Continue\r\n\r\n");
+  ASSERT_GT(::send(fd, "xyz", 3, MSG_NOSIGNAL), 0);
+  n = ::recv(fd, buf, sizeof(buf), 0);
+  ASSERT_GT(n, 0);
+  EXPECT_THAT(std::string(buf, static_cast<size_t>(n)), HasSubstr("POST 3 xyz"));
+  ::close(fd);
+
+  const std::string old = HttpExchange(server->port(), "GET /hello HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(HttpStatus(old), 200) << old;
+  EXPECT_THAT(old, HasSubstr("Connection: close"));
+
+  const std::string huge = HttpExchange(
+      server->port(), "GET /hello HTTP/1.1\r\nHost: t\r\nX-Big: " + std::string(40 << 10, 'a') +
+                          "\r\n\r\n");
+  EXPECT_EQ(HttpStatus(huge), 431) << huge.substr(0, 200);
+  EXPECT_EQ(StatusLines(huge), 1);
+}
+
 // HEAD is GET without the body on every GET route, not a 405 where the route lists only GET.
 // A route with an id serves its path plus one segment; an exact route of the same prefix wins.
 TEST(HttpServerTest, ARouteWithAnIdServesOneSegmentAfterItsPath) {
@@ -359,7 +429,7 @@ TEST(HttpServerTest, AtTheLimitANewConnectionClosesTheOneWaitingLongestForAHead)
 
 // Sends `opening`, then `drip` every 200 ms, to a server with a 1 s read deadline: the
 // connection must be closed (a read_timeout) after the deadline and not before it. Without the
-// deadline the dripping keeps libmicrohttpd's idle timer from ever firing.
+// deadline the dripping keeps an idle timer from ever firing.
 void ExpectDripCutAtTheReadDeadline(const std::string& opening, const std::string& drip) {
   HttpServerOptions options;
   options.request_read_seconds = 1;
