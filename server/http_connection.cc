@@ -199,6 +199,19 @@ class HttpConnection {
     co_return true;
   }
 
+  // Reads the request's head (`whole`: the rest of the request), each read bounded by the idle
+  // timeout: a client that stops sending is closed after it, as between requests (the guard's
+  // read deadline bounds the whole request however steadily it trickles).
+  awaitable<error_code> ReadSome(http::request_parser<CappedStringBody>& parser, bool whole) {
+    error_code ec;
+    while (!ec && !(whole ? parser.is_done() : parser.is_header_done())) {
+      deadline_.Arm(std::chrono::seconds(options_.idle_timeout_seconds));
+      co_await http::async_read_some(stream_, buffer_, parser, Redirect(ec));
+      deadline_.Disarm();
+    }
+    co_return ec;
+  }
+
   // Reads, routes and answers one request; false when the connection is to close.
   awaitable<bool> ServeRequest() {
     http::request_parser<CappedStringBody> parser;
@@ -207,8 +220,7 @@ class HttpConnection {
     // and CappedStringBody bounds a chunked body.
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
     parser.get().body().limit = options_.max_body_bytes;
-    error_code ec;
-    co_await http::async_read_header(stream_, buffer_, parser, Redirect(ec));
+    error_code ec = co_await ReadSome(parser, /*whole=*/false);
     if (ec) {
       if (IsMalformed(ec)) co_await RefuseMalformed(ec);
       co_return false;
@@ -304,7 +316,7 @@ class HttpConnection {
         const bool written = co_await Write("HTTP/1.1 100 Continue\r\n\r\n");
         if (!written) co_return false;
       }
-      co_await http::async_read(stream_, buffer_, parser, Redirect(ec));
+      ec = co_await ReadSome(parser, /*whole=*/true);
     }
     // Past the limit and kMaxDropped more: closed without an answer.
     if (ec) co_return false;

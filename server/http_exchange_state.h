@@ -27,8 +27,10 @@ struct ServerGate {
 struct HttpExchangeState {
   std::mutex mu;
   std::shared_ptr<ServerGate> gate;
-  // Set before the route sees the exchange and never changed: posts a wake-up to the connection
-  // waiting for the answer (or its next piece). Called without `mu`, under the gate.
+  // Set before the route sees the exchange: posts a wake-up to the connection waiting for the
+  // answer (or its next piece). It holds the connection's timer, so FinishExchange, which always
+  // runs before the event loop is destroyed, clears it: an exchange may outlive its server.
+  // Guarded by mu; called (a copy) under the gate without mu.
   std::function<void()> wake;
   enum class Mode { kWaiting, kFull, kStream } mode = Mode::kWaiting;  // guarded by mu
   HttpResponse response;          // kFull: all of it; kStream: status and headers; guarded by mu

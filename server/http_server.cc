@@ -43,7 +43,15 @@ struct HttpServer::Listener {
 
 void WakeConnection(HttpExchangeState& state) {
   std::shared_lock gate(state.gate->mu);
-  if (!state.gate->stopped && state.wake) state.wake();
+  if (state.gate->stopped) return;
+  // Copied, called and destroyed under the gate: the copy holds the connection's timer, which
+  // must not outlive the event loop.
+  std::function<void()> wake;
+  {
+    std::lock_guard lock(state.mu);
+    wake = state.wake;
+  }
+  if (wake) wake();
 }
 
 void WatchForHangUp(const std::shared_ptr<HttpExchangeState>& state, int fd) {
@@ -81,8 +89,11 @@ void ClientHungUp(const std::weak_ptr<HttpExchangeState>& weak) {
 void FinishExchange(HttpExchangeState& state, bool completed) {
   StopWatchingForHangUp(state);
   std::function<void()> on_gone;
+  std::function<void()> wake;  // destroyed here, while the event loop exists
   {
     std::lock_guard lock(state.mu);
+    wake = std::move(state.wake);
+    state.wake = nullptr;
     if (state.finished) return;
     state.finished = true;
     if (!completed && !state.gone) {

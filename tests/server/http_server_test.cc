@@ -352,6 +352,28 @@ TEST(HttpServerTest, ClosesIdleConnectionsAfterTheTimeout) {
   ::close(fd);
 }
 
+// A client that stops in the middle of its head (or body) is closed by the idle timeout, well
+// before the read deadline that bounds a request trickled steadily.
+TEST(HttpServerTest, ARequestThatStopsIsClosedAfterTheIdleTimeout) {
+  HttpServerOptions options;
+  options.idle_timeout_seconds = 1;
+  options.request_read_seconds = 30;
+  auto server = StartTestServer(options);
+  ASSERT_NE(server, nullptr);
+  for (const std::string partial :
+       {"GET /hello HTTP/1.1\r\nHost: t\r\n",
+        "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 9\r\n\r\nab"}) {
+    const int fd = ConnectLoopback(server->port(), /*timeout_seconds=*/10);
+    ASSERT_GE(fd, 0);
+    ASSERT_GT(::send(fd, partial.data(), partial.size(), MSG_NOSIGNAL), 0);
+    const auto start = std::chrono::steady_clock::now();
+    char c;
+    EXPECT_EQ(::recv(fd, &c, 1, 0), 0) << partial;  // closed, not our 10 s bound
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << partial;
+    ::close(fd);
+  }
+}
+
 // GET /hello, retried for up to 10 s: the server sees closes on its next poll, so until then a
 // new connection may still be refused.
 std::string GetHelloWithin10Seconds(int port) {
