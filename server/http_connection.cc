@@ -23,6 +23,7 @@
 #include <limits>
 #include <optional>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -76,6 +77,8 @@ class Deadline {
     ++*generation_;
     timer_.cancel();
   }
+  // A wait already completed but not yet run must not shut down a descriptor closed after this.
+  ~Deadline() { ++*generation_; }
 
  private:
   net::steady_timer timer_;
@@ -151,10 +154,13 @@ class HttpConnection {
  public:
   static constexpr bool kTls = !std::is_same_v<Stream, tcp::socket>;
 
-  HttpConnection(const HttpServer& server, Stream stream, std::string peer)
+  // `keep` lives as long as the stream (a TLS stream's context).
+  HttpConnection(const HttpServer& server, Stream stream, std::string peer,
+                 std::shared_ptr<void> keep = nullptr)
       : server_(server),
         options_(server.options_),
         guard_(*server.guard_),
+        keep_(std::move(keep)),
         stream_(std::move(stream)),
         fd_(Socket().native_handle()),
         deadline_(stream_.get_executor(), fd_),
@@ -311,8 +317,9 @@ class HttpConnection {
   awaitable<bool> ReadBody(http::request_parser<CappedStringBody>& parser, HttpRequest& request) {
     error_code ec;
     if (!parser.is_done()) {
+      // RFC 9110 10.1.1: an HTTP/1.0 client's expectation is ignored.
       if (const std::string* expect = request.header("expect");
-          expect != nullptr && absl::EqualsIgnoreCase(*expect, "100-continue")) {
+          expect != nullptr && version_ == 11 && absl::EqualsIgnoreCase(*expect, "100-continue")) {
         const bool written = co_await Write("HTTP/1.1 100 Continue\r\n\r\n");
         if (!written) co_return false;
       }
@@ -379,6 +386,8 @@ class HttpConnection {
     state->watcher = server_.watcher_.get();
     WatchForHangUp(state, fd_);
     server_.Register(state);
+    // Should anything below throw, the route still hears that its client is gone.
+    absl::Cleanup abandoned = [&state] { FinishExchange(*state, /*completed=*/false); };
     auto exchange = std::make_shared<HttpExchange>(state);
     if (!RunGuarded(request, [&] { route.async_handler(request, exchange); })) {
       exchange->Respond(server_.Refusal(500, "internal error"));
@@ -399,7 +408,11 @@ class HttpConnection {
     } else {
       outcome = co_await StreamAnswer(state, *timer, request, route, close);
     }
-    FinishExchange(*state, outcome != Outcome::kFailed);
+    // A HEAD request's stream ends with its head: the route's work is for nobody.
+    const bool completed = outcome != Outcome::kFailed &&
+                           !(mode == HttpExchangeState::Mode::kStream && request.method == "HEAD");
+    std::move(abandoned).Cancel();
+    FinishExchange(*state, completed);
     co_return outcome == Outcome::kKeep;
   }
 
@@ -475,9 +488,17 @@ class HttpConnection {
   // for a moment, so that it reads the last answer rather than a reset.
   awaitable<void> CloseGracefully() {
     error_code ec;
-    Socket().shutdown(tcp::socket::shutdown_send, ec);
-    if (ec) co_return;
     deadline_.Arm(kLingerTime);
+    if constexpr (kTls) {
+      // close_notify, so that a body delimited by the close (HTTP/1.0) is known to be whole.
+      co_await stream_.async_shutdown(Redirect(ec));
+      ec = {};
+    }
+    Socket().shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) {
+      deadline_.Disarm();
+      co_return;
+    }
     char scratch[4096];
     while (!ec) {
       co_await Socket().async_read_some(net::buffer(scratch), Redirect(ec));
@@ -488,6 +509,7 @@ class HttpConnection {
   const HttpServer& server_;
   const HttpServerOptions& options_;
   HttpConnectionGuard& guard_;
+  const std::shared_ptr<void> keep_;  // declared before the stream, destroyed after it
   Stream stream_;
   const int fd_;
   Deadline deadline_;
@@ -498,17 +520,9 @@ class HttpConnection {
 
 namespace {
 
-awaitable<void> ServePlain(const HttpServer* server, tcp::socket socket, std::string peer) {
-  HttpConnection<tcp::socket> connection(*server, std::move(socket), std::move(peer));
-  co_await connection.Serve();
-}
-
-awaitable<void> ServeTls(const HttpServer* server, tcp::socket socket, std::string peer,
-                         std::shared_ptr<net::ssl::context> context) {
-  using TlsStream = net::ssl::stream<tcp::socket>;
-  HttpConnection<TlsStream> connection(*server, TlsStream(std::move(socket), *context),
-                                       std::move(peer));
-  co_await connection.Serve();
+template <class Stream>
+awaitable<void> Run(std::unique_ptr<HttpConnection<Stream>> connection) {
+  co_await connection->Serve();
 }
 
 void LogIfThrew(const std::exception_ptr& thrown) {
@@ -525,14 +539,19 @@ void LogIfThrew(const std::exception_ptr& thrown) {
 }  // namespace
 
 void HttpConnections::Serve(const HttpServer& server, tcp::socket socket, std::string peer) {
-  const auto executor = socket.get_executor();
+  // Each connection is made here, on the accepting thread, so the guard counts it (Opened)
+  // before the next accept is admitted.
+  const net::any_io_executor executor = socket.get_executor();
   if (server.options_.tls != nullptr) {
-    net::co_spawn(
-        executor,
-        ServeTls(&server, std::move(socket), std::move(peer), server.options_.tls->Context()),
-        &LogIfThrew);
+    using TlsStream = net::ssl::stream<tcp::socket>;
+    std::shared_ptr<net::ssl::context> context = server.options_.tls->Context();
+    auto connection = std::make_unique<HttpConnection<TlsStream>>(
+        server, TlsStream(std::move(socket), *context), std::move(peer), context);
+    net::co_spawn(executor, Run(std::move(connection)), &LogIfThrew);
   } else {
-    net::co_spawn(executor, ServePlain(&server, std::move(socket), std::move(peer)), &LogIfThrew);
+    auto connection =
+        std::make_unique<HttpConnection<tcp::socket>>(server, std::move(socket), std::move(peer));
+    net::co_spawn(executor, Run(std::move(connection)), &LogIfThrew);
   }
 }
 

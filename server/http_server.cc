@@ -242,8 +242,10 @@ net::awaitable<void> AcceptLoop(const HttpServer* server, tcp::acceptor* accepto
   net::steady_timer pause(*io);
   for (;;) {
     error_code ec;
-    tcp::socket socket = co_await acceptor->async_accept(
-        net::any_io_executor(net::make_strand(*io)), net::redirect_error(net::use_awaitable, ec));
+    // Named, not a temporary: GCC 12 mishandles temporaries that live across a suspension.
+    const net::any_io_executor strand = net::make_strand(*io);
+    tcp::socket socket =
+        co_await acceptor->async_accept(strand, net::redirect_error(net::use_awaitable, ec));
     if (ec == net::error::operation_aborted || !acceptor->is_open()) co_return;
     if (ec) {
       Log(LogLevel::kDebug, "http_accept_failed", {{"error", ec.message()}});

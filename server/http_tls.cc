@@ -36,6 +36,10 @@ x509_store_st* CertificateStore(const std::string& pem) {
   if (bio == nullptr) return nullptr;
   absl::Cleanup free_bio = [bio] { BIO_free(bio); };
   X509_STORE* store = X509_STORE_new();
+  if (store == nullptr) return nullptr;
+  // Every certificate of the bundle is a trust anchor, an intermediate CA too (as GnuTLS's trust
+  // list had it), not only self-signed roots.
+  X509_STORE_set_flags(store, X509_V_FLAG_PARTIAL_CHAIN);
   int added = 0;
   while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
     if (X509_STORE_add_cert(store, cert) == 1) ++added;
@@ -56,6 +60,9 @@ absl::StatusOr<std::shared_ptr<ssl::context>> ServerContext(const TlsPaths& path
   auto context = std::make_shared<ssl::context>(ssl::context::tls_server);
   context->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
                        ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
+  // An encrypted key is refused, never prompted for on a terminal.
+  context->set_password_callback(
+      [](size_t, ssl::context::password_purpose) { return std::string(); });
   boost::system::error_code ec;
   context->use_certificate_chain(
       boost::asio::buffer(contents.cert_chain_pem.data(), contents.cert_chain_pem.size()), ec);
@@ -167,7 +174,9 @@ absl::Status HttpTls::CheckClient(ssl_st* connection) {
     return absl::ResourceExhaustedError(OpenSslError());
   }
   // A client certificate, not a server one presented by a client.
-  X509_STORE_CTX_set_purpose(verify, X509_PURPOSE_SSL_CLIENT);
+  if (X509_STORE_CTX_set_purpose(verify, X509_PURPOSE_SSL_CLIENT) != 1) {
+    return absl::InternalError(OpenSslError());
+  }
   if (X509_verify_cert(verify) != 1) {
     const int why = X509_STORE_CTX_get_error(verify);
     ERR_clear_error();

@@ -34,6 +34,9 @@ std::string OpenSslReason() {
   return reason;
 }
 
+// OpenSSL's passphrase callback: an encrypted key is refused, never prompted for on a terminal.
+int NoPassphrase(char*, int, int, void*) { return 0; }
+
 // The chain's leaf and the key parse, and the key belongs to the leaf.
 absl::Status CheckIdentity(const TlsPaths& paths, const TlsFileContents& c) {
   BIO* cert_bio = PemBio(c.cert_chain_pem);
@@ -44,8 +47,9 @@ absl::Status CheckIdentity(const TlsPaths& paths, const TlsFileContents& c) {
   };
   X509* leaf =
       cert_bio == nullptr ? nullptr : PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
-  EVP_PKEY* key =
-      key_bio == nullptr ? nullptr : PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
+  EVP_PKEY* key = key_bio == nullptr
+                      ? nullptr
+                      : PEM_read_bio_PrivateKey(key_bio, nullptr, &NoPassphrase, nullptr);
   absl::Cleanup free_parsed = [leaf, key] {
     X509_free(leaf);
     EVP_PKEY_free(key);

@@ -276,6 +276,34 @@ class MutualTlsE2ETest(TlsTestBase):
         self.assertEqual(status, 200, body)
 
 
+class IntermediateClientCaTest(TlsTestBase):
+    """client_ca_file holding only an intermediate CA: HTTPS trusts it as an anchor, as any CA
+    in the bundle (OpenSSL would otherwise insist on a chain up to a self-signed root)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.make_pki()
+        d = cls.tmp
+        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                "-keyout", "int1.key", "-out", "int1.csr", "-subj", "/CN=specula test int1",
+                cwd=d)
+        with open(os.path.join(d, "int1.ext"), "w") as f:
+            f.write("basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n")
+        openssl("x509", "-req", "-in", "int1.csr", "-CA", "ca1.pem", "-CAkey", "ca1.key",
+                "-CAcreateserial", "-out", "int1.pem", "-days", "2", "-extfile", "int1.ext",
+                cwd=d)
+        cls.pki._issue("client-int1", "int1", "clientAuth", None)
+        cls.server = RunningServer(cls.tmp, tls_config(cls.pki, client_ca="int1.pem"),
+                                   "intermediate")
+
+    def test_https_trusts_an_intermediate_client_ca(self):
+        ca, port = self.pki.path("ca1.pem"), self.server.http_port
+        status, body = https_get(port, "/health", ca, cert=self.pki.path("client-int1"))
+        self.assertEqual(status, 200, body)
+        # ca1 signed client-ca1 itself: not through the configured intermediate.
+        self.assertEqual(https_get(port, "/health", ca, cert=self.pki.path("client-ca1"))[0], 403)
+
+
 class TlsHandshakeTimeoutTest(TlsTestBase):
     """server.connections.grpc_handshake_seconds (issue 32): a connection that never finishes its
     TLS handshake is closed by the server; one that finished it is kept past that deadline."""
