@@ -19,17 +19,6 @@ namespace {
 
 namespace ssl = boost::asio::ssl;
 
-// The reason OpenSSL queued for its last failure (and the queue emptied).
-std::string OpenSslError() {
-  std::string reason = "unknown OpenSSL error";
-  while (const unsigned long code = ERR_get_error()) {
-    char buf[256];
-    ERR_error_string_n(code, buf, sizeof(buf));
-    reason = buf;
-  }
-  return reason;
-}
-
 // A store holding every certificate of the PEM bundle `pem`; null when it holds none.
 x509_store_st* CertificateStore(const std::string& pem) {
   BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
@@ -73,8 +62,8 @@ absl::StatusOr<std::shared_ptr<ssl::context>> ServerContext(const TlsPaths& path
   context->use_private_key(boost::asio::buffer(contents.key_pem.data(), contents.key_pem.size()),
                            ssl::context::pem, ec);
   if (ec || SSL_CTX_check_private_key(context->native_handle()) != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("server.tls.key_file '", paths.key_file,
-                                                   "': ", ec ? ec.message() : OpenSslError()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "server.tls.key_file '", paths.key_file, "': ", ec ? ec.message() : OpenSslErrorReason()));
   }
   if (!contents.client_ca_pem.empty()) {
     context->set_verify_mode(ssl::verify_peer);
@@ -171,11 +160,11 @@ absl::Status HttpTls::CheckClient(ssl_st* connection) {
   std::lock_guard lock(mu_);
   MaybeReloadLocked();
   if (X509_STORE_CTX_init(verify, client_ca_, leaf, intermediates) != 1) {
-    return absl::ResourceExhaustedError(OpenSslError());
+    return absl::ResourceExhaustedError(OpenSslErrorReason());
   }
   // A client certificate, not a server one presented by a client.
   if (X509_STORE_CTX_set_purpose(verify, X509_PURPOSE_SSL_CLIENT) != 1) {
-    return absl::InternalError(OpenSslError());
+    return absl::InternalError(OpenSslErrorReason());
   }
   if (X509_verify_cert(verify) != 1) {
     const int why = X509_STORE_CTX_get_error(verify);

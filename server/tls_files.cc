@@ -23,17 +23,6 @@ BIO* PemBio(const std::string& pem) {
   return BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
 }
 
-// OpenSSL's reason for its last failure, and its error queue emptied.
-std::string OpenSslReason() {
-  std::string reason = "no PEM data";
-  while (const unsigned long code = ERR_get_error()) {
-    char buf[256];
-    ERR_error_string_n(code, buf, sizeof(buf));
-    reason = buf;
-  }
-  return reason;
-}
-
 // OpenSSL's passphrase callback: an encrypted key is refused, never prompted for on a terminal.
 int NoPassphrase(char*, int, int, void*) { return 0; }
 
@@ -57,7 +46,8 @@ absl::Status CheckIdentity(const TlsPaths& paths, const TlsFileContents& c) {
   if (leaf == nullptr || key == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "server.tls.cert_file / server.tls.key_file: '", paths.cert_file, "' and '", paths.key_file,
-        "' are not a PEM certificate chain and its unencrypted private key: ", OpenSslReason()));
+        "' are not a PEM certificate chain and its unencrypted private key: ",
+        OpenSslErrorReason()));
   }
   if (X509_check_private_key(leaf, key) != 1) {
     ERR_clear_error();
@@ -105,6 +95,16 @@ absl::StatusOr<TlsFileContents> LoadTlsFiles(const TlsPaths& paths) {
     if (absl::Status s = CheckClientCa(paths, c); !s.ok()) return s;
   }
   return c;
+}
+
+std::string OpenSslErrorReason() {
+  std::string reason = "unknown OpenSSL error";
+  while (const unsigned long code = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(code, buf, sizeof(buf));
+    reason = buf;
+  }
+  return reason;
 }
 
 std::string TlsFilesVersion(const TlsPaths& paths) {

@@ -26,6 +26,9 @@ struct TlsFileContents {
 // that cannot be read) naming the config key and the path.
 absl::StatusOr<TlsFileContents> LoadTlsFiles(const TlsPaths& paths);
 
+// OpenSSL's reason for its last failure (the last error it queued), its error queue emptied.
+std::string OpenSslErrorReason();
+
 // What identifies a file's version without reading it: inode, size and modification time.
 // Changes when a file is rewritten or replaced (the rename a certificate manager does).
 std::string TlsFilesVersion(const TlsPaths& paths);

@@ -128,17 +128,17 @@ TEST(HttpServerTest, ReadsBodiesUpToTheLimit) {
   EXPECT_THAT(chunked, Not(HasSubstr("POST 16")));
 }
 
+// How many times `needle` occurs in `raw`.
+int Occurrences(const std::string& raw, const std::string& needle) {
+  int n = 0;
+  for (size_t at = raw.find(needle); at != std::string::npos; at = raw.find(needle, at + 1)) ++n;
+  return n;
+}
+
 // Issue 33: request smuggling. A head whose body framing is ambiguous or unknown gets one answer
 // (400, or 501 for an unknown transfer coding) and the connection closes, so the bytes after it
 // are never read as a second request; a request that names no Host is refused too.
-int Responses(const std::string& raw) {
-  int n = 0;
-  for (size_t at = raw.find("\r\nDate: "); at != std::string::npos;
-       at = raw.find("\r\nDate: ", at + 1)) {
-    ++n;
-  }
-  return n;
-}
+int Responses(const std::string& raw) { return Occurrences(raw, "\r\nDate: "); }
 
 TEST(HttpServerTest, AmbiguousOrUnknownBodyFramingIsRefusedAndTheConnectionClosed) {
   auto server = StartTestServer();
@@ -176,13 +176,7 @@ TEST(HttpServerTest, AmbiguousOrUnknownBodyFramingIsRefusedAndTheConnectionClose
 // character in a header value get exactly one 400 and the connection closes, so the request
 // behind them is never answered. (libmicrohttpd wrote its own status line and headers twice on
 // a bad length, the second copy inside the declared body, and cut a value at its NUL.)
-int StatusLines(const std::string& raw) {
-  int n = 0;
-  for (size_t at = raw.find("HTTP/1."); at != std::string::npos; at = raw.find("HTTP/1.", at + 1)) {
-    ++n;
-  }
-  return n;
-}
+int StatusLines(const std::string& raw) { return Occurrences(raw, "HTTP/1."); }
 
 TEST(HttpServerTest, BadLengthsAndControlCharactersGetOneAnswerAndTheConnectionCloses) {
   auto server = StartTestServer();
