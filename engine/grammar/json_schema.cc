@@ -191,6 +191,9 @@ class SchemaCompiler {
                                       int64_t max);
   absl::StatusOr<int32_t> Choice(const Json& s, const std::string& path, int depth);
   absl::StatusOr<int32_t> AllOf(const Json& s, const std::string& path, int depth);
+  // The properties and required names of object schema `s` (its $refs and nested allOfs
+  // followed) added to `merged`'s; INVALID_ARGUMENT when `s` holds anything else.
+  absl::Status MergeObject(const Json& s, const std::string& path, int depth, Json& merged);
   // What the $ref of `s` points at: INVALID_ARGUMENT unless only annotations stand beside it
   // and it is a JSON pointer into this document.
   absl::StatusOr<const Json*> RefTarget(const Json& s, const std::string& path) const;
@@ -347,21 +350,69 @@ absl::StatusOr<std::vector<Json>> SchemaCompiler::EnumValues(const Json& s,
 }
 
 // allOf of one schema (what pydantic v1 writes to give a $ref field a description): that schema.
-// Several would need their intersection, which the grammar cannot build in general.
+// Of object schemas of properties and required names only, with such siblings (a model extending
+// another, zod's .and(), a TypeScript interface's extends): one object with every property and
+// every required name; an object valid for the merge is valid for each, since none limits the
+// properties the others add. Anything else would need an intersection the grammar cannot build.
 absl::StatusOr<int32_t> SchemaCompiler::AllOf(const Json& s, const std::string& path, int depth) {
-  for (const auto& [k, value] : s.items()) {
-    if (k != "allOf" && !IsAnnotation(k)) {
-      return Invalid(path, absl::StrCat("keyword '", k, "' beside allOf is not supported"));
-    }
-  }
   const Json& all = s["allOf"];
   if (!all.is_array() || all.empty()) return Invalid(path, "allOf must be a non-empty array");
-  if (all.size() > 1) {
-    return Invalid(path,
-                   "keyword 'allOf' is supported with one schema only (the grammar cannot "
-                   "intersect several)");
+  bool siblings = false;
+  for (const auto& [k, value] : s.items())
+    siblings = siblings || (k != "allOf" && !IsAnnotation(k));
+  if (all.size() == 1 && !siblings) return Compile(all[0], path + "/allOf/0", depth + 1);
+  Json merged = {{"type", "object"}, {"properties", Json::object()}, {"required", Json::array()}};
+  RETURN_IF_ERROR(MergeObject(s, path, depth, merged));
+  if (merged["properties"].empty()) merged.erase("properties");
+  if (merged["required"].empty()) merged.erase("required");
+  return Compile(merged, path, depth + 1);
+}
+
+absl::Status SchemaCompiler::MergeObject(const Json& s, const std::string& path, int depth,
+                                         Json& merged) {
+  const auto cannot = [&path](absl::string_view why) {
+    return Invalid(path, absl::StrCat("keyword 'allOf' is supported with one schema, or with "
+                                      "object schemas of properties and required names only "
+                                      "(the grammar cannot intersect others): ",
+                                      why));
+  };
+  if (depth > kMaxDepth) return Invalid(path, absl::StrCat("nested deeper than ", kMaxDepth));
+  if (s.is_boolean()) return s.get<bool>() ? absl::OkStatus() : Unsatisfiable(path, "false");
+  if (!s.is_object()) return Invalid(path, "a schema must be an object or a boolean");
+  if (s.contains("$ref")) {
+    ASSIGN_OR_RETURN(const Json* target, RefTarget(s, path));
+    return MergeObject(*target, s["$ref"].get<std::string>().substr(1), depth + 1, merged);
   }
-  return Compile(all[0], path + "/allOf/0", depth + 1);
+  for (const auto& [k, v] : s.items()) {
+    if (IsAnnotation(k)) continue;
+    if (k == "allOf") {
+      if (!v.is_array()) return Invalid(path, "allOf must be a non-empty array");
+      for (size_t i = 0; i < v.size(); ++i) {
+        RETURN_IF_ERROR(MergeObject(v[i], absl::StrCat(path, "/allOf/", i), depth + 1, merged));
+      }
+    } else if (k == "type") {
+      if (v != "object") return cannot(absl::StrCat("its type is ", v.dump(), ", not \"object\""));
+    } else if (k == "properties") {
+      if (!v.is_object()) return Invalid(path, "properties must be an object");
+      for (const auto& [name, schema] : v.items()) {
+        Json& into = merged["properties"];
+        if (into.contains(name) && into[name] != schema) {
+          return cannot(absl::StrCat("property '", name, "' has two different schemas"));
+        }
+        into[name] = schema;
+      }
+    } else if (k == "required") {
+      if (!v.is_array()) return Invalid(path, "required must be an array");
+      for (const Json& name : v) {
+        if (!name.is_string()) return Invalid(path, "required must be an array of strings");
+        Json& into = merged["required"];
+        if (std::find(into.begin(), into.end(), name) == into.end()) into.push_back(name);
+      }
+    } else {
+      return cannot(absl::StrCat("it has keyword '", k, "'"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int32_t> SchemaCompiler::Choice(const Json& s, const std::string& path, int depth) {

@@ -199,7 +199,7 @@ TEST(JsonSchemaTest, WhatIsNotSupportedIsRefusedByName) {
       {R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})", "a type of its own"},
       {R"({"allOf": [{"type": "integer"}, {"minimum": 1}]})",
        "keyword 'allOf' is supported with one"},
-      {R"({"type": "object", "allOf": [{"type": "integer"}]})", "'type' beside allOf"},
+      {R"({"type": "object", "allOf": [{"type": "integer"}]})", "its type is \"integer\""},
       {R"({"$ref": "http://example.com/s.json"})", "does not point into this schema"},
       {R"({"$ref": "#/$defs/missing"})", "points at nothing"},
       // fuzz_json_schema's first find: nlohmann throws on these pointers (it ended the process).
@@ -511,6 +511,40 @@ TEST(JsonSchemaTest, AllOfOneSchemaIsThatSchema) {
              "required": ["c"]})",
          {R"({"c": "red"})"},
          {R"({"c": "blue"})", R"({})"}});
+}
+
+// A model extending another (pydantic's inheritance, zod's .and(), an interface's extends): the
+// object of every property and every required name, in the order they appear.
+TEST(JsonSchemaTest, AllOfObjectSchemasAreMerged) {
+  Check({R"({"$defs": {"Base": {"type": "object", "properties": {"id": {"type": "integer"}},
+                                "required": ["id"]}},
+             "allOf": [{"$ref": "#/$defs/Base"},
+                       {"properties": {"tags": {"type": "array", "items": {"type": "string"}}}}],
+             "properties": {"name": {"type": "string"}}, "required": ["name"]})",
+         {R"({"id": 1, "name": "x"})", R"({"id": 1, "tags": ["a"], "name": "x"})"},
+         {R"({"name": "x"})", R"({"id": 1})", R"({"id": "1", "name": "x"})",
+          R"({"id": 1, "tags": [2], "name": "x"})", R"({"id": 1, "name": "x", "other": 2})"}});
+  // Nested allOfs and an equal property in two schemas merge too.
+  Check({R"({"allOf": [{"allOf": [{"properties": {"a": {"const": 1}}, "required": ["a"]}]},
+                       {"properties": {"a": {"const": 1}, "b": {"type": "boolean"}},
+                        "required": ["b"]}]})",
+         {R"({"a": 1, "b": true})"},
+         {R"({"b": true})", R"({"a": 2, "b": true})"}});
+  const std::vector<std::pair<const char*, const char*>> refused{
+      {R"({"allOf": [{"properties": {"a": {"type": "integer"}}},
+                     {"properties": {"a": {"type": "string"}}}]})",
+       "property 'a' has two different schemas"},
+      {R"({"allOf": [{"type": "object"}, {"additionalProperties": false}]})",
+       "it has keyword 'additionalProperties'"},
+      {R"({"allOf": [{"type": "object"}, {"type": "string"}]})", "its type is \"string\""},
+      {R"({"$defs": {"L": {"allOf": [{"$ref": "#/$defs/L"}, {}]}}, "$ref": "#/$defs/L"})",
+       "nested deeper than"},
+  };
+  for (const auto& [schema, message] : refused) {
+    auto g = CompileJsonSchema(Json::parse(schema));
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << schema;
+    EXPECT_THAT(g.status().message(), HasSubstr(message)) << schema;
+  }
 }
 
 TEST(JsonSchemaTest, SchemasNoValueSatisfiesAreErrors) {
