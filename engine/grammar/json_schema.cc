@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -27,6 +28,8 @@ constexpr int kMaxDepth = 64;
 // The numeric bounds (draft 6 and later: each a number).
 constexpr const char* kBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 constexpr int64_t kMaxOptionalProperties = 256;
+constexpr std::array<std::string_view, 7> kTypes = {"null",   "boolean", "object", "array",
+                                                    "number", "integer", "string"};
 
 // Keywords with no effect on which texts are valid.
 bool IsAnnotation(std::string_view key) {
@@ -190,6 +193,15 @@ class SchemaCompiler {
   absl::StatusOr<int32_t> UniqueArray(const Json& s, const std::string& path, int64_t min,
                                       int64_t max);
   absl::StatusOr<int32_t> Choice(const Json& s, const std::string& path, int depth);
+  // `s` (an anyOf or oneOf under `key` with other keywords beside it) as the same choice with
+  // those keywords in each branch; nullopt when only annotations stand beside it.
+  absl::StatusOr<std::optional<Json>> Distributed(const Json& s, const char* key,
+                                                  const std::string& path);
+  // `branch` (followed through its $refs) with `siblings` added: INVALID_ARGUMENT where a keyword
+  // of both differs or the two would change each other's meaning; false when no value is
+  // valid for both types.
+  absl::StatusOr<Json> WithSiblings(const Json& branch, const Json& siblings,
+                                    const std::string& path);
   absl::StatusOr<int32_t> AllOf(const Json& s, const std::string& path, int depth);
   // The properties and required names of object schema `s` (its $refs and nested allOfs
   // followed) added to `merged`'s; INVALID_ARGUMENT when `s` holds anything else.
@@ -241,6 +253,7 @@ class SchemaCompiler {
   GrammarBuilder& b_;
   JsonRules& json_;
   absl::flat_hash_map<std::string, int32_t> refs_;  // "$ref" value -> its rule
+  size_t distributed_bytes_ = 0;  // of keywords copied into choice branches, bounded
 };
 
 absl::StatusOr<int32_t> SchemaCompiler::Compile(const Json& s, const std::string& path, int depth) {
@@ -418,11 +431,8 @@ absl::Status SchemaCompiler::MergeObject(const Json& s, const std::string& path,
 absl::StatusOr<int32_t> SchemaCompiler::Choice(const Json& s, const std::string& path, int depth) {
   const bool one_of = s.contains("oneOf");
   const char* key = one_of ? "oneOf" : "anyOf";
-  for (const auto& [k, value] : s.items()) {
-    if (k != key && !IsAnnotation(k)) {
-      return Invalid(path, absl::StrCat("keyword '", k, "' beside ", key, " is not supported"));
-    }
-  }
+  ASSIGN_OR_RETURN(std::optional<Json> distributed, Distributed(s, key, path));
+  if (distributed.has_value()) return Choice(*distributed, path, depth + 1);
   const Json& branches = s[key];
   if (!branches.is_array() || branches.empty()) {
     return Invalid(path, absl::StrCat(key, " must be a non-empty array"));
@@ -446,6 +456,99 @@ absl::StatusOr<int32_t> SchemaCompiler::Choice(const Json& s, const std::string&
 }
 
 // oneOf's branches each with a type of its own: no value is valid for two of them.
+// Keywords beside a choice apply to every branch: S and (B1 or B2) is (S and B1) or (S and B2),
+// and oneOf's exactly-one is kept since S is common. Each (S and Bi) is the one schema of both
+// keywords, where no keyword is in both with different values (`required` is their union,
+// `type` their common types) and neither side's keywords read the other's (additionalProperties
+// covers what `properties` leaves out: written beside the other's properties, it would cover
+// less).
+absl::StatusOr<std::optional<Json>> SchemaCompiler::Distributed(const Json& s, const char* key,
+                                                                const std::string& path) {
+  Json siblings = Json::object();
+  Json choice = Json::object();
+  for (const auto& [k, value] : s.items()) {
+    (k != key && !IsAnnotation(k) ? siblings : choice)[k] = value;
+  }
+  if (siblings.empty()) return std::nullopt;
+  const Json& branches = s[key];
+  if (!branches.is_array() || branches.empty()) {
+    return Invalid(path, absl::StrCat(key, " must be a non-empty array"));
+  }
+  // Each branch gets a copy: bounded, so a schema of nested choices cannot make the copies grow
+  // without end before the grammar's own budget is reached.
+  distributed_bytes_ += siblings.dump().size() * branches.size();
+  if (distributed_bytes_ > (4u << 20)) {
+    return Invalid(path, absl::StrCat("the keywords beside ", key,
+                                      " would be copied into its branches past 4 MiB"));
+  }
+  Json merged = Json::array();
+  for (size_t i = 0; i < branches.size(); ++i) {
+    ASSIGN_OR_RETURN(Json branch,
+                     WithSiblings(branches[i], siblings, absl::StrCat(path, "/", key, "/", i)));
+    merged.push_back(std::move(branch));
+  }
+  choice[key] = std::move(merged);
+  return choice;
+}
+
+absl::StatusOr<Json> SchemaCompiler::WithSiblings(const Json& branch, const Json& siblings,
+                                                  const std::string& path) {
+  if (IsFalse(branch)) return Json(false);
+  if (branch.is_boolean()) return siblings;
+  const Json* resolved = Resolved(branch);
+  if (resolved == nullptr || !resolved->is_object()) return branch;  // Compile says why
+  Json out = *resolved;
+  const auto reads = [](const Json& a, const Json& b) {
+    return (a.contains("additionalProperties") && b.contains("properties")) ||
+           (a.contains("additionalItems") && b.contains("items")) ||
+           (a.contains("items") && b.contains("prefixItems"));
+  };
+  if (reads(out, siblings) || reads(siblings, out)) {
+    return Invalid(path,
+                   "the keywords beside the choice and this branch's would change each "
+                   "other's meaning (additionalProperties or additionalItems beside the "
+                   "other's properties or items): write them in each branch");
+  }
+  for (const auto& [k, value] : siblings.items()) {
+    if (!out.contains(k)) {
+      out[k] = value;
+    } else if (k == "required" && value.is_array() && out[k].is_array()) {
+      for (const Json& name : value) {
+        if (std::find(out[k].begin(), out[k].end(), name) == out[k].end()) out[k].push_back(name);
+      }
+    } else if (k == "type") {
+      ASSIGN_OR_RETURN(const std::vector<std::string> mine, Types(siblings, path));
+      ASSIGN_OR_RETURN(const std::vector<std::string> theirs, Types(out, path));
+      for (const std::vector<std::string>* types : {&mine, &theirs}) {
+        for (const std::string& t : *types) {
+          if (!absl::c_linear_search(kTypes, t)) {
+            return Invalid(path, absl::StrCat("unknown type '", t, "'"));
+          }
+        }
+      }
+      const auto has = [](const std::vector<std::string>& types, const char* t) {
+        return std::find(types.begin(), types.end(), t) != types.end();
+      };
+      std::vector<std::string> common;  // an integer is a number too
+      for (const char* t : {"null", "boolean", "object", "array", "number", "string"}) {
+        if (has(mine, t) && has(theirs, t)) common.push_back(t);
+      }
+      if (!has(common, "number") && ((has(mine, "integer") && has(theirs, "number")) ||
+                                     (has(mine, "number") && has(theirs, "integer")) ||
+                                     (has(mine, "integer") && has(theirs, "integer")))) {
+        common.push_back("integer");
+      }
+      if (common.empty()) return Json(false);  // no value has both types
+      out[k] = common;
+    } else if (out[k] != value) {
+      return Invalid(path, absl::StrCat("keyword '", k,
+                                        "' beside the choice and in this branch "
+                                        "with another value is not supported"));
+    }
+  }
+  return out;
+}
+
 absl::Status SchemaCompiler::CheckOneOfDisjoint(const Json& branches, const std::string& path) {
   absl::flat_hash_set<std::string> seen;
   for (size_t i = 0; i < branches.size(); ++i) {

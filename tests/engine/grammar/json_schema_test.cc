@@ -513,6 +513,35 @@ TEST(JsonSchemaTest, AllOfOneSchemaIsThatSchema) {
          {R"({"c": "blue"})", R"({})"}});
 }
 
+// Keywords beside anyOf or oneOf apply to every branch (OpenAPI's "at least one of these
+// fields", a base type narrowed by alternatives): each branch is compiled with them.
+TEST(JsonSchemaTest, KeywordsBesideAChoiceApplyToEveryBranch) {
+  Check({R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+             "anyOf": [{"required": ["a"]}, {"required": ["b"]}]})",
+         {R"({"a": 1})", R"({"b": "x"})", R"({"a": 1, "b": "x"})"},
+         {R"({})", R"({"a": "1"})", R"({"c": 1})"}});
+  Check({R"({"type": ["string", "integer"],
+             "oneOf": [{"type": "string", "maxLength": 2}, {"type": "number", "minimum": 5}]})",
+         {R"("ab")", "7"},
+         {R"("abc")", "4", "7.5", "null"}});
+  // A branch whose types none of the choice's are is left out; an enum keeps its typed values.
+  Check({R"({"type": "string", "anyOf": [{"type": "integer"}, {"enum": ["x", 1]}]})",
+         {R"("x")"},
+         {"1", R"("y")"}});
+  const std::vector<std::pair<const char*, const char*>> refused{
+      {R"({"maxLength": 5, "anyOf": [{"maxLength": 2}, {"type": "string"}]})",
+       "keyword 'maxLength' beside the choice and in this branch with another value"},
+      {R"({"additionalProperties": false, "anyOf": [{"properties": {"a": {}}}]})",
+       "would change each other's meaning"},
+      {R"({"type": "tuple", "anyOf": [{"type": "string"}]})", "unknown type 'tuple'"},
+  };
+  for (const auto& [schema, message] : refused) {
+    auto g = CompileJsonSchema(Json::parse(schema));
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << schema;
+    EXPECT_THAT(g.status().message(), HasSubstr(message)) << schema;
+  }
+}
+
 // A model extending another (pydantic's inheritance, zod's .and(), an interface's extends): the
 // object of every property and every required name, in the order they appear.
 TEST(JsonSchemaTest, AllOfObjectSchemasAreMerged) {
