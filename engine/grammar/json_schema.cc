@@ -193,6 +193,9 @@ class SchemaCompiler {
   absl::StatusOr<int32_t> UniqueArray(const Json& s, const std::string& path, int64_t min,
                                       int64_t max);
   absl::StatusOr<int32_t> Choice(const Json& s, const std::string& path, int depth);
+  // The numeric format of `s` ("" without one, or with a string type's format); INVALID_ARGUMENT
+  // for a format numbers cannot honour.
+  absl::StatusOr<std::string> NumericFormat(const Json& s, const std::string& path);
   // `s` (an anyOf or oneOf under `key` with other keywords beside it) as the same choice with
   // those keywords in each branch; nullopt when only annotations stand beside it.
   absl::StatusOr<std::optional<Json>> Distributed(const Json& s, const char* key,
@@ -990,7 +993,27 @@ absl::StatusOr<int32_t> SchemaCompiler::Tuple(const Json& s, const char* items_k
 // minimum / maximum / exclusiveMinimum / exclusiveMaximum (draft 6+ numbers) as an integer range;
 // bounds past what the integer grammar writes anyway (15 digits, e.g. JavaScript's safe-integer
 // bounds that zod writes) change nothing.
+// OpenAPI's numeric formats, which ajv-formats checks: int32 bounds an integer to 32 bits, int64
+// to 64 (every integer written here fits), float and double take any number. A format beside a
+// string type is the strings' (a date says nothing of an integer); any other is refused, never
+// ignored.
+absl::StatusOr<std::string> SchemaCompiler::NumericFormat(const Json& s, const std::string& path) {
+  const auto it = s.find("format");
+  if (it == s.end()) return std::string();
+  if (!it->is_string()) return Invalid(path, "format must be a string");
+  const std::string format = it->get<std::string>();
+  if (format == "int32" || format == "int64" || format == "float" || format == "double") {
+    return format;
+  }
+  ASSIGN_OR_RETURN(const std::vector<std::string> types, Types(s, path));
+  if (absl::c_linear_search(types, "string")) return std::string();
+  return Invalid(path, absl::StrCat("format '", format,
+                                    "' is not supported on numbers (int32, int64, float and "
+                                    "double are)"));
+}
+
 absl::StatusOr<int32_t> SchemaCompiler::Integer(const Json& s, const std::string& path) {
+  RETURN_IF_ERROR(NumericFormat(s, path).status());
   if (s.contains("multipleOf")) return Multiples(s, path);
   ASSIGN_OR_RETURN(const auto bounds, IntegerBounds(s, path));
   const auto [lo, hi] = bounds;
@@ -1003,6 +1026,10 @@ absl::StatusOr<std::pair<int64_t, int64_t>> SchemaCompiler::IntegerBounds(const 
                                                                           const std::string& path) {
   constexpr int64_t kMax = JsonRules::kMaxInteger;
   double lo = -double(kMax), hi = double(kMax);
+  if (const auto f = s.find("format"); f != s.end() && *f == "int32") {
+    lo = -2147483648.0;
+    hi = 2147483647.0;
+  }
   for (const auto& [key, value] : s.items()) {
     const bool lower = key == "minimum" || key == "exclusiveMinimum";
     const bool upper = key == "maximum" || key == "exclusiveMaximum";
@@ -1045,6 +1072,9 @@ absl::StatusOr<int32_t> SchemaCompiler::Multiples(const Json& s, const std::stri
 // A number with bounds is a plain decimal within them (engine/grammar/number_range.h); without,
 // any JSON number.
 absl::StatusOr<int32_t> SchemaCompiler::Number(const Json& s, const std::string& path) {
+  ASSIGN_OR_RETURN(const std::string format, NumericFormat(s, path));
+  // ajv-formats' int32 and int64 take integers only, on a number too.
+  if (format == "int32" || format == "int64") return Integer(s, path);
   if (s.contains("multipleOf")) return Multiples(s, path);
   std::optional<std::pair<double, bool>> lo, hi;  // (value, exclusive): the tightest of each side
   for (const auto& [key, value] : s.items()) {

@@ -84,6 +84,15 @@ TEST(JsonSchemaTest, Formats) {
   Check({R"({"type": "string", "format": "duration"})",
          {"\"P3D\"", "\"PT1H30M\"", "\"P1Y2M3DT4H5M6S\"", "\"P2W\""},
          {"\"P\"", "\"PT\"", "\"P1YT\"", "\"1D\"", "\"P1H\"", "\"P1D2W\""}});
+  // OpenAPI's numeric formats, as ajv-formats checks them.
+  Check({R"({"type": "integer", "format": "int32"})",
+         {"2147483647", "-2147483648", "0"},
+         {"2147483648", "-2147483649", "1.5"}});
+  Check({R"({"type": "number", "format": "int64"})", {"7", "-99999999999"}, {"7.5"}});
+  Check({R"({"type": "number", "format": "double", "maximum": 2})", {"1.5", "-3"}, {"2.5"}});
+  Check({R"({"type": ["string", "integer"], "format": "date"})",
+         {"5", "\"2024-01-01\""},
+         {"\"x\""}});
   Check({R"({"type": "string", "format": "uri"})",
          {"\"https://example.com\"", "\"http://api.example.org/v1/items/42\""},
          {"\"example.com\"", "\"ftp://example.com\"", "\"https://exa mple.com\"",
@@ -196,6 +205,8 @@ TEST(JsonSchemaTest, WhatIsNotSupportedIsRefusedByName) {
       {R"({"type": "integer", "minimum": "1"})", "'minimum' must be a number"},
       {R"({"properties": {"x": {"nullable": true}}})", "'/properties/x': keyword 'nullable'"},
       {R"({"type": "string", "format": "ipv5"})", "format 'ipv5' is not supported"},
+      {R"({"type": "integer", "format": "uint8"})", "format 'uint8' is not supported on numbers"},
+      {R"({"type": "number", "format": 32})", "format must be a string"},
       {R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})", "a type of its own"},
       {R"({"allOf": [{"type": "integer"}, {"minimum": 1}]})",
        "keyword 'allOf' is supported with one"},
