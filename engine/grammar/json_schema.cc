@@ -63,6 +63,7 @@ bool IsSupported(std::string_view key) {
                                                 "maxProperties",
                                                 "dependentRequired",
                                                 "dependencies",
+                                                "patternProperties",
                                                 "minItems",
                                                 "maxItems",
                                                 "minLength",
@@ -193,6 +194,9 @@ class SchemaCompiler {
   absl::StatusOr<int32_t> UniqueArray(const Json& s, const std::string& path, int64_t min,
                                       int64_t max);
   absl::StatusOr<int32_t> Choice(const Json& s, const std::string& path, int depth);
+  absl::StatusOr<int32_t> PatternMap(const Json& s, const std::string& path, int depth,
+                                     int64_t min, int64_t max, bool has_properties);
+  int32_t EmptyObject();  // "{}"
   // The numeric format of `s` ("" without one, or with a string type's format); INVALID_ARGUMENT
   // for a format numbers cannot honour.
   absl::StatusOr<std::string> NumericFormat(const Json& s, const std::string& path);
@@ -502,7 +506,8 @@ absl::StatusOr<Json> SchemaCompiler::WithSiblings(const Json& branch, const Json
   if (resolved == nullptr || !resolved->is_object()) return branch;  // Compile says why
   Json out = *resolved;
   const auto reads = [](const Json& a, const Json& b) {
-    return (a.contains("additionalProperties") && b.contains("properties")) ||
+    return (a.contains("additionalProperties") &&
+            (b.contains("properties") || b.contains("patternProperties"))) ||
            (a.contains("additionalItems") && b.contains("items")) ||
            (a.contains("items") && b.contains("prefixItems"));
   };
@@ -638,7 +643,8 @@ absl::StatusOr<std::vector<std::string>> SchemaCompiler::Types(const Json& s,
   if (it == s.end()) {
     if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties") ||
         s.contains("propertyNames") || s.contains("minProperties") || s.contains("maxProperties") ||
-        s.contains("dependentRequired") || s.contains("dependencies")) {
+        s.contains("dependentRequired") || s.contains("dependencies") ||
+        s.contains("patternProperties")) {
       return std::vector<std::string>{"object"};
     }
     if (s.contains("items") || s.contains("additionalItems") || s.contains("prefixItems") ||
@@ -684,6 +690,7 @@ absl::StatusOr<int32_t> SchemaCompiler::Object(const Json& s, const std::string&
   if (max >= 0 && min > max) return Unsatisfiable(path, "minProperties > maxProperties");
   const bool has_properties = (s.contains("properties") && !s["properties"].empty()) ||
                               (s.contains("required") && !s["required"].empty());
+  if (s.contains("patternProperties")) return PatternMap(s, path, depth, min, max, has_properties);
   if (!has_properties && (s.contains("dependentRequired") || s.contains("dependencies"))) {
     return Invalid(path,
                    "dependentRequired or dependencies without declared properties is not "
@@ -699,9 +706,7 @@ absl::StatusOr<int32_t> SchemaCompiler::Object(const Json& s, const std::string&
   const bool none = IsFalse(extra) || IsFalse(s.value("propertyNames", Json(true)));
   if (none || max == 0) {
     if (min > 0) return Unsatisfiable(path, "minProperties > 0 but no property is allowed");
-    const int32_t ws = json_.Whitespace();
-    return b_.AddRule("empty_object",
-                      {{B::Bytes(ByteSet::Of("{")), B::Ref(ws), B::Bytes(ByteSet::Of("}"))}});
+    return EmptyObject();
   }
   if (min > 1) {
     // The grammar may repeat a key, which validators count once (they keep the last value).
@@ -771,6 +776,55 @@ absl::Status SchemaCompiler::Dependencies(const Json& s, const Json& properties,
 // propertyNames: a schema of strings (type, enum, const, pattern, lengths, format, or a $ref to
 // one), compiled as a string schema. A map may repeat a key (JSON allows it; validators keep the
 // last, so a repeat counts once: Object refuses minProperties above 1 on a map).
+int32_t SchemaCompiler::EmptyObject() {
+  const int32_t ws = json_.Whitespace();
+  return b_.AddRule("empty_object",
+                    {{B::Bytes(ByteSet::Of("{")), B::Ref(ws), B::Bytes(ByteSet::Of("}"))}});
+}
+
+// patternProperties of one pattern on an object without declared properties: a map whose keys
+// match the pattern and whose values follow its schema. additionalProperties never applies to a
+// key the pattern matches, so the map is valid whatever it says. Declared properties (a name
+// could match the pattern and need both schemas), several patterns (a key could match two) and
+// propertyNames beside it are refused.
+absl::StatusOr<int32_t> SchemaCompiler::PatternMap(const Json& s, const std::string& path,
+                                                   int depth, int64_t min, int64_t max,
+                                                   bool has_properties) {
+  const Json& patterns = s["patternProperties"];
+  if (!patterns.is_object()) return Invalid(path, "patternProperties must be an object");
+  if (patterns.empty()) {
+    Json rest = s;
+    rest.erase("patternProperties");
+    return Object(rest, path, depth);
+  }
+  if (has_properties || s.contains("propertyNames") || s.contains("dependentRequired") ||
+      s.contains("dependencies")) {
+    return Invalid(path,
+                   "patternProperties beside properties, required, propertyNames or "
+                   "dependencies is not supported");
+  }
+  if (patterns.size() > 1) {
+    return Invalid(path,
+                   "patternProperties of more than one pattern is not supported (a key could "
+                   "match several and need each schema)");
+  }
+  if (min > 1) {
+    // As for any map: the grammar may repeat a key, which validators count once.
+    return Invalid(path, "minProperties above 1 beside patternProperties is not supported");
+  }
+  const auto entry = patterns.items().begin();
+  const std::string pattern_path = absl::StrCat(path, "/patternProperties");
+  if (IsFalse(entry.value()) || max == 0) {
+    if (min > 0) return Invalid(path, "minProperties beside a false patternProperties schema");
+    return EmptyObject();
+  }
+  ASSIGN_OR_RETURN(const int32_t key, Compile(Json{{"type", "string"}, {"pattern", entry.key()}},
+                                              pattern_path, depth + 1));
+  ASSIGN_OR_RETURN(const int32_t value,
+                   Compile(entry.value(), absl::StrCat(pattern_path, "/", entry.key()), depth + 1));
+  return json_.Map("map", value, key, min, max);
+}
+
 absl::StatusOr<int32_t> SchemaCompiler::PropertyNames(const Json& s, const std::string& path,
                                                       int depth) {
   if (s.is_boolean()) return json_.String(0, -1);  // true (false was handled by the caller)

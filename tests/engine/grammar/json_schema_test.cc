@@ -524,6 +524,28 @@ TEST(JsonSchemaTest, AllOfOneSchemaIsThatSchema) {
          {R"({"c": "blue"})", R"({})"}});
 }
 
+// patternProperties of one pattern without declared properties: a map of keys matching it.
+TEST(JsonSchemaTest, PatternPropertiesOfOnePatternAreAMap) {
+  Check({R"({"type": "object", "patternProperties": {"^x-": {"type": "integer"}},
+             "additionalProperties": false})",
+         {R"({})", R"({"x-a": 1})", R"({"x-a": 1, "x-b": 2})"},
+         {R"({"a": 1})", R"({"x-a": "1"})"}});
+  Check({R"({"patternProperties": {"[0-9]": {"type": "boolean"}}, "maxProperties": 1})",
+         {R"({"a1": true})"},
+         {R"({"a1": true, "b2": false})", R"({"ab": true})"}});
+  const std::vector<std::pair<const char*, const char*>> refused{
+      {R"({"properties": {"a": {}}, "patternProperties": {"a": {"type": "string"}}})",
+       "patternProperties beside properties"},
+      {R"({"patternProperties": {"^a": {}, "b$": {"type": "string"}}})", "more than one pattern"},
+      {R"({"patternProperties": {"(a)\\1": {}}})", "backreferences"},
+  };
+  for (const auto& [schema, message] : refused) {
+    auto g = CompileJsonSchema(Json::parse(schema));
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << schema;
+    EXPECT_THAT(g.status().message(), HasSubstr(message)) << schema;
+  }
+}
+
 // Keywords beside anyOf or oneOf apply to every branch (OpenAPI's "at least one of these
 // fields", a base type narrowed by alternatives): each branch is compiled with them.
 TEST(JsonSchemaTest, KeywordsBesideAChoiceApplyToEveryBranch) {
