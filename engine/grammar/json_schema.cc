@@ -64,6 +64,7 @@ bool IsSupported(std::string_view key) {
                                                 "dependentRequired",
                                                 "dependencies",
                                                 "patternProperties",
+                                                "not",
                                                 "minItems",
                                                 "maxItems",
                                                 "minLength",
@@ -129,7 +130,13 @@ bool DeclaresDraftBefore2019(const Json& root) {
 }
 
 // The schema `false`: no value is valid against it.
-bool IsFalse(const Json& s) { return s.is_boolean() && !s.get<bool>(); }
+// false, or a schema no value satisfies by its form: {"not": {}} or {"not": true} (zod's never).
+bool IsFalse(const Json& s) {
+  if (s.is_boolean()) return !s.get<bool>();
+  if (!s.is_object() || !s.contains("not")) return false;
+  const Json& n = s["not"];
+  return n.is_boolean() ? n.get<bool>() : n.is_object() && n.empty();
+}
 
 absl::Status Unsatisfiable(const std::string& path, absl::string_view why) {
   return absl::InvalidArgumentError(
@@ -194,8 +201,9 @@ class SchemaCompiler {
   absl::StatusOr<int32_t> UniqueArray(const Json& s, const std::string& path, int64_t min,
                                       int64_t max);
   absl::StatusOr<int32_t> Choice(const Json& s, const std::string& path, int depth);
-  absl::StatusOr<int32_t> PatternMap(const Json& s, const std::string& path, int depth,
-                                     int64_t min, int64_t max, bool has_properties);
+  absl::StatusOr<int32_t> Not(const Json& s, const std::string& path, int depth);
+  absl::StatusOr<int32_t> PatternMap(const Json& s, const std::string& path, int depth, int64_t min,
+                                     int64_t max, bool has_properties);
   int32_t EmptyObject();  // "{}"
   // The numeric format of `s` ("" without one, or with a string type's format); INVALID_ARGUMENT
   // for a format numbers cannot honour.
@@ -280,6 +288,7 @@ absl::StatusOr<int32_t> SchemaCompiler::Compile(const Json& s, const std::string
   if (s.contains("$ref")) return Reference(s, path, depth);
   if (s.contains("enum") || s.contains("const")) return Enum(s, path);
   if (s.contains("anyOf") || s.contains("oneOf")) return Choice(s, path, depth);
+  if (s.contains("not")) return Not(s, path, depth);
   ASSIGN_OR_RETURN(const std::vector<std::string> types, Types(s, path));
   if (types.empty()) return json_.AnyValue();
   const int32_t rule = b_.NewRule("typed");
@@ -433,6 +442,46 @@ absl::Status SchemaCompiler::MergeObject(const Json& s, const std::string& path,
     }
   }
   return absl::OkStatus();
+}
+
+// not: of false, nothing excluded; of {} or true (zod's never), no value; of a type (with
+// annotations), the other types. An excluded integer excludes every number (the grammar cannot
+// write the non-integral ones apart): a subset of the valid values. Any other `not` would need
+// a complement the grammar cannot build.
+absl::StatusOr<int32_t> SchemaCompiler::Not(const Json& s, const std::string& path, int depth) {
+  const Json& n = s["not"];
+  Json rest = s;
+  rest.erase("not");
+  if (IsFalse(n)) return Compile(rest, path, depth + 1);
+  if (IsFalse(s)) return Unsatisfiable(path, "'not' of a schema every value satisfies");
+  if (!n.is_object()) return Invalid(path, "not must be a schema");
+  for (const auto& [k, value] : n.items()) {
+    if (k != "type" && !IsAnnotation(k)) {
+      return Invalid(path,
+                     "keyword 'not' is supported with a type, {}, true or false only (the "
+                     "grammar cannot build other complements)");
+    }
+  }
+  if (!n.contains("type")) return Unsatisfiable(path, "'not' of a schema every value satisfies");
+  ASSIGN_OR_RETURN(const std::vector<std::string> excluded, Types(n, path + "/not"));
+  ASSIGN_OR_RETURN(std::vector<std::string> allowed, Types(rest, path));
+  if (allowed.empty()) allowed = {"null", "boolean", "object", "array", "number", "string"};
+  for (const std::string& t : excluded) {
+    if (!absl::c_linear_search(kTypes, t)) {
+      return Invalid(path + "/not", absl::StrCat("unknown type '", t, "'"));
+    }
+  }
+  const bool numbers_out =
+      absl::c_linear_search(excluded, "integer") || absl::c_linear_search(excluded, "number");
+  Json kept = Json::array();
+  for (const std::string& t : allowed) {
+    if (absl::c_linear_search(excluded, t)) continue;
+    if (numbers_out && (t == "number" || t == "integer")) continue;
+    kept.push_back(t);
+  }
+  if (kept.empty()) return Invalid(path, "'not' leaves no type the grammar can write");
+  rest["type"] = std::move(kept);
+  return Compile(rest, path, depth + 1);
 }
 
 absl::StatusOr<int32_t> SchemaCompiler::Choice(const Json& s, const std::string& path, int depth) {

@@ -199,7 +199,7 @@ TEST(JsonSchemaTest, WhatIsNotSupportedIsRefusedByName) {
       {R"({"type": "integer", "multipleOf": "2"})", "'multipleOf' must be a number above 0"},
       {R"({"type": "integer", "multipleOf": 10, "minimum": 1, "maximum": 9})",
        "no multiple of 10 lies within its bounds"},
-      {R"({"type": "integer", "not": {"const": 1}})", "keyword 'not' is not supported"},
+      {R"({"type": "integer", "not": {"const": 1}})", "keyword 'not' is supported with a type"},
       {R"({"type": "number", "minimum": 2, "exclusiveMaximum": 2})", "no number of at most 15"},
       {R"({"type": "number", "maximum": "3"})", "'maximum' must be a number"},
       {R"({"type": "integer", "minimum": "1"})", "'minimum' must be a number"},
@@ -522,6 +522,32 @@ TEST(JsonSchemaTest, AllOfOneSchemaIsThatSchema) {
              "required": ["c"]})",
          {R"({"c": "red"})"},
          {R"({"c": "blue"})", R"({})"}});
+}
+
+// not of a type writes the other types; not of {} or true (zod's never) is false.
+TEST(JsonSchemaTest, NotOfATypeWritesTheOthers) {
+  Check({R"({"not": {"type": "null"}})", {"1", R"("a")", "true", "[]"}, {"null"}});
+  Check({R"({"type": ["string", "null"], "not": {"type": "null", "description": "no null"}})",
+         {R"("a")"},
+         {"null", "1"}});
+  // An excluded integer takes every number with it: 1.5 is valid but not written.
+  Check({R"({"not": {"type": "integer"}})", {R"("a")", "null"}, {"1", "1.5"}});
+  Check({R"({"not": false, "type": "boolean"})", {"true"}, {"1"}});
+  Check({R"({"type": "object", "properties": {"a": {"not": {}}, "b": {"type": "integer"}},
+             "additionalProperties": false})",
+         {R"({"b": 1})", R"({})"},
+         {R"({"a": 1})", R"({"a": null, "b": 1})"}});
+  const std::vector<std::pair<const char*, const char*>> refused{
+      {R"({"not": {"minimum": 3}})", "keyword 'not' is supported with a type"},
+      {R"({"not": {}})", "no value satisfies it"},
+      {R"({"type": "integer", "not": {"type": "number"}})", "leaves no type"},
+      {R"({"not": {"type": "tuple"}})", "unknown type 'tuple'"},
+  };
+  for (const auto& [schema, message] : refused) {
+    auto g = CompileJsonSchema(Json::parse(schema));
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << schema;
+    EXPECT_THAT(g.status().message(), HasSubstr(message)) << schema;
+  }
 }
 
 // patternProperties of one pattern without declared properties: a map of keys matching it.
