@@ -86,12 +86,6 @@ class Deadline {
   std::shared_ptr<uint64_t> generation_;  // touched on the connection's strand only
 };
 
-// `response`, after which the connection closes.
-HttpResponse Closing(HttpResponse response) {
-  response.headers.emplace_back("Connection", "close");
-  return response;
-}
-
 // The route label of on_answered.
 std::string RouteLabel(const HttpRoute* route) {
   if (route == nullptr) return "none";
@@ -359,6 +353,12 @@ class HttpConnection {
     return close || AsksToClose(response) ? Outcome::kClose : Outcome::kKeep;
   }
 
+  // The answer is over (`status` sent, 0 when none was): the guard and the server's report hear.
+  void Answered(const HttpRoute* route, int status) {
+    guard_.ResponseDone(this);
+    server_.ReportAnswered(RouteLabel(route), status);
+  }
+
   // Writes a whole answer and reports it.
   awaitable<Outcome> Send(const HttpResponse& response, const HttpRequest& request,
                           const HttpRoute* route, bool close) {
@@ -368,8 +368,7 @@ class HttpConnection {
     std::string out = ResponseHead(response, head);
     if (request.method != "HEAD") out += response.body;
     const bool written = co_await Write(out);
-    guard_.ResponseDone(this);
-    server_.ReportAnswered(RouteLabel(route), written ? response.status : 0);
+    Answered(route, written ? response.status : 0);
     co_return OutcomeOf(written, close, response);
   }
 
@@ -400,8 +399,7 @@ class HttpConnection {
     StopWatchingForHangUp(*state);
     Outcome outcome = Outcome::kFailed;
     if (GoneOf(*state)) {
-      guard_.ResponseDone(this);
-      server_.ReportAnswered(RouteLabel(&route), 0);
+      Answered(&route, 0);
     } else if (mode == HttpExchangeState::Mode::kFull) {
       // Nothing writes the response once its mode is set: read unlocked.
       outcome = co_await Send(state->response, request, &route, close);
@@ -464,8 +462,7 @@ class HttpConnection {
         StopWatchingForHangUp(state);
       }
     }
-    guard_.ResponseDone(this);
-    server_.ReportAnswered(RouteLabel(&route), state.response.status);
+    Answered(&route, state.response.status);
     co_return OutcomeOf(ok, close, state.response);
   }
 

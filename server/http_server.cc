@@ -27,6 +27,7 @@
 #include "server/http_connection.h"
 #include "server/http_connection_guard.h"
 #include "server/http_exchange_state.h"
+#include "server/http_wire.h"
 #include "server/listen_address.h"
 
 namespace specula {
@@ -322,10 +323,8 @@ void HttpServer::ReportRefused(std::string_view reason) const {
 }
 
 HttpResponse HttpServer::TooLarge() const {
-  HttpResponse r =
-      Refusal(413, absl::StrCat("request body larger than ", options_.max_body_bytes, " bytes"));
-  r.headers.emplace_back("Connection", "close");
-  return r;
+  return Closing(
+      Refusal(413, absl::StrCat("request body larger than ", options_.max_body_bytes, " bytes")));
 }
 
 HttpResponse HttpServer::Refusal(int status, const std::string& message) const {

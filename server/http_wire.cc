@@ -37,6 +37,11 @@ bool AsksToClose(const HttpResponse& response) {
   return false;
 }
 
+HttpResponse Closing(HttpResponse response) {
+  response.headers.emplace_back("Connection", "close");
+  return response;
+}
+
 std::string ResponseHead(const HttpResponse& response, const ResponseHeadOptions& options) {
   std::string head = absl::StrCat("HTTP/1.1 ", response.status, " ", ReasonPhrase(response.status),
                                   "\r\nDate: ", HttpDate(options.now), "\r\n");

@@ -35,6 +35,8 @@ std::string ResponseHead(const HttpResponse& response, const ResponseHeadOptions
 
 // Whether `response` asks for the connection to close after it ("Connection: close").
 bool AsksToClose(const HttpResponse& response);
+// `response`, asking for the connection to close after it.
+HttpResponse Closing(HttpResponse response);
 
 // One chunk of a chunked body ("1a\r\n...\r\n"); empty data gives nothing (an empty chunk would
 // end the body).

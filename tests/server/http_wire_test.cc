@@ -73,6 +73,7 @@ TEST(HttpWireTest, ARoutesConnectionCloseIsKeptAndHonoured) {
   const HttpResponse closing = Answer(400, {{"Connection", "close"}});
   EXPECT_TRUE(AsksToClose(closing));
   EXPECT_FALSE(AsksToClose(Answer(200, {{"Connection", "keep-alive"}})));
+  EXPECT_TRUE(AsksToClose(Closing(Answer(200))));
   const std::string head = ResponseHead(closing, ResponseHeadOptions{});
   EXPECT_THAT(head, HasSubstr("Connection: close\r\n"));
   EXPECT_EQ(head.find("Connection"), head.rfind("Connection"));  // once
