@@ -28,8 +28,9 @@ constexpr int kMaxDepth = 64;
 // The numeric bounds (draft 6 and later: each a number).
 constexpr const char* kBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 constexpr int64_t kMaxOptionalProperties = 256;
-constexpr std::array<std::string_view, 7> kTypes = {"null",   "boolean", "object", "array",
-                                                    "number", "integer", "string"};
+// The kinds of JSON value; "integer" names numbers without a fraction, a kind of number.
+constexpr std::array<const char*, 6> kKinds = {"null",  "boolean", "object",
+                                               "array", "number",  "string"};
 
 // Keywords with no effect on which texts are valid.
 bool IsAnnotation(std::string_view key) {
@@ -40,6 +41,14 @@ bool IsAnnotation(std::string_view key) {
       // the branches' own const properties discriminate (SchemaCompiler::Discriminated).
       "discriminator"};
   return kAnnotations->contains(key);
+}
+
+// Appends to the array `into` each element of `from` it lacks, in order (a union of required
+// names).
+void AppendMissing(const Json& from, Json& into) {
+  for (const Json& e : from) {
+    if (!absl::c_linear_search(into, e)) into.push_back(e);
+  }
 }
 
 bool IsSupported(std::string_view key) {
@@ -432,11 +441,10 @@ absl::Status SchemaCompiler::MergeObject(const Json& s, const std::string& path,
       }
     } else if (k == "required") {
       if (!v.is_array()) return Invalid(path, "required must be an array");
-      for (const Json& name : v) {
-        if (!name.is_string()) return Invalid(path, "required must be an array of strings");
-        Json& into = merged["required"];
-        if (std::find(into.begin(), into.end(), name) == into.end()) into.push_back(name);
+      if (!absl::c_all_of(v, [](const Json& name) { return name.is_string(); })) {
+        return Invalid(path, "required must be an array of strings");
       }
+      AppendMissing(v, merged["required"]);
     } else {
       return cannot(absl::StrCat("it has keyword '", k, "'"));
     }
@@ -465,12 +473,7 @@ absl::StatusOr<int32_t> SchemaCompiler::Not(const Json& s, const std::string& pa
   if (!n.contains("type")) return Unsatisfiable(path, "'not' of a schema every value satisfies");
   ASSIGN_OR_RETURN(const std::vector<std::string> excluded, Types(n, path + "/not"));
   ASSIGN_OR_RETURN(std::vector<std::string> allowed, Types(rest, path));
-  if (allowed.empty()) allowed = {"null", "boolean", "object", "array", "number", "string"};
-  for (const std::string& t : excluded) {
-    if (!absl::c_linear_search(kTypes, t)) {
-      return Invalid(path + "/not", absl::StrCat("unknown type '", t, "'"));
-    }
-  }
+  if (allowed.empty()) allowed.assign(kKinds.begin(), kKinds.end());
   const bool numbers_out =
       absl::c_linear_search(excluded, "integer") || absl::c_linear_search(excluded, "number");
   Json kept = Json::array();
@@ -570,29 +573,21 @@ absl::StatusOr<Json> SchemaCompiler::WithSiblings(const Json& branch, const Json
     if (!out.contains(k)) {
       out[k] = value;
     } else if (k == "required" && value.is_array() && out[k].is_array()) {
-      for (const Json& name : value) {
-        if (std::find(out[k].begin(), out[k].end(), name) == out[k].end()) out[k].push_back(name);
-      }
+      AppendMissing(value, out[k]);
     } else if (k == "type") {
       ASSIGN_OR_RETURN(const std::vector<std::string> mine, Types(siblings, path));
       ASSIGN_OR_RETURN(const std::vector<std::string> theirs, Types(out, path));
-      for (const std::vector<std::string>* types : {&mine, &theirs}) {
-        for (const std::string& t : *types) {
-          if (!absl::c_linear_search(kTypes, t)) {
-            return Invalid(path, absl::StrCat("unknown type '", t, "'"));
-          }
+      std::vector<std::string> common;
+      for (const char* t : kKinds) {
+        if (absl::c_linear_search(mine, t) && absl::c_linear_search(theirs, t)) {
+          common.push_back(t);
         }
       }
-      const auto has = [](const std::vector<std::string>& types, const char* t) {
-        return std::find(types.begin(), types.end(), t) != types.end();
+      // An integer is a number too: integers are common unless every number is.
+      const auto numeric = [](const std::vector<std::string>& types) {
+        return absl::c_linear_search(types, "integer") || absl::c_linear_search(types, "number");
       };
-      std::vector<std::string> common;  // an integer is a number too
-      for (const char* t : {"null", "boolean", "object", "array", "number", "string"}) {
-        if (has(mine, t) && has(theirs, t)) common.push_back(t);
-      }
-      if (!has(common, "number") && ((has(mine, "integer") && has(theirs, "number")) ||
-                                     (has(mine, "number") && has(theirs, "integer")) ||
-                                     (has(mine, "integer") && has(theirs, "integer")))) {
+      if (!absl::c_linear_search(common, "number") && numeric(mine) && numeric(theirs)) {
         common.push_back("integer");
       }
       if (common.empty()) return Json(false);  // no value has both types
@@ -715,7 +710,11 @@ absl::StatusOr<std::vector<std::string>> SchemaCompiler::Types(const Json& s,
   std::vector<std::string> types;
   for (const Json& t : it->is_array() ? *it : Json::array({*it})) {
     if (!t.is_string()) return Invalid(path, "type must be a string or an array of strings");
-    types.push_back(t.get<std::string>());
+    const std::string name = t.get<std::string>();
+    if (name != "integer" && !absl::c_linear_search(kKinds, name)) {
+      return Invalid(path, absl::StrCat("unknown type '", name, "'"));
+    }
+    types.push_back(name);
   }
   if (types.empty()) return Unsatisfiable(path, "type is an empty list");
   return types;
