@@ -108,8 +108,10 @@ absl::Status Generator::LoadTokenizer(const std::string& model_dir) {
   token_table_ = std::make_unique<grammar::TokenTable>(GrammarTokenTable(*tokenizer_));
   // Half the cores, at most 8: an entry takes ~50-100 ms on one core at a 128K vocabulary. The
   // threads start with the first constrained request's first entry.
+  shared_mask_entries_ = std::make_unique<grammar::SharedMaskEntries>();
   masker_ = std::make_unique<grammar::TokenMasker>(
-      *token_table_, std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 8));
+      *token_table_, std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 8),
+      grammar::TokenMasker::kDefaultMinChunkTokens, shared_mask_entries_.get());
   mask_worker_ = std::make_unique<MaskWorker>(*masker_);
   return absl::OkStatus();
 }

@@ -20,6 +20,7 @@
 #include "engine/generate/scheduler.h"
 #include "engine/generate/sequence.h"
 #include "engine/generate/sparse_kv_manager.h"
+#include "engine/grammar/shared_mask_entries.h"
 #include "engine/kv/dense_attention.h"
 #include "engine/kv/kv_pool.h"
 #include "engine/kv/prefix_cache.h"
@@ -212,7 +213,9 @@ class Generator {
   // build mask cache entries on the MaskWorker while a forward pass runs: on the CPU backend,
   // beside its own threads).
   std::unique_ptr<grammar::TokenTable> token_table_;
-  std::unique_ptr<grammar::TokenMasker> masker_;
+  // The costly walks (a JSON string's) of every schema, walked once per process (issue 38).
+  std::unique_ptr<grammar::SharedMaskEntries> shared_mask_entries_;
+  std::unique_ptr<grammar::TokenMasker> masker_;  // after token_table_ and shared_mask_entries_
   std::unique_ptr<MaskWorker> mask_worker_;  // uses masker_
   MaskCaches mask_caches_;
   uint64_t next_id_ = 1;

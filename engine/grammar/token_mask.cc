@@ -8,9 +8,12 @@
 #include <iterator>
 #include <numeric>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "engine/common/thread_pool.h"
+#include "engine/grammar/shared_mask_entries.h"
+#include "engine/grammar/walk_signature.h"
 
 namespace specula::grammar {
 
@@ -75,8 +78,10 @@ constexpr int kChunksPerThread = 4;
 
 }  // namespace
 
-TokenMasker::TokenMasker(const TokenTable& table, int threads, size_t min_chunk_tokens)
+TokenMasker::TokenMasker(const TokenTable& table, int threads, size_t min_chunk_tokens,
+                         SharedMaskEntries* shared)
     : table_(table),
+      shared_(shared),
       threads_(std::max(1, threads)),
       min_chunk_tokens_(std::max<size_t>(1, min_chunk_tokens)) {
   const size_t chunks = threads_ > 1 ? static_cast<size_t>(threads_) * kChunksPerThread : 1;
@@ -143,16 +148,21 @@ void TokenMasker::ClassifyRange(const Grammar& g, const StackSet& start, bool pa
   walk.escaped[0] = walk.left[0] = walk.filtered[0] = 0;
   // Only the tokens whose first byte some stack takes: a key inside a literal (a property name)
   // walks a few hundred tokens, not the vocabulary.
-  ByteSet firsts;
-  for (size_t s = 0; s < start.size(); ++s) {
-    if (start.begin(s) != start.end(s)) firsts |= g.bytes(*(start.end(s) - 1));
-  }
+  const ByteSet firsts = FirstBytes(g, start);
   for (int b = 0; b < 256; ++b) {
     if (!firsts.Contains(static_cast<uint8_t>(b))) continue;
     const size_t lo = std::max(first, static_cast<size_t>(table_.first_byte_[b]));
     const size_t hi = std::min(last, static_cast<size_t>(table_.first_byte_[b + 1]));
     if (lo < hi) ClassifyTokens(g, partial, lo, hi, walk, watch ? &*watch : nullptr, entry, need);
   }
+}
+
+ByteSet TokenMasker::FirstBytes(const Grammar& g, const StackSet& start) const {
+  ByteSet firsts;
+  for (size_t s = 0; s < start.size(); ++s) {
+    if (start.begin(s) != start.end(s)) firsts |= g.bytes(*(start.end(s) - 1));
+  }
+  return firsts;
 }
 
 void TokenMasker::ClassifyTokens(const Grammar& g, bool partial, size_t first, size_t last,
@@ -283,7 +293,8 @@ MaskEntry DeeperIfTooUncertain(MaskEntry entry, bool partial) {
 
 }  // namespace
 
-const MaskEntry& TokenMasker::Insert(MaskCache* cache, std::vector<int32_t> key, MaskEntry entry) {
+const MaskEntry& TokenMasker::Insert(MaskCache* cache, std::vector<int32_t> key,
+                                     std::shared_ptr<const MaskEntry> entry) {
   // Full: drop an entry, so that a schema with many keys keeps a working cache rather than
   // walking the vocabulary at every step. A derived one if there is one (rebuilding it takes a
   // pass over an anchor's needs, not a walk), else one that is not an anchor (the anchor just
@@ -298,37 +309,70 @@ const MaskEntry& TokenMasker::Insert(MaskCache* cache, std::vector<int32_t> key,
     }
     entries.erase(victim != entries.end() ? victim : entries.begin());
   }
-  return *cache->entries_.emplace(std::move(key), std::make_unique<MaskEntry>(std::move(entry)))
-              .first->second;
+  return *cache->entries_.emplace(std::move(key), std::move(entry)).first->second;
 }
 
-MaskEntry TokenMasker::Walked(const Grammar& g, const std::vector<int32_t>& key, bool partial,
-                              const RepeatWatch* anchor, MaskCache* cache) {
+std::optional<std::string> TokenMasker::SharedSignature(const Grammar& g, const StackSet& start,
+                                                        absl::Span<const int32_t> frames,
+                                                        bool partial,
+                                                        const RepeatWatch* anchor) const {
+  if (shared_ == nullptr) return std::nullopt;
+  const ByteSet firsts = FirstBytes(g, start);
+  size_t visited = 0;
+  for (int b = 0; b < 256; ++b) {
+    if (firsts.Contains(static_cast<uint8_t>(b))) {
+      visited += table_.first_byte_[b + 1] - table_.first_byte_[b];
+    }
+  }
+  if (visited * kShareFraction < table_.ids_.size()) return std::nullopt;
+  return WalkSignature(g, frames, partial, anchor, kMaxSharedPositions);
+}
+
+bool TokenMasker::Costly(const MaskEntry& entry) const {
+  size_t accepted = 0;
+  for (const uint32_t w : entry.accepted) accepted += static_cast<size_t>(__builtin_popcount(w));
+  return accepted * kShareFraction >= table_.ids_.size();
+}
+
+std::shared_ptr<const MaskEntry> TokenMasker::Walked(const Grammar& g,
+                                                     const std::vector<int32_t>& key, bool partial,
+                                                     const RepeatWatch* anchor, MaskCache* cache) {
+  const auto frames = absl::MakeConstSpan(key).first(key.size() - (partial ? 0 : 1));
   StackSet start;
-  start.Add(absl::MakeConstSpan(key).first(key.size() - (partial ? 0 : 1)));
-  MaskEntry entry = Classify(g, start, partial, anchor);
+  start.Add(frames);
+  const std::optional<std::string> signature = SharedSignature(g, start, frames, partial, anchor);
+  if (signature) {
+    if (std::shared_ptr<const MaskEntry> found = shared_->Find(*signature)) {
+      ++cache->shared_hits_;
+      return found;
+    }
+  }
+  auto entry = std::make_shared<const MaskEntry>(
+      DeeperIfTooUncertain(Classify(g, start, partial, anchor), partial));
   ++cache->walks_;
-  return DeeperIfTooUncertain(std::move(entry), partial);
+  if (signature && Costly(*entry)) shared_->Add(*signature, entry);
+  return entry;
 }
 
-std::optional<MaskEntry> TokenMasker::FromAnchor(const Grammar& g, const std::vector<int32_t>& key,
-                                                 bool partial, MaskCache* cache) {
+std::shared_ptr<const MaskEntry> TokenMasker::FromAnchor(const Grammar& g,
+                                                         const std::vector<int32_t>& key,
+                                                         bool partial, MaskCache* cache) {
   // The one frame of the key inside a bounded repetition (keys with two keep their own walks).
   const size_t frames = key.size() - (partial ? 0 : 1);
   std::optional<size_t> depth;
   for (size_t f = 0; f < frames; ++f) {
     if (g.kind(key[f]) != PositionKind::kRule || g.counted(key[f]).repeat < 0) continue;
-    if (depth) return std::nullopt;
+    if (depth) return nullptr;
     depth = f;
   }
-  if (!depth) return std::nullopt;
+  if (!depth) return nullptr;
   const CountedPosition at = g.counted(key[*depth]);
   // Counts past the longest token's bytes (one repetition takes a byte at least) allow the same
   // tokens: the anchor stands for them all. A longer token can need any count below.
   const auto no_token_longer = static_cast<int32_t>(table_.max_length_) + 1;
   const int32_t anchor_count =
       std::min({g.repeat_max(at.repeat), no_token_longer, MaskCache::kMaxAnchor});
-  if (at.count > anchor_count && anchor_count < no_token_longer) return std::nullopt;
+  if (at.count > anchor_count && anchor_count < no_token_longer) return nullptr;
   const RepeatWatch anchor{*depth, anchor_count};
   if (at.count == anchor_count) return Walked(g, key, partial, &anchor, cache);
   std::vector<int32_t> anchor_key = key;
@@ -338,16 +382,16 @@ std::optional<MaskEntry> TokenMasker::FromAnchor(const Grammar& g, const std::ve
       it != cache->entries_.end()
           ? *it->second
           : Insert(cache, anchor_key, Walked(g, anchor_key, partial, &anchor, cache));
-  if (a.deeper) return Deeper();
-  if (a.need.empty()) return std::nullopt;  // not an anchor's (cannot happen: one key, one kind)
+  if (a.deeper) return std::make_shared<const MaskEntry>(Deeper());
+  if (a.need.empty()) return nullptr;  // not an anchor's (cannot happen: one key, one kind)
   if (at.count > anchor_count) {
     MaskEntry same;
     same.derived = true;
     same.accepted = a.accepted;
     same.uncertain = a.uncertain;
-    return same;
+    return std::make_shared<const MaskEntry>(std::move(same));
   }
-  return DeeperIfTooUncertain(Derive(a, at.count), partial);
+  return std::make_shared<const MaskEntry>(DeeperIfTooUncertain(Derive(a, at.count), partial));
 }
 
 MaskEntry TokenMasker::Derive(const MaskEntry& anchor, int32_t count) const {
@@ -381,9 +425,9 @@ const MaskEntry& TokenMasker::Entry(const Grammar& g, const int32_t* begin, cons
   auto it = cache->entries_.find(key);
   const MaskEntry* entry = it != cache->entries_.end() ? it->second.get() : nullptr;
   if (entry == nullptr) {
-    std::optional<MaskEntry> derived;
-    if (frames == MaskCache::kKeyFrames) derived = FromAnchor(g, key, partial, cache);
-    MaskEntry built = derived ? std::move(*derived) : Walked(g, key, partial, nullptr, cache);
+    std::shared_ptr<const MaskEntry> built;
+    if (frames == MaskCache::kKeyFrames) built = FromAnchor(g, key, partial, cache);
+    if (built == nullptr) built = Walked(g, key, partial, nullptr, cache);
     entry = &Insert(cache, std::move(key), std::move(built));
   }
   if (entry->deeper) return Entry(g, begin, end, frames + MaskCache::kKeyFrames, cache);

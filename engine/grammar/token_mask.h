@@ -26,6 +26,8 @@ class ThreadPool;
 
 namespace specula::grammar {
 
+class SharedMaskEntries;
+
 class TokenTable {
  public:
   // `token_bytes[id]` is what token `id` decodes to; an empty string marks a token no grammar
@@ -97,13 +99,17 @@ class MaskCache {
   // anchor's also holds a byte per token (128 KB), one per bounded repetition met.
   explicit MaskCache(size_t max_entries = 256) : max_entries_(std::max<size_t>(1, max_entries)) {}
   size_t size() const { return entries_.size(); }
-  // Entries built by walking the vocabulary (the others were derived from an anchor).
+  // Entries built by walking the vocabulary (the others were derived from an anchor or found
+  // among the masker's shared entries).
   int64_t walks() const { return walks_; }
+  // Entries found among the masker's shared entries (walked for another grammar, or earlier).
+  int64_t shared_hits() const { return shared_hits_; }
 
  private:
   friend class TokenMasker;
   int64_t walks_ = 0;
-  absl::flat_hash_map<std::vector<int32_t>, std::unique_ptr<const MaskEntry>> entries_;
+  int64_t shared_hits_ = 0;
+  absl::flat_hash_map<std::vector<int32_t>, std::shared_ptr<const MaskEntry>> entries_;
   size_t max_entries_;
 };
 
@@ -112,8 +118,12 @@ class TokenMasker {
  public:
   // With `threads` > 1, a cache entry's walk of the vocabulary is split across that many
   // threads (a pool of its own, started by the first walk that uses it), in chunks of at least
-  // `min_chunk_tokens`: building entries is what a step waits for.
-  explicit TokenMasker(const TokenTable& table, int threads = 1, size_t min_chunk_tokens = 4096);
+  // `min_chunk_tokens`: building entries is what a step waits for. With `shared` (over the same
+  // table), the costly walks are looked up there by signature before walking, and kept there.
+  static constexpr size_t kDefaultMinChunkTokens = 4096;
+  explicit TokenMasker(const TokenTable& table, int threads = 1,
+                       size_t min_chunk_tokens = kDefaultMinChunkTokens,
+                       SharedMaskEntries* shared = nullptr);
   ~TokenMasker();
   // Sets bit `id % 32` of word `id / 32` of `allowed` for every token `matcher` takes whole,
   // and clears the others. Returns how many are allowed. With a cache (the grammar's, built over
@@ -154,16 +164,33 @@ class TokenMasker {
   // The least need of the stacks in `s` and of an escape with `escape_need`.
   static uint16_t NeedOf(const Grammar& g, const RepeatWatch& watch, const StackSet& s,
                          bool escaped, uint16_t escape_need);
-  // The entry of `key` (the top frames of a stack, or the whole stack and -1), walked.
-  MaskEntry Walked(const Grammar& g, const std::vector<int32_t>& key, bool partial,
-                   const RepeatWatch* anchor, MaskCache* cache);
+  // The entry of `key` (the top frames of a stack, or the whole stack and -1), walked (or found
+  // among the shared entries).
+  std::shared_ptr<const MaskEntry> Walked(const Grammar& g, const std::vector<int32_t>& key,
+                                          bool partial, const RepeatWatch* anchor,
+                                          MaskCache* cache);
+  // The key's signature among the shared entries, for a walk that may be costly: one that visits
+  // at least 1/kShareFraction of the vocabulary, from a part of the grammar of at most
+  // kMaxSharedPositions positions. nullopt for the others.
+  std::optional<std::string> SharedSignature(const Grammar& g, const StackSet& start,
+                                             absl::Span<const int32_t> frames, bool partial,
+                                             const RepeatWatch* anchor) const;
+  // Whether a walked entry was costly, and so worth its room among the shared entries: it
+  // accepts at least 1/kShareFraction of the vocabulary, each token followed to its last byte (a
+  // string's). Whitespace keys visit as many tokens but refuse nearly all at their second byte.
+  bool Costly(const MaskEntry& entry) const;
+  static constexpr size_t kShareFraction = 8;
+  static constexpr size_t kMaxSharedPositions = 4096;
+  // The tokens whose first byte a stack of `start` takes: those its walk visits.
+  ByteSet FirstBytes(const Grammar& g, const StackSet& start) const;
   // The entry of `key` derived from its anchor's, when one of its frames is in a bounded
-  // repetition; nullopt otherwise.
-  std::optional<MaskEntry> FromAnchor(const Grammar& g, const std::vector<int32_t>& key,
-                                      bool partial, MaskCache* cache);
+  // repetition; null otherwise.
+  std::shared_ptr<const MaskEntry> FromAnchor(const Grammar& g, const std::vector<int32_t>& key,
+                                              bool partial, MaskCache* cache);
   // `anchor`'s tokens at count `count`, below the anchor's own.
   MaskEntry Derive(const MaskEntry& anchor, int32_t count) const;
-  static const MaskEntry& Insert(MaskCache* cache, std::vector<int32_t> key, MaskEntry entry);
+  static const MaskEntry& Insert(MaskCache* cache, std::vector<int32_t> key,
+                                 std::shared_ptr<const MaskEntry> entry);
   // Sets the bits of the tokens at `indices` (sorted) that `start` takes whole.
   void Check(const Grammar& g, const StackSet& start, const std::vector<uint32_t>& indices,
              std::vector<uint32_t>* allowed);
@@ -176,6 +203,7 @@ class TokenMasker {
   static size_t Reusable(const Walk& walk, size_t common, size_t valid);
 
   const TokenTable& table_;
+  SharedMaskEntries* const shared_;  // may be null
   const int threads_;
   std::unique_ptr<ThreadPool> pool_;  // null until a walk is split
   const size_t min_chunk_tokens_;

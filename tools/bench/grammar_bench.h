@@ -16,6 +16,8 @@ struct GrammarBenchOptions {
   int walks_per_schema = 4;
   int max_steps = 300;
   int mask_threads = 1;  // the masker's pool: 1 = the calling thread alone
+  // The costly walks shared by every schema (grammar::SharedMaskEntries), as in the server.
+  bool share_walks = true;
 };
 
 // Prints a Markdown table to stdout; returns a process exit code.

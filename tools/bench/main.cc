@@ -125,6 +125,9 @@ ABSL_FLAG(std::string, tokenizer_dir, "", "grammar: directory holding the tokeni
 ABSL_FLAG(std::string, schemas, "tests/engine/grammar/agent_schemas.json",
           "grammar: JSON array of {\"schema\", \"strict\"}");
 ABSL_FLAG(int, mask_threads, 1, "grammar: threads that build a mask cache entry (1: one)");
+ABSL_FLAG(bool, share_walks, true,
+          "grammar: share costly walks between schemas, as the server does (false: each schema's "
+          "cache alone)");
 
 // constrained
 ABSL_FLAG(int32_t, batch, 32, "constrained: requests kept in flight");
@@ -357,6 +360,7 @@ int main(int argc, char** argv) {
     o.tokenizer_dir = absl::GetFlag(FLAGS_tokenizer_dir);
     o.schemas_file = absl::GetFlag(FLAGS_schemas);
     o.mask_threads = absl::GetFlag(FLAGS_mask_threads);
+    o.share_walks = absl::GetFlag(FLAGS_share_walks);
     return specula::RunGrammarBench(o);
   }
   if (command == "constrained") return RunConstrained();

@@ -10,6 +10,8 @@
 #include "engine/grammar/ebnf.h"
 #include "engine/grammar/json_schema.h"
 #include "engine/grammar/regex.h"
+#include "engine/grammar/shared_mask_entries.h"
+#include "engine/grammar/walk_signature.h"
 #include "gtest/gtest.h"
 
 namespace specula::grammar {
@@ -49,9 +51,10 @@ std::vector<uint32_t> BruteForceMask(const GrammarMatcher& m,
 // Random walks through `grammar`, comparing at every step the mask with and without `cache` to
 // trying every token. Returns the steps checked.
 int CheckWalks(const std::shared_ptr<const Grammar>& grammar, const std::vector<std::string>& vocab,
-               MaskCache* cache, uint32_t seed, int threads = 1) {
+               MaskCache* cache, uint32_t seed, int threads = 1,
+               SharedMaskEntries* shared = nullptr) {
   const TokenTable table(vocab);
-  TokenMasker masker(table, threads, /*min_chunk_tokens=*/16);
+  TokenMasker masker(table, threads, /*min_chunk_tokens=*/16, shared);
   std::mt19937 rng(seed);
   int checked = 0;
   for (int walk = 0; walk < 20; ++walk) {
@@ -226,6 +229,93 @@ TEST(TokenMaskTest, DerivedCountsFollowAmbiguousAndReenteredRepetitions) {
     EXPECT_GE(CheckWalks(*g, vocab, &cache, ++seed), 40) << pattern;
     EXPECT_LT(cache.walks(), static_cast<int64_t>(cache.size())) << pattern;
   }
+}
+
+// A string's walks are kept among the shared entries and serve every grammar whose walk from a
+// key sees the same rules (WalkSignature), whatever surrounds them: the second schema's string
+// is found, not walked. Grammars that differ only where a walk looks (a class one byte wider, a
+// shorter bound, a pattern) never take each other's entries: every mask of every grammar, all
+// sharing one store, equals trying every token.
+TEST(TokenMaskTest, SharedEntriesServeOtherGrammarsExactly) {
+  const std::vector<std::string> vocab = TestVocabulary();
+  SharedMaskEntries shared;
+  uint32_t seed = 40;
+  const auto check = [&](const std::shared_ptr<const Grammar>& g, int64_t* hits) {
+    MaskCache cache;
+    EXPECT_GE(CheckWalks(g, vocab, &cache, ++seed, 1, &shared), 40);
+    if (hits != nullptr) *hits = cache.shared_hits();
+  };
+  int64_t hits = 0;
+  for (const char* schema :
+       {R"({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]})",
+        R"({"type": "array", "items": {"type": "object", "properties":
+            {"b": {"type": "string"}, "c": {"type": "integer"}}, "required": ["c", "b"]}})",
+        R"({"type": "object", "properties": {"a": {"type": "string", "maxLength": 4}},
+            "required": ["a"]})",
+        R"({"type": "object", "properties": {"a": {"type": "string", "maxLength": 3}},
+            "required": ["a"]})",
+        R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "^[ab]*$"}},
+            "required": ["a"]})"}) {
+    auto g = CompileJsonSchema(nlohmann::ordered_json::parse(schema));
+    ASSERT_TRUE(g.ok()) << g.status();
+    check(*g, &hits);
+    if (::testing::Test::HasFailure()) return;
+  }
+  // The second schema's string is the first's in another place.
+  EXPECT_GT(shared.size(), 0u);
+  EXPECT_GT(shared.hits(), 0);
+  // Two grammars alike but for one byte of a class (wide enough for its walks to be shared):
+  // the second must not take the first's.
+  const size_t kept = shared.size();
+  for (const char* ebnf : {R"e(root ::= "<" item ">"
+                             item ::= "\"" [^"\\\x00-\x1f]* "\"")e",
+                           R"e(root ::= "<" item ">"
+                             item ::= "\"" [^"\\\x00-\x1fu]* "\"")e"}) {
+    auto g = CompileEbnf(ebnf);
+    ASSERT_TRUE(g.ok()) << g.status();
+    check(*g, nullptr);
+  }
+  EXPECT_GT(shared.size(), kept);
+}
+
+// The signature is the part of the grammar a walk sees: equal for a JSON string wherever it
+// stands, different where one byte of what the walk reads differs, and none past the bound.
+TEST(TokenMaskTest, AWalksSignatureIsWhatItSees) {
+  const auto signature = [](const char* ebnf, std::string_view prefix, size_t max_positions) {
+    auto g = CompileEbnf(ebnf);
+    EXPECT_TRUE(g.ok()) << g.status();
+    GrammarMatcher m(*g);
+    EXPECT_TRUE(m.Advance(prefix));
+    // The stack whose top takes 'q': inside the quoted class.
+    for (size_t s = 0; s < m.stacks().size(); ++s) {
+      const int32_t* begin = m.stacks().begin(s);
+      const int32_t* end = m.stacks().end(s);
+      if (end - begin < 3 || !(*g)->bytes(*(end - 1)).Contains('q')) continue;
+      return WalkSignature(**g, absl::MakeConstSpan(end - 3, end), true, nullptr, max_positions);
+    }
+    ADD_FAILURE() << "no stack inside the class after " << prefix;
+    return std::optional<std::string>();
+  };
+  const char* kObject = R"e(root ::= "{" ws "\"k\":" ws value ws "}"
+                            ws ::= " "?
+                            value ::= str | "7"
+                            str ::= "\"" [a-z]* "\"")e";
+  const char* kList = R"e(root ::= "[" (str ",")* str "]"
+                          str ::= "\"" [a-z]* "\"")e";
+  const char* kWider = R"e(root ::= "[" (str ",")* str "]"
+                           str ::= "\"" [a-zA]* "\"")e";
+  // What follows the class once the rules of the frames below end: their rest.
+  const char* kOtherClose = R"e(root ::= "[" (str ",")* str "]"
+                                str ::= "\"" [a-z]* "'")e";
+  const auto in_object = signature(kObject, "{\"k\":\"ab", 1000);
+  const auto in_list = signature(kList, "[\"ab", 1000);
+  const auto wider = signature(kWider, "[\"ab", 1000);
+  const auto other_close = signature(kOtherClose, "[\"ab", 1000);
+  ASSERT_TRUE(in_object && in_list && wider && other_close);
+  EXPECT_EQ(*in_object, *in_list);
+  EXPECT_NE(*in_list, *wider);
+  EXPECT_NE(*in_list, *other_close);
+  EXPECT_FALSE(signature(kList, "[\"ab", 2).has_value());
 }
 
 TEST(TokenMaskTest, SpecialTokensAndRefusedPrefixesAreNeverAllowed) {
