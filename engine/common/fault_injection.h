@@ -25,8 +25,10 @@ enum class Fault {
   kDeviceLost,     // the CPU backend's next readback reports a device fault (Backend::device_fault)
   kEmptyMask,      // an output constraint's next mask allows no token, as when the vocabulary
                    // cannot spell what the grammar needs (the request fails with INTERNAL)
+  kSlowMaskPreparation,  // the mask preparer sleeps `delay` before a grammar's walks, as a
+                         // large vocabulary's take: its request must wait for them
 };
-inline constexpr int kFaults = 8;
+inline constexpr int kFaults = 9;
 
 #ifdef SPECULA_FAULT_INJECTION
 inline constexpr bool kFaultInjection = true;
@@ -35,7 +37,7 @@ void ArmFault(Fault fault, int times = 1, absl::Duration delay = absl::ZeroDurat
 // Clears every armed fault.
 void DisarmFaults();
 // Whether this pass hits `fault` (consuming one of its armed passes); sleeps its delay first
-// when it has one (kSlowPageCopy, kStallStep, kSlowDevice).
+// when it has one (kSlowPageCopy, kStallStep, kSlowDevice, kSlowMaskPreparation).
 bool HitFault(Fault fault);
 #define SPECULA_FAULT(fault) ::specula::HitFault(fault)
 #else

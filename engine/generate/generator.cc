@@ -1,6 +1,7 @@
 #include "engine/generate/generator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <deque>
 #include <limits>
@@ -45,6 +46,12 @@ absl::StatusOr<std::unique_ptr<HostKvStore>> CreateHostStore(const GeneratorOpti
   }
   return store;
 }
+
+// The longest a grammar's preparation runs (MaskPreparer): its first request waits for it in the
+// queue. A new string shape costs ~50-90 ms at a 128K vocabulary on one core (once per process);
+// what is not reached by then is built by the steps, as without preparation.
+constexpr std::chrono::milliseconds kMaskPrepareBudget{2000};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& model_dir,
@@ -109,9 +116,13 @@ absl::Status Generator::LoadTokenizer(const std::string& model_dir) {
   // Half the cores, at most 8: an entry takes ~50-100 ms on one core at a 128K vocabulary. The
   // threads start with the first constrained request's first entry.
   shared_mask_entries_ = std::make_unique<grammar::SharedMaskEntries>();
-  masker_ = std::make_unique<grammar::TokenMasker>(
-      *token_table_, std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 8),
-      grammar::TokenMasker::kDefaultMinChunkTokens, shared_mask_entries_.get());
+  const int mask_threads =
+      std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 8);
+  masker_ = std::make_unique<grammar::TokenMasker>(*token_table_, mask_threads,
+                                                   grammar::TokenMasker::kDefaultMinChunkTokens,
+                                                   shared_mask_entries_.get());
+  mask_preparer_ = std::make_unique<MaskPreparer>(*token_table_, shared_mask_entries_.get(),
+                                                  mask_caches_, mask_threads, kMaskPrepareBudget);
   mask_worker_ = std::make_unique<MaskWorker>(*masker_);
   return absl::OkStatus();
 }
@@ -244,6 +255,18 @@ int64_t Generator::host_pages_capacity() const {
 }
 int64_t Generator::device_slots_used() const {
   return sparse_ == nullptr ? 0 : sparse_->device_slots_used();
+}
+
+void Generator::PrepareMasks(const GenerationRequest& request) {
+  mask_preparer_->Request(request.constraint.grammar);
+  mask_preparer_->Request(request.constraint.triggered);
+}
+
+bool Generator::MasksReady(const GenerationRequest& request) const {
+  // Only the grammar that holds from the first token: a triggered one (a strict tool call the
+  // model opens) is needed later, most often after its preparation is done.
+  const grammar::Grammar* g = request.constraint.grammar.get();
+  return g == nullptr || !mask_caches_.Preparing(g);
 }
 
 absl::StatusOr<uint64_t> Generator::Add(GenerationRequest request) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "engine/backend/backend.h"
 #include "engine/common/device_kind.h"
 #include "engine/generate/dense_kv_manager.h"
+#include "engine/generate/mask_preparer.h"
 #include "engine/generate/model_runner.h"
 #include "engine/generate/scheduler.h"
 #include "engine/generate/sequence.h"
@@ -149,6 +151,19 @@ class Generator {
   // Whether Add would admit `request` now (a free running slot and enough free KV), without
   // validating or copying it.
   bool HasRoomFor(const GenerationRequest& request) const;
+  // Output constraints: the first request of a grammar has its mask cache prepared off the
+  // engine thread (MaskPreparer) before it starts. PrepareMasks queues the request's grammars
+  // (any thread; nothing for those prepared or in use); MasksReady says whether its grammar is
+  // ready (Add does not wait: a request added before is served by the steps' own walks).
+  void PrepareMasks(const GenerationRequest& request);
+  bool MasksReady(const GenerationRequest& request) const;
+  // MaskCaches::CostlyWalksInSteps: engine thread, between steps.
+  int64_t CostlyMaskWalksInSteps() const { return mask_caches_.CostlyWalksInSteps(); }
+  // Runs on the preparer's thread after each preparation (the engine wakes to admit); once this
+  // returns, the one it replaced no longer runs.
+  void SetOnMasksPrepared(std::function<void()> on_prepared) {
+    mask_preparer_->SetOnPrepared(std::move(on_prepared));
+  }
   // Retires a sequence now and frees its KV; its output reports kCancelled. NOT_FOUND if unknown.
   // With `kv_valid` false (the step that wrote it failed) its KV is not kept for reuse.
   absl::Status Cancel(uint64_t id, SequenceOutput* out, bool kv_valid = true);
@@ -218,6 +233,7 @@ class Generator {
   std::unique_ptr<grammar::TokenMasker> masker_;  // after token_table_ and shared_mask_entries_
   std::unique_ptr<MaskWorker> mask_worker_;  // uses masker_
   MaskCaches mask_caches_;
+  std::unique_ptr<MaskPreparer> mask_preparer_;  // after what it uses: stops first
   uint64_t next_id_ = 1;
   std::unique_ptr<DenseKvAttention> dense_attention_;
   std::unique_ptr<ModelRunner> runner_;  // after the model, the KV pool and the sparse cache

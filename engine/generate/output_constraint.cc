@@ -20,12 +20,61 @@ grammar::TokenTable GrammarTokenTable(const Tokenizer& tokenizer) {
   return grammar::TokenTable(bytes);
 }
 
+void MaskCaches::EraseExpired() {
+  absl::erase_if(slots_, [](const auto& slot) { return slot.second.grammar.expired(); });
+}
+
 std::shared_ptr<grammar::MaskCache> MaskCaches::For(
     const std::shared_ptr<const grammar::Grammar>& g) {
-  absl::erase_if(slots_, [](const auto& slot) { return slot.second.grammar.expired(); });
+  std::lock_guard lock(mu_);
+  EraseExpired();
   Slot& slot = slots_[g.get()];
-  if (slot.cache == nullptr) slot = {g, std::make_shared<grammar::MaskCache>()};
+  slot.grammar = g;
+  if (slot.cache == nullptr) slot.cache = std::make_shared<grammar::MaskCache>();
   return slot.cache;
+}
+
+bool MaskCaches::StartPreparing(const std::shared_ptr<const grammar::Grammar>& g) {
+  std::lock_guard lock(mu_);
+  EraseExpired();
+  const auto [it, added] = slots_.try_emplace(g.get());
+  if (!added) return false;
+  it->second.grammar = g;
+  it->second.preparing = true;
+  return true;
+}
+
+void MaskCaches::FinishPreparing(const grammar::Grammar* g,
+                                 std::shared_ptr<grammar::MaskCache> prepared) {
+  std::lock_guard lock(mu_);
+  const auto it = slots_.find(g);
+  CHECK(it != slots_.end() && it->second.preparing);
+  it->second.preparing = false;
+  if (it->second.cache != nullptr) return;  // a request started meanwhile: its cache stays
+  it->second.prepared_costly_walks = prepared->costly_walks();
+  it->second.cache = std::move(prepared);
+}
+
+int64_t MaskCaches::CostlyWalksInSteps() const {
+  std::lock_guard lock(mu_);
+  int64_t walks = 0;
+  for (const auto& [g, slot] : slots_) {
+    if (slot.cache != nullptr && !slot.grammar.expired()) {
+      walks += slot.cache->costly_walks() - slot.prepared_costly_walks;
+    }
+  }
+  return walks;
+}
+
+bool MaskCaches::Preparing(const grammar::Grammar* g) const {
+  std::lock_guard lock(mu_);
+  const auto it = slots_.find(g);
+  return it != slots_.end() && it->second.preparing;
+}
+
+size_t MaskCaches::size() const {
+  std::lock_guard lock(mu_);
+  return slots_.size();
 }
 
 OutputConstraint::OutputConstraint(ConstraintSpec spec, grammar::TokenMasker& masker,

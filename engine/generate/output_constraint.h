@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,17 +34,35 @@ grammar::TokenTable GrammarTokenTable(const Tokenizer& tokenizer);
 
 // The mask caches of the grammars in use, one per grammar: requests that share a compiled
 // grammar (the server compiles each distinct schema once) share its cache, so a schema's masks
-// are classified once while it stays in use. A cache goes with its grammar.
+// are classified once while it stays in use. A cache goes with its grammar. A grammar's cache may
+// be prepared before its first request (MaskPreparer), and For then gives that one.
+//
+// Thread-safe. A cache For gave belongs to the engine thread (its steps' masks); one being
+// prepared belongs to the preparer until FinishPreparing.
 class MaskCaches {
  public:
+  // The cache of `g`: its own, the prepared one, or a new one (also while `g` is being prepared:
+  // the one prepared is then dropped, its costly walks kept among the shared entries).
   std::shared_ptr<grammar::MaskCache> For(const std::shared_ptr<const grammar::Grammar>& g);
-  size_t size() const { return slots_.size(); }
+  // Claims `g` for preparing: false if it has a cache already or is being prepared.
+  bool StartPreparing(const std::shared_ptr<const grammar::Grammar>& g);
+  void FinishPreparing(const grammar::Grammar* g, std::shared_ptr<grammar::MaskCache> prepared);
+  bool Preparing(const grammar::Grammar* g) const;
+  size_t size() const;
+  // Costly walks (grammar::MaskCache::costly_walks) of the live grammars' caches since they were
+  // handed over: what steps waited for that preparation did not build. Call while no step runs.
+  int64_t CostlyWalksInSteps() const;
 
  private:
   struct Slot {
     std::weak_ptr<const grammar::Grammar> grammar;
-    std::shared_ptr<grammar::MaskCache> cache;
+    std::shared_ptr<grammar::MaskCache> cache;  // null while being prepared
+    bool preparing = false;
+    int64_t prepared_costly_walks = 0;  // the cache's when it was handed over
   };
+  void EraseExpired();  // mu_ held
+
+  mutable std::mutex mu_;
   absl::flat_hash_map<const grammar::Grammar*, Slot> slots_;
 };
 

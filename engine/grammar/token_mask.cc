@@ -13,6 +13,7 @@
 
 #include "engine/common/thread_pool.h"
 #include "engine/grammar/shared_mask_entries.h"
+#include "engine/grammar/stack_keys.h"
 #include "engine/grammar/walk_signature.h"
 
 namespace specula::grammar {
@@ -155,6 +156,17 @@ void TokenMasker::ClassifyRange(const Grammar& g, const StackSet& start, bool pa
     const size_t hi = std::min(last, static_cast<size_t>(table_.first_byte_[b + 1]));
     if (lo < hi) ClassifyTokens(g, partial, lo, hi, walk, watch ? &*watch : nullptr, entry, need);
   }
+}
+
+size_t TokenMasker::Visits(const Grammar& g, const StackSet& start) const {
+  const ByteSet firsts = FirstBytes(g, start);
+  size_t visits = 0;
+  for (int b = 0; b < 256; ++b) {
+    if (firsts.Contains(static_cast<uint8_t>(b))) {
+      visits += table_.first_byte_[b + 1] - table_.first_byte_[b];
+    }
+  }
+  return visits;
 }
 
 ByteSet TokenMasker::FirstBytes(const Grammar& g, const StackSet& start) const {
@@ -316,15 +328,9 @@ std::optional<std::string> TokenMasker::SharedSignature(const Grammar& g, const 
                                                         absl::Span<const int32_t> frames,
                                                         bool partial,
                                                         const RepeatWatch* anchor) const {
-  if (shared_ == nullptr) return std::nullopt;
-  const ByteSet firsts = FirstBytes(g, start);
-  size_t visited = 0;
-  for (int b = 0; b < 256; ++b) {
-    if (firsts.Contains(static_cast<uint8_t>(b))) {
-      visited += table_.first_byte_[b + 1] - table_.first_byte_[b];
-    }
+  if (shared_ == nullptr || Visits(g, start) * kShareFraction < table_.ids_.size()) {
+    return std::nullopt;
   }
-  if (visited * kShareFraction < table_.ids_.size()) return std::nullopt;
   return WalkSignature(g, frames, partial, anchor, kMaxSharedPositions);
 }
 
@@ -350,8 +356,16 @@ std::shared_ptr<const MaskEntry> TokenMasker::Walked(const Grammar& g,
   auto entry = std::make_shared<const MaskEntry>(
       DeeperIfTooUncertain(Classify(g, start, partial, anchor), partial));
   ++cache->walks_;
-  if (signature && Costly(*entry)) shared_->Add(*signature, entry);
+  if (!Costly(*entry)) return entry;
+  ++cache->costly_walks_;
+  if (signature) shared_->Add(*signature, entry);
   return entry;
+}
+
+int32_t TokenMasker::AnchorCount(const Grammar& g, int32_t repeat) const {
+  // Counts past the longest token's bytes (one repetition takes a byte at least) allow the same
+  // tokens: the anchor stands for them all. A longer token can need any count below.
+  return std::min({g.repeat_max(repeat), NoTokenLonger(), MaskCache::kMaxAnchor});
 }
 
 std::shared_ptr<const MaskEntry> TokenMasker::FromAnchor(const Grammar& g,
@@ -367,12 +381,8 @@ std::shared_ptr<const MaskEntry> TokenMasker::FromAnchor(const Grammar& g,
   }
   if (!depth) return nullptr;
   const CountedPosition at = g.counted(key[*depth]);
-  // Counts past the longest token's bytes (one repetition takes a byte at least) allow the same
-  // tokens: the anchor stands for them all. A longer token can need any count below.
-  const auto no_token_longer = static_cast<int32_t>(table_.max_length_) + 1;
-  const int32_t anchor_count =
-      std::min({g.repeat_max(at.repeat), no_token_longer, MaskCache::kMaxAnchor});
-  if (at.count > anchor_count && anchor_count < no_token_longer) return nullptr;
+  const int32_t anchor_count = AnchorCount(g, at.repeat);
+  if (at.count > anchor_count && anchor_count < NoTokenLonger()) return nullptr;
   const RepeatWatch anchor{*depth, anchor_count};
   if (at.count == anchor_count) return Walked(g, key, partial, &anchor, cache);
   std::vector<int32_t> anchor_key = key;
@@ -417,21 +427,51 @@ MaskEntry TokenMasker::Derive(const MaskEntry& anchor, int32_t count) const {
   return entry;
 }
 
+const MaskEntry& TokenMasker::Lookup(const Grammar& g, std::vector<int32_t> key, bool partial,
+                                     bool first_frames, MaskCache* cache) {
+  if (auto it = cache->entries_.find(key); it != cache->entries_.end()) return *it->second;
+  std::shared_ptr<const MaskEntry> built;
+  if (first_frames) built = FromAnchor(g, key, partial, cache);
+  if (built == nullptr) built = Walked(g, key, partial, nullptr, cache);
+  return Insert(cache, std::move(key), std::move(built));
+}
+
 const MaskEntry& TokenMasker::Entry(const Grammar& g, const int32_t* begin, const int32_t* end,
                                     size_t frames, MaskCache* cache) {
   const bool partial = static_cast<size_t>(end - begin) > frames;
   std::vector<int32_t> key(partial ? end - frames : begin, end);
   if (!partial) key.push_back(-1);  // the whole stack: ending it ends the output
-  auto it = cache->entries_.find(key);
-  const MaskEntry* entry = it != cache->entries_.end() ? it->second.get() : nullptr;
-  if (entry == nullptr) {
-    std::shared_ptr<const MaskEntry> built;
-    if (frames == MaskCache::kKeyFrames) built = FromAnchor(g, key, partial, cache);
-    if (built == nullptr) built = Walked(g, key, partial, nullptr, cache);
-    entry = &Insert(cache, std::move(key), std::move(built));
+  const MaskEntry& entry =
+      Lookup(g, std::move(key), partial, frames == MaskCache::kKeyFrames, cache);
+  if (entry.deeper) return Entry(g, begin, end, frames + MaskCache::kKeyFrames, cache);
+  return entry;
+}
+
+int TokenMasker::Prepare(const Grammar& g, MaskCache* cache,
+                         std::chrono::steady_clock::time_point deadline) {
+  // The byte positions whose walks visit the most tokens, the most first.
+  std::vector<std::pair<size_t, int32_t>> visits;
+  for (int32_t pos = 0; pos < g.num_positions(); ++pos) {
+    if (g.kind(pos) != PositionKind::kBytes) continue;
+    StackSet top;
+    top.Add(absl::MakeConstSpan(&pos, 1));
+    const size_t n = Visits(g, top);
+    if (n * kShareFraction >= table_.ids_.size()) visits.emplace_back(n, pos);
   }
-  if (entry->deeper) return Entry(g, begin, end, frames + MaskCache::kKeyFrames, cache);
-  return *entry;
+  std::stable_sort(visits.begin(), visits.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<int32_t> tops;
+  for (const auto& [n, pos] : visits) tops.push_back(pos);
+  const auto anchor = [&](int32_t repeat) { return AnchorCount(g, repeat); };
+  int built = 0;
+  for (StackKey& key : StackKeys(g, MaskCache::kKeyFrames, tops, anchor, kMaxPreparedKeys)) {
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    if (key.whole) key.frames.push_back(-1);
+    const size_t before = cache->entries_.size();
+    Lookup(g, std::move(key.frames), !key.whole, /*first_frames=*/true, cache);
+    built += cache->entries_.size() > before;
+  }
+  return built;
 }
 
 int64_t TokenMasker::Compute(const GrammarMatcher& matcher, MaskCache* cache,

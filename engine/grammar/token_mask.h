@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -104,10 +105,13 @@ class MaskCache {
   int64_t walks() const { return walks_; }
   // Entries found among the masker's shared entries (walked for another grammar, or earlier).
   int64_t shared_hits() const { return shared_hits_; }
+  // Walks that were costly (TokenMasker::Costly): what Prepare is for.
+  int64_t costly_walks() const { return costly_walks_; }
 
  private:
   friend class TokenMasker;
   int64_t walks_ = 0;
+  int64_t costly_walks_ = 0;
   int64_t shared_hits_ = 0;
   absl::flat_hash_map<std::vector<int32_t>, std::shared_ptr<const MaskEntry>> entries_;
   size_t max_entries_;
@@ -133,6 +137,13 @@ class TokenMasker {
   int64_t Compute(const GrammarMatcher& matcher, std::vector<uint32_t>* allowed) {
     return Compute(matcher, nullptr, allowed);
   }
+  // Builds into `cache`, before the grammar's first step, the entries a step would otherwise
+  // wait for: those of the keys its stacks can present (StackKeys) whose top takes the first
+  // bytes of at least 1/kShareFraction of the vocabulary (a string's characters, whitespace),
+  // bounded repetitions at their anchor. Stops at `deadline` or after kMaxPreparedKeys keys
+  // (keys the steps meet later are built then, as without it). Returns the entries added.
+  int Prepare(const Grammar& g, MaskCache* cache, std::chrono::steady_clock::time_point deadline);
+  static constexpr size_t kMaxPreparedKeys = 256;
 
  private:
   // One walk's scratch: the states after each byte of the current token.
@@ -181,8 +192,12 @@ class TokenMasker {
   bool Costly(const MaskEntry& entry) const;
   static constexpr size_t kShareFraction = 8;
   static constexpr size_t kMaxSharedPositions = 4096;
-  // The tokens whose first byte a stack of `start` takes: those its walk visits.
+  // The tokens whose first byte a stack of `start` takes: those its walk visits; their number.
   ByteSet FirstBytes(const Grammar& g, const StackSet& start) const;
+  size_t Visits(const Grammar& g, const StackSet& start) const;
+  // The count a bounded repetition's anchor is walked at (FromAnchor).
+  int32_t AnchorCount(const Grammar& g, int32_t repeat) const;
+  int32_t NoTokenLonger() const { return static_cast<int32_t>(table_.max_length_) + 1; }
   // The entry of `key` derived from its anchor's, when one of its frames is in a bounded
   // repetition; null otherwise.
   std::shared_ptr<const MaskEntry> FromAnchor(const Grammar& g, const std::vector<int32_t>& key,
@@ -194,6 +209,9 @@ class TokenMasker {
   // Sets the bits of the tokens at `indices` (sorted) that `start` takes whole.
   void Check(const Grammar& g, const StackSet& start, const std::vector<uint32_t>& indices,
              std::vector<uint32_t>* allowed);
+  // The entry of `key` (FromAnchor's when `first_frames`, a stack's first key), built if new.
+  const MaskEntry& Lookup(const Grammar& g, std::vector<int32_t> key, bool partial,
+                          bool first_frames, MaskCache* cache);
   // The entry of the stack [begin, end) for its top `frames` frames, or deeper.
   const MaskEntry& Entry(const Grammar& g, const int32_t* begin, const int32_t* end, size_t frames,
                          MaskCache* cache);

@@ -49,10 +49,18 @@ Engine::Engine(std::unique_ptr<Generator> generator, EngineOptions options,
   // The observer sees the capacities before the first request, not zero until then (the engine
   // thread does not exist yet, so reading the generator here is safe).
   PublishLoad();
+  generator_->SetOnMasksPrepared([this] {
+    std::lock_guard lock(mu_);
+    masks_prepared_ = true;
+    wake_.notify_one();
+  });
   thread_ = std::thread([this] { Loop(); });
 }
 
-Engine::~Engine() { Shutdown(absl::CancelledError("the engine is shutting down")); }
+Engine::~Engine() {
+  Shutdown(absl::CancelledError("the engine is shutting down"));
+  generator_->SetOnMasksPrepared(nullptr);  // the preparer outlives this object's lock
+}
 
 absl::StatusOr<uint64_t> Engine::Submit(EngineRequest request,
                                         std::shared_ptr<RequestStream> stream) {
@@ -82,6 +90,9 @@ absl::StatusOr<uint64_t> Engine::Submit(EngineRequest request,
         "finishes",
         session));
   }
+  // Before the engine can see it: a grammar new to the engine is claimed for preparing now, and
+  // the request waits for it (Admit).
+  generator_->PrepareMasks(r->request.generation);
   r->handle = next_handle_++;
   const uint64_t handle = r->handle;
   submitted_.push_back(std::move(r));
@@ -199,12 +210,17 @@ void Engine::TakeInbox(Inbox& inbox) {
   const absl::Time session_expiry = NextWake();
   std::unique_lock lock(mu_);
   auto has_control = [&] {
-    return stop_ || !submitted_.empty() || !cancels_.empty() || !control_.empty();
+    return stop_ || !submitted_.empty() || !cancels_.empty() || !control_.empty() ||
+           masks_prepared_;
   };
   const bool has_requests = !running_.empty() || !waiting_.empty();
-  if (paused_ || !has_requests) {
+  // A request whose grammar is being prepared cannot start: with only those, the loop waits.
+  const bool can_step = !running_.empty() || std::any_of(waiting_.begin(), waiting_.end(),
+                                                         [&](const auto& r) { return Ready(*r); });
+  if (paused_ || !can_step) {
     if (has_requests) {
-      // Paused with requests: wake now and then to expire deadlines.
+      // Paused with requests, or waiting for preparations: wake now and then to expire
+      // deadlines.
       wake_.wait_for(lock, std::chrono::milliseconds(20), has_control);
     } else if (session_expiry == absl::InfiniteFuture()) {
       // Idle: sleep until there is work or a session expires.
@@ -213,6 +229,7 @@ void Engine::TakeInbox(Inbox& inbox) {
       wake_.wait_until(lock, absl::ToChronoTime(session_expiry), has_control);
     }
   }
+  masks_prepared_ = false;
   inbox.submitted.swap(submitted_);
   inbox.cancels.swap(cancels_);
   inbox.control.swap(control_);
@@ -307,12 +324,18 @@ void Engine::RetireExpired(absl::Time now) {
   }
 }
 
+bool Engine::Ready(const Request& r) const { return generator_->MasksReady(r.request.generation); }
+
 void Engine::Admit() {
   const size_t max_running = static_cast<size_t>(generator_->options().max_running);
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     // No slot: nothing in the queue can start.
     if (generator_->num_running() >= max_running) return;
     Request& r = **it;
+    if (!Ready(r)) {  // its grammar is being prepared: later requests start meanwhile
+      ++it;
+      continue;
+    }
     // Checked first so a long prompt that does not fit is not copied every step.
     const bool fits = generator_->HasRoomFor(r.request.generation);
     // A copy: should Add still refuse, the request stays queued, in order.
@@ -331,7 +354,8 @@ void Engine::Admit() {
     }
     bool limit_reached = false;  // an earlier request may not be passed again
     for (auto before = waiting_.begin(); before != it; ++before) {
-      limit_reached |= ++(*before)->overtaken >= options_.max_overtakes;
+      // One waiting for its preparation was not passed for want of room.
+      if (Ready(**before)) limit_reached |= ++(*before)->overtaken >= options_.max_overtakes;
     }
     r.queue_seconds = Seconds(absl::Now() - r.submitted);
     r.cached_prompt_tokens = generator_->CachedPromptTokens(*id);

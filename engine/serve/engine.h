@@ -122,6 +122,8 @@ class Engine {
   void Shutdown();
   void RetireExpired(absl::Time now);
   void Admit();
+  // Whether `r` can start: its output constraint's grammar is not being prepared.
+  bool Ready(const Request& r) const;
   absl::Status RunStep();
   // Retires a running sequence in the generator (freeing its KV) and keeps its kv_stats.
   void CancelSequence(uint64_t id, Request& r, bool kv_valid = true);
@@ -164,6 +166,7 @@ class Engine {
   bool accepting_ = true;
   bool stop_ = false;
   bool paused_ = false;
+  bool masks_prepared_ = false;  // a grammar's preparation ended: waiting requests may start
   bool device_failed_ = false;  // engine thread: the device failed; nothing runs any more
   bool thread_done_ = false;  // the loop has ended: control ops are refused
   absl::Status stop_reason_;

@@ -31,7 +31,7 @@ struct WalkTimings {
 };
 
 struct Timings {
-  std::vector<double> compile_us;
+  std::vector<double> compile_us, prepare_us;
   WalkTimings first, later;  // a schema's first walk builds its cache; later ones reuse it
 };
 
@@ -99,6 +99,11 @@ int RunGrammarBench(const GrammarBenchOptions& options) {
       return 1;
     }
     grammar::MaskCache cache;  // one per schema, shared by its walks as by a request's steps
+    if (options.prepare) {
+      start = std::chrono::steady_clock::now();
+      masker.Prepare(**g, &cache, std::chrono::steady_clock::time_point::max());
+      t.prepare_us.push_back(MicrosSince(start));
+    }
     for (int w = 0; w < options.walks_per_schema; ++w) {
       Walk(*g, **tokenizer, masker, &cache, options.max_steps, rng, w == 0 ? &t.first : &t.later);
     }
@@ -116,6 +121,11 @@ int RunGrammarBench(const GrammarBenchOptions& options) {
       "|---|---|---|---|---|---|---|\n");
   std::printf("| compile (us) | %.0f | %.0f | %.0f | %zu | | |\n", Percentile(t.compile_us, 50),
               Percentile(t.compile_us, 99), t.compile_us.back(), t.compile_us.size());
+  if (!t.prepare_us.empty()) {
+    std::sort(t.prepare_us.begin(), t.prepare_us.end());
+    std::printf("| prepare (us) | %.0f | %.0f | %.0f | %zu | | |\n", Percentile(t.prepare_us, 50),
+                Percentile(t.prepare_us, 99), t.prepare_us.back(), t.prepare_us.size());
+  }
   for (auto [name, w] : {std::pair{"mask, first walk (us)", &t.first},
                          std::pair{"mask, later walks (us)", &t.later}}) {
     std::sort(w->mask_us.begin(), w->mask_us.end());

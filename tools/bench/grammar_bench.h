@@ -18,6 +18,8 @@ struct GrammarBenchOptions {
   int mask_threads = 1;  // the masker's pool: 1 = the calling thread alone
   // The costly walks shared by every schema (grammar::SharedMaskEntries), as in the server.
   bool share_walks = true;
+  // Each schema's cache prepared before its first walk (TokenMasker::Prepare), as in the server.
+  bool prepare = true;
 };
 
 // Prints a Markdown table to stdout; returns a process exit code.

@@ -128,6 +128,9 @@ ABSL_FLAG(int, mask_threads, 1, "grammar: threads that build a mask cache entry 
 ABSL_FLAG(bool, share_walks, true,
           "grammar: share costly walks between schemas, as the server does (false: each schema's "
           "cache alone)");
+ABSL_FLAG(bool, prepare, true,
+          "grammar: prepare each schema's mask cache before its first walk, as the server does "
+          "before admitting its first request");
 
 // constrained
 ABSL_FLAG(int32_t, batch, 32, "constrained: requests kept in flight");
@@ -361,6 +364,7 @@ int main(int argc, char** argv) {
     o.schemas_file = absl::GetFlag(FLAGS_schemas);
     o.mask_threads = absl::GetFlag(FLAGS_mask_threads);
     o.share_walks = absl::GetFlag(FLAGS_share_walks);
+    o.prepare = absl::GetFlag(FLAGS_prepare);
     return specula::RunGrammarBench(o);
   }
   if (command == "constrained") return RunConstrained();

@@ -3,7 +3,9 @@
 // itself when the grammar is complete, and samples on the host.
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -324,7 +326,83 @@ TEST_F(OutputConstraintTest, MasksPreparedOnTheWorkerEqualMasksComputedAtSamplin
   EXPECT_GT(steps, 10);
 }
 
+// A grammar's cache is prepared before its first request starts: the preparer claims it, the
+// request waits while it is claimed (MasksReady), and the request's steps then walk nothing
+// costly (the string's characters were walked by the preparer). A second grammar queued while
+// the preparer is busy is not ready until its own preparation ends.
+TEST(ConstrainedGenerationTest, AGrammarIsPreparedBeforeItsFirstRequestStarts) {
+  auto gen = Generator::Create(TestModelDir("llama3-f32"), GeneratorOptions{}).value();
+  std::mutex mu;
+  std::condition_variable cv;
+  int prepared = 0;
+  bool release = false;
+  // Holds the preparer after each grammar until released: the second stays queued meanwhile.
+  gen->SetOnMasksPrepared([&] {
+    std::unique_lock lock(mu);
+    ++prepared;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  });
+  std::vector<GenerationRequest> requests{
+      Constrained(Compile(kWeather), 1),
+      Constrained(Compile(R"({"type": "object", "properties": {"note": {"type": "string",
+          "minLength": 2, "maxLength": 40}}, "required": ["note"]})"),
+                  2)};
+  gen->PrepareMasks(requests[0]);
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return prepared == 1; });
+  }
+  EXPECT_TRUE(gen->MasksReady(requests[0]));
+  gen->PrepareMasks(requests[1]);
+  EXPECT_FALSE(gen->MasksReady(requests[1]));
+  gen->PrepareMasks(requests[0]);  // prepared already: nothing queued
+  {
+    std::unique_lock lock(mu);
+    release = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return prepared == 2; });
+  }
+  gen->SetOnMasksPrepared(nullptr);
+  EXPECT_TRUE(gen->MasksReady(requests[1]));
+  const auto results = gen->GenerateAll(requests).value();
+  for (const auto& r : results) {
+    if (r.finish != FinishReason::kStop) continue;
+    EXPECT_TRUE(Json::accept(r.text)) << r.text;
+  }
+  EXPECT_EQ(gen->CostlyMaskWalksInSteps(), 0);
+}
+
+// Without preparation, the steps walk the string themselves: what the test above rules out.
+TEST(ConstrainedGenerationTest, WithoutPreparationTheStepsWalkTheStrings) {
+  auto gen = Generator::Create(TestModelDir("llama3-f32"), GeneratorOptions{}).value();
+  const auto g = Compile(kWeather);  // held: the count is of live grammars' caches
+  ASSERT_TRUE(gen->GenerateAll({Constrained(g, 1)}).ok());
+  EXPECT_GT(gen->CostlyMaskWalksInSteps(), 0);
+}
+
 // Requests that share a compiled grammar share its mask cache; the cache goes with the grammar.
+// A prepared cache is the grammar's once its preparation ends; a grammar claimed for preparing
+// is not claimed twice; a request that starts while it is prepared keeps the cache it got.
+TEST(MaskCachesTest, APreparedCacheGoesToTheGrammarsRequests) {
+  MaskCaches caches;
+  auto g = Compile(kWeather);
+  EXPECT_TRUE(caches.StartPreparing(g));
+  EXPECT_FALSE(caches.StartPreparing(g));
+  EXPECT_TRUE(caches.Preparing(g.get()));
+  const auto prepared = std::make_shared<grammar::MaskCache>();
+  caches.FinishPreparing(g.get(), prepared);
+  EXPECT_FALSE(caches.Preparing(g.get()));
+  EXPECT_EQ(caches.For(g), prepared);
+  EXPECT_FALSE(caches.StartPreparing(g));  // it has a cache
+
+  auto early = Compile(kWeather);
+  ASSERT_TRUE(caches.StartPreparing(early));
+  const auto started = caches.For(early);  // a request that did not wait
+  caches.FinishPreparing(early.get(), std::make_shared<grammar::MaskCache>());
+  EXPECT_EQ(caches.For(early), started);
+}
+
 TEST(MaskCachesTest, OneCachePerGrammarWhileItLives) {
   MaskCaches caches;
   auto g = Compile(kWeather);

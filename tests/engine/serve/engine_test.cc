@@ -8,8 +8,10 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "engine/common/fault_injection.h"
+#include "engine/grammar/json_schema.h"
 #include "gtest/gtest.h"
 #include "tests/engine/generate/greedy_request.h"
 
@@ -76,6 +78,8 @@ class CountingObserver : public EngineObserver {
   void OnAdmitted(const Admission& a) override {
     admitted++;
     prompt += a.prompt_tokens;
+    std::lock_guard lock(mu);
+    admission_order.push_back(a.request_id);
   }
   void OnFirstToken(double ttft) override { tokens++; }
   void OnNextToken(double tbt) override { tokens++; }
@@ -95,6 +99,7 @@ class CountingObserver : public EngineObserver {
   std::atomic<int64_t> tokens{0}, prompt{0}, sparse_pages_hit{0}, sparse_pages_missed{0};
   std::mutex mu;
   std::map<std::string, RequestSummary> summaries;  // by request id
+  std::vector<std::string> admission_order;
 };
 
 std::vector<GenerationRequest> MixedRequests(int n) {
@@ -155,6 +160,41 @@ TEST(EngineTest, ConcurrentRequestsMatchTheOfflineGenerator) {
   EXPECT_EQ(observer.tokens.load(), total_tokens);
   EXPECT_EQ(observer.prompt.load(), total_prompt);
   EXPECT_GT(observer.max_batch.load(), 1) << "requests were batched";
+}
+
+// A request whose grammar is new to the engine waits in the queue for its preparation
+// (MaskPreparer; slowed here, as a 128K vocabulary's walks take), then runs with the prepared
+// cache: its steps walk nothing costly (a string's characters), and a free request submitted
+// after it runs meanwhile.
+TEST(EngineTest, AConstrainedRequestStartsOnceItsGrammarIsPrepared) {
+  if (kFaultInjection) ArmFault(Fault::kSlowMaskPreparation, 1, absl::Milliseconds(100));
+  CountingObserver observer;
+  auto engine = MakeEngine(GeneratorOptions{}, EngineOptions{}, &observer);
+  grammar::JsonSchemaOptions strict;
+  strict.strict = true;
+  auto g =
+      grammar::CompileJsonSchema(nlohmann::ordered_json::parse(R"({"type": "object", "properties":
+          {"name": {"type": "string", "maxLength": 20}}, "required": ["name"]})"),
+                                 strict);
+  ASSERT_TRUE(g.ok()) << g.status();
+  GenerationRequest constrained = Greedy({1, 2, 3}, 80);
+  constrained.constraint.grammar = *g;
+  Collector answer, free;
+  ASSERT_TRUE(engine->Submit(Named(constrained, "constrained"), answer.stream()).ok());
+  ASSERT_TRUE(engine->Submit(Named(Greedy({4, 5, 6}, 8), "free"), free.stream()).ok());
+  const StreamChunk& got = answer.WaitDone();
+  EXPECT_TRUE(got.status.ok()) << got.status;
+  if (got.finish == FinishReason::kStop) {
+    EXPECT_TRUE(nlohmann::ordered_json::accept(got.text)) << got.text;
+  }
+  EXPECT_TRUE(free.WaitDone().status.ok());
+  ASSERT_TRUE(engine->WaitIdle(absl::Now() + absl::Seconds(10)));
+  EXPECT_EQ(engine->generator().CostlyMaskWalksInSteps(), 0);
+  if (kFaultInjection) {
+    std::lock_guard lock(observer.mu);
+    EXPECT_EQ(observer.admission_order, (std::vector<std::string>{"free", "constrained"}));
+  }
+  DisarmFaults();
 }
 
 TEST(EngineTest, FullQueueIsResourceExhausted) {
