@@ -118,9 +118,9 @@ absl::Status Generator::LoadTokenizer(const std::string& model_dir) {
   shared_mask_entries_ = std::make_unique<grammar::SharedMaskEntries>();
   const int mask_threads =
       std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 8);
-  masker_ = std::make_unique<grammar::TokenMasker>(*token_table_, mask_threads,
-                                                   grammar::TokenMasker::kDefaultMinChunkTokens,
-                                                   shared_mask_entries_.get());
+  masker_ = std::make_unique<grammar::TokenMasker>(
+      *token_table_,
+      grammar::TokenMaskerOptions{.threads = mask_threads, .shared = shared_mask_entries_.get()});
   mask_preparer_ = std::make_unique<MaskPreparer>(*token_table_, shared_mask_entries_.get(),
                                                   mask_caches_, mask_threads, kMaskPrepareBudget);
   mask_worker_ = std::make_unique<MaskWorker>(*masker_);

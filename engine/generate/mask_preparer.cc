@@ -9,9 +9,7 @@ namespace specula {
 
 MaskPreparer::MaskPreparer(const grammar::TokenTable& table, grammar::SharedMaskEntries* shared,
                            MaskCaches& caches, int threads, std::chrono::milliseconds budget)
-    : caches_(caches),
-      masker_(table, threads, grammar::TokenMasker::kDefaultMinChunkTokens, shared),
-      budget_(budget) {}
+    : caches_(caches), masker_(table, {.threads = threads, .shared = shared}), budget_(budget) {}
 
 MaskPreparer::~MaskPreparer() {
   {

@@ -24,7 +24,7 @@ namespace specula::grammar {
 class SharedMaskEntries {
  public:
   // An anchor's entry at a 128K vocabulary is ~145 KB, a plain one ~16 KB.
-  explicit SharedMaskEntries(size_t max_bytes = size_t{32} << 20) : max_bytes_(max_bytes) {}
+  explicit SharedMaskEntries(size_t max_bytes = size_t{64} << 20) : max_bytes_(max_bytes) {}
 
   // The entry walked for `signature`, or null.
   std::shared_ptr<const MaskEntry> Find(const std::string& signature);

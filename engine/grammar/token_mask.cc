@@ -77,15 +77,19 @@ namespace {
 // Chunks of a parallel walk per thread: a few, so a thread whose chunk is cheap takes another.
 constexpr int kChunksPerThread = 4;
 
+TokenMaskerOptions Checked(TokenMaskerOptions o) {
+  o.threads = std::max(1, o.threads);
+  o.min_chunk_tokens = std::max<size_t>(1, o.min_chunk_tokens);
+  o.costly_fraction = std::max<size_t>(1, o.costly_fraction);
+  return o;
+}
+
 }  // namespace
 
-TokenMasker::TokenMasker(const TokenTable& table, int threads, size_t min_chunk_tokens,
-                         SharedMaskEntries* shared)
-    : table_(table),
-      shared_(shared),
-      threads_(std::max(1, threads)),
-      min_chunk_tokens_(std::max<size_t>(1, min_chunk_tokens)) {
-  const size_t chunks = threads_ > 1 ? static_cast<size_t>(threads_) * kChunksPerThread : 1;
+TokenMasker::TokenMasker(const TokenTable& table, TokenMaskerOptions options)
+    : table_(table), options_(Checked(options)) {
+  const size_t chunks =
+      options_.threads > 1 ? static_cast<size_t>(options_.threads) * kChunksPerThread : 1;
   walks_.reserve(chunks);
   for (size_t i = 0; i < chunks; ++i) walks_.emplace_back(table.max_length_);
 }
@@ -236,7 +240,7 @@ uint16_t TokenMasker::NeedOf(const Grammar& g, const RepeatWatch& watch, const S
 MaskEntry TokenMasker::Classify(const Grammar& g, const StackSet& start, bool partial,
                                 const RepeatWatch* anchor) {
   const size_t n = table_.ids_.size();
-  const size_t chunks = std::min(walks_.size(), std::max<size_t>(1, n / min_chunk_tokens_));
+  const size_t chunks = std::min(walks_.size(), std::max<size_t>(1, n / options_.min_chunk_tokens));
   MaskEntry entry;
   entry.accepted.assign(table_.mask_words(), 0);
   if (anchor != nullptr)
@@ -245,7 +249,7 @@ MaskEntry TokenMasker::Classify(const Grammar& g, const StackSet& start, bool pa
     ClassifyRange(g, start, partial, anchor, 0, n, walks_[0], &entry, &entry.need);
     return entry;
   }
-  if (pool_ == nullptr) pool_ = std::make_unique<ThreadPool>(threads_);
+  if (pool_ == nullptr) pool_ = std::make_unique<ThreadPool>(options_.threads);
   std::vector<MaskEntry> parts(chunks);
   pool_->ParallelFor(static_cast<int64_t>(chunks), 1, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
@@ -328,16 +332,18 @@ std::optional<std::string> TokenMasker::SharedSignature(const Grammar& g, const 
                                                         absl::Span<const int32_t> frames,
                                                         bool partial,
                                                         const RepeatWatch* anchor) const {
-  if (shared_ == nullptr || Visits(g, start) * kShareFraction < table_.ids_.size()) {
-    return std::nullopt;
-  }
+  if (options_.shared == nullptr || !MayBeCostly(Visits(g, start))) return std::nullopt;
   return WalkSignature(g, frames, partial, anchor, kMaxSharedPositions);
 }
 
 bool TokenMasker::Costly(const MaskEntry& entry) const {
   size_t accepted = 0;
   for (const uint32_t w : entry.accepted) accepted += static_cast<size_t>(__builtin_popcount(w));
-  return accepted * kShareFraction >= table_.ids_.size();
+  return MayBeCostly(accepted);
+}
+
+bool TokenMasker::MayBeCostly(size_t visits) const {
+  return visits * options_.costly_fraction >= table_.ids_.size();
 }
 
 std::shared_ptr<const MaskEntry> TokenMasker::Walked(const Grammar& g,
@@ -348,7 +354,7 @@ std::shared_ptr<const MaskEntry> TokenMasker::Walked(const Grammar& g,
   start.Add(frames);
   const std::optional<std::string> signature = SharedSignature(g, start, frames, partial, anchor);
   if (signature) {
-    if (std::shared_ptr<const MaskEntry> found = shared_->Find(*signature)) {
+    if (std::shared_ptr<const MaskEntry> found = options_.shared->Find(*signature)) {
       ++cache->shared_hits_;
       return found;
     }
@@ -358,7 +364,7 @@ std::shared_ptr<const MaskEntry> TokenMasker::Walked(const Grammar& g,
   ++cache->walks_;
   if (!Costly(*entry)) return entry;
   ++cache->costly_walks_;
-  if (signature) shared_->Add(*signature, entry);
+  if (signature) options_.shared->Add(*signature, entry);
   return entry;
 }
 
@@ -456,7 +462,7 @@ int TokenMasker::Prepare(const Grammar& g, MaskCache* cache,
     StackSet top;
     top.Add(absl::MakeConstSpan(&pos, 1));
     const size_t n = Visits(g, top);
-    if (n * kShareFraction >= table_.ids_.size()) visits.emplace_back(n, pos);
+    if (MayBeCostly(n)) visits.emplace_back(n, pos);
   }
   std::stable_sort(visits.begin(), visits.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });

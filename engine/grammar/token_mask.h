@@ -117,17 +117,28 @@ class MaskCache {
   size_t max_entries_;
 };
 
+struct TokenMaskerOptions {
+  // With threads > 1, a cache entry's walk of the vocabulary is split across that many threads
+  // (a pool of its own, started by the first walk that uses it), in chunks of at least
+  // min_chunk_tokens: building entries is what a step waits for.
+  int threads = 1;
+  size_t min_chunk_tokens = 4096;
+  // With `shared` (over the same table), the costly walks are looked up there by signature
+  // before walking, and kept there.
+  SharedMaskEntries* shared = nullptr;
+  // A walk may be costly when its key's stacks take the first bytes of at least
+  // 1/costly_fraction of the vocabulary (such keys are prepared and looked up among the shared
+  // entries), and is costly when it accepts as many tokens, each followed to its last byte (it
+  // is kept there). At a 128K vocabulary, 1/64 is 2,000 tokens: a string's characters, and the
+  // multi-byte characters and escapes beside them (2-5 ms each); whitespace keys visit as many
+  // but accept few.
+  size_t costly_fraction = 64;
+};
+
 // Computes masks; holds the walks' scratch states, so one per thread.
 class TokenMasker {
  public:
-  // With `threads` > 1, a cache entry's walk of the vocabulary is split across that many
-  // threads (a pool of its own, started by the first walk that uses it), in chunks of at least
-  // `min_chunk_tokens`: building entries is what a step waits for. With `shared` (over the same
-  // table), the costly walks are looked up there by signature before walking, and kept there.
-  static constexpr size_t kDefaultMinChunkTokens = 4096;
-  explicit TokenMasker(const TokenTable& table, int threads = 1,
-                       size_t min_chunk_tokens = kDefaultMinChunkTokens,
-                       SharedMaskEntries* shared = nullptr);
+  explicit TokenMasker(const TokenTable& table, TokenMaskerOptions options = {});
   ~TokenMasker();
   // Sets bit `id % 32` of word `id / 32` of `allowed` for every token `matcher` takes whole,
   // and clears the others. Returns how many are allowed. With a cache (the grammar's, built over
@@ -139,9 +150,10 @@ class TokenMasker {
   }
   // Builds into `cache`, before the grammar's first step, the entries a step would otherwise
   // wait for: those of the keys its stacks can present (StackKeys) whose top takes the first
-  // bytes of at least 1/kShareFraction of the vocabulary (a string's characters, whitespace),
-  // bounded repetitions at their anchor. Stops at `deadline` or after kMaxPreparedKeys keys
-  // (keys the steps meet later are built then, as without it). Returns the entries added.
+  // bytes of at least 1/costly_fraction of the vocabulary (a string's characters, whitespace),
+  // widest first, bounded repetitions at their anchor. Stops at `deadline` or after
+  // kMaxPreparedKeys keys (keys the steps meet later are built then, as without it). Returns the
+  // entries added.
   int Prepare(const Grammar& g, MaskCache* cache, std::chrono::steady_clock::time_point deadline);
   static constexpr size_t kMaxPreparedKeys = 256;
 
@@ -181,16 +193,17 @@ class TokenMasker {
                                           bool partial, const RepeatWatch* anchor,
                                           MaskCache* cache);
   // The key's signature among the shared entries, for a walk that may be costly: one that visits
-  // at least 1/kShareFraction of the vocabulary, from a part of the grammar of at most
+  // at least 1/costly_fraction of the vocabulary, from a part of the grammar of at most
   // kMaxSharedPositions positions. nullopt for the others.
   std::optional<std::string> SharedSignature(const Grammar& g, const StackSet& start,
                                              absl::Span<const int32_t> frames, bool partial,
                                              const RepeatWatch* anchor) const;
   // Whether a walked entry was costly, and so worth its room among the shared entries: it
-  // accepts at least 1/kShareFraction of the vocabulary, each token followed to its last byte (a
+  // accepts at least 1/costly_fraction of the vocabulary, each token followed to its last byte (a
   // string's). Whitespace keys visit as many tokens but refuse nearly all at their second byte.
   bool Costly(const MaskEntry& entry) const;
-  static constexpr size_t kShareFraction = 8;
+  // Whether a walk visiting `visits` tokens may be costly.
+  bool MayBeCostly(size_t visits) const;
   static constexpr size_t kMaxSharedPositions = 4096;
   // The tokens whose first byte a stack of `start` takes: those its walk visits; their number.
   ByteSet FirstBytes(const Grammar& g, const StackSet& start) const;
@@ -221,10 +234,8 @@ class TokenMasker {
   static size_t Reusable(const Walk& walk, size_t common, size_t valid);
 
   const TokenTable& table_;
-  SharedMaskEntries* const shared_;  // may be null
-  const int threads_;
+  const TokenMaskerOptions options_;
   std::unique_ptr<ThreadPool> pool_;  // null until a walk is split
-  const size_t min_chunk_tokens_;
   std::vector<Walk> walks_;  // one per chunk of a parallel walk; walks_[0] for the others
 };
 

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "engine/generate/generator.h"
@@ -50,22 +52,50 @@ GenerationRequest MakeRequest(int64_t n, float temperature, const Grammars* gram
   return r;
 }
 
+struct RunFigures {
+  double tokens_per_second = 0;
+  double slowest_step_ms = 0;  // what every running request waited for once
+};
+
 // Output tokens per second over `steps` steps with the batch full and every prompt prefilled
-// (refilled as requests end; a new request's prefill counts in the step that runs it).
-absl::StatusOr<double> TimedRun(Generator& g, const ConstrainedBenchOptions& o,
-                                const Grammars* grammars, int64_t* next) {
+// (refilled as requests end; a new request's prefill counts in the step that runs it), and the
+// slowest of those steps. As the engine does, a request whose grammar is new waits for its mask
+// cache's preparation (Generator::PrepareMasks) while the others run.
+absl::StatusOr<RunFigures> TimedRun(Generator& g, const ConstrainedBenchOptions& o,
+                                    const Grammars* grammars, int64_t* next) {
   std::vector<SequenceOutput> out;
+  std::deque<GenerationRequest> waiting;  // for their grammars' preparation
   int in_flight = 0;
   auto refill = [&]() -> absl::Status {
-    for (; in_flight < o.batch; ++in_flight) {
-      absl::StatusOr<uint64_t> id = g.Add(MakeRequest((*next)++, o.temperature, grammars));
+    while (static_cast<int>(waiting.size()) + in_flight < o.batch) {
+      waiting.push_back(MakeRequest((*next)++, o.temperature, grammars));
+      if (o.prepare) g.PrepareMasks(waiting.back());
+    }
+    for (auto it = waiting.begin(); it != waiting.end() && in_flight < o.batch;) {
+      if (!g.MasksReady(*it)) {
+        ++it;
+        continue;
+      }
+      absl::StatusOr<uint64_t> id = g.Add(std::move(*it));
       if (!id.ok()) return id.status();
+      it = waiting.erase(it);
+      ++in_flight;
     }
     return absl::OkStatus();
   };
+  RunFigures figures;
   auto step = [&](int64_t* tokens) -> absl::Status {
+    while (!g.HasWork()) {  // every request waits for a preparation (the time counts)
+      std::this_thread::yield();
+      if (absl::Status s = refill(); !s.ok()) return s;
+    }
     out.clear();
+    const auto start = std::chrono::steady_clock::now();
     if (absl::Status s = g.Step(&out); !s.ok()) return s;
+    figures.slowest_step_ms =
+        std::max(figures.slowest_step_ms,
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                     .count());
     for (const SequenceOutput& x : out) {
       if (!x.error.ok()) return x.error;
       *tokens += static_cast<int64_t>(x.tokens.size());
@@ -78,6 +108,7 @@ absl::StatusOr<double> TimedRun(Generator& g, const ConstrainedBenchOptions& o,
   for (int i = 0; i < 8; ++i) {  // the first batch's prefills
     if (absl::Status s = step(&ignored); !s.ok()) return s;
   }
+  figures.slowest_step_ms = 0;
   int64_t tokens = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < o.steps; ++i) {
@@ -85,11 +116,12 @@ absl::StatusOr<double> TimedRun(Generator& g, const ConstrainedBenchOptions& o,
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  while (g.HasWork()) {  // drain: the next run starts empty
+  while (g.HasWork()) {  // drain: the next run starts empty (what waits is not run)
     out.clear();
     if (absl::Status s = g.Step(&out); !s.ok()) return s;
   }
-  return tokens / seconds;
+  figures.tokens_per_second = tokens / seconds;
+  return figures;
 }
 
 }  // namespace
@@ -114,19 +146,22 @@ int RunConstrainedBench(const ConstrainedBenchOptions& o) {
   // A warm-up run each way: the constrained one builds the schemas' mask caches, as the first
   // requests with a schema do on a server.
   std::vector<double> ratios;
-  std::printf("| run | free tok/s | constrained tok/s | ratio |\n|---|---|---|---|\n");
+  std::printf(
+      "| run | free tok/s | constrained tok/s | ratio | slowest step free / constrained (ms) "
+      "|\n|---|---|---|---|---|\n");
   for (int pair = -1; pair < o.pairs; ++pair) {
-    absl::StatusOr<double> free = TimedRun(**g, o, nullptr, &next);
-    absl::StatusOr<double> held = TimedRun(**g, o, &*grammars, &next);
+    absl::StatusOr<RunFigures> free = TimedRun(**g, o, nullptr, &next);
+    absl::StatusOr<RunFigures> held = TimedRun(**g, o, &*grammars, &next);
     if (!free.ok() || !held.ok()) {
       std::cerr << "specula-bench constrained: " << (free.ok() ? held.status() : free.status())
                 << "\n";
       return 1;
     }
-    if (pair >= 0) ratios.push_back(*held / *free);
-    std::printf("| %s | %.0f | %.0f | %.3f |\n",
-                pair < 0 ? "warm-up" : std::to_string(pair + 1).c_str(), *free, *held,
-                *held / *free);
+    const double ratio = held->tokens_per_second / free->tokens_per_second;
+    if (pair >= 0) ratios.push_back(ratio);
+    std::printf("| %s | %.0f | %.0f | %.3f | %.1f / %.1f |\n",
+                pair < 0 ? "warm-up" : std::to_string(pair + 1).c_str(), free->tokens_per_second,
+                held->tokens_per_second, ratio, free->slowest_step_ms, held->slowest_step_ms);
   }
   std::sort(ratios.begin(), ratios.end());
   std::printf(

@@ -22,6 +22,9 @@ struct ConstrainedBenchOptions {
   // Of every request; at 1 a random-weight model's answers wander (as the grammar bench's random
   // walks do); at 0 sampling costs an argmax and the masks stand out.
   float temperature = 1.0f;
+  // A request with a grammar new to the generator waits for its mask cache's preparation, as on
+  // the engine (false: it starts at once, and its steps build the cache).
+  bool prepare = true;
 };
 
 // Prints each run and the median ratio to stdout; returns a process exit code.

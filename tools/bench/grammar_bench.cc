@@ -83,9 +83,8 @@ int RunGrammarBench(const GrammarBenchOptions& options) {
   const grammar::TokenTable table = GrammarTokenTable(**tokenizer);
   const double table_ms = MicrosSince(start) / 1000;
   grammar::SharedMaskEntries shared;
-  grammar::TokenMasker masker(table, options.mask_threads,
-                              grammar::TokenMasker::kDefaultMinChunkTokens,
-                              options.share_walks ? &shared : nullptr);
+  grammar::TokenMasker masker(
+      table, {.threads = options.mask_threads, .shared = options.share_walks ? &shared : nullptr});
   std::mt19937 rng(42);
   Timings t;
   for (const auto& entry : schemas) {

@@ -129,8 +129,8 @@ ABSL_FLAG(bool, share_walks, true,
           "grammar: share costly walks between schemas, as the server does (false: each schema's "
           "cache alone)");
 ABSL_FLAG(bool, prepare, true,
-          "grammar: prepare each schema's mask cache before its first walk, as the server does "
-          "before admitting its first request");
+          "grammar, constrained: prepare each schema's mask cache before its first walk or "
+          "request, as the server does before admitting its first request");
 
 // constrained
 ABSL_FLAG(int32_t, batch, 32, "constrained: requests kept in flight");
@@ -173,6 +173,7 @@ int RunConstrained() {
   o.pairs = absl::GetFlag(FLAGS_pairs);
   o.threads = absl::GetFlag(FLAGS_threads);
   o.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
+  o.prepare = absl::GetFlag(FLAGS_prepare);
   o.device = *device;
   return specula::RunConstrainedBench(o);
 }

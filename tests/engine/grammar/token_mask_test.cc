@@ -38,6 +38,10 @@ std::vector<std::string> TestVocabulary() {
   return vocab;
 }
 
+// What counts as costly at TestVocabulary's ~700 tokens (TokenMaskerOptions::costly_fraction):
+// a string's characters (most tokens), not the escapes and classes beside them.
+constexpr size_t kCostlyFraction = 8;
+
 std::vector<uint32_t> BruteForceMask(const GrammarMatcher& m,
                                      const std::vector<std::string>& vocab) {
   std::vector<uint32_t> mask((vocab.size() + 31) / 32, 0);
@@ -54,7 +58,11 @@ int CheckWalks(const std::shared_ptr<const Grammar>& grammar, const std::vector<
                MaskCache* cache, uint32_t seed, int threads = 1,
                SharedMaskEntries* shared = nullptr) {
   const TokenTable table(vocab);
-  TokenMasker masker(table, threads, /*min_chunk_tokens=*/16, shared);
+  // Costly as at a real vocabulary's 1/64: this one has ~700 tokens.
+  TokenMasker masker(table, {.threads = threads,
+                             .min_chunk_tokens = 16,
+                             .shared = shared,
+                             .costly_fraction = kCostlyFraction});
   std::mt19937 rng(seed);
   int checked = 0;
   for (int walk = 0; walk < 20; ++walk) {
@@ -325,7 +333,7 @@ TEST(TokenMaskTest, AWalksSignatureIsWhatItSees) {
 TEST(TokenMaskTest, APreparedCacheLeavesNoCostlyWalkToTheSteps) {
   const std::vector<std::string> vocab = TestVocabulary();
   const TokenTable table(vocab);
-  TokenMasker masker(table);
+  TokenMasker masker(table, {.costly_fraction = kCostlyFraction});
   uint32_t seed = 60;
   std::vector<std::shared_ptr<const Grammar>> grammars;
   for (const char* schema :
