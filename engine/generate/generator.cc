@@ -121,8 +121,10 @@ absl::Status Generator::LoadTokenizer(const std::string& model_dir) {
   masker_ = std::make_unique<grammar::TokenMasker>(
       *token_table_,
       grammar::TokenMaskerOptions{.threads = mask_threads, .shared = shared_mask_entries_.get()});
-  mask_preparer_ = std::make_unique<MaskPreparer>(*token_table_, shared_mask_entries_.get(),
-                                                  mask_caches_, mask_threads, kMaskPrepareBudget);
+  // Half the masker's threads: on the CPU backend they share the cores with the running batch.
+  mask_preparer_ =
+      std::make_unique<MaskPreparer>(*token_table_, shared_mask_entries_.get(), mask_caches_,
+                                     std::max(1, mask_threads / 2), kMaskPrepareBudget);
   mask_worker_ = std::make_unique<MaskWorker>(*masker_);
   return absl::OkStatus();
 }
@@ -258,8 +260,8 @@ int64_t Generator::device_slots_used() const {
 }
 
 void Generator::PrepareMasks(const GenerationRequest& request) {
-  mask_preparer_->Request(request.constraint.grammar);
-  mask_preparer_->Request(request.constraint.triggered);
+  mask_preparer_->Request(request.constraint.grammar, /*awaited=*/true);
+  mask_preparer_->Request(request.constraint.triggered, /*awaited=*/false);
 }
 
 bool Generator::MasksReady(const GenerationRequest& request) const {

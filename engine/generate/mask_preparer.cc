@@ -15,17 +15,20 @@ MaskPreparer::~MaskPreparer() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
+    cancel_ = true;
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   // Grammars still queued are left claimed: nothing admits requests once the engine is gone.
 }
 
-void MaskPreparer::Request(const std::shared_ptr<const grammar::Grammar>& g) {
-  if (g == nullptr || !caches_.StartPreparing(g)) return;
+void MaskPreparer::Request(const std::shared_ptr<const grammar::Grammar>& g, bool awaited) {
+  if (g == nullptr) return;
   {
     std::lock_guard lock(mu_);
-    queue_.push_back(g);
+    if (stop_ || awaited_.size() + later_.size() >= kMaxQueued) return;
+    if (!caches_.StartPreparing(g)) return;
+    (awaited ? awaited_ : later_).push_back(g);
     if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
   }
   cv_.notify_all();
@@ -36,23 +39,18 @@ void MaskPreparer::SetOnPrepared(std::function<void()> on_prepared) {
   on_prepared_ = std::move(on_prepared);
 }
 
-int64_t MaskPreparer::prepared() const {
-  std::lock_guard lock(mu_);
-  return prepared_;
-}
-
 void MaskPreparer::Loop() {
   std::unique_lock lock(mu_);
   while (true) {
-    cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    cv_.wait(lock, [this] { return stop_ || !awaited_.empty() || !later_.empty(); });
     if (stop_) return;
-    std::shared_ptr<const grammar::Grammar> g = std::move(queue_.front());
-    queue_.pop_front();
+    auto& queue = !awaited_.empty() ? awaited_ : later_;
+    std::shared_ptr<const grammar::Grammar> g = std::move(queue.front());
+    queue.pop_front();
     lock.unlock();
     PrepareOne(g);
     g.reset();
     lock.lock();
-    ++prepared_;
   }
 }
 
@@ -60,7 +58,7 @@ void MaskPreparer::PrepareOne(const std::shared_ptr<const grammar::Grammar>& g) 
   const auto start = std::chrono::steady_clock::now();
   auto cache = std::make_shared<grammar::MaskCache>();
   SPECULA_FAULT(Fault::kSlowMaskPreparation);
-  const int entries = masker_.Prepare(*g, cache.get(), start + budget_);
+  const int entries = masker_.Prepare(*g, cache.get(), start + budget_, &cancel_);
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   const int64_t walks = cache->walks(), costly = cache->costly_walks();

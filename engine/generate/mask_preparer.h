@@ -6,10 +6,12 @@
 // itself waits for its preparation in the queue (its time to first token pays it, once per
 // schema, instead of the whole batch's time between tokens).
 //
-// Each preparation is bounded (`budget`); what it did not reach is built by the steps that meet
-// it, as without preparation.
+// Each preparation is bounded (`budget`), and so is the queue (kMaxQueued; past it a grammar is
+// not claimed and its requests start at once); what preparation does not reach is built by the
+// steps that meet it, as without preparation. The engine also bounds how long a request waits.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -37,11 +39,12 @@ class MaskPreparer {
   // requests). Once SetOnPrepared returns, the one it replaced no longer runs (so its owner may
   // go: set an empty one first).
   void SetOnPrepared(std::function<void()> on_prepared);
-  // Any thread: queues `g` unless it has a cache or is queued already. The thread starts with
-  // the first grammar.
-  void Request(const std::shared_ptr<const grammar::Grammar>& g);
-  // Grammars prepared so far.
-  int64_t prepared() const;
+  // Any thread: queues `g` unless it has a cache, is queued already, or kMaxQueued grammars
+  // wait. `awaited`: a request waits for it (the grammar that holds from its first token); those
+  // are prepared before the others (a strict tool call's, needed once the model opens a call).
+  // The thread starts with the first grammar.
+  void Request(const std::shared_ptr<const grammar::Grammar>& g, bool awaited);
+  static constexpr size_t kMaxQueued = 64;
 
  private:
   void Loop();
@@ -55,9 +58,9 @@ class MaskPreparer {
   std::function<void()> on_prepared_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::shared_ptr<const grammar::Grammar>> queue_;
-  int64_t prepared_ = 0;
+  std::deque<std::shared_ptr<const grammar::Grammar>> awaited_, later_;
   bool stop_ = false;
+  std::atomic<bool> cancel_{false};  // the preparation under way stops between keys
   std::thread thread_;  // last: started by the first Request
 };
 

@@ -69,7 +69,9 @@ int64_t MaskCaches::CostlyWalksInSteps() const {
 bool MaskCaches::Preparing(const grammar::Grammar* g) const {
   std::lock_guard lock(mu_);
   const auto it = slots_.find(g);
-  return it != slots_.end() && it->second.preparing;
+  // A request that started meanwhile (For) has the grammar's cache: the preparation's is dropped,
+  // so nothing waits for it.
+  return it != slots_.end() && it->second.preparing && it->second.cache == nullptr;
 }
 
 size_t MaskCaches::size() const {

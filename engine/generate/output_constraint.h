@@ -47,6 +47,7 @@ class MaskCaches {
   // Claims `g` for preparing: false if it has a cache already or is being prepared.
   bool StartPreparing(const std::shared_ptr<const grammar::Grammar>& g);
   void FinishPreparing(const grammar::Grammar* g, std::shared_ptr<grammar::MaskCache> prepared);
+  // Whether a request of `g` should wait: it is being prepared and no request has its cache yet.
   bool Preparing(const grammar::Grammar* g) const;
   size_t size() const;
   // Costly walks (grammar::MaskCache::costly_walks) of the live grammars' caches since they were

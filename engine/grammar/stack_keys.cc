@@ -82,7 +82,8 @@ class KeyFinder {
   // Every key whose frames from the top down start with `suffix`.
   void Extend(std::vector<int32_t>& suffix) {
     if (keys_.size() >= max_keys_) return;
-    const Callers::Below& below = callers_.Of(callers_.rule_of(suffix.back()));
+    // A copy: the recursion below adds to the memo, which may move what a reference points to.
+    const Callers::Below below = callers_.Of(callers_.rule_of(suffix.back()));
     if (below.bottom) Emit(suffix, /*whole=*/true);
     if (suffix.size() == frames_) {
       if (!below.frames.empty()) Emit(suffix, /*whole=*/false);

@@ -454,7 +454,8 @@ const MaskEntry& TokenMasker::Entry(const Grammar& g, const int32_t* begin, cons
 }
 
 int TokenMasker::Prepare(const Grammar& g, MaskCache* cache,
-                         std::chrono::steady_clock::time_point deadline) {
+                         std::chrono::steady_clock::time_point deadline,
+                         const std::atomic<bool>* cancel) {
   // The byte positions whose walks visit the most tokens, the most first.
   std::vector<std::pair<size_t, int32_t>> visits;
   for (int32_t pos = 0; pos < g.num_positions(); ++pos) {
@@ -471,11 +472,11 @@ int TokenMasker::Prepare(const Grammar& g, MaskCache* cache,
   const auto anchor = [&](int32_t repeat) { return AnchorCount(g, repeat); };
   int built = 0;
   for (StackKey& key : StackKeys(g, MaskCache::kKeyFrames, tops, anchor, kMaxPreparedKeys)) {
-    if (std::chrono::steady_clock::now() >= deadline) break;
+    if (std::chrono::steady_clock::now() >= deadline || (cancel != nullptr && *cancel)) break;
     if (key.whole) key.frames.push_back(-1);
-    const size_t before = cache->entries_.size();
+    if (cache->entries_.contains(key.frames)) continue;
     Lookup(g, std::move(key.frames), !key.whole, /*first_frames=*/true, cache);
-    built += cache->entries_.size() > before;
+    ++built;
   }
   return built;
 }

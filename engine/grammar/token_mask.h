@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -152,10 +153,11 @@ class TokenMasker {
   // wait for: those of the keys its stacks can present (StackKeys) whose top takes the first
   // bytes of at least 1/costly_fraction of the vocabulary (a string's characters, whitespace),
   // widest first, bounded repetitions at their anchor. Stops at `deadline` or after
-  // kMaxPreparedKeys keys (keys the steps meet later are built then, as without it). Returns the
-  // entries added.
-  int Prepare(const Grammar& g, MaskCache* cache, std::chrono::steady_clock::time_point deadline);
-  static constexpr size_t kMaxPreparedKeys = 256;
+  // kMaxPreparedKeys keys (half the cache: room for the counts derived at the steps), or once
+  // `cancel` is set. Returns the keys looked up that the cache did not hold.
+  int Prepare(const Grammar& g, MaskCache* cache, std::chrono::steady_clock::time_point deadline,
+              const std::atomic<bool>* cancel = nullptr);
+  static constexpr size_t kMaxPreparedKeys = 128;
 
  private:
   // One walk's scratch: the states after each byte of the current token.

@@ -20,6 +20,8 @@ struct Engine::Request {
   absl::Time submitted;
   double queue_seconds = -1;  // set once admitted
   int32_t overtaken = 0;      // later requests admitted ahead of it (EngineOptions::max_overtakes)
+  // Its output grammar is prepared (or it waited long enough): it may start. Once true, stays.
+  bool ready = false;
   // Output so far.
   int64_t completion_tokens = 0;
   double ttft_seconds = -1;
@@ -215,8 +217,7 @@ void Engine::TakeInbox(Inbox& inbox) {
   };
   const bool has_requests = !running_.empty() || !waiting_.empty();
   // A request whose grammar is being prepared cannot start: with only those, the loop waits.
-  const bool can_step = !running_.empty() || std::any_of(waiting_.begin(), waiting_.end(),
-                                                         [&](const auto& r) { return Ready(*r); });
+  const bool can_step = !running_.empty() || RefreshReady(absl::Now());
   if (paused_ || !can_step) {
     if (has_requests) {
       // Paused with requests, or waiting for preparations: wake now and then to expire
@@ -324,15 +325,24 @@ void Engine::RetireExpired(absl::Time now) {
   }
 }
 
-bool Engine::Ready(const Request& r) const { return generator_->MasksReady(r.request.generation); }
+bool Engine::RefreshReady(absl::Time now) {
+  bool any = false;
+  for (const auto& r : waiting_) {
+    r->ready = r->ready || generator_->MasksReady(r->request.generation) ||
+               now - r->submitted >= options_.max_mask_wait;
+    any |= r->ready;
+  }
+  return any;
+}
 
 void Engine::Admit() {
   const size_t max_running = static_cast<size_t>(generator_->options().max_running);
+  RefreshReady(absl::Now());  // once: a request found not ready below is not ready in this pass
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     // No slot: nothing in the queue can start.
     if (generator_->num_running() >= max_running) return;
     Request& r = **it;
-    if (!Ready(r)) {  // its grammar is being prepared: later requests start meanwhile
+    if (!r.ready) {  // its grammar is being prepared: later requests start meanwhile
       ++it;
       continue;
     }
@@ -355,7 +365,7 @@ void Engine::Admit() {
     bool limit_reached = false;  // an earlier request may not be passed again
     for (auto before = waiting_.begin(); before != it; ++before) {
       // One waiting for its preparation was not passed for want of room.
-      if (Ready(**before)) limit_reached |= ++(*before)->overtaken >= options_.max_overtakes;
+      if ((*before)->ready) limit_reached |= ++(*before)->overtaken >= options_.max_overtakes;
     }
     r.queue_seconds = Seconds(absl::Now() - r.submitted);
     r.cached_prompt_tokens = generator_->CachedPromptTokens(*id);

@@ -40,6 +40,10 @@ struct EngineOptions {
   // Small requests are not held behind a large one, and the large one is not starved: once it
   // blocks the queue, running requests finish (or are preempted) until it fits.
   int32_t max_overtakes = 16;
+  // The longest a request waits in the queue for its output grammar's token mask preparation
+  // (Generator::PrepareMasks; other grammars may be queued ahead of it); then it starts, and its
+  // steps build what preparation has not reached.
+  absl::Duration max_mask_wait = absl::Seconds(2);
 };
 
 struct EngineRequest {
@@ -122,8 +126,9 @@ class Engine {
   void Shutdown();
   void RetireExpired(absl::Time now);
   void Admit();
-  // Whether `r` can start: its output constraint's grammar is not being prepared.
-  bool Ready(const Request& r) const;
+  // Marks the waiting requests that may start: their output grammar is not being prepared (or
+  // they waited EngineOptions::max_mask_wait). Whether any may.
+  bool RefreshReady(absl::Time now);
   absl::Status RunStep();
   // Retires a running sequence in the generator (freeing its KV) and keeps its kv_stats.
   void CancelSequence(uint64_t id, Request& r, bool kv_valid = true);

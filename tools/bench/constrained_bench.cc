@@ -86,7 +86,7 @@ absl::StatusOr<RunFigures> TimedRun(Generator& g, const ConstrainedBenchOptions&
   RunFigures figures;
   auto step = [&](int64_t* tokens) -> absl::Status {
     while (!g.HasWork()) {  // every request waits for a preparation (the time counts)
-      std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
       if (absl::Status s = refill(); !s.ok()) return s;
     }
     out.clear();

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/common/fault_injection.h"
 #include "engine/generate/generator.h"
 #include "engine/generate/mask_worker.h"
@@ -373,6 +374,41 @@ TEST(ConstrainedGenerationTest, AGrammarIsPreparedBeforeItsFirstRequestStarts) {
   EXPECT_EQ(gen->CostlyMaskWalksInSteps(), 0);
 }
 
+// The preparer's queue is bounded: while it is busy, at most MaskPreparer::kMaxQueued grammars
+// wait; the next one is not claimed, and its request may start at once (its steps build its
+// cache, as without preparation).
+TEST(ConstrainedGenerationTest, AtMostMaxQueuedGrammarsWaitForThePreparer) {
+  auto gen = Generator::Create(TestModelDir("llama3-f32"), GeneratorOptions{}).value();
+  std::mutex mu;
+  std::condition_variable cv;
+  bool busy = false, release = false;
+  gen->SetOnMasksPrepared([&] {  // holds the preparer after its first grammar
+    std::unique_lock lock(mu);
+    busy = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  });
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i <= static_cast<int>(MaskPreparer::kMaxQueued) + 1; ++i) {
+    requests.push_back(Constrained(
+        Compile(absl::StrCat(R"({"type": "string", "maxLength": )", i + 1, "}").c_str()), i));
+  }
+  gen->PrepareMasks(requests[0]);
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return busy; });
+  }
+  for (size_t i = 1; i < requests.size(); ++i) gen->PrepareMasks(requests[i]);
+  for (size_t i = 1; i + 1 < requests.size(); ++i) EXPECT_FALSE(gen->MasksReady(requests[i])) << i;
+  EXPECT_TRUE(gen->MasksReady(requests.back()));
+  {
+    std::lock_guard lock(mu);
+    release = true;
+    cv.notify_all();
+  }
+  gen->SetOnMasksPrepared([] {});  // the rest run through
+}
+
 // Without preparation, the steps walk the string themselves: what the test above rules out.
 TEST(ConstrainedGenerationTest, WithoutPreparationTheStepsWalkTheStrings) {
   auto gen = Generator::Create(TestModelDir("llama3-f32"), GeneratorOptions{}).value();
@@ -399,6 +435,7 @@ TEST(MaskCachesTest, APreparedCacheGoesToTheGrammarsRequests) {
   auto early = Compile(kWeather);
   ASSERT_TRUE(caches.StartPreparing(early));
   const auto started = caches.For(early);  // a request that did not wait
+  EXPECT_FALSE(caches.Preparing(early.get()));  // nothing waits for a cache that will be dropped
   caches.FinishPreparing(early.get(), std::make_shared<grammar::MaskCache>());
   EXPECT_EQ(caches.For(early), started);
 }

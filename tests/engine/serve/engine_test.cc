@@ -162,41 +162,6 @@ TEST(EngineTest, ConcurrentRequestsMatchTheOfflineGenerator) {
   EXPECT_GT(observer.max_batch.load(), 1) << "requests were batched";
 }
 
-// A request whose grammar is new to the engine waits in the queue for its preparation
-// (MaskPreparer; slowed here, as a 128K vocabulary's walks take), then runs with the prepared
-// cache: its steps walk nothing costly (a string's characters), and a free request submitted
-// after it runs meanwhile.
-TEST(EngineTest, AConstrainedRequestStartsOnceItsGrammarIsPrepared) {
-  if (kFaultInjection) ArmFault(Fault::kSlowMaskPreparation, 1, absl::Milliseconds(100));
-  CountingObserver observer;
-  auto engine = MakeEngine(GeneratorOptions{}, EngineOptions{}, &observer);
-  grammar::JsonSchemaOptions strict;
-  strict.strict = true;
-  auto g =
-      grammar::CompileJsonSchema(nlohmann::ordered_json::parse(R"({"type": "object", "properties":
-          {"name": {"type": "string", "maxLength": 20}}, "required": ["name"]})"),
-                                 strict);
-  ASSERT_TRUE(g.ok()) << g.status();
-  GenerationRequest constrained = Greedy({1, 2, 3}, 80);
-  constrained.constraint.grammar = *g;
-  Collector answer, free;
-  ASSERT_TRUE(engine->Submit(Named(constrained, "constrained"), answer.stream()).ok());
-  ASSERT_TRUE(engine->Submit(Named(Greedy({4, 5, 6}, 8), "free"), free.stream()).ok());
-  const StreamChunk& got = answer.WaitDone();
-  EXPECT_TRUE(got.status.ok()) << got.status;
-  if (got.finish == FinishReason::kStop) {
-    EXPECT_TRUE(nlohmann::ordered_json::accept(got.text)) << got.text;
-  }
-  EXPECT_TRUE(free.WaitDone().status.ok());
-  ASSERT_TRUE(engine->WaitIdle(absl::Now() + absl::Seconds(10)));
-  EXPECT_EQ(engine->generator().CostlyMaskWalksInSteps(), 0);
-  if (kFaultInjection) {
-    std::lock_guard lock(observer.mu);
-    EXPECT_EQ(observer.admission_order, (std::vector<std::string>{"free", "constrained"}));
-  }
-  DisarmFaults();
-}
-
 TEST(EngineTest, FullQueueIsResourceExhausted) {
   GeneratorOptions gen_options;
   gen_options.max_running = 2;
@@ -513,6 +478,62 @@ void ExpectOnlyTheFirstFails(const GeneratorOptions& o, Fault fault, const Gener
 }
 
 // The request being admitted fails; the next one (admitted after it) is not touched.
+// A request whose grammar is new to the engine waits in the queue for its preparation
+// (MaskPreparer; slowed here, as a 128K vocabulary's walks take), then runs with the prepared
+// cache: its steps walk nothing costly (a string's characters), and a free request submitted
+// after it is admitted first.
+std::shared_ptr<const grammar::Grammar> NameSchema() {
+  grammar::JsonSchemaOptions strict;
+  strict.strict = true;
+  auto g =
+      grammar::CompileJsonSchema(nlohmann::ordered_json::parse(R"({"type": "object", "properties":
+          {"name": {"type": "string", "maxLength": 20}}, "required": ["name"]})"),
+                                 strict);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? *g : nullptr;
+}
+
+// Runs a constrained request and a free one submitted after it; returns the admission order.
+std::vector<std::string> ConstrainedThenFree(Engine& engine, CountingObserver& observer) {
+  GenerationRequest constrained = Greedy({1, 2, 3}, 80);
+  constrained.constraint.grammar = NameSchema();
+  Collector answer, free;
+  EXPECT_TRUE(engine.Submit(Named(constrained, "constrained"), answer.stream()).ok());
+  EXPECT_TRUE(engine.Submit(Named(Greedy({4, 5, 6}, 8), "free"), free.stream()).ok());
+  const StreamChunk& got = answer.WaitDone();
+  EXPECT_TRUE(got.status.ok()) << got.status;
+  if (got.finish == FinishReason::kStop) {
+    EXPECT_TRUE(nlohmann::ordered_json::accept(got.text)) << got.text;
+  }
+  EXPECT_TRUE(free.WaitDone().status.ok());
+  EXPECT_TRUE(engine.WaitIdle(absl::Now() + absl::Seconds(10)));
+  std::lock_guard lock(observer.mu);
+  return observer.admission_order;
+}
+
+TEST_F(FaultTest, AConstrainedRequestStartsOnceItsGrammarIsPrepared) {
+  ArmFault(Fault::kSlowMaskPreparation, 1, absl::Milliseconds(300));
+  CountingObserver observer;
+  auto engine = MakeEngine(GeneratorOptions{}, EngineOptions{}, &observer);
+  EXPECT_EQ(ConstrainedThenFree(*engine, observer),
+            (std::vector<std::string>{"free", "constrained"}));
+  EXPECT_EQ(engine->generator().CostlyMaskWalksInSteps(), 0);
+}
+
+// A preparation slower than EngineOptions::max_mask_wait does not hold its request longer: it
+// starts, and its steps walk what the preparation had not yet.
+TEST_F(FaultTest, ARequestWaitsForItsPreparationAtMostMaxMaskWait) {
+  ArmFault(Fault::kSlowMaskPreparation, 1, absl::Seconds(1));
+  CountingObserver observer;
+  EngineOptions options;
+  options.max_mask_wait = absl::Milliseconds(50);
+  auto engine = MakeEngine(GeneratorOptions{}, options, &observer);
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(ConstrainedThenFree(*engine, observer).size(), 2u);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1)) << "it waited for the preparation";
+  EXPECT_GT(engine->generator().CostlyMaskWalksInSteps(), 0);
+}
+
 TEST_F(FaultTest, AHostPageAllocationFailureFailsOnlyTheRequestBeingAdmitted) {
   ExpectOnlyTheFirstFails(SparseOptionsForTest(), Fault::kHostPageAlloc,
                           Greedy(Prompt(200, 1), 8), Greedy(Prompt(180, 2), 8));
