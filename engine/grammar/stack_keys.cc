@@ -81,7 +81,7 @@ class KeyFinder {
 
   // Every key whose frames from the top down start with `suffix`.
   void Extend(std::vector<int32_t>& suffix) {
-    if (keys_.size() >= max_keys_) return;
+    if (keys_.size() >= max_keys_ || ++visits_ > kMaxVisits) return;
     // A copy: the recursion below adds to the memo, which may move what a reference points to.
     const Callers::Below below = callers_.Of(callers_.rule_of(suffix.back()));
     if (below.bottom) Emit(suffix, /*whole=*/true);
@@ -116,6 +116,10 @@ class KeyFinder {
   const size_t max_keys_;
   absl::flat_hash_set<std::vector<int32_t>> seen_;
   std::vector<StackKey> keys_;
+  // Suffixes extended: a rule referred to from many places, each in a rule referred to from many,
+  // multiplies them, and most give keys already found.
+  static constexpr size_t kMaxVisits = size_t{1} << 16;
+  size_t visits_ = 0;
 };
 
 }  // namespace

@@ -23,9 +23,10 @@ struct StackKey {
 };
 
 // The keys of `frames` frames (or whole stacks of at most that many) of the stacks whose top is
-// one of `tops` (byte positions), in their order, at most `max_keys` of them. A frame inside a
-// bounded repetition (Grammar::counted) appears at count `anchor(repeat)` only: the others are
-// derived from it.
+// one of `tops` (byte positions), in their order, at most `max_keys` of them (and fewer for a
+// grammar whose stacks can be formed in more than ~65K ways: the search is bounded). A frame
+// inside a bounded repetition (Grammar::counted) appears at count `anchor(repeat)` only: the
+// others are derived from it.
 std::vector<StackKey> StackKeys(const Grammar& g, size_t frames, const std::vector<int32_t>& tops,
                                 absl::FunctionRef<int32_t(int32_t)> anchor, size_t max_keys);
 

@@ -163,7 +163,10 @@ void TokenMasker::ClassifyRange(const Grammar& g, const StackSet& start, bool pa
 }
 
 size_t TokenMasker::Visits(const Grammar& g, const StackSet& start) const {
-  const ByteSet firsts = FirstBytes(g, start);
+  return Visits(FirstBytes(g, start));
+}
+
+size_t TokenMasker::Visits(const ByteSet& firsts) const {
   size_t visits = 0;
   for (int b = 0; b < 256; ++b) {
     if (firsts.Contains(static_cast<uint8_t>(b))) {
@@ -460,9 +463,7 @@ int TokenMasker::Prepare(const Grammar& g, MaskCache* cache,
   std::vector<std::pair<size_t, int32_t>> visits;
   for (int32_t pos = 0; pos < g.num_positions(); ++pos) {
     if (g.kind(pos) != PositionKind::kBytes) continue;
-    StackSet top;
-    top.Add(absl::MakeConstSpan(&pos, 1));
-    const size_t n = Visits(g, top);
+    const size_t n = Visits(g.bytes(pos));
     if (MayBeCostly(n)) visits.emplace_back(n, pos);
   }
   std::stable_sort(visits.begin(), visits.end(),

@@ -210,6 +210,7 @@ class TokenMasker {
   // The tokens whose first byte a stack of `start` takes: those its walk visits; their number.
   ByteSet FirstBytes(const Grammar& g, const StackSet& start) const;
   size_t Visits(const Grammar& g, const StackSet& start) const;
+  size_t Visits(const ByteSet& firsts) const;
   // The count a bounded repetition's anchor is walked at (FromAnchor).
   int32_t AnchorCount(const Grammar& g, int32_t repeat) const;
   int32_t NoTokenLonger() const { return static_cast<int32_t>(table_.max_length_) + 1; }

@@ -2,6 +2,7 @@
 // does, over a vocabulary of every single byte and a few longer tokens.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "engine/grammar/matcher.h"
+#include "engine/grammar/shared_mask_entries.h"
 #include "engine/grammar/token_mask.h"
 
 namespace specula::fuzz {
@@ -30,15 +32,23 @@ inline const std::vector<std::string>& WalkTokens() {
 // Up to 24 tokens: at each step the first token the mask allows at or after an input-chosen one
 // (`data`, cycled). A token the mask allowed and the matcher then refused aborts: the fuzzer's
 // finding (an ambiguous grammar may overflow the parse stacks; the mask must leave such tokens
-// out).
+// out). So does a mask from a prepared cache whose costly walks are shared with every earlier
+// input's grammars (as a server's schemas share them) that differs from the grammar's own.
 inline void WalkAllowedTokens(grammar::GrammarMatcher& m, const uint8_t* data, size_t size) {
   static const grammar::TokenTable kTable(WalkTokens());
-  grammar::TokenMasker masker(kTable);
-  grammar::MaskCache cache;
-  std::vector<uint32_t> mask;
+  static grammar::SharedMaskEntries kShared;
+  // Costly as a real vocabulary's 1/64 is: this one has 268 tokens.
+  grammar::TokenMasker masker(kTable, {.shared = &kShared, .costly_fraction = 8});
+  grammar::TokenMasker own_masker(kTable);
+  grammar::MaskCache cache, own;
+  masker.Prepare(m.grammar(), &cache,
+                 std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
+  std::vector<uint32_t> mask, own_mask;
   const size_t vocab = WalkTokens().size();
   for (size_t step = 0; step < 24 && size > 0; ++step) {
-    if (masker.Compute(m, &cache, &mask) == 0) break;
+    const int64_t allowed = masker.Compute(m, &cache, &mask);
+    if (own_masker.Compute(m, &own, &own_mask) != allowed || own_mask != mask) std::abort();
+    if (allowed == 0) break;
     const size_t start = data[step % size] * 7 % vocab;
     for (size_t k = 0; k < vocab; ++k) {
       const size_t id = (start + k) % vocab;
