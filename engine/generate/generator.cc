@@ -113,9 +113,9 @@ absl::Status Generator::LoadTokenizer(const std::string& model_dir) {
   for (int64_t id : c.eos_token_ids) eos_ids_.insert(static_cast<int32_t>(id));
   if (auto eos = tokenizer_->eos_token_id()) eos_ids_.insert(*eos);
   token_table_ = std::make_unique<grammar::TokenTable>(GrammarTokenTable(*tokenizer_));
+  shared_mask_entries_ = std::make_unique<grammar::SharedMaskEntries>();
   // Half the cores, at most 8: an entry takes ~50-100 ms on one core at a 128K vocabulary. The
   // threads start with the first constrained request's first entry.
-  shared_mask_entries_ = std::make_unique<grammar::SharedMaskEntries>();
   const int mask_threads =
       std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 8);
   masker_ = std::make_unique<grammar::TokenMasker>(

@@ -33,13 +33,18 @@ class Numbering {
   absl::flat_hash_map<int32_t, int32_t> repeats_;
 };
 
+// The bounded-repetition count of `pos` (RepeatWatch reads it), its repetition by number.
+void PutCount(const Grammar& g, int32_t pos, Numbering& n, std::string& out) {
+  const CountedPosition counted = g.counted(pos);
+  Put(out, n.Repeat(counted.repeat));
+  Put(out, counted.repeat < 0 ? 0 : counted.count);
+}
+
 // What Step reads of `pos`; the positions it leads to are numbered (and so searched) in turn.
 void Describe(const Grammar& g, int32_t pos, Numbering& n, std::string& out) {
   const PositionKind kind = g.kind(pos);
   Put(out, static_cast<uint8_t>(kind));
-  const CountedPosition counted = g.counted(pos);
-  Put(out, n.Repeat(counted.repeat));
-  Put(out, counted.repeat < 0 ? 0 : counted.count);
+  PutCount(g, pos, n, out);
   switch (kind) {
     case PositionKind::kBytes:
       for (const uint64_t w : g.bytes(pos).words()) Put(out, w);
@@ -73,9 +78,7 @@ std::optional<std::string> WalkSignature(const Grammar& g, absl::Span<const int3
   // walk goes on after it, once that rule ends, and reads its count (RepeatWatch::NeedInside).
   // Its rule is not searched: what the walk sees of it is the frame above.
   for (size_t f = 0; f + 1 < frames.size(); ++f) {
-    const CountedPosition counted = g.counted(frames[f]);
-    Put(out, n.Repeat(counted.repeat));
-    Put(out, counted.repeat < 0 ? 0 : counted.count);
+    PutCount(g, frames[f], n, out);
     Put(out, n.Position(frames[f] + 1));
   }
   if (!frames.empty()) Put(out, n.Position(frames.back()));
