@@ -201,7 +201,8 @@ struct SelectShared {
   uint64_t* keys;
   Slots slots;
   int32_t* selected;  // page indices
-  int32_t* outcome;   // per selected: kCounterHit, kCounterLate or kCounterMissed
+  int32_t* outcome;   // per selected: kCounterHit, kCounterLate, kCounterMissed or (a miss
+                      // defer corrects) kCounterCorrected
   int32_t* wanted;    // pages to stage, in order
   int32_t* scratch;
 };
@@ -364,23 +365,33 @@ __device__ int32_t WriteAttendList(const SelectBlock& b, int32_t selected) {
     ++n;
   };
   for (int32_t page = 0; page < min(S, current + 1); ++page) add(b.h.PoolPage(page), page);
-  int32_t hits = 0, late = 0, missed = 0, fetched = 0;
+  int32_t hits = 0, late = 0, missed = 0, fetched = 0, corrected = 0;
   for (int32_t t = 0; t < selected; ++t) {
     const int32_t page = b.sh.selected[t];
-    if (b.sh.outcome[t] == kCounterHit) {
+    const int32_t outcome = b.sh.outcome[t];
+    if (outcome == kCounterHit) {
       ++hits;
       add(b.h.PoolPage(b.h.CacheSlot(b.h.page_slot[page])), page);
       continue;
     }
-    if (b.sh.outcome[t] == kCounterLate) {
+    const bool is_late = outcome == kCounterLate;
+    if (is_late) {
       ++late;
     } else {
       b.sh.scratch[missed++] = page;
     }
-    if (!b.p.skip_missing) {
-      ++fetched;
-      add(HostPageRef(b.h.host_pages[page]), page);
+    if (b.p.defer_missing) {
+      // Late: its slot, once the copy has landed (the caller waits). Missing: left out for
+      // this step, unless it ranks high enough to be corrected (read from the host now).
+      if (is_late) {
+        add(b.h.PoolPage(b.h.CacheSlot(b.h.page_slot[page])), page);
+        continue;
+      }
+      if (outcome != kCounterCorrected) continue;
+      ++corrected;
     }
+    ++fetched;
+    add(HostPageRef(b.h.host_pages[page]), page);
   }
   for (int32_t page = S + row.candidates; page <= current; ++page) {
     add(b.h.PoolPage(b.h.RingSlot(page)), page);
@@ -390,7 +401,21 @@ __device__ int32_t WriteAttendList(const SelectBlock& b, int32_t selected) {
   b.counters[kCounterLate] += late;
   b.counters[kCounterMissed] += missed;
   b.counters[kCounterFetched] += fetched;
+  b.counters[kCounterCorrected] += corrected;
   return missed;
+}
+
+// Whether defer corrects a miss of `page`: every miss when the budget covers every candidate
+// (nothing was ranked), else those among the best `correct_pages` (ranked[0, correct_pages), in
+// rank order: RankCandidates').
+__device__ bool Corrects(const SparseRowPlan& row, const int32_t* ranked, int32_t page) {
+  if (row.correct_pages == 0) return false;
+  if (row.candidates <= row.seq.budget_pages) return true;
+  const int32_t k = min(row.correct_pages, row.seq.budget_pages);
+  for (int32_t i = 0; i < k; ++i) {
+    if (ranked[i] == page) return true;
+  }
+  return false;
 }
 
 // kResolve: this step's pages (the top B), their attend list, and for the next step the misses
@@ -406,12 +431,14 @@ __device__ void Resolve(const SelectBlock& b) {
   __syncthreads();
   SortAscending(selected, b.sh.selected, b.sh.scratch);
   for (int32_t t = threadIdx.x; t < selected; t += blockDim.x) {
-    const int32_t j = b.h.page_slot[b.sh.selected[t]];
+    const int32_t page = b.sh.selected[t];
+    const int32_t j = b.h.page_slot[page];
     if (j >= 0) {
       b.sh.slots.stamp[j] = max(b.sh.slots.stamp[j], use);  // staging below cannot evict it
       b.sh.outcome[t] = b.sh.slots.state[j] == kSlotReady ? kCounterHit : kCounterLate;
     } else {
-      b.sh.outcome[t] = kCounterMissed;
+      b.sh.outcome[t] = b.p.defer_missing && Corrects(b.row, b.sh.wanted, page) ? kCounterCorrected
+                                                                             : kCounterMissed;
     }
   }
   __syncthreads();

@@ -54,7 +54,7 @@ struct SelectParams {
   int32_t num_kv_heads = 0;
   SelectMode mode = SelectMode::kResolve;
   bool stage_ranked = false;
-  bool skip_missing = false;
+  bool defer_missing = false;
   bool urgent = false;
   int32_t max_cache_slots = 0;  // the most of any row: sizes the block's shared memory
   const float* scores = nullptr;

@@ -32,19 +32,22 @@ SPECULA_HOST_DEVICE inline constexpr uint32_t UseStamp(uint32_t step) { return 2
 
 // An entry of an attend list: a page of the device pool (>= 0), or page p of the host store
 // read straight from host memory (HostPageRef(p) < 0): a selected page that is not resident
-// under miss_policy fetch, exact at the price of reading host memory over the bus.
+// under miss_policy fetch (or a corrected miss under defer), exact at the price of reading host
+// memory over the bus.
 SPECULA_HOST_DEVICE inline constexpr int32_t HostPageRef(int32_t page) { return -1 - page; }
 SPECULA_HOST_DEVICE inline constexpr bool IsHostPageRef(int32_t ref) { return ref < 0; }
 SPECULA_HOST_DEVICE inline constexpr int32_t HostPageOf(int32_t ref) { return -1 - ref; }
 
 // Counters an operation adds to per (row, KV head), read back with the step's tokens.
 enum SparseCounter : int32_t {
-  kCounterHit = 0,      // selected pages resident with their copy landed
-  kCounterLate = 1,     // selected pages whose staging copy was still in flight
-  kCounterMissed = 2,   // selected pages not resident
-  kCounterFetched = 3,  // pages read from the host store at use (fetch) or loaded at decode start
-  kCounterStaged = 4,   // pages staged for a copy stream to load (prefetched bytes)
-  kSparseCounterCount = 5,
+  kCounterHit = 0,        // selected pages resident with their copy landed
+  kCounterLate = 1,       // selected pages whose staging copy was still in flight
+  kCounterMissed = 2,     // selected pages not resident
+  kCounterFetched = 3,    // pages read from the host store at use (fetch) or loaded at decode start
+  kCounterStaged = 4,     // pages staged for a copy stream to load (prefetched bytes)
+  kCounterCorrected = 5,  // missed pages read from the host store at once under defer (also
+                          // counted missed and fetched)
+  kSparseCounterCount = 6,
 };
 
 enum class SelectMode : int32_t {
@@ -92,6 +95,10 @@ struct SparseRowPlan {
   int32_t score_begin = 0;    // scores of (row, head) at score_begin + head * candidates
   int32_t list_begin = 0;     // attend list of (row, head) at list_begin + head * list_capacity
   int32_t list_capacity = 0;  // S + B + W + 1
+  // miss_policy defer: a missed page among the best `correct_pages` of the selection is read
+  // from the host store at once (a correction); the other misses wait for the next step. Every
+  // miss is corrected when the budget covers every candidate (no ranking to go by).
+  int32_t correct_pages = 0;
 };
 
 // One page a copy stream loads: page_bytes from src (host store) to dst (a cache slot), then

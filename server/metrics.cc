@@ -284,12 +284,16 @@ ServerMetrics::ServerMetrics(const std::string& model)
                               "synchronous copy.");
   prefetch_misses_ = AddCounter(r, "specula_prefetch_misses_total",
                                 "Selected KV pages that were not on the device when sparse "
-                                "attention needed them (fetched synchronously or skipped, per "
-                                "sparse.miss_policy).");
+                                "attention needed them (left out for one step or read from host "
+                                "memory, per sparse.miss_policy).");
   prefetch_late_ = AddCounter(r, "specula_prefetch_late_total",
                               "Selected KV pages whose prefetch copy was still in flight when "
-                              "sparse attention needed them (waited for, or skipped, per "
-                              "sparse.miss_policy): right predictions issued too late.");
+                              "their layer selected them (waited for, or read from host memory, "
+                              "per sparse.miss_policy): right predictions issued too late.");
+  prefetch_corrections_ = AddCounter(r, "specula_prefetch_corrections_total",
+                                     "Of the missed KV pages, those miss_policy defer read from "
+                                     "host memory at once because they ranked among the best "
+                                     "sparse.miss_correction of their selection.");
   prefetch_hit_ratio_ = AddGauge(
       r, "specula_prefetch_hit_ratio",
       absl::StrCat("Prefetch hit ratio hits / (hits + misses + late) over the pages of the last ",
@@ -352,6 +356,7 @@ void ServerMetrics::OnSparseStep(const SparseStepStats& sparse) {
   prefetch_hits_->Increment(static_cast<double>(sparse.pages_hit));
   prefetch_misses_->Increment(static_cast<double>(sparse.pages_missed));
   prefetch_late_->Increment(static_cast<double>(sparse.pages_late));
+  prefetch_corrections_->Increment(static_cast<double>(sparse.pages_corrected));
   prefetch_bytes_->Increment(static_cast<double>(sparse.bytes_prefetched));
   decode_fetch_bytes_->Increment(static_cast<double>(sparse.bytes_fetched));
   decode_stall_->Increment(sparse.stall_seconds);

@@ -114,6 +114,7 @@ class ServerMetrics : public EngineObserver {
   prometheus::Counter* prefetch_hits_;
   prometheus::Counter* prefetch_misses_;
   prometheus::Counter* prefetch_late_;
+  prometheus::Counter* prefetch_corrections_;
   prometheus::Gauge* prefetch_hit_ratio_;
   prometheus::Counter* prefetch_bytes_;
   prometheus::Histogram* prefetch_latency_;

@@ -275,6 +275,7 @@ void FillResponse(const StreamChunk& chunk, const std::string& request_id,
       out->set_pages_hit(static_cast<uint64_t>(k.pages_hit));
       out->set_pages_missed(static_cast<uint64_t>(k.pages_missed));
       out->set_pages_late(static_cast<uint64_t>(k.pages_late));
+      out->set_pages_corrected(static_cast<uint64_t>(k.pages_corrected));
       out->set_bytes_prefetched(static_cast<uint64_t>(k.bytes_prefetched));
       out->set_bytes_fetched(static_cast<uint64_t>(k.bytes_fetched));
       out->set_stall_seconds(k.stall_seconds);

@@ -40,15 +40,18 @@ void RequestLog::OnFinished(const RequestSummary& s) {
   if (s.code != absl::StatusCode::kOk) fields.push_back({"error", s.error});
   if (s.kv_stats.has_value() && s.kv_stats->sparse) {
     const KvStats& k = *s.kv_stats;
-    fields.insert(fields.end(), {{"sparse", true},
-                                 {"budget_tokens", k.budget_tokens},
-                                 {"pages_hit", k.pages_hit},
-                                 {"pages_missed", k.pages_missed},
-                                 {"pages_late", k.pages_late},
-                                 {"hit_rate", k.hit_rate()},
-                                 {"bytes_prefetched", k.bytes_prefetched},
-                                 {"bytes_fetched", k.bytes_fetched},
-                                 {"stall_ms", k.stall_seconds * 1e3}});
+    const LogField sparse_fields[] = {{"sparse", true},
+                                      {"budget_tokens", k.budget_tokens},
+                                      {"pages_hit", k.pages_hit},
+                                      {"pages_missed", k.pages_missed},
+                                      {"pages_late", k.pages_late},
+                                      {"pages_corrected", k.pages_corrected},
+                                      {"hit_rate", k.hit_rate()},
+                                      {"bytes_prefetched", k.bytes_prefetched},
+                                      {"bytes_fetched", k.bytes_fetched},
+                                      {"stall_ms", k.stall_seconds * 1e3}};
+    // One at a time: GCC 12 mis-sizes a ten-element insert (-Wstringop-overflow).
+    for (const LogField& f : sparse_fields) fields.push_back(f);
   }
   LogAsync(level, "request_finished", fields);
 }

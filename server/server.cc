@@ -91,6 +91,7 @@ v1::ModelInfo MakeModelInfo(const ServerConfig& c, const Generator& g) {
   sparse->set_selector(sp.selector);
   sparse->set_speculation(SpeculationModeName(sp.speculation));
   sparse->set_miss_policy(MissPolicyName(sp.miss_policy));
+  sparse->set_miss_correction(sp.miss_correction);
   sparse->set_min_context_tokens(static_cast<uint64_t>(sp.effective_min_context_tokens()));
   sparse->set_page_size(static_cast<uint32_t>(g.kv_pool().page_size()));
   return info;

@@ -51,7 +51,10 @@ struct SparseSelectArgs {
   SelectMode mode = SelectMode::kResolve;
   int32_t max_cache_slots = 0;     // the largest C of any row (sizes a GPU block's shared memory)
   bool stage_ranked = false;       // kResolve: cross_step speculation
-  bool skip_missing = false;       // kResolve: miss_policy skip (leave non-resident pages out)
+  // kResolve, miss_policy defer: a late page (slot mapped, copy in flight) is attended from its
+  // slot (the caller makes attention wait for the copy); a page with no slot is left out.
+  // Otherwise (fetch) both are read from the host store.
+  bool defer_missing = false;
   bool urgent = false;             // kStage: the pages are for this step (cross_layer)
   DeviceSpan<const float> scores;  // ScorePages' output; unused when candidates <= B (all taken)
   PagePoolView device_pool;        // the layer's KV pool pages

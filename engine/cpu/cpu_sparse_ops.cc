@@ -25,6 +25,7 @@ struct SelectScratch {
   std::vector<std::pair<uint64_t, int32_t>> order;  // NextVictim
   std::vector<int32_t> staged;                      // StageTop's ranking
   std::vector<int32_t> ranked, selected, missed;    // Resolve
+  std::vector<int32_t> corrective;                  // Resolve under defer
 };
 
 SelectScratch& ThreadSelectScratch() {
@@ -35,6 +36,7 @@ SelectScratch& ThreadSelectScratch() {
     ReserveScratch(s.ranked, 1);
     ReserveScratch(s.selected, 1);
     ReserveScratch(s.missed, 1);
+    ReserveScratch(s.corrective, 1);
     ReserveTopPagesScratch();
     return s;
   }();
@@ -275,10 +277,20 @@ void StageTop(const SelectList& l) {
   }
 }
 
+// Whether defer corrects a miss of `page`: every miss when the budget covers every candidate
+// (nothing was ranked), else those among the best `correct_pages` (`corrective`, sorted).
+bool Corrects(const SparseRowPlan& row, const std::vector<int32_t>& corrective, int32_t page) {
+  if (row.correct_pages == 0) return false;
+  if (row.candidates <= row.seq.budget_pages) return true;
+  return std::binary_search(corrective.begin(), corrective.end(), page);
+}
+
 // kResolve, one list: the attend list (sinks, the selected pages in position order, the window)
 // with each selected page classified; returns the selected pages that were not resident.
+// `corrective` (sorted) holds the pages whose miss defer corrects; all of them when empty and
+// every candidate is taken.
 void WriteAttendList(const SelectList& l, const std::vector<int32_t>& selected,
-                     std::vector<int32_t>* missed) {
+                     const std::vector<int32_t>& corrective, std::vector<int32_t>* missed) {
   const SparseRowPlan& row = l.row;
   const HeadState& hs = l.hs;
   const int32_t ps = l.args.page_size;
@@ -309,10 +321,18 @@ void WriteAttendList(const SelectList& l, const std::vector<int32_t>& selected,
       ++l.count[kCounterMissed];
       missed->push_back(p);
     }
-    if (!l.args.skip_missing) {
-      ++l.count[kCounterFetched];
-      add(HostPageRef(hs.host_pages[p]), p);
+    if (l.args.defer_missing) {
+      // Late: its slot, once the copy has landed (the caller waits). Missing: left out for
+      // this step, unless it ranks high enough to be corrected (read from the host now).
+      if (j >= 0) {
+        add(hs.PoolPage(hs.CacheSlot(j)), p);
+        continue;
+      }
+      if (!Corrects(row, corrective, p)) continue;
+      ++l.count[kCounterCorrected];
     }
+    ++l.count[kCounterFetched];
+    add(HostPageRef(hs.host_pages[p]), p);
   }
   for (int32_t p = S + row.candidates; p <= current; ++p) add(hs.PoolPage(hs.RingSlot(p)), p);
   l.buffers.list_count[l.list] = n;
@@ -325,6 +345,7 @@ void Resolve(const SelectList& l) {
   std::vector<int32_t>& ranked = scratch.ranked;
   std::vector<int32_t>& selected = scratch.selected;
   std::vector<int32_t>& missed = scratch.missed;
+  std::vector<int32_t>& corrective = scratch.corrective;
   const SparseRowPlan& row = l.row;
   const int32_t B = row.seq.budget_pages;
   Stager stager = l.MakeStager();
@@ -334,12 +355,17 @@ void Resolve(const SelectList& l) {
   ReserveScratch(ranked, static_cast<size_t>(row.seq.cache_slots));
   ReserveScratch(selected, static_cast<size_t>(B));
   ReserveScratch(missed, static_cast<size_t>(B));
+  ReserveScratch(corrective, static_cast<size_t>(B));
+  // The best correct_pages first (as a set) when defer corrects misses, else the best B.
+  const int32_t K = l.args.defer_missing ? std::min(row.correct_pages, B) : 0;
   RankCandidates(row, l.hs.head, l.buffers.scores, l.args.stage_ranked ? row.seq.cache_slots : B,
-                 &ranked, B);
+                 &ranked, K > 0 ? K : B);
   selected.assign(ranked.begin(), ranked.begin() + std::min<size_t>(B, ranked.size()));
+  corrective.assign(ranked.begin(), ranked.begin() + std::min<size_t>(K, ranked.size()));
   std::sort(selected.begin(), selected.end());
+  std::sort(corrective.begin(), corrective.end());
   for (int32_t p : selected) l.hs.Touch(p, use);  // staging below cannot evict them
-  WriteAttendList(l, selected, &missed);
+  WriteAttendList(l, selected, corrective, &missed);
   bool room = true;
   for (int32_t p : missed) {
     if (!(room = stager.Stage(p, use, next))) break;

@@ -46,7 +46,7 @@ void CudaBackend::SelectPages(const SparseSelectArgs& a) {
   p.num_kv_heads = a.num_kv_heads;
   p.mode = a.mode;
   p.stage_ranked = a.stage_ranked;
-  p.skip_missing = a.skip_missing;
+  p.defer_missing = a.defer_missing;
   p.urgent = a.urgent;
   p.max_cache_slots = a.max_cache_slots;
   p.scores = a.scores.data();

@@ -28,6 +28,8 @@ PagePrefetcher::PagePrefetcher(Backend& backend, int32_t streams, int32_t layers
   for (Kind& k : kinds_) {
     for (Buffer& b : k.buffers) b.gathered.resize(layers);
   }
+  latest_.resize(layers);
+  earlier_.resize(layers);
   auto pinned = backend.AllocatePinnedHost(kTrackedGathers * sizeof(int32_t));
   CHECK(pinned.ok()) << pinned.status();  // 4 KiB
   gathered_pages_ = std::move(*pinned);
@@ -76,13 +78,8 @@ absl::Status PagePrefetcher::Prepare(StagingKind which, int32_t lists, int32_t s
 PageStaging PagePrefetcher::Staging(StagingKind which, int32_t layer) {
   Kind& k = kind(which);
   Buffer& b = k.buffers[parity_];
-  if (const std::shared_ptr<Event>& last = b.gathered[layer]; last != nullptr && !last->Done()) {
-    // Normally landed long ago; if not, the compute stream waits (a stall on a CPU, where Wait
-    // blocks the engine thread; device time on a GPU).
-    const double t0 = MonotonicSeconds();
-    backend_.compute_stream().Wait(last);
-    stall_seconds_ += MonotonicSeconds() - t0;
-  }
+  // Normally landed long ago.
+  WaitOnCompute(b.gathered[layer]);
   Poll();
   PageStaging s;
   s.copy_stride = k.stride;
@@ -118,12 +115,32 @@ void PagePrefetcher::Launch(StagingKind which, int32_t layer) {
   }
   backend_.GatherPages(stream, args);
   b.gathered[layer] = stream.Record();
+  latest_[layer] = b.gathered[layer];
   if (slot >= 0) pending_.push_back({b.gathered[layer], slot, MonotonicSeconds()});
+}
+
+void PagePrefetcher::AwaitEarlierSteps(int32_t layer) {
+  WaitOnCompute(earlier_[layer]);
+  earlier_[layer] = nullptr;
+}
+
+void PagePrefetcher::AwaitLayer(int32_t layer) {
+  WaitOnCompute(latest_[layer]);
+  earlier_[layer] = nullptr;
+}
+
+void PagePrefetcher::WaitOnCompute(const std::shared_ptr<Event>& event) {
+  if (event == nullptr || event->Done()) return;
+  // A stall on a CPU, where Wait blocks the engine thread; device time on a GPU.
+  const double t0 = MonotonicSeconds();
+  backend_.compute_stream().Wait(event);
+  stall_seconds_ += MonotonicSeconds() - t0;
 }
 
 void PagePrefetcher::EndStep() {
   Poll();
   parity_ ^= 1;
+  earlier_ = latest_;
 }
 
 void PagePrefetcher::Drain() {

@@ -5,12 +5,15 @@
 // stage: cross_layer and the prompt's last row) writes lists of page copies into a staging
 // buffer; Launch then makes a copy stream wait for the compute stream's event after that
 // operation and gather the lists (one batched gather per layer and kind), each page marked ready
-// on the device once it has landed. Attention never waits for these copies: a page whose copy
-// has not landed is late, read from the host or skipped per the miss policy.
+// on the device once it has landed. Under miss_policy fetch attention never waits for these
+// copies: a page whose copy has not landed is late and read from the host store. Under defer
+// the decode waits for them at two points per layer (AwaitEarlierSteps before selecting,
+// AwaitLayer before attending), so what it attends never depends on when a copy lands.
 //
-// Staging buffers are double-buffered by step parity, so a layer's copies may take up to two
-// steps to land before the compute stream has to wait for them (Staging): that wait is the
-// decode stall this executor can cause, and is measured.
+// Staging buffers are double-buffered by step parity, so under fetch a layer's copies may take up
+// to two steps to land before the compute stream has to wait for them (Staging); under defer,
+// one (AwaitEarlierSteps). Those waits are the decode stall this executor can cause, and are
+// measured.
 //
 // Engine thread only.
 #pragma once
@@ -48,6 +51,14 @@ class PagePrefetcher {
   PageStaging Staging(StagingKind kind, int32_t layer);
   // After the selection that filled Staging(kind, layer): a copy stream gathers its lists.
   void Launch(StagingKind kind, int32_t layer);
+  // The compute stream waits until every gather of `layer` launched in an earlier step has
+  // landed (once per layer and step; later calls return at once). Then no slot of the layer is
+  // loading but those staged in this step, so the slots a selection may claim, and the pages it
+  // finds resident, are the same however fast the copies ran.
+  void AwaitEarlierSteps(int32_t layer);
+  // The compute stream waits until every gather of `layer` launched so far (this step's
+  // cross_layer staging included) has landed: before attention reads late pages' slots.
+  void AwaitLayer(int32_t layer);
   // Ends the step (the next one uses the other buffers of every kind).
   void EndStep();
   // Waits until every copy enqueued so far has landed (tests, destruction, regrowing buffers).
@@ -88,6 +99,9 @@ class PagePrefetcher {
 
   Kind& kind(StagingKind k) { return kinds_[static_cast<int>(k)]; }
   void Poll();
+  // Makes the compute stream wait for `event` (null: nothing to wait for); host time spent
+  // blocked is stall time.
+  void WaitOnCompute(const std::shared_ptr<Event>& event);
 
   Backend& backend_;
   int32_t layers_;
@@ -99,6 +113,10 @@ class PagePrefetcher {
   std::vector<int32_t> free_slots_;  // of gathered_pages_
   std::vector<Pending> pending_;
   KeepUntilDone replaced_;  // staging buffers gathers may still read
+  // Per layer: its last gather (any kind), and its last one launched before this step until
+  // AwaitEarlierSteps has waited for it (a layer's gathers share one stream, in order).
+  std::vector<std::shared_ptr<Event>> latest_;
+  std::vector<std::shared_ptr<Event>> earlier_;
   std::vector<double> latencies_;
   double stall_seconds_ = 0;
 };

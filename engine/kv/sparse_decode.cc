@@ -57,6 +57,7 @@ absl::Status SparseDecodeKv::Plan(absl::Span<const SparseDecodeRow> rows, StepPl
     p.score_begin = scores;
     p.list_begin = entries;
     p.list_capacity = g.list_capacity();
+    p.correct_pages = deferred() ? CorrectedPages(options_.miss_correction, g.budget_pages) : 0;
     scores += kv_heads * p.candidates;
     entries += kv_heads * p.list_capacity;
     for (int32_t h = 0; h < kv_heads; ++h) {
@@ -119,7 +120,7 @@ SparseSelectArgs SparseDecodeKv::SelectArgs(int32_t layer, SelectMode mode) cons
   a.max_cache_slots = max_slots_;
   a.stage_ranked = options_.speculation == SpeculationMode::kCrossStep ||
                    options_.speculation == SpeculationMode::kBoth;
-  a.skip_missing = options_.miss_policy == MissPolicy::kSkip;
+  a.defer_missing = deferred();
   a.scores = d_scores_;
   a.device_pool = PagesOf(device_.Layer(layer));
   a.host_pool = store_.pool();
@@ -142,12 +143,19 @@ void SparseDecodeKv::Attend(int32_t layer, const Mat& q, const Mat& k, const Mat
                                               store_.pool(), index_.summaries()});
   }
   if (any_scoring_) backend_.ScorePages(q, ScoreArgs(layer));
+  // The retirement above claims only slots no copy of an earlier step can still be loading
+  // (their stamps are older than the previous step's use, and that step awaited them), so
+  // waiting here, after the scoring, keeps the defer policy deterministic.
+  if (deferred()) prefetcher_.AwaitEarlierSteps(layer);
   SparseSelectArgs select = SelectArgs(layer, SelectMode::kResolve);
   select.staging = prefetcher_.Staging(StagingKind::kResolve, layer);
   select.list_pages = d_list_pages_;
   select.list_tokens = d_list_tokens_;
   select.list_count = d_list_count_;
   backend_.SelectPages(select);
+  // Late pages (this step's cross_layer copies) are attended from their slots: they land first.
+  // Before the launch below, which stages the next step's pages on the same stream.
+  if (deferred()) prefetcher_.AwaitLayer(layer);
   prefetcher_.Launch(StagingKind::kResolve, layer);
 
   if (observer_) Observe(layer, /*after=*/false);
@@ -179,6 +187,8 @@ void SparseDecodeKv::PredictLayer(int32_t layer, const Mat& q) {
   SparseScoreArgs score = ScoreArgs(layer);
   score.q_first_row = first_row_;  // q holds only the early rows
   backend_.ScorePages(q, score);
+  // Its claims, like the resolve's, must not depend on whether an earlier copy has landed.
+  if (deferred()) prefetcher_.AwaitEarlierSteps(layer);
   SparseSelectArgs select = SelectArgs(layer, SelectMode::kStage);
   select.urgent = true;
   select.staging = prefetcher_.Staging(StagingKind::kPredict, layer);
@@ -201,11 +211,13 @@ void SparseDecodeKv::FinishStep(SparseStepStats* step, double stall_seconds) {
       s.pages_hit += c[kCounterHit];
       s.pages_late += c[kCounterLate];
       s.pages_missed += c[kCounterMissed];
+      s.pages_corrected += c[kCounterCorrected];
       s.bytes_fetched += c[kCounterFetched] * page_bytes;
       s.bytes_prefetched += c[kCounterStaged] * page_bytes;
       step->pages_hit += c[kCounterHit];
       step->pages_late += c[kCounterLate];
       step->pages_missed += c[kCounterMissed];
+      step->pages_corrected += c[kCounterCorrected];
       step->bytes_fetched += c[kCounterFetched] * page_bytes;
       step->bytes_prefetched += c[kCounterStaged] * page_bytes;
     }

@@ -94,6 +94,7 @@ class SparseDecodeKv : public KvAttention {
   }
 
  private:
+  bool deferred() const { return options_.miss_policy == MissPolicy::kDefer; }
   SparseScoreArgs ScoreArgs(int32_t layer) const;
   SparseSelectArgs SelectArgs(int32_t layer, SelectMode mode) const;
   void Observe(int32_t layer, bool after);

@@ -1,5 +1,7 @@
 #include "engine/kv/sparse_options.h"
 
+#include <cmath>
+
 #include "absl/strings/str_format.h"
 
 namespace specula {
@@ -23,15 +25,24 @@ absl::StatusOr<SpeculationMode> ParseSpeculationMode(std::string_view name) {
       "unknown speculation mode '%s' (none|cross_step|cross_layer|both)", name));
 }
 
-const char* MissPolicyName(MissPolicy p) {
-  return p == MissPolicy::kFetch ? "fetch" : "skip";
-}
+const char* MissPolicyName(MissPolicy p) { return p == MissPolicy::kFetch ? "fetch" : "defer"; }
 
 absl::StatusOr<MissPolicy> ParseMissPolicy(std::string_view name) {
+  if (name == "defer") return MissPolicy::kDefer;
   if (name == "fetch") return MissPolicy::kFetch;
-  if (name == "skip") return MissPolicy::kSkip;
+  if (name == "skip") {
+    // The old policy left out pages whose copy was late, so what a step attended depended on
+    // copy timing; "defer" replaced it.
+    return absl::InvalidArgumentError(
+        "miss policy 'skip' was replaced by 'defer' (deterministic: it waits for late copies "
+        "instead of leaving them out)");
+  }
   return absl::InvalidArgumentError(
-      absl::StrFormat("unknown miss policy '%s' (fetch|skip)", name));
+      absl::StrFormat("unknown miss policy '%s' (defer|fetch)", name));
+}
+
+int32_t CorrectedPages(double miss_correction, int32_t budget_pages) {
+  return static_cast<int32_t>(std::ceil(miss_correction * budget_pages));
 }
 
 absl::Status ValidateSparseOptions(const SparseOptions& o) {
@@ -59,6 +70,10 @@ absl::Status ValidateSparseOptions(const SparseOptions& o) {
   if (o.prefetch_extra_tokens < -1 || o.prefetch_extra_tokens > kMaxTokens) {
     return bad("prefetch_extra_tokens", o.prefetch_extra_tokens,
                "must be in [0, 2^30] (or -1: budget / 2)");
+  }
+  if (!(o.miss_correction >= 0 && o.miss_correction <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sparse.miss_correction = %g: must be in [0, 1]", o.miss_correction));
   }
   if (o.selector != "quest" && o.selector != "exact") {
     return absl::InvalidArgumentError(

@@ -18,14 +18,19 @@ namespace specula {
 //   cross_layer: layer l's input through layer l+1's norm and W_q ranks layer l+1's pages
 //                while layer l computes.
 enum class SpeculationMode { kNone, kCrossStep, kCrossLayer, kBoth };
-// What a selected page that is not resident does at use:
-//   fetch: copied now (exact; the wait is counted as stall time);
-//   skip:  left out of this step's attention and staged in the background for the next step.
-enum class MissPolicy { kFetch, kSkip };
+// What a selected page that is not on the device does at use (docs/SPARSE_KV.md, "Miss policies"):
+//   defer: no synchronous read. Before a layer selects, the copies staged for it in earlier steps
+//          have landed (the compute stream waits for any still in flight: stall time), so what a
+//          step attends never depends on copy timing. A selected page with no device slot is
+//          left out of this step and staged for the next; one whose copy was staged in this
+//          step (cross_layer) and is still in flight is late: attention waits for it.
+//   fetch: read from the host store at use, over the bus (exact: the dense result over the
+//          selection; on a GPU, a synchronous read at a fraction of the bus's bulk rate).
+enum class MissPolicy { kDefer, kFetch };
 
 const char* SpeculationModeName(SpeculationMode m);  // none|cross_step|cross_layer|both
 absl::StatusOr<SpeculationMode> ParseSpeculationMode(std::string_view name);
-const char* MissPolicyName(MissPolicy p);  // fetch|skip
+const char* MissPolicyName(MissPolicy p);  // defer|fetch
 absl::StatusOr<MissPolicy> ParseMissPolicy(std::string_view name);
 
 struct SparseOptions {
@@ -37,7 +42,11 @@ struct SparseOptions {
   int32_t recent_tokens = 256;  // last tokens, always attended (rounded up to pages)
   std::string selector = "quest";  // quest | exact
   SpeculationMode speculation = SpeculationMode::kCrossStep;
-  MissPolicy miss_policy = MissPolicy::kFetch;
+  MissPolicy miss_policy = MissPolicy::kDefer;
+  // Under defer: a missed page among the best-ranked miss_correction x budget pages of its
+  // selection is read from host memory at once (a correction) instead of waiting a step: the
+  // pages a moved query needs most. 0 corrects nothing; 1 every miss (fetch's misses). [0, 1].
+  double miss_correction = 0.75;
   // Requests whose prompt + max_tokens is below this run dense; -1 = 2 * budget_tokens.
   int64_t min_context_tokens = -1;
   int32_t prefetch_threads = 1;
@@ -56,6 +65,10 @@ struct SparseOptions {
   bool operator==(const SparseOptions&) const = default;
 };
 
+// How many of a selection of `budget_pages` pages defer corrects (the best-ranked ones):
+// ceil(miss_correction x budget_pages).
+int32_t CorrectedPages(double miss_correction, int32_t budget_pages);
+
 // INVALID_ARGUMENT naming the `sparse.<key>` at fault.
 absl::Status ValidateSparseOptions(const SparseOptions& options);
 
@@ -72,10 +85,14 @@ struct KvStats {
   bool sparse = false;          // false: the request ran dense and the counters are 0
   int64_t budget_tokens = 0;    // the budget it ran with
   int64_t pages_hit = 0;     // selected pages resident (copy complete) when attention needed them
-  int64_t pages_missed = 0;  // selected pages absent then: fetched synchronously or skipped
-  // Selected pages whose prefetch copy was still in flight when attention needed them: waited
-  // for under miss_policy fetch, left out of that step under skip.
+  int64_t pages_missed = 0;  // selected pages absent then: fetched (fetch) or deferred (defer)
+  // Selected pages whose prefetch copy was still in flight when their layer selected them: read
+  // from the host store under fetch; waited for under defer (there only this step's cross_layer
+  // copies can be: the earlier steps' are waited for before selecting).
   int64_t pages_late = 0;
+  // Missed pages defer read from host memory at once (sparse.miss_correction); also counted in
+  // pages_missed and bytes_fetched.
+  int64_t pages_corrected = 0;
   int64_t bytes_prefetched = 0; // bytes the prefetch executor copied for this request
   int64_t bytes_fetched = 0;    // bytes copied synchronously on misses
   double stall_seconds = 0;     // decode time spent waiting for pages
@@ -91,6 +108,7 @@ struct SparseStepStats {
   int64_t pages_hit = 0;
   int64_t pages_missed = 0;
   int64_t pages_late = 0;
+  int64_t pages_corrected = 0;
   int64_t bytes_prefetched = 0;
   int64_t bytes_fetched = 0;
   double stall_seconds = 0;

@@ -99,12 +99,13 @@ struct Resolved {
 };
 
 Resolved RunResolve(SparseWorld& w, SelectionIndex& index, const std::vector<float>& queries,
-                    SelectMode mode, bool stage_ranked, bool skip) {
+                    SelectMode mode, bool stage_ranked, bool defer, int32_t correct_pages = 0) {
   Backend& b = w.backend();
   DeviceData& d = w.data();
   const WorldShape& s = w.shape();
   SparseRowPlan row = w.Row(s.tokens - 8, 3);  // mid-page: a partial current page
   row.list_capacity = w.ws().geometry().list_capacity();
+  row.correct_pages = correct_pages;
   const auto rows = d.Put(std::vector<SparseRowPlan>{row});
   const DeviceSpan<const float> q = d.Put(queries);
   SparseScoreArgs score;
@@ -123,7 +124,7 @@ Resolved RunResolve(SparseWorld& w, SelectionIndex& index, const std::vector<flo
   a.mode = mode;
   a.max_cache_slots = s.cache_slots;
   a.stage_ranked = stage_ranked;
-  a.skip_missing = skip;
+  a.defer_missing = defer;
   a.scores = score.scores;
   a.device_pool = w.device_pool();
   a.host_pool = w.host_pool();
@@ -202,7 +203,9 @@ void ExpectSame(const Resolved& cpu, const Resolved& gpu, const std::string& wha
 }
 
 TEST_P(CudaSparseOpsTest, ResolveMatchesTheCpu) {
-  for (bool skip : {false, true}) {
+  // fetch; defer; defer correcting the best two of each selection's misses.
+  const std::pair<bool, int32_t> policies[] = {{false, 0}, {true, 0}, {true, 2}};
+  for (const auto& [defer, correct] : policies) {
     for (bool ranked : {false, true}) {
       TwinWorlds twins(*gpu_, Shape(), GetParam());
       // Some slots mapped beforehand: ready, loading (a copy in flight), ready but unneeded.
@@ -213,13 +216,13 @@ TEST_P(CudaSparseOpsTest, ResolveMatchesTheCpu) {
         twins.world(i).SetSlot(0, 1, 4, 20, kSlotReady, UseStamp(2));
       }
       const std::vector<float> q = Queries(Shape(), {3, 7, 9, 12, 20, 21, 30, 31, 2, 4});
-      const Resolved cpu =
-          RunResolve(twins.world(0), twins.index(0), q, SelectMode::kResolve, ranked, skip);
-      const Resolved gpu =
-          RunResolve(twins.world(1), twins.index(1), q, SelectMode::kResolve, ranked, skip);
-      ExpectSame(
-          cpu, gpu,
-          std::string("resolve skip=") + (skip ? "1" : "0") + " ranked=" + (ranked ? "1" : "0"));
+      const Resolved cpu = RunResolve(twins.world(0), twins.index(0), q, SelectMode::kResolve,
+                                      ranked, defer, correct);
+      const Resolved gpu = RunResolve(twins.world(1), twins.index(1), q, SelectMode::kResolve,
+                                      ranked, defer, correct);
+      ExpectSame(cpu, gpu,
+                 std::string("resolve defer=") + (defer ? "1" : "0") +
+                     " correct=" + std::to_string(correct) + " ranked=" + (ranked ? "1" : "0"));
       EXPECT_GT(cpu.copies.size(), 0u);  // the scenario does stage pages
     }
   }

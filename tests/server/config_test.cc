@@ -59,6 +59,7 @@ void ExpectDefaults(const ServerConfig& c) {
   EXPECT_EQ(s.selector, ds.selector);
   EXPECT_EQ(s.speculation, ds.speculation);
   EXPECT_EQ(s.miss_policy, ds.miss_policy);
+  EXPECT_EQ(s.miss_correction, ds.miss_correction);
   EXPECT_EQ(s.min_context_tokens, ds.min_context_tokens);
   EXPECT_EQ(s.prefetch_threads, ds.prefetch_threads);
   EXPECT_EQ(s.prefetch_extra_tokens, ds.prefetch_extra_tokens);
@@ -108,7 +109,8 @@ TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.sparse.options.recent_tokens, 256);
   EXPECT_EQ(c.sparse.options.selector, "quest");
   EXPECT_EQ(c.sparse.options.speculation, SpeculationMode::kCrossStep);
-  EXPECT_EQ(c.sparse.options.miss_policy, MissPolicy::kFetch);
+  EXPECT_EQ(c.sparse.options.miss_policy, MissPolicy::kDefer);
+  EXPECT_EQ(c.sparse.options.miss_correction, 0.75);
   EXPECT_EQ(c.sparse.options.min_context_tokens, -1);
   EXPECT_EQ(c.sparse.options.prefetch_threads, 1);
   EXPECT_EQ(c.sparse.options.prefetch_extra_tokens, -1);
@@ -189,7 +191,8 @@ sparse:
   recent_tokens: 64
   selector: exact
   speculation: both
-  miss_policy: skip
+  miss_policy: fetch
+  miss_correction: 0.5
   min_context_tokens: 0
   prefetch_threads: 4
   prefetch_extra_tokens: 0
@@ -243,7 +246,8 @@ sparse:
   EXPECT_EQ(s.recent_tokens, 64);
   EXPECT_EQ(s.selector, "exact");
   EXPECT_EQ(s.speculation, SpeculationMode::kBoth);
-  EXPECT_EQ(s.miss_policy, MissPolicy::kSkip);
+  EXPECT_EQ(s.miss_policy, MissPolicy::kFetch);
+  EXPECT_EQ(s.miss_correction, 0.5);
   EXPECT_EQ(s.min_context_tokens, 0);
   EXPECT_EQ(s.prefetch_threads, 4);
   EXPECT_EQ(s.prefetch_extra_tokens, 0);
@@ -258,7 +262,7 @@ TEST(ConfigTest, SparseEnumsTakeEveryName) {
     ASSERT_TRUE(c.ok()) << c.status();
     EXPECT_STREQ(SpeculationModeName(c->sparse.options.speculation), mode);
   }
-  for (const char* policy : {"fetch", "skip"}) {
+  for (const char* policy : {"defer", "fetch"}) {
     absl::StatusOr<ServerConfig> c =
         ParseConfigYaml(absl::StrCat("sparse:\n  miss_policy: ", policy, "\n"), "s.yaml");
     ASSERT_TRUE(c.ok()) << c.status();
@@ -398,7 +402,12 @@ TEST(ConfigTest, InvalidValuesNameTheirKeyAndLine) {
        "sparse.speculation: unknown speculation mode 'always' (none|cross_step|cross_layer|both)",
        2},
       {"sparse:\n  miss_policy: wait\n",
-       "sparse.miss_policy: unknown miss policy 'wait' (fetch|skip)", 2},
+       "sparse.miss_policy: unknown miss policy 'wait' (defer|fetch)", 2},
+      {"sparse:\n  miss_policy: skip\n",
+       "sparse.miss_policy: miss policy 'skip' was replaced by 'defer' (deterministic: it waits "
+       "for "
+       "late copies instead of leaving them out)",
+       2},
       {"sparse:\n  sink_tokens: 3000000000\n",
        "sparse.sink_tokens: must be <= 2147483647, got 3000000000", 2},
       // Sparse pages are KV cache pages: a different page size is a mistake, named with both keys.
@@ -434,6 +443,8 @@ TEST(ConfigTest, SparseValuesAreTheEnginesRules) {
       {"prefetch_threads", "65", [](SparseOptions& o) { o.prefetch_threads = 65; }},
       {"prefetch_extra_tokens", "-2", [](SparseOptions& o) { o.prefetch_extra_tokens = -2; }},
       {"selector", "'magic'", [](SparseOptions& o) { o.selector = "magic"; }},
+      {"miss_correction", "1.5", [](SparseOptions& o) { o.miss_correction = 1.5; }},
+      {"miss_correction", "-0.25", [](SparseOptions& o) { o.miss_correction = -0.25; }},
   };
   for (const Case& c : cases) {
     SparseOptions options;

@@ -81,6 +81,7 @@ void DriveTraffic(ServerMetrics& m) {
   sparse.pages_hit = 30;
   sparse.pages_missed = 10;
   sparse.pages_late = 8;
+  sparse.pages_corrected = 3;
   sparse.bytes_prefetched = 3 * 8192;
   sparse.bytes_fetched = 8192;
   sparse.stall_seconds = 0.002;
@@ -89,6 +90,7 @@ void DriveTraffic(ServerMetrics& m) {
   sparse.pages_hit = 6;
   sparse.pages_missed = 2;
   sparse.pages_late = 0;
+  sparse.pages_corrected = 1;
   sparse.bytes_prefetched = 8192;
   sparse.bytes_fetched = 0;
   sparse.stall_seconds = 0.0005;
@@ -245,6 +247,7 @@ TEST(MetricsTest, ScrapeOverHttpIsValidAndCarriesEveryMetric) {
   EXPECT_EQ(e.Get("specula_prefetch_hits_total"), 36);
   EXPECT_EQ(e.Get("specula_prefetch_misses_total"), 12);
   EXPECT_EQ(e.Get("specula_prefetch_late_total"), 8);
+  EXPECT_EQ(e.Get("specula_prefetch_corrections_total"), 4);
   // Late pages are not hits: 36 / (36 + 12 + 8).
   EXPECT_DOUBLE_EQ(e.Get("specula_prefetch_hit_ratio"), 36.0 / 56.0);
   EXPECT_EQ(e.Get("specula_prefetch_bytes_total"), 4 * 8192);

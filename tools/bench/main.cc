@@ -5,6 +5,7 @@
 //       [--warmup N] [--json FILE] [--compare-engine [--model DIR]] [--server-pid PID]
 //   specula-bench sparse [--retrieval-dir tests/fixtures/retrieval_model] [--contexts 256,512]
 //       [--budgets 1,0.5,0.25,0.125] [--tbt-contexts 8192,32768] [--tbt-decode-tokens 32]
+//       [--miss-policy defer|fetch] [--miss-correction 0.25]
 //   specula-bench agent [--model DIR] [--conversations 4] [--turns 10] [--system-tokens 512]
 //       [--user-tokens 64] [--tool-tokens 64] [--output-tokens 32] [--think-ms 0]
 //       [--modes none,prefix,session]
@@ -84,6 +85,10 @@ ABSL_FLAG(int32_t, tbt_decode_tokens, 32, "sparse: decode steps timed per TBT me
 ABSL_FLAG(double, prefetch_extra, -1,
           "sparse: sparse.prefetch_extra_tokens as a fraction of the budget (cross_step's slots "
           "beyond it); negative: the server's default, half");
+ABSL_FLAG(std::string, miss_policy, "defer",
+          "sparse: sparse.miss_policy of every sparse run (defer | fetch)");
+ABSL_FLAG(double, miss_correction, specula::SparseOptions().miss_correction,
+          "sparse: sparse.miss_correction of every sparse run (under defer)");
 ABSL_FLAG(std::vector<std::string>, kv_dtypes, std::vector<std::string>({"f32", "bf16"}),
           "sparse: KV dtypes (kv_cache.dtype) of the cost part; the quality part uses the first");
 
@@ -230,6 +235,18 @@ int RunSparse() {
   }
   o.tbt_decode_tokens = absl::GetFlag(FLAGS_tbt_decode_tokens);
   o.prefetch_extra = absl::GetFlag(FLAGS_prefetch_extra);
+  const absl::StatusOr<specula::MissPolicy> miss =
+      specula::ParseMissPolicy(absl::GetFlag(FLAGS_miss_policy));
+  if (!miss.ok()) {
+    std::cerr << "specula-bench: --miss-policy: " << miss.status().message() << "\n";
+    return 2;
+  }
+  o.miss_policy = *miss;
+  o.miss_correction = absl::GetFlag(FLAGS_miss_correction);
+  if (!(o.miss_correction >= 0 && o.miss_correction <= 1)) {
+    std::cerr << "specula-bench: --miss-correction must be in [0, 1]\n";
+    return 2;
+  }
   o.kv_dtypes = absl::GetFlag(FLAGS_kv_dtypes);
   if (o.kv_dtypes.empty()) {
     std::cerr << "specula-bench: --kv-dtypes needs at least one of auto, bf16, f16, f32\n";

@@ -60,19 +60,26 @@ GeneratorOptions BaseOptions(int threads, int64_t kv_tokens, int32_t max_running
   return o;
 }
 
-SparseOptions Sparse(int64_t budget, SpeculationMode mode, double prefetch_extra) {
+SparseOptions Sparse(int64_t budget, SpeculationMode mode, const SparseBenchOptions& o) {
   SparseOptions s;
-  if (prefetch_extra >= 0) {
-    s.prefetch_extra_tokens = static_cast<int64_t>(std::lround(prefetch_extra * budget));
+  if (o.prefetch_extra >= 0) {
+    s.prefetch_extra_tokens = static_cast<int64_t>(std::lround(o.prefetch_extra * budget));
   }
   s.enabled = true;
   s.budget_tokens = budget;
   s.sink_tokens = kSinkTokens;
   s.recent_tokens = kRecentTokens;
   s.speculation = mode;
-  s.miss_policy = MissPolicy::kFetch;
+  s.miss_policy = o.miss_policy;
+  s.miss_correction = o.miss_correction;
   s.min_context_tokens = 0;
   return s;
+}
+
+// The miss policy as the tables' headings give it.
+std::string PolicyName(const SparseBenchOptions& o) {
+  if (o.miss_policy == MissPolicy::kFetch) return "fetch";
+  return absl::StrFormat("defer, miss_correction %g", o.miss_correction);
 }
 
 struct QualityRow {
@@ -175,8 +182,8 @@ int RunQuality(const SparseBenchOptions& o) {
   }
   std::cout << absl::StrFormat(
       "### Quality (retrieval model, selector quest, sink %d + recent %d tokens, page %d, "
-      "miss_policy fetch, speculation cross_step)\n\n",
-      kSinkTokens, kRecentTokens, kPageSize);
+      "miss_policy %s, speculation cross_step)\n\n",
+      kSinkTokens, kRecentTokens, kPageSize, PolicyName(o));
   std::map<int, std::vector<Example>> sets;
   for (const auto& [ctx, path] : evals) {
     auto examples = LoadRetrievalEval(path.string());
@@ -203,7 +210,7 @@ int RunQuality(const SparseBenchOptions& o) {
                                  dense->accuracy, dense->token_accuracy);
     for (double f : o.budgets) {
       GeneratorOptions g = BaseOptions(o.threads, tokens, n, o.kv_dtypes.front());
-      g.sparse = Sparse(BudgetTokens(f, ctx), SpeculationMode::kCrossStep, o.prefetch_extra);
+      g.sparse = Sparse(BudgetTokens(f, ctx), SpeculationMode::kCrossStep, o);
       g.host_capacity_tokens = tokens;
       auto r = RunExamples(o.retrieval_dir, g, examples);
       if (!r.ok()) {
@@ -226,17 +233,17 @@ int RunQuality(const SparseBenchOptions& o) {
   const int64_t tokens = static_cast<int64_t>(examples.size()) * (ctx + 64);
   const int32_t n = static_cast<int32_t>(examples.size());
   std::cout << absl::StrFormat(
-      "\n### Prefetch per speculation mode (context %d, %d requests batched)\n\n"
+      "\n### Prefetch per speculation mode (context %d, %d requests batched, miss_policy %s)\n\n"
       "| budget | speculation | hit rate | late share | KB prefetched / token | "
       "KB fetched on miss / token | stall ms / token | decode tok/s |\n"
       "|---|---|---|---|---|---|---|---|\n",
-      ctx, n);
+      ctx, n, PolicyName(o));
   for (double f : o.budgets) {
     if (f >= 1.0) continue;
     for (SpeculationMode m : {SpeculationMode::kNone, SpeculationMode::kCrossStep,
                               SpeculationMode::kCrossLayer, SpeculationMode::kBoth}) {
       GeneratorOptions g = BaseOptions(o.threads, tokens, n, o.kv_dtypes.front());
-      g.sparse = Sparse(BudgetTokens(f, ctx), m, o.prefetch_extra);
+      g.sparse = Sparse(BudgetTokens(f, ctx), m, o);
       g.host_capacity_tokens = tokens;
       auto r = RunExamples(o.retrieval_dir, g, examples);
       if (!r.ok()) {
@@ -331,7 +338,7 @@ bool RunCostContext(const std::string& model, const SparseBenchOptions& o, const
   for (double f : o.budgets) {
     if (f >= 1.0) continue;
     GeneratorOptions g = BaseOptions(o.threads, total, 1, dtype);
-    g.sparse = Sparse(BudgetTokens(f, ctx), SpeculationMode::kCrossStep, o.prefetch_extra);
+    g.sparse = Sparse(BudgetTokens(f, ctx), SpeculationMode::kCrossStep, o);
     g.host_capacity_tokens = total;
     names.push_back("sparse " + BudgetName(f));
     configs.push_back(g);
@@ -394,10 +401,12 @@ int RunCost(const SparseBenchOptions& o) {
     std::cerr << "specula-bench sparse: " << s << "\n";
     return 1;
   }
-  std::cout << "### Cost at long context (generated tiny llama: 2 layers, 4 heads, 2 KV heads, "
-               "head_dim 16; batch 1; selector quest, cross_step, fetch; the configurations decode "
-               "in turn, median step)\n\n"
-               "| context | KV dtype | run | TBT ms (median) | TBT / dense | device KV MB | "
+  std::cout << absl::StrFormat(
+                   "### Cost at long context (generated tiny llama: 2 layers, 4 heads, 2 KV "
+                   "heads, head_dim 16; batch 1; selector quest, cross_step, miss_policy %s; the "
+                   "configurations decode in turn, median step)\n\n",
+                   PolicyName(o))
+            << "| context | KV dtype | run | TBT ms (median) | TBT / dense | device KV MB | "
                "selection index MB | host KV bytes/token | host store RSS MB | host capacity MB "
                "|\n|---|---|---|---|---|---|---|---|---|---|\n";
   int rc = 0;

@@ -102,9 +102,9 @@ std::string FormatKvStats(const KvStats& k) {
   if (!k.sparse) return "kv_stats sparse=false";
   return absl::StrFormat(
       "kv_stats sparse=true budget_tokens=%d pages_hit=%d pages_missed=%d pages_late=%d "
-      "hit_rate=%.3f bytes_prefetched=%d bytes_fetched=%d stall=%.2fms",
-      k.budget_tokens, k.pages_hit, k.pages_missed, k.pages_late, k.hit_rate(), k.bytes_prefetched,
-      k.bytes_fetched, k.stall_seconds * 1e3);
+      "pages_corrected=%d hit_rate=%.3f bytes_prefetched=%d bytes_fetched=%d stall=%.2fms",
+      k.budget_tokens, k.pages_hit, k.pages_missed, k.pages_late, k.pages_corrected, k.hit_rate(),
+      k.bytes_prefetched, k.bytes_fetched, k.stall_seconds * 1e3);
 }
 
 }  // namespace specula

@@ -127,6 +127,7 @@ KvStats KvStatsOf(const pb::KvStats& proto) {
   k.pages_hit = static_cast<int64_t>(proto.pages_hit());
   k.pages_missed = static_cast<int64_t>(proto.pages_missed());
   k.pages_late = static_cast<int64_t>(proto.pages_late());
+  k.pages_corrected = static_cast<int64_t>(proto.pages_corrected());
   k.bytes_prefetched = static_cast<int64_t>(proto.bytes_prefetched());
   k.bytes_fetched = static_cast<int64_t>(proto.bytes_fetched());
   k.stall_seconds = proto.stall_seconds();
@@ -260,6 +261,7 @@ int InfoRemote() {
       "sparse_selector:           %s\n"
       "sparse_speculation:        %s\n"
       "sparse_miss_policy:        %s\n"
+      "sparse_miss_correction:    %g\n"
       "sparse_min_context_tokens: %d\n"
       "sparse_page_size:          %d\n",
       info.model_path(), info.architecture(), info.num_layers(), info.num_attention_heads(),
@@ -268,7 +270,8 @@ int InfoRemote() {
       absl::StrJoin(info.eos_token_ids(), ","), l.max_running_requests(), l.max_waiting_requests(),
       l.max_receive_message_bytes(), l.kv_cache_tokens(), l.prefill_chunk_tokens(),
       sp.enabled() ? "true" : "false", sp.budget_tokens(), sp.sink_tokens(), sp.recent_tokens(),
-      sp.selector(), sp.speculation(), sp.miss_policy(), sp.min_context_tokens(), sp.page_size());
+      sp.selector(), sp.speculation(), sp.miss_policy(), sp.miss_correction(),
+      sp.min_context_tokens(), sp.page_size());
   return 0;
 }
 

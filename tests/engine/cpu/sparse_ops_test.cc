@@ -238,10 +238,11 @@ class SelectTest : public ::testing::Test {
     std::vector<PageGatherEntry> copies[2];
     std::vector<int64_t> counters;  // [head][kSparseCounterCount]
   };
-  Outcome Resolve(bool skip, bool stage_ranked, uint32_t step = 2) {
+  Outcome Resolve(bool defer, bool stage_ranked, uint32_t step = 2, int32_t correct_pages = 0) {
     DeviceData& d = world_.data();
     SparseRowPlan row = world_.Row(60, step);
     row.list_capacity = world_.ws().geometry().list_capacity();
+    row.correct_pages = correct_pages;
     const auto rows = d.Put(std::vector<SparseRowPlan>{row});
     const DeviceSpan<const float> q = d.Put(Query());
     SparseScoreArgs score;
@@ -261,7 +262,7 @@ class SelectTest : public ::testing::Test {
     a.mode = SelectMode::kResolve;
     a.max_cache_slots = 5;
     a.stage_ranked = stage_ranked;
-    a.skip_missing = skip;
+    a.defer_missing = defer;
     a.scores = score.scores;
     a.device_pool = world_.device_pool();
     a.host_pool = world_.host_pool();
@@ -305,7 +306,7 @@ class SelectTest : public ::testing::Test {
 };
 
 TEST_F(SelectTest, ResolveClassifiesListsAndStagesWithoutEvictingTheStepsPages) {
-  const Outcome o = Resolve(/*skip=*/false, /*stage_ranked=*/true);
+  const Outcome o = Resolve(/*defer=*/false, /*stage_ranked=*/true);
   // Sink, the selected pages in position order (3 missed and 9 late: read from the host; 7 a
   // hit: its slot), then the window, the current page holding one token.
   EXPECT_THAT(o.pages[0],
@@ -336,17 +337,60 @@ TEST_F(SelectTest, ResolveClassifiesListsAndStagesWithoutEvictingTheStepsPages) 
   EXPECT_EQ(o.counters[kSparseCounterCount + kCounterMissed], 3);
 }
 
-TEST_F(SelectTest, SkipLeavesWhatIsNotResidentOutButStagesTheMisses) {
-  const Outcome o = Resolve(/*skip=*/true, /*stage_ranked=*/false);
-  EXPECT_THAT(o.pages[0], ElementsAre(world_.pool_page(0, 0), Slot(0), Ring(14), Ring(15)));
-  EXPECT_EQ(o.counters[kCounterFetched], 0);
+TEST_F(SelectTest, DeferAttendsALatePageFromItsSlotAndLeavesAMissOutForTheNextStep) {
+  const Outcome o = Resolve(/*defer=*/true, /*stage_ranked=*/false);
+  // 3 (no slot) is left out; 7 (a hit) and 9 (late: its copy in flight, which the caller waits
+  // for before attention) are read from their slots; nothing from the host store.
+  EXPECT_THAT(o.pages[0],
+              ElementsAre(world_.pool_page(0, 0), Slot(0), Slot(1), Ring(14), Ring(15)));
+  EXPECT_THAT(o.tokens[0], ElementsAre(4, 4, 4, 4, 1));
+  EXPECT_EQ(o.counters[kCounterHit], 1);
   EXPECT_EQ(o.counters[kCounterLate], 1);
+  EXPECT_EQ(o.counters[kCounterMissed], 1);
+  EXPECT_EQ(o.counters[kCounterFetched], 0);
   ASSERT_EQ(o.copies[0].size(), 1u);  // page 3 (no cross_step: nothing ranked below the cut)
   EXPECT_EQ(o.copies[0][0].src, world_.host_pool().page(world_.host_page(0, 0, 3)));
+  // Head 1 holds nothing: sinks and the window only; its three misses staged.
+  EXPECT_THAT(o.pages[1], ElementsAre(world_.pool_page(0, 1), Ring(14, 1), Ring(15, 1)));
+  EXPECT_EQ(o.copies[1].size(), 3u);
+}
+
+// With correct_pages 1, defer reads a miss among the best-ranked page of the selection from the
+// host store at once; the other misses wait. Pages 3, 7 and 9 tie at the top: the lowest index
+// ranks first, so 3 is the best.
+TEST_F(SelectTest, DeferCorrectsOnlyTheMissesRankedAmongTheBest) {
+  const Outcome o = Resolve(/*defer=*/true, /*stage_ranked=*/false, /*step=*/2,
+                            /*correct_pages=*/1);
+  EXPECT_THAT(o.pages[0],
+              ElementsAre(world_.pool_page(0, 0), Host(3), Slot(0), Slot(1), Ring(14), Ring(15)));
+  const int64_t* head0 = o.counters.data();
+  EXPECT_EQ(head0[kCounterMissed], 1);
+  EXPECT_EQ(head0[kCounterCorrected], 1);
+  EXPECT_EQ(head0[kCounterFetched], 1);
+  EXPECT_EQ(head0[kCounterLate], 1);
+  ASSERT_EQ(o.copies[0].size(), 1u);  // the corrected miss is still staged for the next step
+  // Head 1 misses all three: 3 corrected, 7 and 9 left out.
+  EXPECT_THAT(o.pages[1],
+              ElementsAre(world_.pool_page(0, 1), Host(3, 1), Ring(14, 1), Ring(15, 1)));
+  const int64_t* head1 = o.counters.data() + kSparseCounterCount;
+  EXPECT_EQ(head1[kCounterMissed], 3);
+  EXPECT_EQ(head1[kCounterCorrected], 1);
+  EXPECT_EQ(head1[kCounterFetched], 1);
+}
+
+TEST_F(SelectTest, DeferCorrectingTheWholeBudgetReadsEveryMissLikeFetch) {
+  const Outcome o = Resolve(/*defer=*/true, /*stage_ranked=*/false, /*step=*/2,
+                            /*correct_pages=*/3);
+  // Misses from the host as under fetch; the late page 9 still from its slot.
+  EXPECT_THAT(o.pages[0],
+              ElementsAre(world_.pool_page(0, 0), Host(3), Slot(0), Slot(1), Ring(14), Ring(15)));
+  EXPECT_THAT(o.pages[1], ElementsAre(world_.pool_page(0, 1), Host(3, 1), Host(7, 1), Host(9, 1),
+                                      Ring(14, 1), Ring(15, 1)));
+  EXPECT_EQ(o.counters[kSparseCounterCount + kCounterCorrected], 3);
 }
 
 TEST_F(SelectTest, TheCopyStreamsGatherLandsTheStagedPagesAndMarksThemReady) {
-  Resolve(/*skip=*/false, /*stage_ranked=*/true);
+  Resolve(/*defer=*/false, /*stage_ranked=*/true);
   auto stream = backend_.CreateStream();
   int32_t* gathered = nullptr;
   auto counter = backend_.AllocatePinnedHost(sizeof(int32_t)).value();
@@ -367,7 +411,7 @@ TEST_F(SelectTest, TheCopyStreamsGatherLandsTheStagedPagesAndMarksThemReady) {
         << "slot " << j;
   }
   // The next step finds them resident: 3 is a hit now.
-  const Outcome next = Resolve(/*skip=*/false, /*stage_ranked=*/false, /*step=*/3);
+  const Outcome next = Resolve(/*defer=*/false, /*stage_ranked=*/false, /*step=*/3);
   EXPECT_EQ(next.counters[kCounterHit], 2);   // 3 and 7
   EXPECT_EQ(next.counters[kCounterLate], 1);  // 9, whose copy never came
 }

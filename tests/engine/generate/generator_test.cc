@@ -258,7 +258,7 @@ TEST(GeneratorTest, ADeviceFaultFailsTheStepAndEveryLaterOne) {
 TEST(GeneratorTest, ASparseDecodeStepSynchronizesWithTheHostOnce) {
   for (SpeculationMode mode : {SpeculationMode::kNone, SpeculationMode::kCrossStep,
                                SpeculationMode::kCrossLayer, SpeculationMode::kBoth}) {
-    for (MissPolicy miss : {MissPolicy::kFetch, MissPolicy::kSkip}) {
+    for (MissPolicy miss : {MissPolicy::kDefer, MissPolicy::kFetch}) {
       GeneratorOptions o;
       o.sparse.enabled = true;
       o.sparse.min_context_tokens = 0;

@@ -99,7 +99,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::ValuesIn(AllTestModels()),
                        ::testing::Values(SpeculationMode::kNone, SpeculationMode::kCrossStep,
                                          SpeculationMode::kCrossLayer, SpeculationMode::kBoth),
-                       ::testing::Values(MissPolicy::kFetch, MissPolicy::kSkip)),
+                       ::testing::Values(MissPolicy::kDefer, MissPolicy::kFetch)),
     FullBudgetName);
 
 // Under `fetch` the attended pages depend only on the real queries, so a small budget gives the
@@ -214,7 +214,7 @@ std::vector<KvStats> RunCollectingStats(Generator& gen, const std::vector<Genera
 }
 
 TEST(SparseGenerationTest, SmallBudgetCountsHitsAndMissesAndFreesEverything) {
-  for (MissPolicy miss : {MissPolicy::kFetch, MissPolicy::kSkip}) {
+  for (MissPolicy miss : {MissPolicy::kDefer, MissPolicy::kFetch}) {
     auto gen = Generator::Create(TestModelDir("llama3-f32"),
                                  Options(true, SpeculationMode::kCrossStep, miss, 32))
                    .value();

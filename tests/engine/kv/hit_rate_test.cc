@@ -32,7 +32,7 @@ void PageKeys(int64_t, int32_t, int32_t, int32_t pos, float* k, float* v) {
 }
 
 SparseOptions Options(SpeculationMode mode, int32_t extra_pages,
-                      MissPolicy miss = MissPolicy::kFetch) {
+                      MissPolicy miss = MissPolicy::kFetch, double miss_correction = 0) {
   SparseOptions o;
   o.enabled = true;
   o.budget_tokens = 4 * kPageSize;  // 4 pages
@@ -41,6 +41,7 @@ SparseOptions Options(SpeculationMode mode, int32_t extra_pages,
   o.prefetch_extra_tokens = extra_pages * kPageSize;
   o.speculation = mode;
   o.miss_policy = miss;
+  o.miss_correction = miss_correction;
   o.min_context_tokens = 0;
   return o;
 }
@@ -161,17 +162,47 @@ TEST(HitRateTest, CrossStepFromThePromptsLastQueryWarmsTheFirstStep) {
   h.Finish(*ws);
 }
 
-TEST(HitRateTest, SkipPolicyLeavesMissesOutAndStagesThemForLater) {
+TEST(HitRateTest, DeferLeavesMissesOutAndStagesThemForTheNextStep) {
   const SequenceRun r = RunSequence(
-      Options(SpeculationMode::kNone, 2, MissPolicy::kSkip), 6,
+      Options(SpeculationMode::kNone, 2, MissPolicy::kDefer), 6,
       [](int32_t) {
         return std::vector{5, 17, 30, 42};
       },
       [](int32_t) { return std::vector<int32_t>{}; });
-  EXPECT_EQ(r.stats.pages_missed, 4);   // skipped at the first step...
+  EXPECT_EQ(r.stats.pages_missed, 4);   // left out at the first step...
   EXPECT_EQ(r.stats.bytes_fetched, 0);  // ...never fetched synchronously...
   EXPECT_EQ(r.stats.pages_hit, 5 * 4);  // ...and staged in the background for the next
   EXPECT_EQ(r.stats.stall_seconds, 0.0);
+}
+
+// Four pages never seen before at every step, all tied at the top: with miss_correction 0.5 of a
+// 4-page budget, defer reads the best two (the lower indices) from the host at once and leaves
+// the other two out.
+TEST(HitRateTest, DeferCorrectsTheBestRankedShareOfItsMisses) {
+  HarnessShape shape;
+  shape.page_size = kPageSize;
+  SparseHarness h(Options(SpeculationMode::kNone, 0, MissPolicy::kDefer, 0.5), shape, PageKeys);
+  auto ws = h.Start(1, kPromptPages * kPageSize, 8, 0);
+  std::vector<std::vector<int32_t>> attended;
+  h.cache().set_attention_observer([&](const AttendedPages& a) {
+    if (!a.after) attended.push_back(h.LogicalList(a, 0, 0));
+  });
+  for (int32_t t = 0; t < 6; ++t) {
+    h.Step({ws.get()}, {Query(Range(1 + 4 * t, 4), {})});
+    h.cache().WaitForPrefetches();
+  }
+  const KvStats s = h.cache().Stats(*ws);
+  EXPECT_EQ(s.pages_missed, 24);
+  EXPECT_EQ(s.pages_corrected, 12);
+  EXPECT_EQ(s.bytes_fetched, 12 * kPageBytes);
+  ASSERT_EQ(attended.size(), 6u);
+  for (int32_t t = 0; t < 6; ++t) {
+    // Sink 0, the two corrected misses, the window page and the current one (the fifth step
+    // starts page 52).
+    EXPECT_EQ(attended[t], (std::vector<int32_t>{0, 1 + 4 * t, 2 + 4 * t, 50 + t / 4, 51 + t / 4}))
+        << "step " << t;
+  }
+  h.Finish(*ws);
 }
 
 TEST(HitRateTest, CrossLayerPredictsTheNextLayersPages) {
@@ -295,15 +326,76 @@ TEST(HitRateTest, APrefetchStillCopyingIsLateAndFetchReadsItFromTheHostWithTheSa
   EXPECT_EQ(late.out3, on_time.out3);
 }
 
-TEST(HitRateTest, SkipAttendsWithoutALatePageAndNeverFetchesIt) {
-  const HeldPrefetchRun late = RunWithHeldPrefetch(MissPolicy::kSkip, /*hold=*/true);
-  EXPECT_EQ(late.after_step3.pages_late, 1);
-  EXPECT_FALSE(Contains(late.attended3, 16));
-  EXPECT_TRUE(Contains(late.attended3, 15));
-  EXPECT_EQ(late.stats.bytes_fetched, 0);  // skip never copies synchronously
-  EXPECT_EQ(late.after_step3.stall_seconds, 0.0);
-  // The held copy landed later: step 4 finds page 16 (and the predicted 17) resident.
-  EXPECT_EQ(late.stats.pages_hit - late.after_step3.pages_hit, 4);
+// Under defer, step 3 waits for the copy staged at step 2 before it selects (a stall), finds
+// page 16 resident and attends exactly what the on-time run attends.
+TEST(HitRateTest, DeferWaitsForAnEarlierStepsCopyAndAttendsAsIfItWereOnTime) {
+  const HeldPrefetchRun on_time = RunWithHeldPrefetch(MissPolicy::kDefer, /*hold=*/false);
+  const HeldPrefetchRun late = RunWithHeldPrefetch(MissPolicy::kDefer, /*hold=*/true);
+  EXPECT_GE(late.held, 1);
+  EXPECT_GT(late.after_step3.stall_seconds, 0.0);  // it waited for the held copy...
+  EXPECT_EQ(on_time.after_step3.stall_seconds, 0.0);
+  EXPECT_TRUE(Contains(late.attended3, 16));  // ...and then attended page 16 from its slot
+  EXPECT_EQ(late.attended3, on_time.attended3);
+  EXPECT_EQ(late.out3, on_time.out3);
+  EXPECT_EQ(late.stats.pages_late, 0);  // landed before its layer selected: a hit
+  EXPECT_EQ(late.stats.pages_hit, on_time.stats.pages_hit);
+  EXPECT_EQ(late.stats.pages_missed, 4);   // step 0, which nothing predicted...
+  EXPECT_EQ(late.stats.bytes_fetched, 0);  // ...left out, never read from the host
+}
+
+// Under defer, a page staged in this step (cross_layer, for the next layer) whose copy is in
+// flight when that layer selects it is late: attention waits for it and reads it from its slot,
+// with the output of a run whose copy was on time. Layer 0 never predicts anything: every page
+// it selects is a miss, left out.
+struct CrossLayerRun {
+  KvStats stats;
+  std::vector<int32_t> attended;  // layer 1's logical pages
+  std::vector<float> out;
+};
+
+CrossLayerRun RunWithHeldPrediction(bool hold) {
+  auto backend = std::make_unique<GatedCopyBackend>();
+  CopyGate& gate = backend->gate();
+  HarnessShape shape;
+  shape.layers = 2;
+  shape.page_size = kPageSize;
+  SparseHarness h(Options(SpeculationMode::kCrossLayer, 0, MissPolicy::kDefer), shape, PageKeys,
+                  std::move(backend));
+  auto ws = h.Start(1, kPromptPages * kPageSize, 4, 0);
+  h.cache().WaitForPrefetches();
+  CrossLayerRun run;
+  h.cache().set_attention_observer([&](const AttendedPages& a) {
+    if (a.layer == 1 && !a.after) run.attended = h.LogicalList(a, 0, 0);
+  });
+  const std::vector<float> q = Query({6, 19, 33, 47}, {});
+  h.Step({ws.get()}, {q}, [&](int32_t layer) {
+    if (layer != 0) return;
+    if (hold) gate.Close(std::chrono::milliseconds(300));
+    h.PredictLayer(1, {q});
+    if (hold) {
+      EXPECT_TRUE(gate.WaitForHeld(1, std::chrono::seconds(30)));
+    }
+  });
+  h.cache().set_attention_observer(nullptr);
+  run.out = h.last_out();
+  gate.Open();
+  h.cache().WaitForPrefetches();
+  run.stats = h.cache().Stats(*ws);
+  h.Finish(*ws);
+  return run;
+}
+
+TEST(HitRateTest, DeferWaitsForALateCrossLayerPageAndCountsIt) {
+  const CrossLayerRun on_time = RunWithHeldPrediction(/*hold=*/false);
+  const CrossLayerRun late = RunWithHeldPrediction(/*hold=*/true);
+  EXPECT_EQ(late.stats.pages_late, 4);  // layer 1's four, still loading when it selected them
+  EXPECT_GT(late.stats.stall_seconds, 0.0);
+  EXPECT_EQ(late.stats.pages_missed, 4);  // layer 0's, left out
+  EXPECT_EQ(late.stats.bytes_fetched, 0);
+  EXPECT_EQ(late.attended, (std::vector<int32_t>{0, 6, 19, 33, 47, 50, 51}));
+  EXPECT_EQ(late.attended, on_time.attended);
+  EXPECT_EQ(late.out, on_time.out);
+  EXPECT_EQ(on_time.stats.pages_late + on_time.stats.pages_hit, 4);
 }
 
 }  // namespace

@@ -7,9 +7,12 @@
 // sequence, breaks a checksum; ThreadSanitizer (the *_tsan build of this test) reports any
 // unsynchronized access on top.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -42,12 +45,78 @@ struct StressConfig {
   SpeculationMode speculation;
   MissPolicy miss;
   int32_t steps;
+  double miss_correction = 0;  // defer: 0 never reads the host store at use
 };
+
+// Runs `steps` steps of up to four sequences that come and go at random (the same ones for the
+// same `seed`), each step with random queries and, at random, cross_layer predictions; appends
+// each step's attention output to `outputs` when given.
+void DriveRandomDecode(SparseHarness& h, int32_t steps, uint32_t seed = 1234,
+                       std::vector<std::vector<float>>* outputs = nullptr) {
+  const HarnessShape& shape = h.shape();
+  std::mt19937 rng(seed);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<std::shared_ptr<WorkingSet>> live;
+  std::vector<int32_t> remaining;  // decode steps each live sequence may still run
+  int64_t next_tag = 1;
+  auto random_query = [&] {
+    std::vector<float> q(shape.heads * shape.head_dim);
+    for (float& x : q) x = std::uniform_real_distribution<float>(-1, 1)(rng);
+    return q;
+  };
+  for (int32_t step = 0; step < steps; ++step) {
+    if (live.size() < 4 && uniform(0, 3) == 0) {
+      const int32_t prompt = uniform(3, 90), max_new = uniform(1, 40);
+      live.push_back(h.Start(next_tag++, prompt, max_new, 0, random_query()));
+      remaining.push_back(max_new);
+    }
+    if (live.empty()) continue;
+    std::vector<WorkingSet*> seqs;
+    std::vector<std::vector<float>> queries;
+    for (auto& ws : live) {
+      seqs.push_back(ws.get());
+      queries.push_back(random_query());
+    }
+    h.Step(seqs, queries, [&](int32_t layer) {
+      if (layer + 1 < shape.layers && uniform(0, 1) == 0) {
+        // Predictions for the next layer, right or wrong, racing with this layer's work.
+        std::vector<std::vector<float>> early;
+        for (size_t i = 0; i < seqs.size(); ++i) early.push_back(random_query());
+        h.PredictLayer(layer + 1, early);
+      }
+    });
+    if (outputs != nullptr) outputs->push_back(h.last_out());
+    for (size_t i = 0; i < live.size();) {
+      // Finish or cancel at random, with prefetches possibly in flight.
+      if (--remaining[i] == 0 || uniform(0, 30) == 0) {
+        h.Finish(*live[i]);
+        live.erase(live.begin() + i);
+        remaining.erase(remaining.begin() + i);
+      } else {
+        ++i;
+      }
+    }
+  }
+  for (auto& ws : live) h.Finish(*ws);
+}
 
 class PrefetchStressTest : public ::testing::TestWithParam<StressConfig> {};
 
-TEST_P(PrefetchStressTest, PagesReadAlwaysHoldTheirPositions) {
-  const StressConfig cfg = GetParam();
+// The state of the cache slot whose pool page is `pool_page`, or kSlotReady for a sink or
+// window slot (written on the compute stream, never loading).
+int32_t CacheSlotState(const WorkingSet& ws, int32_t layer, int32_t head, int32_t pool_page) {
+  SparseRowPlan row;
+  row.seq = ws.device();
+  const SparseHead h(row, layer, head, ws.geometry().kv_heads);
+  for (int32_t j = 0; j < row.seq.cache_slots; ++j) {
+    if (h.PoolPage(h.CacheSlot(j)) == pool_page) {
+      return std::atomic_ref<int32_t>(h.state[j]).load(std::memory_order_acquire);
+    }
+  }
+  return kSlotReady;
+}
+
+SparseOptions StressOptions(const StressConfig& cfg) {
   SparseOptions o;
   o.enabled = true;
   o.budget_tokens = 12;  // 3 pages of 4
@@ -56,8 +125,13 @@ TEST_P(PrefetchStressTest, PagesReadAlwaysHoldTheirPositions) {
   o.prefetch_extra_tokens = 8;
   o.speculation = cfg.speculation;
   o.miss_policy = cfg.miss;
+  o.miss_correction = cfg.miss_correction;
   o.min_context_tokens = 0;
   o.prefetch_threads = 3;
+  return o;
+}
+
+HarnessShape StressShape() {
   HarnessShape shape;
   shape.layers = 2;
   shape.heads = 4;
@@ -66,7 +140,13 @@ TEST_P(PrefetchStressTest, PagesReadAlwaysHoldTheirPositions) {
   shape.page_size = 4;
   shape.device_blocks = 256;
   shape.host_tokens = 2048;
-  SparseHarness h(o, shape, ChecksumKv);
+  return shape;
+}
+
+TEST_P(PrefetchStressTest, PagesReadAlwaysHoldTheirPositions) {
+  const StressConfig cfg = GetParam();
+  const HarnessShape shape = StressShape();
+  SparseHarness h(StressOptions(cfg), shape, ChecksumKv);
 
   int64_t checked_pages = 0, device_pages = 0;
   std::vector<float> want_k(16), want_v(16);
@@ -84,7 +164,7 @@ TEST_P(PrefetchStressTest, PagesReadAlwaysHoldTheirPositions) {
       for (int32_t head = 0; head < shape.kv_heads; ++head) {
         const size_t list = row * shape.kv_heads + head;
         const int32_t attended = a.list_count[list];
-        // Sinks + the budget's pages + the window; `skip` may leave selected pages out.
+        // Sinks + the budget's pages + the window; `defer` leaves pages without a slot out.
         if (cfg.miss == MissPolicy::kFetch) {
           ASSERT_EQ(attended, expected) << "position " << pos;
         } else {
@@ -98,6 +178,13 @@ TEST_P(PrefetchStressTest, PagesReadAlwaysHoldTheirPositions) {
           const int32_t e = a.list_begin[list] + i;
           // A device slot, or (fetch) the host store's page.
           const int32_t ref = a.pages[e];
+          if (cfg.miss == MissPolicy::kDefer && cfg.miss_correction == 0) {
+            ASSERT_FALSE(IsHostPageRef(ref)) << "defer read the host store at use";
+          }
+          if (cfg.miss == MissPolicy::kDefer && !IsHostPageRef(ref)) {
+            ASSERT_EQ(CacheSlotState(*a.rows[row], a.layer, head, ref), kSlotReady)
+                << "attention read a cache slot whose copy had not landed";
+          }
           const float* page =
               IsHostPageRef(ref)
                   ? static_cast<const float*>(h.cache().store().Page(HostPageOf(ref)))
@@ -119,49 +206,7 @@ TEST_P(PrefetchStressTest, PagesReadAlwaysHoldTheirPositions) {
     }
   });
 
-  std::mt19937 rng(1234);
-  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  std::vector<std::shared_ptr<WorkingSet>> live;
-  std::vector<int32_t> remaining;  // decode steps each live sequence may still run
-  int64_t next_tag = 1;
-  auto random_query = [&] {
-    std::vector<float> q(shape.heads * shape.head_dim);
-    for (float& x : q) x = std::uniform_real_distribution<float>(-1, 1)(rng);
-    return q;
-  };
-  for (int32_t step = 0; step < cfg.steps; ++step) {
-    if (live.size() < 4 && uniform(0, 3) == 0) {
-      const int32_t prompt = uniform(3, 90), max_new = uniform(1, 40);
-      live.push_back(h.Start(next_tag++, prompt, max_new, 0, random_query()));
-      remaining.push_back(max_new);
-    }
-    if (live.empty()) continue;
-    std::vector<WorkingSet*> seqs;
-    std::vector<std::vector<float>> queries;
-    for (auto& ws : live) {
-      seqs.push_back(ws.get());
-      queries.push_back(random_query());
-    }
-    h.Step(seqs, queries, [&](int32_t layer) {
-      if (layer + 1 < shape.layers && uniform(0, 1) == 0) {
-        // Predictions for the next layer, right or wrong, racing with this layer's work.
-        std::vector<std::vector<float>> early;
-        for (size_t i = 0; i < seqs.size(); ++i) early.push_back(random_query());
-        h.PredictLayer(layer + 1, early);
-      }
-    });
-    for (size_t i = 0; i < live.size();) {
-      // Finish or cancel at random, with prefetches possibly in flight.
-      if (--remaining[i] == 0 || uniform(0, 30) == 0) {
-        h.Finish(*live[i]);
-        live.erase(live.begin() + i);
-        remaining.erase(remaining.begin() + i);
-      } else {
-        ++i;
-      }
-    }
-  }
-  for (auto& ws : live) h.Finish(*ws);
+  DriveRandomDecode(h, cfg.steps);
   EXPECT_GT(checked_pages, 1000);
   EXPECT_GT(device_pages, 1000);  // mostly slots, not only the host store
   EXPECT_EQ(h.cache().host_pages_used(), 0);
@@ -172,12 +217,54 @@ TEST_P(PrefetchStressTest, PagesReadAlwaysHoldTheirPositions) {
 INSTANTIATE_TEST_SUITE_P(
     Modes, PrefetchStressTest,
     ::testing::Values(StressConfig{SpeculationMode::kBoth, MissPolicy::kFetch, 2000},
-                      StressConfig{SpeculationMode::kBoth, MissPolicy::kSkip, 2000},
+                      StressConfig{SpeculationMode::kBoth, MissPolicy::kDefer, 2000},
+                      StressConfig{SpeculationMode::kBoth, MissPolicy::kDefer, 2000, 0.5},
                       StressConfig{SpeculationMode::kCrossStep, MissPolicy::kFetch, 2000}),
     [](const ::testing::TestParamInfo<StressConfig>& info) {
       return std::string(SpeculationModeName(info.param.speculation)) + "_" +
-             MissPolicyName(info.param.miss);
+             MissPolicyName(info.param.miss) + (info.param.miss_correction > 0 ? "_corrected" : "");
     });
+
+// Copy streams that sleep before every other batched copy: prefetches land late and at
+// uneven times.
+class SlowCopyBackend : public CpuBackend {
+ public:
+  SlowCopyBackend() : CpuBackend(1) {}
+  std::unique_ptr<Stream> CreateStream() override {
+    return MakeCopyStream([n = std::make_shared<std::atomic<int>>(0)] {
+      if (n->fetch_add(1) % 2 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+  }
+};
+
+// Under defer what a step attends may not depend on when copies land: the same random run with
+// copies that land late gives every step's attention output bit for bit. (Under fetch this holds
+// too, by reading late pages from the host store; the old policy `skip` failed it.) With and
+// without corrections, which depend on the ranking alone.
+TEST(PrefetchDeterminismTest, DeferAttendsTheSameWhateverTheCopiesTiming) {
+  const StressConfig configs[] = {{SpeculationMode::kBoth, MissPolicy::kDefer, 300, 0},
+                                  {SpeculationMode::kCrossStep, MissPolicy::kDefer, 300, 0},
+                                  {SpeculationMode::kBoth, MissPolicy::kDefer, 300, 0.5}};
+  for (const StressConfig& cfg : configs) {
+    const std::string what = std::string(SpeculationModeName(cfg.speculation)) + " correction " +
+                             std::to_string(cfg.miss_correction);
+    auto run = [&](std::unique_ptr<CpuBackend> backend, double* stall) {
+      SparseHarness h(StressOptions(cfg), StressShape(), ChecksumKv, std::move(backend));
+      std::vector<std::vector<float>> outputs;
+      DriveRandomDecode(h, cfg.steps, /*seed=*/77, &outputs);
+      *stall = h.total_stall_seconds();
+      return outputs;
+    };
+    double fast_stall = 0, slow_stall = 0;
+    const auto fast = run(nullptr, &fast_stall);
+    const auto slow = run(std::make_unique<SlowCopyBackend>(), &slow_stall);
+    EXPECT_GT(slow_stall, 0.0) << what << ": the slowed copies were never waited for";
+    ASSERT_EQ(fast.size(), slow.size());
+    for (size_t step = 0; step < fast.size(); ++step) {
+      ASSERT_EQ(fast[step], slow[step]) << what << " step " << step;
+    }
+  }
+}
 
 }  // namespace
 }  // namespace specula

@@ -61,6 +61,8 @@ class SparseHarness {
   const HarnessShape& shape() const { return shape_; }
   // What the last step's operations counted, over all sequences.
   const SparseStepStats& last_step() const { return step_; }
+  // The stall time of every step so far (the compute stream's waits for prefetch copies).
+  double total_stall_seconds() const { return total_stall_seconds_; }
 
   // Admits a sequence of `prompt` tokens and prefills it; `last_query` (heads * head_dim, may
   // be empty = zeros) is the last prompt row's query, which cross_step uses as a prediction.
@@ -204,6 +206,7 @@ class SparseHarness {
     backend_->Synchronize();
     step_ = SparseStepStats();
     cache_->FinishStep(&step_);
+    total_stall_seconds_ += step_.stall_seconds;
   }
   void FillKv(int64_t tag, int32_t layer, int32_t first, int32_t n, float* k, float* v) {
     const int32_t hd = shape_.head_dim, kw = shape_.kv_heads * hd;
@@ -222,6 +225,7 @@ class SparseHarness {
   std::unique_ptr<SparseKvCache> cache_;  // after store_ (uses it)
   StepPlan plan_;
   SparseStepStats step_;
+  double total_stall_seconds_ = 0;
   std::map<const WorkingSet*, int64_t> tags_;
   std::map<const WorkingSet*, int32_t> pos_;
   std::vector<float> last_out_;

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace specula {
@@ -13,12 +14,22 @@ TEST(SparseOptionsTest, NamesRoundTrip) {
                             SpeculationMode::kCrossLayer, SpeculationMode::kBoth}) {
     EXPECT_EQ(ParseSpeculationMode(SpeculationModeName(m)).value(), m);
   }
-  for (MissPolicy p : {MissPolicy::kFetch, MissPolicy::kSkip}) {
+  for (MissPolicy p : {MissPolicy::kDefer, MissPolicy::kFetch}) {
     EXPECT_EQ(ParseMissPolicy(MissPolicyName(p)).value(), p);
   }
   EXPECT_EQ(ParseSpeculationMode("cross-step").status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseMissPolicy("drop").status().code(), absl::StatusCode::kInvalidArgument);
+  // The old, timing-dependent policy: refused, naming its replacement.
+  EXPECT_THAT(ParseMissPolicy("skip").status().message(), ::testing::HasSubstr("'defer'"));
+}
+
+TEST(SparseOptionsTest, CorrectedPagesRoundUpTheShareOfTheBudget) {
+  EXPECT_EQ(CorrectedPages(0.5, 8), 4);
+  EXPECT_EQ(CorrectedPages(0.25, 9), 3);  // 2.25: a page more, never less than the share
+  EXPECT_EQ(CorrectedPages(0.0, 8), 0);
+  EXPECT_EQ(CorrectedPages(1.0, 8), 8);
+  EXPECT_EQ(CorrectedPages(0.01, 1), 1);
 }
 
 TEST(SparseOptionsTest, DefaultsAreValidAndDerivedValuesFollowTheBudget) {

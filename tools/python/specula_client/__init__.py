@@ -89,11 +89,15 @@ class KvStats:
     budget_tokens: int
     # Selected pages already on the device (their copy complete) when attention needed them.
     pages_hit: int
-    # Selected pages absent then (fetched synchronously or skipped, per the server's
-    # sparse.miss_policy).
+    # Selected pages absent then (left out for one step, or read from host memory, per the
+    # server's sparse.miss_policy).
     pages_missed: int
-    # Selected pages whose prefetch copy was still in flight then (waited for, or skipped).
+    # Selected pages whose prefetch copy was still in flight then (waited for, or read from host
+    # memory).
     pages_late: int
+    # Of pages_missed, those read from host memory at once under miss_policy defer
+    # (sparse.miss_correction).
+    pages_corrected: int
     bytes_prefetched: int
     bytes_fetched: int
     stall_seconds: float
@@ -149,6 +153,7 @@ def _usage(msg) -> Usage:
 def _kv_stats(msg) -> KvStats:
     return KvStats(sparse=msg.sparse, budget_tokens=msg.budget_tokens, pages_hit=msg.pages_hit,
                    pages_missed=msg.pages_missed, pages_late=msg.pages_late,
+                   pages_corrected=msg.pages_corrected,
                    bytes_prefetched=msg.bytes_prefetched,
                    bytes_fetched=msg.bytes_fetched, stall_seconds=msg.stall_seconds,
                    hit_rate=msg.hit_rate)
