@@ -244,7 +244,7 @@ std::vector<ConfigKey> SparseKeys() {
        [](C c) -> ConfigField {
          return Named(&c.sparse.options.miss_policy, ParseMissPolicy, MissPolicyName);
        },
-       NoRule{}, "defer | fetch", "what a selected page that is not resident does"},
+       NoRule{}, "auto | defer | fetch", "what a selected page that is not resident does"},
       {"sparse.miss_correction",
        [](C c) -> ConfigField { return &c.sparse.options.miss_correction; }, NoRule{}, kEngineRule,
        "defer: the best-ranked share of a selection whose misses are read at once"},

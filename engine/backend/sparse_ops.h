@@ -52,7 +52,8 @@ struct SparseSelectArgs {
   int32_t max_cache_slots = 0;     // the largest C of any row (sizes a GPU block's shared memory)
   bool stage_ranked = false;       // kResolve: cross_step speculation
   // kResolve, miss_policy defer: a late page (slot mapped, copy in flight) is attended from its
-  // slot (the caller makes attention wait for the copy); a page with no slot is left out.
+  // slot (the caller makes attention wait for the copy); a page with no slot is left out unless
+  // it ranks among its row's best `correct_pages` (then read from the host store).
   // Otherwise (fetch) both are read from the host store.
   bool defer_missing = false;
   bool urgent = false;             // kStage: the pages are for this step (cross_layer)

@@ -152,6 +152,9 @@ absl::Status Generator::CreateKv() {
   }
   kv_ = *std::move(pool);
   ASSIGN_OR_RETURN(host_, CreateHostStore(options_, kv_, *backend_));
+  // options() reports the policy that runs (or would, with sparse off), as SparseKvCache does.
+  options_.sparse.miss_policy =
+      ResolveMissPolicy(options_.sparse.miss_policy, backend_->memory_is_host_readable());
   if (options_.sparse.enabled) {
     SparseModelShape shape;
     shape.layers = kv.num_layers;

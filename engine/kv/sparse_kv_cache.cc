@@ -17,12 +17,16 @@ int32_t PagesOf(int64_t tokens, int32_t page_size) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SparseKvCache>> SparseKvCache::Create(const SparseOptions& options,
+absl::StatusOr<std::unique_ptr<SparseKvCache>> SparseKvCache::Create(const SparseOptions& given,
                                                                      const SparseModelShape& shape,
                                                                      Backend& backend,
                                                                      KvPool& device,
                                                                      HostKvStore& store) {
-  RETURN_IF_ERROR(ValidateSparseOptions(options));
+  RETURN_IF_ERROR(ValidateSparseOptions(given));
+  // The CPU backend's memory is the host's (memory_is_host_readable): there a page read at use
+  // costs nothing more than its slot.
+  SparseOptions options = given;
+  options.miss_policy = ResolveMissPolicy(given.miss_policy, backend.memory_is_host_readable());
   if (shape.layers <= 0 || shape.kv_heads <= 0 || shape.head_dim <= 0 ||
       shape.heads % shape.kv_heads != 0) {
     return absl::InvalidArgumentError("sparse kv cache: bad model shape");

@@ -37,6 +37,7 @@ class SparseKvCache {
  public:
   // `device` (the KV pool the working sets' slots come from), `backend` and `store` (the host
   // pages, of the pool's page layout and dtype; shared with the prefix cache) must outlive it.
+  // `options.miss_policy` auto is resolved for `backend` (options() holds what runs).
   static absl::StatusOr<std::unique_ptr<SparseKvCache>> Create(const SparseOptions& options,
                                                                const SparseModelShape& shape,
                                                                Backend& backend, KvPool& device,

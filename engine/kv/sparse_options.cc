@@ -25,11 +25,22 @@ absl::StatusOr<SpeculationMode> ParseSpeculationMode(std::string_view name) {
       "unknown speculation mode '%s' (none|cross_step|cross_layer|both)", name));
 }
 
-const char* MissPolicyName(MissPolicy p) { return p == MissPolicy::kFetch ? "fetch" : "defer"; }
+const char* MissPolicyName(MissPolicy p) {
+  switch (p) {
+    case MissPolicy::kAuto:
+      return "auto";
+    case MissPolicy::kDefer:
+      return "defer";
+    case MissPolicy::kFetch:
+      return "fetch";
+  }
+  return "?";
+}
 
 absl::StatusOr<MissPolicy> ParseMissPolicy(std::string_view name) {
-  if (name == "defer") return MissPolicy::kDefer;
-  if (name == "fetch") return MissPolicy::kFetch;
+  for (MissPolicy p : {MissPolicy::kAuto, MissPolicy::kDefer, MissPolicy::kFetch}) {
+    if (name == MissPolicyName(p)) return p;
+  }
   if (name == "skip") {
     // The old policy left out pages whose copy was late, so what a step attended depended on
     // copy timing; "defer" replaced it.
@@ -38,11 +49,17 @@ absl::StatusOr<MissPolicy> ParseMissPolicy(std::string_view name) {
         "instead of leaving them out)");
   }
   return absl::InvalidArgumentError(
-      absl::StrFormat("unknown miss policy '%s' (defer|fetch)", name));
+      absl::StrFormat("unknown miss policy '%s' (auto|defer|fetch)", name));
+}
+
+MissPolicy ResolveMissPolicy(MissPolicy p, bool backend_memory_is_host_memory) {
+  if (p != MissPolicy::kAuto) return p;
+  return backend_memory_is_host_memory ? MissPolicy::kFetch : MissPolicy::kDefer;
 }
 
 int32_t CorrectedPages(double miss_correction, int32_t budget_pages) {
-  return static_cast<int32_t>(std::ceil(miss_correction * budget_pages));
+  // Less a hair: 0.55 x 100 is 55.000000000000007 in doubles, and must stay 55.
+  return static_cast<int32_t>(std::ceil(miss_correction * budget_pages - 1e-9));
 }
 
 absl::Status ValidateSparseOptions(const SparseOptions& o) {

@@ -19,19 +19,27 @@ namespace specula {
 //                while layer l computes.
 enum class SpeculationMode { kNone, kCrossStep, kCrossLayer, kBoth };
 // What a selected page that is not on the device does at use (docs/SPARSE_KV.md, "Miss policies"):
-//   defer: no synchronous read. Before a layer selects, the copies staged for it in earlier steps
-//          have landed (the compute stream waits for any still in flight: stall time), so what a
-//          step attends never depends on copy timing. A selected page with no device slot is
-//          left out of this step and staged for the next; one whose copy was staged in this
-//          step (cross_layer) and is still in flight is late: attention waits for it.
+//   defer: before a layer selects, the copies staged for it in earlier steps have landed (the
+//          compute stream waits for any still in flight: stall time), so what a step attends
+//          never depends on copy timing. A selected page with no device slot is staged for the
+//          next step and left out of this one, unless it ranks among the best miss_correction
+//          share of its selection: then it is read from the host store at use (a correction).
+//          One whose copy was staged in this step (cross_layer) and is still in flight is late:
+//          attention waits for it.
 //   fetch: read from the host store at use, over the bus (exact: the dense result over the
 //          selection; on a GPU, a synchronous read at a fraction of the bus's bulk rate).
-enum class MissPolicy { kDefer, kFetch };
+//   auto:  defer where the device reads host memory over a bus (a GPU), fetch where the host
+//          store is the device's own memory (the CPU backend: a page read at use costs what its
+//          slot would, and fetch keeps every selected page). SparseKvCache resolves it.
+enum class MissPolicy { kAuto, kDefer, kFetch };
 
 const char* SpeculationModeName(SpeculationMode m);  // none|cross_step|cross_layer|both
 absl::StatusOr<SpeculationMode> ParseSpeculationMode(std::string_view name);
-const char* MissPolicyName(MissPolicy p);  // defer|fetch
+const char* MissPolicyName(MissPolicy p);  // auto|defer|fetch
 absl::StatusOr<MissPolicy> ParseMissPolicy(std::string_view name);
+// The policy that runs: `p`, or for kAuto the one that suits a backend whose memory is (true) or
+// is not (false) host memory.
+MissPolicy ResolveMissPolicy(MissPolicy p, bool backend_memory_is_host_memory);
 
 struct SparseOptions {
   bool enabled = false;
@@ -42,10 +50,11 @@ struct SparseOptions {
   int32_t recent_tokens = 256;  // last tokens, always attended (rounded up to pages)
   std::string selector = "quest";  // quest | exact
   SpeculationMode speculation = SpeculationMode::kCrossStep;
-  MissPolicy miss_policy = MissPolicy::kDefer;
+  MissPolicy miss_policy = MissPolicy::kAuto;
   // Under defer: a missed page among the best-ranked miss_correction x budget pages of its
   // selection is read from host memory at once (a correction) instead of waiting a step: the
   // pages a moved query needs most. 0 corrects nothing; 1 every miss (fetch's misses). [0, 1].
+  // Ignored under fetch, which reads every miss.
   double miss_correction = 0.75;
   // Requests whose prompt + max_tokens is below this run dense; -1 = 2 * budget_tokens.
   int64_t min_context_tokens = -1;

@@ -109,7 +109,7 @@ TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.sparse.options.recent_tokens, 256);
   EXPECT_EQ(c.sparse.options.selector, "quest");
   EXPECT_EQ(c.sparse.options.speculation, SpeculationMode::kCrossStep);
-  EXPECT_EQ(c.sparse.options.miss_policy, MissPolicy::kDefer);
+  EXPECT_EQ(c.sparse.options.miss_policy, MissPolicy::kAuto);
   EXPECT_EQ(c.sparse.options.miss_correction, 0.75);
   EXPECT_EQ(c.sparse.options.min_context_tokens, -1);
   EXPECT_EQ(c.sparse.options.prefetch_threads, 1);
@@ -262,7 +262,7 @@ TEST(ConfigTest, SparseEnumsTakeEveryName) {
     ASSERT_TRUE(c.ok()) << c.status();
     EXPECT_STREQ(SpeculationModeName(c->sparse.options.speculation), mode);
   }
-  for (const char* policy : {"defer", "fetch"}) {
+  for (const char* policy : {"auto", "defer", "fetch"}) {
     absl::StatusOr<ServerConfig> c =
         ParseConfigYaml(absl::StrCat("sparse:\n  miss_policy: ", policy, "\n"), "s.yaml");
     ASSERT_TRUE(c.ok()) << c.status();
@@ -402,7 +402,7 @@ TEST(ConfigTest, InvalidValuesNameTheirKeyAndLine) {
        "sparse.speculation: unknown speculation mode 'always' (none|cross_step|cross_layer|both)",
        2},
       {"sparse:\n  miss_policy: wait\n",
-       "sparse.miss_policy: unknown miss policy 'wait' (defer|fetch)", 2},
+       "sparse.miss_policy: unknown miss policy 'wait' (auto|defer|fetch)", 2},
       {"sparse:\n  miss_policy: skip\n",
        "sparse.miss_policy: miss policy 'skip' was replaced by 'defer' (deterministic: it waits "
        "for "

@@ -130,6 +130,15 @@ TEST(SparseGenerationTest, SpeculationNeverChangesTheOutputUnderFetch) {
   }
 }
 
+// miss_policy auto runs fetch on the CPU backend (its memory is the host's), and the generator
+// reports the policy that runs. (A GPU's is defer: SparseOptionsTest.AutoDefers...)
+TEST(SparseGenerationTest, AutoMissPolicyIsFetchOnTheCpuBackend) {
+  GeneratorOptions o = Options(true, SpeculationMode::kCrossStep, MissPolicy::kAuto, 32);
+  auto gen = Generator::Create(TestModelDir("llama3-f32"), o).value();
+  EXPECT_EQ(gen->options().sparse.miss_policy, MissPolicy::kFetch);
+  EXPECT_EQ(gen->sparse_cache()->options().miss_policy, MissPolicy::kFetch);
+}
+
 TEST(SparseGenerationTest, NoSinksNoWindowFullBudgetEqualsDense) {
   GeneratorOptions o = Options(true, SpeculationMode::kBoth, MissPolicy::kFetch, 256);
   o.sparse.sink_tokens = 0;

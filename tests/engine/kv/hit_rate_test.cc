@@ -272,7 +272,8 @@ HeldPrefetchRun RunWithHeldPrefetch(MissPolicy miss, bool hold) {
     step(t);
     h.cache().WaitForPrefetches();
   }
-  // Under fetch, step 3 waits for the held copy; the gate lets it go after 300 ms.
+  // The gate holds step 2's copies (page 16's among them) for at most 300 ms: under defer step 3
+  // waits for them, under fetch it reads page 16 from the host store instead.
   if (hold) gate.Close(std::chrono::milliseconds(300));
   step(2);
   if (hold) {

@@ -14,7 +14,7 @@ TEST(SparseOptionsTest, NamesRoundTrip) {
                             SpeculationMode::kCrossLayer, SpeculationMode::kBoth}) {
     EXPECT_EQ(ParseSpeculationMode(SpeculationModeName(m)).value(), m);
   }
-  for (MissPolicy p : {MissPolicy::kDefer, MissPolicy::kFetch}) {
+  for (MissPolicy p : {MissPolicy::kAuto, MissPolicy::kDefer, MissPolicy::kFetch}) {
     EXPECT_EQ(ParseMissPolicy(MissPolicyName(p)).value(), p);
   }
   EXPECT_EQ(ParseSpeculationMode("cross-step").status().code(),
@@ -24,12 +24,23 @@ TEST(SparseOptionsTest, NamesRoundTrip) {
   EXPECT_THAT(ParseMissPolicy("skip").status().message(), ::testing::HasSubstr("'defer'"));
 }
 
+TEST(SparseOptionsTest, AutoDefersWhereTheHostStoreIsAcrossABus) {
+  EXPECT_EQ(ResolveMissPolicy(MissPolicy::kAuto, /*backend_memory_is_host_memory=*/false),
+            MissPolicy::kDefer);
+  EXPECT_EQ(ResolveMissPolicy(MissPolicy::kAuto, true), MissPolicy::kFetch);
+  for (bool host : {false, true}) {
+    EXPECT_EQ(ResolveMissPolicy(MissPolicy::kDefer, host), MissPolicy::kDefer);
+    EXPECT_EQ(ResolveMissPolicy(MissPolicy::kFetch, host), MissPolicy::kFetch);
+  }
+}
+
 TEST(SparseOptionsTest, CorrectedPagesRoundUpTheShareOfTheBudget) {
   EXPECT_EQ(CorrectedPages(0.5, 8), 4);
   EXPECT_EQ(CorrectedPages(0.25, 9), 3);  // 2.25: a page more, never less than the share
   EXPECT_EQ(CorrectedPages(0.0, 8), 0);
   EXPECT_EQ(CorrectedPages(1.0, 8), 8);
   EXPECT_EQ(CorrectedPages(0.01, 1), 1);
+  EXPECT_EQ(CorrectedPages(0.55, 100), 55);  // not 56: the product is a hair above 55 in doubles
 }
 
 TEST(SparseOptionsTest, DefaultsAreValidAndDerivedValuesFollowTheBudget) {

@@ -575,8 +575,9 @@ TEST_F(FaultTest, SlowPageCopiesArriveLateButChangeNoToken) {
 }
 
 // Every copy-stream gather fails: the sparse request (whose cache slots may never turn ready)
-// ends INTERNAL with its KV discarded, by its third decode step at the latest (a step waits
-// for the gathers of two steps before, so the failure is seen then). The dense request running
+// ends INTERNAL with its KV discarded, by its third decode step at the latest (under defer a
+// step waits for the previous step's gathers before selecting; under fetch for those
+// of two steps before: the failure is seen then). The dense request running
 // beside it has no copies and answers exactly; a sparse one after the fault is cleared too.
 TEST_F(FaultTest, AFailedPageCopyFailsTheSparseRequestsOnlyAndTheNextRunsExactly) {
   const GeneratorOptions o = SparseOptionsForTest();

@@ -241,7 +241,7 @@ TEST(LifecycleE2eTest, ModelInfoDescribesTheModelAndLimits) {
   EXPECT_EQ(info.sparse().recent_tokens(), 256u);
   EXPECT_EQ(info.sparse().selector(), "quest");
   EXPECT_EQ(info.sparse().speculation(), "cross_step");
-  EXPECT_EQ(info.sparse().miss_policy(), "defer");
+  EXPECT_EQ(info.sparse().miss_policy(), "fetch");  // auto, on the CPU backend
   EXPECT_EQ(info.sparse().min_context_tokens(), 4096u);
   EXPECT_EQ(info.sparse().page_size(), 16u);
 }
