@@ -309,10 +309,12 @@ ServerMetrics::ServerMetrics(const std::string& model)
                                    "device.",
                                    PrefetchBuckets());
   decode_stall_ = AddCounter(r, "specula_decode_stall_seconds_total",
-                             "Decode time spent waiting for KV pages that were not on the device "
-                             "(synchronous fetches on misses).");
+                             "Decode time the engine thread spent waiting for prefetch copies "
+                             "(host time: on a GPU the waits are the device's and show as step "
+                             "device wait instead).");
   decode_fetch_bytes_ = AddCounter(r, "specula_decode_fetch_bytes_total",
-                                   "Bytes copied host -> device synchronously on misses.");
+                                   "KV bytes read from host memory at use (misses under fetch, "
+                                   "corrections under defer) or loaded at decode start.");
   kv_host_pages_used_ = AddGauge(r, "specula_kv_host_pages_used",
                                  "Host KV store pages (one layer's and KV head's "
                                  "kv_cache.page_size tokens) held by sparse requests and "

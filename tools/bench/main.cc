@@ -5,7 +5,7 @@
 //       [--warmup N] [--json FILE] [--compare-engine [--model DIR]] [--server-pid PID]
 //   specula-bench sparse [--retrieval-dir tests/fixtures/retrieval_model] [--contexts 256,512]
 //       [--budgets 1,0.5,0.25,0.125] [--tbt-contexts 8192,32768] [--tbt-decode-tokens 32]
-//       [--miss-policy defer|fetch] [--miss-correction 0.25]
+//       [--miss-policy auto|defer|fetch] [--miss-correction 0.75]
 //   specula-bench agent [--model DIR] [--conversations 4] [--turns 10] [--system-tokens 512]
 //       [--user-tokens 64] [--tool-tokens 64] [--output-tokens 32] [--think-ms 0]
 //       [--modes none,prefix,session]
@@ -85,8 +85,9 @@ ABSL_FLAG(int32_t, tbt_decode_tokens, 32, "sparse: decode steps timed per TBT me
 ABSL_FLAG(double, prefetch_extra, -1,
           "sparse: sparse.prefetch_extra_tokens as a fraction of the budget (cross_step's slots "
           "beyond it); negative: the server's default, half");
-ABSL_FLAG(std::string, miss_policy, "defer",
-          "sparse: sparse.miss_policy of every sparse run (defer | fetch)");
+ABSL_FLAG(std::string, miss_policy, "auto",
+          "sparse: sparse.miss_policy of every sparse run (auto | defer | fetch; auto is fetch "
+          "on the CPU backend the bench runs)");
 ABSL_FLAG(double, miss_correction, specula::SparseOptions().miss_correction,
           "sparse: sparse.miss_correction of every sparse run (under defer)");
 ABSL_FLAG(std::vector<std::string>, kv_dtypes, std::vector<std::string>({"f32", "bf16"}),

@@ -78,8 +78,12 @@ SparseOptions Sparse(int64_t budget, SpeculationMode mode, const SparseBenchOpti
 
 // The miss policy as the tables' headings give it.
 std::string PolicyName(const SparseBenchOptions& o) {
-  if (o.miss_policy == MissPolicy::kFetch) return "fetch";
-  return absl::StrFormat("defer, miss_correction %g", o.miss_correction);
+  // The bench runs the CPU backend, whose memory is the host's.
+  const MissPolicy runs = ResolveMissPolicy(o.miss_policy, /*backend_memory_is_host_memory=*/true);
+  const std::string name = runs == MissPolicy::kFetch
+                               ? "fetch"
+                               : absl::StrFormat("defer, miss_correction %g", o.miss_correction);
+  return o.miss_policy == MissPolicy::kAuto ? "auto: " + name : name;
 }
 
 struct QualityRow {
@@ -335,11 +339,12 @@ bool RunCostContext(const std::string& model, const SparseBenchOptions& o, const
   const int64_t total = ctx + o.tbt_decode_tokens + 64;
   std::vector<std::string> names = {"dense"};
   std::vector<GeneratorOptions> configs = {BaseOptions(o.threads, total, 1, dtype)};
-  // A full budget too: every page resident and taken, selection and lists still built each
-  // step, so its ratio to dense is the sparse machinery's own cost (issue 37, item 2).
+  // A full budget too, covering every token the run will hold: every page resident and taken
+  // (no scoring: nothing to rank), the selection's lists still built each step, so its ratio to
+  // dense is the sparse step's fixed cost (issue 37, item 2).
   for (double f : o.budgets) {
     GeneratorOptions g = BaseOptions(o.threads, total, 1, dtype);
-    g.sparse = Sparse(BudgetTokens(f, ctx), SpeculationMode::kCrossStep, o);
+    g.sparse = Sparse(f >= 1.0 ? total : BudgetTokens(f, ctx), SpeculationMode::kCrossStep, o);
     g.host_capacity_tokens = total;
     names.push_back("sparse " + BudgetName(f));
     configs.push_back(g);

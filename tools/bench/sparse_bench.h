@@ -23,7 +23,7 @@ struct SparseBenchOptions {
   int tbt_decode_tokens = 32;
   // sparse.prefetch_extra_tokens as a fraction of the budget; < 0: the server's default.
   double prefetch_extra = -1;
-  MissPolicy miss_policy = MissPolicy::kDefer;  // sparse.miss_policy of every sparse run
+  MissPolicy miss_policy = MissPolicy::kAuto;  // sparse.miss_policy of every sparse run
   double miss_correction = SparseOptions().miss_correction;  // sparse.miss_correction (defer)
   // kv_cache.dtype values: the cost part runs each; the quality part the first.
   std::vector<std::string> kv_dtypes = {"f32"};

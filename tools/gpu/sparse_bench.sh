@@ -6,7 +6,9 @@
 # under miss_policy defer (corrections 0.75, the default, and 0) and fetch. For each sparse run,
 # the counters' change over it from /metrics: pages hit / missed / late / corrected, bytes
 # copied ahead and read at use, the host's stall, and the engine thread's wait for the device
-# (where defer's stream waits show on a GPU). About 3-4 minutes.
+# (where defer's stream waits show on a GPU; these sums include the warm-up and the prefills,
+# so compare them between runs, not as decode-only figures). CUDA graphs are off in every run:
+# only dense steps are ever recorded, which would favour the dense baseline. About 3-4 minutes.
 set -uo pipefail
 report=$1
 contexts=${2:-"8192 32768"}
@@ -31,8 +33,9 @@ keep = ("specula_prefetch_hits_total", "specula_prefetch_misses_total",
         "specula_step_duration_seconds_sum", "specula_generation_tokens_total")
 for line in text.splitlines():
     parts = line.split()
-    if len(parts) == 2 and parts[0] in keep:
-        print(parts[0], parts[1])
+    name = parts[0].split("{")[0] if parts else ""  # generation tokens carry a model label
+    if len(parts) == 2 and name in keep:
+        print(name, parts[1])
 PY
 }
 delta() {  # delta BEFORE AFTER: each counter's change, one line
@@ -49,7 +52,7 @@ run() {  # run LABEL CONTEXT SPARSE_YAML: a server with that sparse section, bat
   local label=$1 n=$2 sparse=$3
   label=$label-$n
   cat >"$report/server-$label.yaml" <<YAML
-model: {path: $model, device: cuda}
+model: {path: $model, device: cuda, cuda_graphs: false}
 server: {listen: "127.0.0.1:$port", metrics_listen: "127.0.0.1:$metrics_port"}
 kv_cache: {capacity_tokens: 98304, host_capacity_tokens: 70000}
 scheduler: {max_running_requests: 4}
@@ -58,7 +61,13 @@ YAML
   "$bundle/bin/specula-server" --config "$report/server-$label.yaml" \
     >"$report/server-$label.log" 2>&1 &
   local pid=$!
-  wait_healthy $pid $port || { echo "$label: server not serving"; tail -5 "$report/server-$label.log"; return 1; }
+  if ! wait_healthy $pid $port; then
+    echo "$label: server not serving"
+    tail -5 "$report/server-$label.log"
+    kill -TERM $pid 2>/dev/null
+    wait $pid
+    return 1
+  fi
   echo "-- $label, prompt $n"
   local before after
   before=$(counters)

@@ -578,23 +578,29 @@ TEST_F(FaultTest, SlowPageCopiesArriveLateButChangeNoToken) {
 // ends INTERNAL with its KV discarded, by its third decode step at the latest (under defer a
 // step waits for the previous step's gathers before selecting; under fetch for those
 // of two steps before: the failure is seen then). The dense request running
-// beside it has no copies and answers exactly; a sparse one after the fault is cleared too.
-TEST_F(FaultTest, AFailedPageCopyFailsTheSparseRequestsOnlyAndTheNextRunsExactly) {
-  const GeneratorOptions o = SparseOptionsForTest();
+// beside it has no copies and answers exactly; a sparse one after the fault is cleared too. The
+// tokens the failed request sent before it failed are its solo run's: none was computed from a
+// slot whose copy never landed.
+void RunAFailedPageCopy(const GeneratorOptions& o) {
+  const GenerationRequest sparse = Greedy(Prompt(200, 6), 32);
   GenerationRequest dense = Greedy(Prompt(60, 7), 24);
   dense.sparse.mode = SparseMode::kDense;
   const GenerationRequest after = Greedy(Prompt(180, 8), 12);
+  const std::vector<int32_t> sparse_solo = SoloTokens(o, sparse);
   const std::vector<int32_t> dense_solo = SoloTokens(o, dense);
   const std::vector<int32_t> after_solo = SoloTokens(o, after);
   auto engine = MakeEngine(o, EngineOptions{});
   ArmFault(Fault::kFailPageCopy, 1 << 20);
   Collector cs, cd;
-  ASSERT_TRUE(engine->Submit(Named(Greedy(Prompt(200, 6), 32), "s"), cs.stream()).ok());
+  ASSERT_TRUE(engine->Submit(Named(sparse, "s"), cs.stream()).ok());
   ASSERT_TRUE(engine->Submit(Named(dense, "d"), cd.stream()).ok());
   const StreamChunk& failed = cs.WaitDone();
   EXPECT_EQ(failed.status.code(), absl::StatusCode::kInternal) << failed.status;
   EXPECT_NE(failed.status.message().find("injected"), std::string::npos) << failed.status;
   EXPECT_LT(failed.tokens.size(), 32u) << "the failure was seen only at the end";
+  ASSERT_LE(failed.tokens.size(), sparse_solo.size());
+  EXPECT_TRUE(std::equal(failed.tokens.begin(), failed.tokens.end(), sparse_solo.begin()))
+      << "a token sent before the failure differs from the solo run's";
   const StreamChunk& ok = cd.WaitDone();
   ASSERT_TRUE(ok.status.ok()) << ok.status;
   EXPECT_EQ(ok.tokens, dense_solo);
@@ -605,6 +611,15 @@ TEST_F(FaultTest, AFailedPageCopyFailsTheSparseRequestsOnlyAndTheNextRunsExactly
   ASSERT_TRUE(next.status.ok()) << next.status;
   EXPECT_EQ(next.tokens, after_solo);
   ExpectNothingHeld(*engine);
+}
+
+TEST_F(FaultTest, AFailedPageCopyFailsTheSparseRequestsOnlyAndTheNextRunsExactly) {
+  for (MissPolicy miss : {MissPolicy::kDefer, MissPolicy::kFetch}) {
+    SCOPED_TRACE(MissPolicyName(miss));
+    GeneratorOptions o = SparseOptionsForTest();
+    o.sparse.miss_policy = miss;
+    RunAFailedPageCopy(o);
+  }
 }
 
 }  // namespace
