@@ -12,8 +12,21 @@
 #include "absl/status/status.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/step_plan.h"
+#include "kernels/sparse_abi.h"
 
 namespace specula {
+
+// Adds one (row, KV head)'s counters `c` ([kSparseCounterCount], SparseCounter order) to a
+// request's KvStats or a step's SparseStepStats (the same fields).
+template <typename Stats>
+void AddSparseCounters(const int64_t* c, int64_t page_bytes, Stats* s) {
+  s->pages_hit += c[kCounterHit];
+  s->pages_late += c[kCounterLate];
+  s->pages_missed += c[kCounterMissed];
+  s->pages_corrected += c[kCounterCorrected];
+  s->bytes_fetched += c[kCounterFetched] * page_bytes;
+  s->bytes_prefetched += c[kCounterStaged] * page_bytes;
+}
 
 class CounterReadback {
  public:

@@ -135,11 +135,10 @@ void DecodeStart::SelectFirstPages(int32_t layer, const Mat& last_query) {
 void DecodeStart::FinishStep(SparseStepStats* step) {
   const int64_t page_bytes = static_cast<int64_t>(cache_.store().page_bytes());
   const int64_t* c = counters_.Host();
+  // Loading and staging count only fetched and staged pages; the other counters stay 0.
   for (size_t h = 0; h < counters_.size() / kSparseCounterCount; ++h, c += kSparseCounterCount) {
-    ws_.stats.bytes_fetched += c[kCounterFetched] * page_bytes;
-    ws_.stats.bytes_prefetched += c[kCounterStaged] * page_bytes;
-    step->bytes_fetched += c[kCounterFetched] * page_bytes;
-    step->bytes_prefetched += c[kCounterStaged] * page_bytes;
+    AddSparseCounters(c, page_bytes, &ws_.stats);
+    AddSparseCounters(c, page_bytes, step);
   }
 }
 

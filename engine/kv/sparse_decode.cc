@@ -208,18 +208,8 @@ void SparseDecodeKv::FinishStep(SparseStepStats* step, double stall_seconds) {
     s.stall_seconds += stall_seconds;
     for (int32_t h = 0; h < shape_.kv_heads; ++h) {
       const int64_t* c = counts + (i * shape_.kv_heads + h) * kSparseCounterCount;
-      s.pages_hit += c[kCounterHit];
-      s.pages_late += c[kCounterLate];
-      s.pages_missed += c[kCounterMissed];
-      s.pages_corrected += c[kCounterCorrected];
-      s.bytes_fetched += c[kCounterFetched] * page_bytes;
-      s.bytes_prefetched += c[kCounterStaged] * page_bytes;
-      step->pages_hit += c[kCounterHit];
-      step->pages_late += c[kCounterLate];
-      step->pages_missed += c[kCounterMissed];
-      step->pages_corrected += c[kCounterCorrected];
-      step->bytes_fetched += c[kCounterFetched] * page_bytes;
-      step->bytes_prefetched += c[kCounterStaged] * page_bytes;
+      AddSparseCounters(c, page_bytes, &s);
+      AddSparseCounters(c, page_bytes, step);
     }
   }
   rows_.clear();

@@ -244,8 +244,10 @@ int RunSparse() {
   }
   o.miss_policy = *miss;
   o.miss_correction = absl::GetFlag(FLAGS_miss_correction);
-  if (!(o.miss_correction >= 0 && o.miss_correction <= 1)) {
-    std::cerr << "specula-bench: --miss-correction must be in [0, 1]\n";
+  specula::SparseOptions correction;  // the engine's own rule for the value
+  correction.miss_correction = o.miss_correction;
+  if (const absl::Status s = specula::ValidateSparseOptions(correction); !s.ok()) {
+    std::cerr << "specula-bench: --miss-correction: " << s.message() << "\n";
     return 2;
   }
   o.kv_dtypes = absl::GetFlag(FLAGS_kv_dtypes);
