@@ -148,6 +148,28 @@ ServerMetrics::ServerMetrics(const std::string& model)
       "device (the step's readback). Step duration less this is host work: a sum near the "
       "step duration's means the device is the bottleneck, near zero that the host is.",
       TokenBuckets());
+  auto& step_seconds =
+      prometheus::BuildCounter()
+          .Name("specula_step_seconds_total")
+          .Help(
+              "Wall time of engine steps, by what they ran: decode (only decode rows), prefill "
+              "(only prompt work: chunks or layer-major sparse prefill units), mixed (both). "
+              "rate(specula_step_decoded_tokens_total{kind=\"decode\"}) / "
+              "rate(specula_step_seconds_total{kind=\"decode\"}) is the decode phase's "
+              "aggregate output rate, prefill excluded.")
+          .Register(r);
+  auto& step_decoded = prometheus::BuildCounter()
+                           .Name("specula_step_decoded_tokens_total")
+                           .Help(
+                               "Tokens decoded (one per decode row) by engine steps, by the "
+                               "step's kind as in specula_step_seconds_total; a prompt's first "
+                               "token is not a decoded one.")
+                           .Register(r);
+  for (int i = 0; i < kStepKinds; ++i) {
+    const prometheus::Labels kind = {{"kind", kStepKindNames[i]}};
+    step_seconds_[i] = &step_seconds.Add(kind);
+    if (i != kPrefillStep) step_decoded_[i] = &step_decoded.Add(kind);
+  }
   prompt_length_ = AddHistogram(r, "specula_request_prompt_tokens",
                                 "Prompt length of each request that reached the engine, in "
                                 "tokens (after the chat template).",
@@ -352,6 +374,12 @@ void ServerMetrics::OnStep(const StepSummary& step) {
   if (step.decode_rows > 0) batch_size_->Observe(step.decode_rows);
   ObserveIfValid(step_duration_, step.seconds);
   ObserveIfValid(step_device_wait_, step.device_wait_seconds);
+  if (step.decode_rows == 0 && step.prefill_rows == 0) return;  // nothing ran
+  const int kind = step.prefill_rows == 0  ? kDecodeStep
+                   : step.decode_rows == 0 ? kPrefillStep
+                                           : kMixedStep;
+  if (step.seconds >= 0) step_seconds_[kind]->Increment(step.seconds);
+  if (kind != kPrefillStep) step_decoded_[kind]->Increment(step.decode_rows);
 }
 
 void ServerMetrics::OnSparseStep(const SparseStepStats& sparse) {

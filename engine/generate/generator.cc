@@ -342,6 +342,7 @@ absl::Status Generator::FinishStep(const ScheduledStep& step,
     }
     const int64_t written = scheduler_->Advance(p);
     if (p.prefill) {
+      ++last_step_.prefill_rows;
       last_step_.prefill_tokens += static_cast<int32_t>(written);
     } else {
       ++last_step_.decode_rows;

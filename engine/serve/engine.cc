@@ -392,6 +392,7 @@ absl::Status Engine::RunStep() {
     step.prefill_tokens = generator_->last_step().prefill_tokens;
     step.seconds = Seconds(now - start);
     step.device_wait_seconds = generator_->last_step().device_wait_seconds;
+    step.prefill_rows = generator_->last_step().prefill_rows;
     observer_->OnStep(step);
     if (HadSparseActivity(generator_->last_step().sparse)) {
       observer_->OnSparseStep(generator_->last_step().sparse);

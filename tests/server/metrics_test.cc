@@ -57,7 +57,7 @@ void DriveTraffic(ServerMetrics& m) {
   m.OnStep({/*decode_rows=*/3, /*prefill_tokens=*/0, /*seconds=*/0.004,
             /*device_wait_seconds=*/0.003});
   m.OnStep({/*decode_rows=*/0, /*prefill_tokens=*/100, /*seconds=*/0.02,
-            /*device_wait_seconds=*/0.0005});
+            /*device_wait_seconds=*/0.0005, /*prefill_rows=*/1});
   RequestSummary done;
   done.request_id = "r1";
   done.finish = FinishReason::kStop;
@@ -300,6 +300,32 @@ TEST(MetricsTest, PrefetchHitRatioIsOverTheRecentStepsThatSelectedPages) {
   // that selected pages.
   for (int i = 0; i < ServerMetrics::kHitRatioWindowSteps; ++i) step(0, 0, 3);
   EXPECT_EQ(ratio(), 0);
+}
+
+// Steps are split by what they ran, so the decode phase's rate leaves prefill out. A layer-major
+// sparse prefill unit (prefill_rows 1, prefill_tokens 0 until its last unit) is prompt work.
+TEST(MetricsTest, StepTimeAndDecodedTokensAreSplitByWhatTheStepRan) {
+  ServerMetrics metrics(kModel);
+  auto step = [&](int32_t decode_rows, int32_t prefill_tokens, int32_t prefill_rows,
+                  double seconds) {
+    metrics.OnStep({decode_rows, prefill_tokens, seconds, /*device_wait_seconds=*/0, prefill_rows});
+  };
+  step(4, 0, 0, 0.010);    // decode
+  step(16, 0, 0, 0.030);   // decode
+  step(0, 512, 1, 0.100);  // a prompt chunk alone
+  step(0, 0, 1, 0.200);    // a layer-major unit alone
+  step(3, 0, 1, 0.050);    // a layer-major unit beside 3 decode rows
+  step(2, 256, 1, 0.070);  // a chunk beside 2 decode rows
+  step(0, 0, 0, 0.500);    // ran nothing (a failed step's rows): no kind
+  const Exposition e = ParseExposition(metrics.Exposition());
+  EXPECT_NEAR(e.Get("specula_step_seconds_total{kind=\"decode\"}"), 0.040, 1e-12);
+  EXPECT_NEAR(e.Get("specula_step_seconds_total{kind=\"prefill\"}"), 0.300, 1e-12);
+  EXPECT_NEAR(e.Get("specula_step_seconds_total{kind=\"mixed\"}"), 0.120, 1e-12);
+  EXPECT_EQ(e.Get("specula_step_decoded_tokens_total{kind=\"decode\"}"), 20);
+  EXPECT_EQ(e.Get("specula_step_decoded_tokens_total{kind=\"mixed\"}"), 5);
+  EXPECT_TRUE(std::isnan(e.Get("specula_step_decoded_tokens_total{kind=\"prefill\"}")));
+  // Every step still counts in the duration histogram.
+  EXPECT_EQ(e.Get("specula_step_duration_seconds_count"), 7);
 }
 
 // Each figure follows the process: a descriptor opened is counted, CPU time spent is counted.

@@ -176,9 +176,19 @@ TEST(SparseGenerationTest, PrefillIsLayerMajor) {
   ASSERT_TRUE(gen->Step(&out).ok());
   EXPECT_TRUE(out.empty());
   EXPECT_EQ(written_pages(), 13 * kv_heads);  // layer 0's 13 pages (200 tokens), and no more
+  // A unit that does not end the prompt is prompt work all the same (the step-kind metrics):
+  // one prefilling row, whose tokens count when the prompt is done.
+  EXPECT_EQ(gen->last_step().prefill_rows, 1);
+  EXPECT_EQ(gen->last_step().prefill_tokens, 0);
+  EXPECT_EQ(gen->last_step().decode_rows, 0);
   ASSERT_TRUE(gen->Step(&out).ok());
   ASSERT_EQ(out.size(), 1u);  // the first token, once layer 1 is done
   EXPECT_EQ(written_pages(), 2 * 13 * kv_heads);
+  EXPECT_EQ(gen->last_step().prefill_rows, 1);
+  EXPECT_EQ(gen->last_step().prefill_tokens, 200);
+  ASSERT_TRUE(gen->Step(&out).ok());  // decode alone
+  EXPECT_EQ(gen->last_step().prefill_rows, 0);
+  EXPECT_EQ(gen->last_step().decode_rows, 1);
 }
 
 TEST(SparseGenerationTest, DenseAndSparseRequestsShareABatch) {
