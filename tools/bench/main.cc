@@ -3,6 +3,7 @@
 //   specula-bench serve --server HOST:PORT [--num-prompts 200] [--input-len 128]
 //       [--output-len 128] [--concurrency C | --request-rate R [--max-concurrency C]]
 //       [--warmup N] [--json FILE] [--compare-engine [--model DIR]] [--server-pid PID]
+//       [--session-suffix-len N]
 //   specula-bench sparse [--retrieval-dir tests/fixtures/retrieval_model] [--contexts 256,512]
 //       [--budgets 1,0.5,0.25,0.125] [--tbt-contexts 8192,32768] [--tbt-decode-tokens 32]
 //       [--miss-policy auto|defer|fetch] [--miss-correction 0.75]
@@ -59,6 +60,10 @@ ABSL_FLAG(std::string, request_rate, "",
           "serve: Poisson arrivals at this many requests/s; 'inf' sends all at once");
 ABSL_FLAG(int32_t, max_concurrency, 0, "serve: with --request-rate, most requests in flight");
 ABSL_FLAG(int32_t, warmup, 0, "serve: requests sent first and not counted");
+ABSL_FLAG(int32_t, session_suffix_len, 0,
+          "serve: > 0: send each prompt first under its own session (max_tokens 1, not measured), "
+          "then measure the sessions' next turns: the prompt and this many new tokens, its KV "
+          "reused (a long cached context and a short new input, as agents send)");
 ABSL_FLAG(double, timeout, 0, "serve: per-request deadline in seconds, 0 = none");
 ABSL_FLAG(std::string, json, "", "serve: write every result (and each request's timings) here");
 ABSL_FLAG(bool, compare_engine, false,
@@ -342,6 +347,7 @@ int RunServe() {
   o.model_dir = absl::GetFlag(FLAGS_model);
   o.threads = absl::GetFlag(FLAGS_threads);
   o.server_pid = absl::GetFlag(FLAGS_server_pid);
+  o.session_suffix_len = absl::GetFlag(FLAGS_session_suffix_len);
   const std::string rate = absl::AsciiStrToLower(absl::GetFlag(FLAGS_request_rate));
   if (rate.empty()) {
     if (o.concurrency == 0) o.concurrency = 64;

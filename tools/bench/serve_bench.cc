@@ -1,21 +1,25 @@
 #include "tools/bench/serve_bench.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/model/tiny/default_model.h"
 #include "grpcpp/grpcpp.h"
 #include "tools/bench/serve_client.h"
 #include "tools/bench/serve_engine.h"
 #include "tools/bench/serve_procstat.h"
 #include "tools/bench/serve_report.h"
 #include "tools/bench/serve_stats.h"
-#include "engine/model/tiny/default_model.h"
 
 namespace specula {
 namespace {
@@ -25,6 +29,7 @@ namespace pb = ::specula::v1;
 // Independent streams from one --seed: prompts, arrivals and warmup prompts must not correlate.
 constexpr uint64_t kArrivalSeedSalt = 0x9e3779b97f4a7c15ull;
 constexpr uint64_t kWarmupSeedSalt = 0xc2b2ae3d27d4eb4full;
+constexpr uint64_t kSuffixSeedSalt = 0x165667b19e3779f9ull;
 
 int Fail(const absl::Status& s) {
   std::cerr << "specula-bench serve: " << s << "\n";
@@ -35,10 +40,15 @@ absl::Status Validate(const ServeBenchOptions& o) {
   if (o.num_prompts < 1) return absl::InvalidArgumentError("--num-prompts must be >= 1");
   if (o.input_len < 1) return absl::InvalidArgumentError("--input-len must be >= 1");
   if (o.output_len < 1) return absl::InvalidArgumentError("--output-len must be >= 1");
-  if (o.concurrency < 0 || o.max_concurrency < 0 || o.warmup < 0) {
-    return absl::InvalidArgumentError("--concurrency, --max-concurrency, --warmup must be >= 0");
+  if (o.concurrency < 0 || o.max_concurrency < 0 || o.warmup < 0 || o.session_suffix_len < 0) {
+    return absl::InvalidArgumentError(
+        "--concurrency, --max-concurrency, --warmup, --session-suffix-len must be >= 0");
   }
   if (!(o.request_rate > 0)) return absl::InvalidArgumentError("--request-rate must be > 0");
+  if (o.compare_engine && o.session_suffix_len > 0) {
+    // The baseline would prefill every prompt whole: not the same work.
+    return absl::InvalidArgumentError("--compare-engine cannot replay --session-suffix-len runs");
+  }
   return absl::OkStatus();
 }
 
@@ -108,10 +118,48 @@ void Warmup(pb::Specula::Stub* stub, const ServeBenchOptions& o, int32_t vocab, 
                                r.duration_seconds);
 }
 
+// With o.session_suffix_len: one session per prompt, named uniquely for this process.
+std::vector<std::string> SessionIds(const ServeBenchOptions& o) {
+  std::vector<std::string> ids;
+  if (o.session_suffix_len == 0) return ids;
+  for (int32_t i = 0; i < o.num_prompts; ++i)
+    ids.push_back(absl::StrCat("bench-", getpid(), "-", i));
+  return ids;
+}
+
+// The sessions' first turns (o.session_suffix_len > 0): every prompt at once with max_tokens 1,
+// so the measured second turns find their KV cached. Not measured; every one must succeed.
+absl::Status FirstTurns(pb::Specula::Stub* stub, const ServeBenchOptions& o, int32_t vocab) {
+  LoadPlan first;
+  first.prompts = RandomPrompts(o.num_prompts, o.input_len, vocab, o.seed);
+  first.output_len = 1;
+  first.timeout_seconds = o.timeout_seconds;
+  first.session_ids = SessionIds(o);
+  const LoadResult r = RunLoad(stub, first);
+  for (const RequestRecord& record : r.records) {
+    if (!record.ok) {
+      return absl::Status(static_cast<absl::StatusCode>(record.status_code),
+                          absl::StrCat("a session's first turn failed: ", record.error));
+    }
+  }
+  std::cout << absl::StrFormat("sessions: %d first turns (max_tokens 1) in %.2f s, not measured\n",
+                               o.num_prompts, r.duration_seconds);
+  return absl::OkStatus();
+}
+
 // The measured run: a fixed concurrency, or arrivals at o.request_rate under o.max_concurrency.
+// With sessions, each prompt is its first turn's and o.session_suffix_len new tokens.
 LoadPlan MeasuredPlan(const ServeBenchOptions& o, int32_t vocab) {
   LoadPlan plan;
   plan.prompts = RandomPrompts(o.num_prompts, o.input_len, vocab, o.seed);
+  if (o.session_suffix_len > 0) {
+    const std::vector<std::vector<int32_t>> suffixes =
+        RandomPrompts(o.num_prompts, o.session_suffix_len, vocab, o.seed ^ kSuffixSeedSalt);
+    for (size_t i = 0; i < plan.prompts.size(); ++i) {
+      plan.prompts[i].insert(plan.prompts[i].end(), suffixes[i].begin(), suffixes[i].end());
+    }
+  }
+  plan.session_ids = SessionIds(o);
   plan.output_len = o.output_len;
   plan.timeout_seconds = o.timeout_seconds;
   if (o.concurrency > 0) {
@@ -137,6 +185,7 @@ ServeRunInfo DescribeRun(const ServeBenchOptions& o, const pb::ModelInfo& info, 
   run.output_len = o.output_len;
   run.seed = o.seed;
   run.warmup = o.warmup;
+  run.session_suffix_len = o.session_suffix_len;
   run.engine_max_running = batch;
   run.server_cpu_by_thread = std::move(server_cpu);
   return run;
@@ -152,17 +201,20 @@ int RunServeBench(const ServeBenchOptions& o) {
   absl::StatusOr<pb::ModelInfo> info = FetchModelInfo(channel, 10);
   if (!info.ok()) return Fail(info.status());
   if (info->vocab_size() < 2) return Fail(absl::FailedPreconditionError("vocab_size < 2"));
-  if (info->max_context_tokens() > 0 &&
-      static_cast<int64_t>(o.input_len) + o.output_len > info->max_context_tokens()) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrFormat("--input-len + --output-len = %d exceeds the model's context of %d",
-                        o.input_len + o.output_len, info->max_context_tokens())));
+  const int64_t longest = int64_t{o.input_len} + o.session_suffix_len + o.output_len;
+  if (info->max_context_tokens() > 0 && longest > info->max_context_tokens()) {
+    return Fail(absl::InvalidArgumentError(absl::StrFormat(
+        "--input-len + --session-suffix-len + --output-len = %d exceeds the model's context of %d",
+        longest, info->max_context_tokens())));
   }
   const int32_t vocab = static_cast<int32_t>(info->vocab_size());
   const int32_t batch = ServedBatch(o, *info);
   std::unique_ptr<pb::Specula::Stub> stub = pb::Specula::NewStub(channel);
 
   if (o.warmup > 0) Warmup(stub.get(), o, vocab, batch);
+  if (o.session_suffix_len > 0) {
+    if (absl::Status s = FirstTurns(stub.get(), o, vocab); !s.ok()) return Fail(s);
+  }
   const LoadPlan plan = MeasuredPlan(o, vocab);
   std::map<std::string, double> server_cpu_before;
   if (o.server_pid > 0) {

@@ -28,6 +28,11 @@ struct ServeBenchOptions {
   std::string model_dir;  // for compare_engine; "" = the embedded default model
   int32_t threads = 0;    // the engine baseline's CPU threads, 0 = all cores (as the server)
   int server_pid = 0;     // a local server's pid: report its CPU per thread name; 0 = don't
+  // > 0: each prompt is first sent once under its own session_id with max_tokens 1 (all at once,
+  // not measured); the measured requests are those sessions' next turns, the prompt and this
+  // many new tokens, so the server reuses each session's KV (the agent pattern: a long cached
+  // context and a short new input). 0: no sessions.
+  int32_t session_suffix_len = 0;
 };
 
 // Prints the report to stdout; returns a process exit code: 0 when the run completed (failed

@@ -68,6 +68,10 @@ class StreamCall final : public grpc::ClientReadReactor<pb::GenerateResponse> {
   void OnReadDone(bool ok) override {
     if (!ok) return;  // the stream ended; OnDone follows
     const double t = Seconds(start_, Clock::now());
+    if (response_.has_usage()) {
+      record_->cached_prompt_tokens =
+          static_cast<int32_t>(response_.usage().cached_prompt_tokens());
+    }
     if (response_.token_ids_size() > 0) {
       record_->messages.push_back({t, response_.token_ids_size()});
     } else {
@@ -126,6 +130,7 @@ LoadResult RunLoad(pb::Specula::Stub* stub, const LoadPlan& plan) {
     r.mutable_sampling()->set_temperature(0);
     r.mutable_stopping()->set_max_tokens(plan.output_len);
     r.mutable_stopping()->set_ignore_eos(true);
+    if (!plan.session_ids.empty()) r.set_session_id(plan.session_ids[i]);
   }
   LoadResult result;
   result.records.resize(n);

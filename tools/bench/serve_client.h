@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -24,6 +25,7 @@ struct LoadPlan {
   std::vector<double> arrival_offsets;
   int32_t max_concurrency = 0;  // most requests in flight; 0 = no cap
   double timeout_seconds = 0;   // per-request deadline; 0 = none
+  std::vector<std::string> session_ids;  // one per prompt (GenerateRequest.session_id); or empty
 };
 
 struct LoadResult {

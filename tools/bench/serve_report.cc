@@ -42,15 +42,24 @@ void PrintReport(const ServeRunInfo& info, const LoadResult& load, const BenchSu
   Title(out, "specula-bench serve");
   Line(out, "Server:", absl::StrCat(info.server, " (", info.model, ")"));
   Line(out, "Arrivals:", info.arrival);
-  Line(out, "Prompts x input / output tokens:",
-       absl::StrFormat("%d x %d / %d (seed %d, warmup %d)", info.num_prompts, info.input_len,
-                       info.output_len, info.seed, info.warmup));
+  if (info.session_suffix_len > 0) {
+    Line(out, "Sessions x input / output tokens:",
+         absl::StrFormat("%d x (%d of a first turn + %d new) / %d (seed %d, warmup %d)",
+                         info.num_prompts, info.input_len, info.session_suffix_len, info.output_len,
+                         info.seed, info.warmup));
+  } else {
+    Line(out, "Prompts x input / output tokens:",
+         absl::StrFormat("%d x %d / %d (seed %d, warmup %d)", info.num_prompts, info.input_len,
+                         info.output_len, info.seed, info.warmup));
+  }
   Line(out, "Successful requests:", absl::StrCat(s.completed));
   std::string failed = absl::StrCat(s.failed);
   for (const auto& [code, n] : s.failures_by_code) absl::StrAppend(&failed, " ", code, "=", n);
   Line(out, "Failed requests:", failed);
   Line(out, "Benchmark duration (s):", absl::StrFormat("%.2f", s.duration_seconds));
-  Line(out, "Total input tokens:", absl::StrCat(s.input_tokens));
+  Line(out, "Total input tokens:",
+       absl::StrCat(s.input_tokens, " (", s.cached_input_tokens,
+                    " reused from the server's cache)"));
   Line(out, "Total generated tokens:", absl::StrCat(s.output_tokens));
   Line(out, "Request throughput (req/s):", absl::StrFormat("%.2f", s.request_throughput));
   Line(out, "Output token throughput (tok/s):", absl::StrFormat("%.1f", s.output_throughput));
@@ -108,10 +117,15 @@ void PrintReport(const ServeRunInfo& info, const LoadResult& load, const BenchSu
 absl::Status WriteJson(const std::string& path, const ServeRunInfo& info, const LoadResult& load,
                        const BenchSummary& s, const std::optional<EngineBaseline>& engine) {
   nlohmann::json j;
-  j["settings"] = {{"server", info.server},       {"model", info.model},
-                   {"arrival", info.arrival},     {"num_prompts", info.num_prompts},
-                   {"input_len", info.input_len}, {"output_len", info.output_len},
-                   {"seed", info.seed},           {"warmup", info.warmup}};
+  j["settings"] = {{"server", info.server},
+                   {"model", info.model},
+                   {"arrival", info.arrival},
+                   {"num_prompts", info.num_prompts},
+                   {"input_len", info.input_len},
+                   {"output_len", info.output_len},
+                   {"seed", info.seed},
+                   {"warmup", info.warmup},
+                   {"session_suffix_len", info.session_suffix_len}};
   j["server_cpu_s_by_thread"] = info.server_cpu_by_thread;
   nlohmann::json failures = nlohmann::json::object();
   for (const auto& [code, n] : s.failures_by_code) failures[code] = n;
@@ -120,6 +134,7 @@ absl::Status WriteJson(const std::string& path, const ServeRunInfo& info, const 
                   {"failures_by_code", failures},
                   {"duration_s", s.duration_seconds},
                   {"input_tokens", s.input_tokens},
+                  {"cached_input_tokens", s.cached_input_tokens},
                   {"output_tokens", s.output_tokens},
                   {"request_throughput", s.request_throughput},
                   {"output_throughput", s.output_throughput},
@@ -149,6 +164,7 @@ absl::Status WriteJson(const std::string& path, const ServeRunInfo& info, const 
     nlohmann::json m = nlohmann::json::array();
     for (const StreamMessage& msg : r.messages) m.push_back({msg.seconds * 1e3, msg.tokens});
     requests.push_back({{"prompt_tokens", r.prompt_tokens},
+                        {"cached_prompt_tokens", r.cached_prompt_tokens},
                         {"start_ms", r.start_seconds * 1e3},
                         {"e2e_ms", r.e2e_seconds * 1e3},
                         {"ok", r.ok},

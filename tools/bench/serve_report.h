@@ -24,6 +24,7 @@ struct ServeRunInfo {
   int32_t output_len = 0;
   uint64_t seed = 0;
   int32_t warmup = 0;
+  int32_t session_suffix_len = 0;  // > 0: second turns of sessions (ServeBenchOptions)
   int32_t engine_max_running = 0;  // the batch the engine baseline runs at
   // With --server-pid: the server's CPU seconds during the measured run, per thread name.
   std::map<std::string, double> server_cpu_by_thread;

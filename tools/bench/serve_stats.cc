@@ -75,6 +75,7 @@ BenchSummary SummarizeRun(const std::vector<RequestRecord>& records, double dura
     ++s.completed;
     const int64_t n = r.output_tokens();
     s.input_tokens += r.prompt_tokens;
+    s.cached_input_tokens += r.cached_prompt_tokens;
     s.output_tokens += n;
     for (const StreamMessage& m : r.messages) s.messages += m.tokens > 0 ? 1 : 0;
     e2e.push_back(r.e2e_seconds);

@@ -37,6 +37,7 @@ struct StreamMessage {
 // What the client saw of one request.
 struct RequestRecord {
   int32_t prompt_tokens = 0;
+  int32_t cached_prompt_tokens = 0;  // of them, reused from the server's cache (its usage)
   double start_seconds = 0;  // when it was sent, since the run started
   double e2e_seconds = 0;    // sent -> stream finished
   bool ok = false;
@@ -63,6 +64,7 @@ struct BenchSummary {
   std::map<std::string, int64_t> failures_by_code;  // "RESOURCE_EXHAUSTED" -> count
   double duration_seconds = 0;
   int64_t input_tokens = 0;   // over completed requests
+  int64_t cached_input_tokens = 0;  // of them, reused from the server's cache
   int64_t output_tokens = 0;  // over completed requests
   int64_t messages = 0;       // token-carrying messages over completed requests
   double request_throughput = 0;

@@ -69,8 +69,11 @@ TEST(SummarizeRunTest, ThroughputLatenciesAndFailures) {
   records.push_back(Record(0.5, {{0.1, 1}, {0.2, 1}, {0.3, 1}, {0.5, 2}}));
   // 1 token: TTFT but no TPOT.
   records.push_back(Record(0.3, {{0.3, 1}}));
+  records[0].cached_prompt_tokens = 6;
   RequestRecord failed;
   failed.status_code = 8;  // RESOURCE_EXHAUSTED
+  failed.prompt_tokens = 100;
+  failed.cached_prompt_tokens = 100;  // a failed request counts in neither
   records.push_back(failed);
   records.push_back(failed);
 
@@ -79,6 +82,7 @@ TEST(SummarizeRunTest, ThroughputLatenciesAndFailures) {
   EXPECT_EQ(s.failed, 2);
   EXPECT_EQ(s.failures_by_code.at("RESOURCE_EXHAUSTED"), 2);
   EXPECT_EQ(s.input_tokens, 16);
+  EXPECT_EQ(s.cached_input_tokens, 6);
   EXPECT_EQ(s.output_tokens, 6);
   EXPECT_EQ(s.messages, 5);
   EXPECT_DOUBLE_EQ(s.request_throughput, 1.0);
