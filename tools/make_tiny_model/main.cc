@@ -40,7 +40,9 @@ ABSL_FLAG(std::string, script_after, "",
 ABSL_FLAG(std::string, switch_token, "</tool_response>",
           "with --script_after: the one token whose presence switches the answer");
 ABSL_FLAG(std::string, tokenizer_dir, "",
-          "with --script: a directory holding a real tokenizer.json and tokenizer_config.json");
+          "a directory holding a real tokenizer.json and tokenizer_config.json: with --script, the "
+          "scripted model's; without, a random-weight model of the other flags' shape over it "
+          "(its bos / eos ids in the configs; --vocab 0 takes the tokenizer's size)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Writes a random-weight HF model directory for tests/benchmarks.");
@@ -96,7 +98,10 @@ int main(int argc, char** argv) {
   o.biases = absl::GetFlag(FLAGS_biases);
   o.rope = absl::GetFlag(FLAGS_rope);
   o.config_form = absl::GetFlag(FLAGS_config_form);
-  const absl::Status status = specula::WriteTinyModel(o);
+  const std::string tokenizer_dir = absl::GetFlag(FLAGS_tokenizer_dir);
+  const absl::Status status = tokenizer_dir.empty()
+                                  ? specula::WriteTinyModel(o)
+                                  : specula::WriteModelOverTokenizer(o, tokenizer_dir);
   if (!status.ok()) {
     std::fprintf(stderr, "make-tiny-model: %s\n", status.ToString().c_str());
     return 1;

@@ -279,12 +279,17 @@ absl::StatusOr<Chains> ChainsOf(const Tokenizer& tokenizer, const ScriptedModelO
   return c;
 }
 
-// config.json and generation_config.json with the real tokenizer's vocabulary and special ids.
-absl::Status PatchConfigs(const fs::path& dir, const Tokenizer& tokenizer) {
+// The real tokenizer's files into `dir`, and its special ids into config.json and
+// generation_config.json (the model was written with a vocabulary at least the tokenizer's).
+absl::Status CopyTokenizer(const fs::path& dir, const std::string& tokenizer_dir,
+                           const Tokenizer& tokenizer) {
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+    ASSIGN_OR_RETURN(const std::string text, ReadText(fs::path(tokenizer_dir) / name));
+    RETURN_IF_ERROR(WriteText(dir / name, text));
+  }
   for (const char* name : {"config.json", "generation_config.json"}) {
     ASSIGN_OR_RETURN(const std::string text, ReadText(dir / name));
     OJson c = OJson::parse(text);
-    if (std::string(name) == "config.json") c["vocab_size"] = tokenizer.vocab_size();
     const std::optional<TokenId> bos = tokenizer.bos_token_id();
     c["bos_token_id"] = bos.has_value() ? OJson(*bos) : OJson();
     c["eos_token_id"] = *tokenizer.eos_token_id();
@@ -316,11 +321,23 @@ absl::Status WriteScriptedModel(const ScriptedModelOptions& o) {
   RETURN_IF_ERROR(ScriptWeights(tensors, chains, head_dim));
   RETURN_IF_ERROR(
       WriteSafetensors((dir / "model.safetensors").string(), tensors, {{"format", "pt"}}));
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
-    ASSIGN_OR_RETURN(const std::string text, ReadText(fs::path(o.tokenizer_dir) / name));
-    RETURN_IF_ERROR(WriteText(dir / name, text));
+  return CopyTokenizer(dir, o.tokenizer_dir, *tokenizer);
+}
+
+absl::Status WriteModelOverTokenizer(TinyModelOptions tiny, const std::string& tokenizer_dir) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromDirectory(tokenizer_dir));
+  if (tiny.vocab == 0) tiny.vocab = tokenizer->vocab_size();
+  if (tiny.vocab < tokenizer->vocab_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("vocab ", tiny.vocab, " is smaller than ",
+                                                   tokenizer_dir, "'s tokenizer (",
+                                                   tokenizer->vocab_size(), " ids)"));
   }
-  return PatchConfigs(dir, *tokenizer);
+  if (!tokenizer->eos_token_id().has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(tokenizer_dir, ": the tokenizer names no eos_token"));
+  }
+  RETURN_IF_ERROR(WriteTinyModel(tiny));
+  return CopyTokenizer(fs::path(tiny.out_dir), tokenizer_dir, *tokenizer);
 }
 
 }  // namespace specula

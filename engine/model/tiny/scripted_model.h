@@ -1,5 +1,5 @@
-// A tiny model whose greedy answer is known in advance, over a real Hugging Face tokenizer: the
-// fixture of the chat end-to-end tests (a tool call the server must parse, streamed through the
+// Models over a real Hugging Face tokenizer. A tiny model whose greedy answer is known in advance:
+// the fixture of the chat end-to-end tests (a tool call the server must parse, streamed through the
 // real template and tokenizer). Its layers add nothing to the residual stream (o_proj and
 // down_proj are zero), so the next token depends on the current one only, and lm_head maps each
 // token of the script to the next: a bigram chain. Whatever the prompt, decoding falls into the
@@ -38,5 +38,11 @@ struct ScriptedModelOptions {
 };
 
 absl::Status WriteScriptedModel(const ScriptedModelOptions& options);
+
+// A random-weight model of `tiny`'s architecture and shape over the real tokenizer in
+// `tokenizer_dir` (tokenizer.json and tokenizer_config.json, copied), its bos / eos ids in the
+// configs: what structured outputs cost with a real vocabulary (`specula-bench constrained`).
+// tiny.vocab 0 takes the tokenizer's size; a vocabulary smaller than it is INVALID_ARGUMENT.
+absl::Status WriteModelOverTokenizer(TinyModelOptions tiny, const std::string& tokenizer_dir);
 
 }  // namespace specula

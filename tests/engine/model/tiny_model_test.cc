@@ -1,8 +1,8 @@
 // make-tiny-model's writer: every architecture variant reloads through WeightFiles and
 // LoadModelConfig with the shapes and features of its family, and output is deterministic.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -10,11 +10,13 @@
 
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
+#include "engine/model/tiny/scripted_model.h"
+#include "engine/model/tiny/tiny_model_writer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/engine/model/safetensors_test_util.h"
-#include "engine/model/tiny/tiny_model_writer.h"
 
 namespace specula {
 namespace {
@@ -286,6 +288,42 @@ TEST(TinyModelTest, RejectsBadOptions) {
   EXPECT_THAT(WriteTinyModel(o).message(), HasSubstr("--config_form"));
   EXPECT_FALSE(ParseTinyArch("gpt2").ok());
   for (TinyArch a : kAllArchs) EXPECT_EQ(*ParseTinyArch(TinyArchName(a)), a);
+}
+
+// make-tiny-model --tokenizer_dir without --script: the shape and architecture of the options,
+// the tokenizer's files as they are, and its special ids in both configs (the constrained
+// bench's model over a real vocabulary). Another architecture's tokenizer stands in for a
+// real one: its ids differ from what the written architecture would name on its own.
+TEST(TinyModelTest, ARandomModelOverATokenizerCarriesItsFilesAndSpecialIds) {
+  ScratchDir tokenizer_dir, out, plain;
+  ASSERT_TRUE(WriteTinyModel(Options(tokenizer_dir.str(), TinyArch::kLlama)).ok());
+  const std::unique_ptr<Tokenizer> tokenizer =
+      Tokenizer::FromDirectory(tokenizer_dir.str()).value();
+  TinyModelOptions o = Options(out.str(), TinyArch::kQwen3);
+  o.vocab = 600;
+  ASSERT_TRUE(WriteModelOverTokenizer(o, tokenizer_dir.str()).ok());
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+    EXPECT_EQ(ReadBytes(out.File(name)), ReadBytes(tokenizer_dir.File(name))) << name;
+  }
+  ASSERT_TRUE(WriteTinyModel(Options(plain.str(), TinyArch::kQwen3)).ok());
+  const Json own = Json::parse(ReadBytes(plain.File("config.json")));
+  const Json config = Json::parse(ReadBytes(out.File("config.json")));
+  EXPECT_EQ(config["model_type"], "qwen3");
+  EXPECT_EQ(config["vocab_size"], 600);
+  EXPECT_EQ(config["eos_token_id"], *tokenizer->eos_token_id());
+  EXPECT_EQ(config["bos_token_id"], *tokenizer->bos_token_id());
+  EXPECT_NE(config["eos_token_id"], own["eos_token_id"]);
+  const Json generation = Json::parse(ReadBytes(out.File("generation_config.json")));
+  EXPECT_EQ(generation["eos_token_id"], *tokenizer->eos_token_id());
+  // The model loads with that tokenizer: a vocabulary no smaller than the tokenizer's.
+  EXPECT_TRUE(LoadModelConfig(out.str()).ok());
+
+  o.vocab = 0;  // the tokenizer's size
+  ASSERT_TRUE(WriteModelOverTokenizer(o, tokenizer_dir.str()).ok());
+  EXPECT_EQ(Json::parse(ReadBytes(out.File("config.json")))["vocab_size"], tokenizer->vocab_size());
+  o.vocab = tokenizer->vocab_size() - 1;
+  EXPECT_THAT(WriteModelOverTokenizer(o, tokenizer_dir.str()).message(),
+              HasSubstr("is smaller than"));
 }
 
 // The transformers 5 form of a config carries the same settings under rope_parameters and dtype,
