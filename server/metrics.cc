@@ -158,6 +158,12 @@ ServerMetrics::ServerMetrics(const std::string& model)
               "rate(specula_step_seconds_total{kind=\"decode\"}) is the decode phase's "
               "aggregate output rate, prefill excluded.")
           .Register(r);
+  auto& steps = prometheus::BuildCounter()
+                    .Name("specula_steps_total")
+                    .Help(
+                        "Engine steps, by kind as in specula_step_seconds_total; decoded "
+                        "tokens over steps of a kind is its mean batch.")
+                    .Register(r);
   auto& step_decoded = prometheus::BuildCounter()
                            .Name("specula_step_decoded_tokens_total")
                            .Help(
@@ -168,6 +174,7 @@ ServerMetrics::ServerMetrics(const std::string& model)
   for (int i = 0; i < kStepKinds; ++i) {
     const prometheus::Labels kind = {{"kind", kStepKindNames[i]}};
     step_seconds_[i] = &step_seconds.Add(kind);
+    steps_[i] = &steps.Add(kind);
     if (i != kPrefillStep) step_decoded_[i] = &step_decoded.Add(kind);
   }
   prompt_length_ = AddHistogram(r, "specula_request_prompt_tokens",
@@ -379,6 +386,7 @@ void ServerMetrics::OnStep(const StepSummary& step) {
                    : step.decode_rows == 0 ? kPrefillStep
                                            : kMixedStep;
   if (step.seconds >= 0) step_seconds_[kind]->Increment(step.seconds);
+  steps_[kind]->Increment();
   if (kind != kPrefillStep) step_decoded_[kind]->Increment(step.decode_rows);
 }
 

@@ -84,12 +84,13 @@ class ServerMetrics : public EngineObserver {
   prometheus::Histogram* batch_size_;
   prometheus::Histogram* step_duration_;
   prometheus::Histogram* step_device_wait_;
-  // specula_step_seconds_total and specula_step_decoded_tokens_total by kind (a prefill step
-  // decodes nothing: no decoded-tokens series).
+  // specula_step_seconds_total, specula_steps_total and specula_step_decoded_tokens_total by
+  // kind (a prefill step decodes nothing: no decoded-tokens series).
   enum StepKind { kDecodeStep, kPrefillStep, kMixedStep, kStepKinds };
   static constexpr std::array<const char*, kStepKinds> kStepKindNames = {"decode", "prefill",
                                                                          "mixed"};
   std::array<prometheus::Counter*, kStepKinds> step_seconds_ = {};
+  std::array<prometheus::Counter*, kStepKinds> steps_ = {};
   std::array<prometheus::Counter*, kStepKinds> step_decoded_ = {};
   ProcessMetrics process_;  // process_* families, read at each scrape
   prometheus::Histogram* prompt_length_;

@@ -336,13 +336,13 @@ absl::Status Generator::FinishStep(const ScheduledStep& step,
   size_t sampled = 0;
   std::vector<uint64_t> done, failed(kv_failed.begin(), kv_failed.end());
   for (const ScheduledRow& p : step.rows) {
+    if (p.prefill) ++last_step_.prefill_rows;  // the device ran it, whatever became of it
     if (kv_failed.contains(p.seq->id())) {
       if (p.sample) ++sampled;
       continue;
     }
     const int64_t written = scheduler_->Advance(p);
     if (p.prefill) {
-      ++last_step_.prefill_rows;
       last_step_.prefill_tokens += static_cast<int32_t>(written);
     } else {
       ++last_step_.decode_rows;

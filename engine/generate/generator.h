@@ -71,8 +71,9 @@ struct GeneratorOptions {
 struct StepStats {
   int32_t decode_rows = 0;     // sequences that decoded one token
   int32_t prefill_tokens = 0;  // prompt tokens run through the model
-  // Sequences whose prompt ran in this step: a chunk, or a layer-major prefill's units (whose
-  // tokens count in prefill_tokens only when its last unit ends the prompt).
+  // Sequences whose prompt ran in this step, failed ones included: a chunk, or a layer-major
+  // prefill's units (whose tokens count in prefill_tokens only when its last unit ends the
+  // prompt), or a preempted sequence's catch-up.
   int32_t prefill_rows = 0;
   // Whether the step's tokens were sampled on the backend (only tokens read back) rather than
   // from logits read back to the host (a row with a penalty); false when nothing sampled.

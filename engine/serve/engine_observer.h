@@ -51,8 +51,9 @@ struct StepSummary {
   // Of `seconds`, the engine thread blocked waiting for the device (the step's readback); the
   // rest is host work (scheduling, planning, launching, accepting tokens).
   double device_wait_seconds = 0;
-  // Sequences whose prompt ran in this pass (StepStats::prefill_rows): a layer-major sparse
-  // prefill's units count here while its tokens count in prefill_tokens only at its end.
+  // Sequences whose prompt ran in this pass (StepStats::prefill_rows, failed ones included): a
+  // layer-major sparse prefill's units count here while its tokens count in prefill_tokens
+  // only at its end.
   int32_t prefill_rows = 0;
 };
 

@@ -324,6 +324,9 @@ TEST(MetricsTest, StepTimeAndDecodedTokensAreSplitByWhatTheStepRan) {
   EXPECT_EQ(e.Get("specula_step_decoded_tokens_total{kind=\"decode\"}"), 20);
   EXPECT_EQ(e.Get("specula_step_decoded_tokens_total{kind=\"mixed\"}"), 5);
   EXPECT_TRUE(std::isnan(e.Get("specula_step_decoded_tokens_total{kind=\"prefill\"}")));
+  EXPECT_EQ(e.Get("specula_steps_total{kind=\"decode\"}"), 2);
+  EXPECT_EQ(e.Get("specula_steps_total{kind=\"prefill\"}"), 2);
+  EXPECT_EQ(e.Get("specula_steps_total{kind=\"mixed\"}"), 2);
   // Every step still counts in the duration histogram.
   EXPECT_EQ(e.Get("specula_step_duration_seconds_count"), 7);
 }

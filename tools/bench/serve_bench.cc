@@ -127,23 +127,29 @@ std::vector<std::string> SessionIds(const ServeBenchOptions& o) {
   return ids;
 }
 
-// The sessions' first turns (o.session_suffix_len > 0): every prompt at once with max_tokens 1,
-// so the measured second turns find their KV cached. Not measured; every one must succeed.
-absl::Status FirstTurns(pb::Specula::Stub* stub, const ServeBenchOptions& o, int32_t vocab) {
+// The sessions' first turns (o.session_suffix_len > 0): every prompt with max_tokens 1, `batch`
+// at a time (as the measured run), so the measured second turns find their KV cached. Not
+// measured; every one must succeed.
+absl::Status FirstTurns(pb::Specula::Stub* stub, const ServeBenchOptions& o, int32_t vocab,
+                        int32_t batch) {
   LoadPlan first;
   first.prompts = RandomPrompts(o.num_prompts, o.input_len, vocab, o.seed);
   first.output_len = 1;
+  first.max_concurrency = batch;
   first.timeout_seconds = o.timeout_seconds;
   first.session_ids = SessionIds(o);
   const LoadResult r = RunLoad(stub, first);
+  int64_t tokens = 0;
   for (const RequestRecord& record : r.records) {
     if (!record.ok) {
       return absl::Status(static_cast<absl::StatusCode>(record.status_code),
                           absl::StrCat("a session's first turn failed: ", record.error));
     }
+    tokens += record.output_tokens();
   }
-  std::cout << absl::StrFormat("sessions: %d first turns (max_tokens 1) in %.2f s, not measured\n",
-                               o.num_prompts, r.duration_seconds);
+  std::cout << absl::StrFormat(
+      "sessions: %d first turns (max_tokens 1: %d tokens) in %.2f s, not measured\n", o.num_prompts,
+      tokens, r.duration_seconds);
   return absl::OkStatus();
 }
 
@@ -213,7 +219,7 @@ int RunServeBench(const ServeBenchOptions& o) {
 
   if (o.warmup > 0) Warmup(stub.get(), o, vocab, batch);
   if (o.session_suffix_len > 0) {
-    if (absl::Status s = FirstTurns(stub.get(), o, vocab); !s.ok()) return Fail(s);
+    if (absl::Status s = FirstTurns(stub.get(), o, vocab, batch); !s.ok()) return Fail(s);
   }
   const LoadPlan plan = MeasuredPlan(o, vocab);
   std::map<std::string, double> server_cpu_before;

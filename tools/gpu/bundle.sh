@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds a CUDA Release here (sm_90) and packs what tools/gpu/check.sh runs on the GPU machine
 # into one ignored folder (default .gpu-bundle/) as one xz archive under the device tool's 64 MiB
-# (about 27 MiB; unpacked it is about 130 MiB, mostly OpenBLAS and ICU): the server, CLI and
+# (about 45 MiB; unpacked it is about 170 MiB, mostly OpenBLAS and ICU): the server, CLI and
 # bench, the CUDA test binaries, the tiny test models and their maker (prefill_bench.sh builds a
 # 1B-shaped model with it), the Qwen3 tokenizer (constrained_bench.sh), and every shared library they link that the GPU machine lacks (found
 # with ldd; glibc, the CUDA driver and the CUDA toolkit's libraries are the machine's own).

@@ -38,15 +38,15 @@ counters() {  # "name{labels} value" per line for the families the report reads
   python3 - "$metrics_port" <<'PY'
 import sys, urllib.request
 text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=10).read().decode()
-keep = ("specula_step_seconds_total", "specula_step_decoded_tokens_total",
+keep = ("specula_step_seconds_total", "specula_step_decoded_tokens_total", "specula_steps_total",
         "specula_generation_tokens_total", "specula_prefetch_hits_total",
         "specula_prefetch_misses_total", "specula_prefetch_late_total",
         "specula_prefetch_corrections_total", "specula_prefetch_bytes_total",
         "specula_decode_fetch_bytes_total", "specula_decode_stall_seconds_total",
         "specula_preemptions_total", "specula_step_device_wait_seconds_sum")
 for line in text.splitlines():
-    parts = line.split()
-    if len(parts) == 2 and parts[0].split("{")[0] in keep:
+    parts = line.rsplit(" ", 1)  # a label value may hold spaces; the value does not
+    if len(parts) == 2 and not line.startswith("#") and parts[0].split("{")[0] in keep:
         name = parts[0].split("{")[0]
         kind = parts[0].split('kind="')[1].split('"')[0] if 'kind="' in parts[0] else ""
         print(f"{name}:{kind}" if kind else name, parts[1])
@@ -55,15 +55,19 @@ PY
 summary() {  # summary BEFORE AFTER: the run's decode phase and sparse counters, from the deltas
   python3 - "$1" "$2" <<'PY'
 import sys
-def parse(s): return {l.split()[0]: float(l.split()[1]) for l in s.splitlines() if l.strip()}
+def parse(s): return {l.rsplit(" ", 1)[0]: float(l.rsplit(" ", 1)[1]) for l in s.splitlines() if l.strip()}
 b, a = parse(sys.argv[1]), parse(sys.argv[2])
+if not a:
+    sys.exit("no counters after the run: the server's /metrics did not answer (did it die?)")
 d = {k: a[k] - b.get(k, 0) for k in a}
 g = lambda k: d.get(k, 0.0)
 sec = {k: g(f"specula_step_seconds_total:{k}") for k in ("decode", "mixed", "prefill")}
 dec = g("specula_step_decoded_tokens_total:decode")
 mixed = g("specula_step_decoded_tokens_total:mixed")
+steps = g("specula_steps_total:decode")
 print(f"Decode phase: {dec / sec['decode'] if sec['decode'] else 0:.1f} tok/s "
-      f"({dec:.0f} tokens in {sec['decode']:.2f} s of decode-only steps; {mixed:.0f} more "
+      f"({dec:.0f} tokens in {sec['decode']:.2f} s of {steps:.0f} decode-only steps, mean batch "
+      f"{dec / steps if steps else 0:.1f}; {mixed:.0f} more "
       f"decoded beside prompt work in {sec['mixed']:.2f} s of mixed steps; prefill-only steps "
       f"{sec['prefill']:.2f} s)")
 gen = g("specula_generation_tokens_total")
@@ -131,7 +135,10 @@ for shape in $shapes; do
     *) echo "unknown shape $shape (1b | 8b)"; exit 2 ;;
   esac
   # Two requests' context, suffix and output, and a page of slack for each; the host store holds
-  # every session's (dense sessions wait there between turns, as sparse ones do).
+  # every session's (dense sessions wait there between turns, as sparse ones do). The slack is
+  # about a page a request: dense admits a third request only when one of two ends, and neither
+  # preempts the other as it grows; sparse second turns find the pages they grow into (about 36
+  # a KV head and layer each at 512 output tokens) among the ~600 the first turns leave free.
   capacity=$((2 * (prompt + suffix + output + 16)))
   host=$((requests * (prompt + suffix + output + 16)))
   sparse="{enabled: true, budget_tokens: $budget, min_context_tokens: 0}"

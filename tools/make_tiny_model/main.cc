@@ -24,7 +24,10 @@ ABSL_FLAG(int64_t, kv_heads, 0, "override num_key_value_heads (0: preset)");
 ABSL_FLAG(int64_t, head_dim, 0, "override head_dim (0: preset, or hidden/heads)");
 ABSL_FLAG(int64_t, intermediate, 0, "override intermediate_size (0: preset)");
 ABSL_FLAG(int64_t, max_position_embeddings, 0, "override max_position_embeddings (0: preset)");
-ABSL_FLAG(int64_t, vocab, 0, "override vocab_size, >= the tokenizer's 512 (0: preset)");
+ABSL_FLAG(
+    int64_t, vocab, 0,
+    "override vocab_size, >= the tokenizer's size (512 for the generated one; 0: the preset's, "
+    "or with --tokenizer_dir the tokenizer's)");
 ABSL_FLAG(bool, biases, false,
           "every bias attention_bias / mlp_bias can switch on (llama*, qwen3)");
 ABSL_FLAG(std::string, rope, "", "rope scaling instead of the architecture's: yarn");

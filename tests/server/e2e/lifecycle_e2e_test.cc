@@ -283,6 +283,15 @@ TEST(LifecycleE2eTest, MetricsCountWhatWasSent) {
   EXPECT_EQ(m.Get("specula_e2e_request_latency_seconds_count"), 4);
   EXPECT_EQ(m.Get("specula_request_queue_time_seconds_count"), 4);
   EXPECT_GE(m.Get("specula_batch_size_count"), 5);
+  // Steps by kind, as the engine reports them: the prompts ran in prefill or mixed steps, the
+  // decoding in decode steps (the 3 finished requests decoded 4 tokens each after their first).
+  EXPECT_GT(m.Get(R"(specula_steps_total{kind="prefill"})") +
+                m.Get(R"(specula_steps_total{kind="mixed"})"),
+            0);
+  EXPECT_GT(m.Get(R"(specula_step_seconds_total{kind="decode"})"), 0);
+  EXPECT_GE(m.Get(R"(specula_step_decoded_tokens_total{kind="decode"})") +
+                m.Get(R"(specula_step_decoded_tokens_total{kind="mixed"})"),
+            12);
   EXPECT_EQ(m.Get("specula_num_requests_running"), 0);
   EXPECT_EQ(m.Get("specula_num_requests_waiting"), 0);
   EXPECT_EQ(m.Get("specula_kv_cache_blocks_used"), 0);

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # specula-bench serve --session-suffix-len against the real server on the embedded model: the
 # measured second turns must find their sessions' KV (4 sessions x 64 first-turn tokens reused,
-# 8 new each), and a different seed's prompts none of it. Usage: serve_sessions_smoke.sh BUILD_DIR
+# 8 new each), and a different seed's prompts none of it. The prefix cache is off, so only a
+# session keeps KV between requests: the reuse proves the bench sent its session ids.
+# Usage: serve_sessions_smoke.sh BUILD_DIR
 set -uo pipefail
 build=$1
 ready=$(mktemp -u /tmp/specula-bench-ready.XXXXXX)
-"$build/server/specula-server" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
-  --ready-file "$ready" 2>"$ready.log" &
+cat >"$ready.yaml" <<YAML
+server: {listen: "127.0.0.1:0", metrics_listen: "127.0.0.1:0"}
+kv_cache: {prefix_cache: false}
+YAML
+"$build/server/specula-server" --config "$ready.yaml" --ready-file "$ready" 2>"$ready.log" &
 pid=$!
-trap 'kill -TERM $pid 2>/dev/null; wait $pid; rm -f "$ready" "$ready.log"' EXIT
+trap 'kill -TERM $pid 2>/dev/null; wait $pid; rm -f "$ready" "$ready.log" "$ready.yaml"' EXIT
 for _ in $(seq 1 600); do
   [[ -s $ready ]] && break
   kill -0 $pid 2>/dev/null || { cat "$ready.log"; echo "server failed to start"; exit 1; }
@@ -21,7 +26,7 @@ bench() { "$build/tools/specula-bench" serve --server "$listen" --num-prompts 4 
 
 out=$(bench --session-suffix-len 8 --seed 11)
 echo "$out"
-grep -Eq '^sessions: 4 first turns' <<<"$out" || fail "no first turns"
+grep -Eq '^sessions: 4 first turns \(max_tokens 1: 4 tokens\)' <<<"$out" || fail "no first turns of one token"
 grep -Eq '^Successful requests: +4$' <<<"$out" || fail "not every second turn succeeded"
 grep -Eq '^Total input tokens: +288 \(256 reused' <<<"$out" || fail "the sessions' KV was not reused"
 # Other prompts (another seed, no sessions): nothing of theirs is cached.
