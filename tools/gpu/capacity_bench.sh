@@ -96,19 +96,9 @@ kv_cache: $kv
 scheduler: {max_running_requests: $n, max_waiting_requests: $n}
 sparse: $sparse
 YAML
-  "$bundle/bin/specula-server" --config "$report/server-$label.yaml" \
-    >"$report/server-$label.log" 2>&1 &
-  local pid=$!
   # Pinning tens of GB of host store takes a while: up to 3 minutes to become healthy.
-  local healthy=1
-  for _ in 1 2 3; do wait_healthy $pid $port && { healthy=0; break; }; done
-  if ((healthy)); then
-    echo "$label: server not serving"
-    tail -5 "$report/server-$label.log"
-    kill -TERM $pid 2>/dev/null
-    wait $pid
-    return 1
-  fi
+  start_server "$label" $port 3 || return 1
+  local pid=$server_pid
   echo "-- $label: $n x $prompt context + $suffix new / $out output tokens; kv_cache $kv; sparse $sparse"
   grep -o "kv_seconds=[0-9.e+-]*" "$report/server-$label.log" | head -1
   local before after

@@ -29,6 +29,22 @@ wait_healthy() {
   return 1
 }
 
+# start_server LABEL PORT [TRIES]: starts the bundle's server on $report/server-LABEL.yaml (its
+# log beside it) and waits until it answers health on PORT, TRIES times up to 60 s (pinning a
+# large host store takes a while); sets server_pid. When it does not, says why and fails.
+start_server() {
+  local label=$1 port=$2 tries=${3:-1} i
+  "$bundle/bin/specula-server" --config "$report/server-$label.yaml" \
+    >"$report/server-$label.log" 2>&1 &
+  server_pid=$!
+  for ((i = 0; i < tries; ++i)); do wait_healthy $server_pid "$port" && return 0; done
+  echo "$label: server not serving"
+  tail -5 "$report/server-$label.log"
+  kill -TERM $server_pid 2>/dev/null
+  wait $server_pid
+  return 1
+}
+
 # make_1b_model DIR LOG: a random-weight Llama-3.2-1B-shaped bf16 checkpoint in DIR (kept when
 # already there), make-tiny-model's output in LOG.
 make_1b_model() {

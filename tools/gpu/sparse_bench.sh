@@ -14,12 +14,14 @@ set -uo pipefail
 report=$1
 contexts=${2:-"8192 32768"}
 mkdir -p "$report"
-bundle=/tmp/specula-gpu
+bundle=${bundle:-/tmp/specula-gpu}
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/env.sh"
 
-model=/tmp/specula-1b
-make_1b_model "$model" "$report/model.log" || exit 1
+# DEVICE and MODEL (a model directory instead of the generated 1B) let a CPU machine dry-run it.
+device=${DEVICE:-cuda}
+model=${MODEL:-/tmp/specula-1b}
+[[ -n ${MODEL:-} ]] || make_1b_model "$model" "$report/model.log" || exit 1
 
 port=50191
 metrics_port=50192
@@ -53,22 +55,14 @@ run() {  # run LABEL CONTEXT SPARSE_YAML: a server with that sparse section, bat
   local label=$1 n=$2 sparse=$3
   label=$label-$n
   cat >"$report/server-$label.yaml" <<YAML
-model: {path: $model, device: cuda, cuda_graphs: false}
+model: {path: $model, device: $device, cuda_graphs: false}
 server: {listen: "127.0.0.1:$port", metrics_listen: "127.0.0.1:$metrics_port"}
 kv_cache: {capacity_tokens: 98304, host_capacity_tokens: 70000}
 scheduler: {max_running_requests: 4}
 sparse: $sparse
 YAML
-  "$bundle/bin/specula-server" --config "$report/server-$label.yaml" \
-    >"$report/server-$label.log" 2>&1 &
-  local pid=$!
-  if ! wait_healthy $pid $port; then
-    echo "$label: server not serving"
-    tail -5 "$report/server-$label.log"
-    kill -TERM $pid 2>/dev/null
-    wait $pid
-    return 1
-  fi
+  start_server "$label" $port || return 1
+  local pid=$server_pid
   echo "-- $label, prompt $n"
   local before after
   before=$(counters)
