@@ -338,9 +338,9 @@ ServerMetrics::ServerMetrics(const std::string& model)
                                    "device.",
                                    PrefetchBuckets());
   decode_stall_ = AddCounter(r, "specula_decode_stall_seconds_total",
-                             "Decode time the engine thread spent waiting for prefetch copies "
-                             "(host time: on a GPU the waits are the device's and show as step "
-                             "device wait instead).");
+                             "Decode time the compute stream stood still waiting for prefetch "
+                             "copies (the engine thread's on a CPU, the device's on a GPU, from "
+                             "timing events around each wait).");
   decode_fetch_bytes_ = AddCounter(r, "specula_decode_fetch_bytes_total",
                                    "KV bytes read from host memory at use (misses under fetch, "
                                    "corrections under defer) or loaded at decode start.");

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -27,6 +28,10 @@ class Event {
   virtual bool Done() const = 0;
   // Blocks the calling thread until Done().
   virtual void Synchronize() = 0;
+  // For two events of one stream, both from RecordTimed: the seconds from `earlier` to this one
+  // on the stream's own clock (how long the stream took between them, a wait included); nullopt
+  // while either is not done. Never blocks.
+  virtual std::optional<double> SecondsSince(const Event& earlier) const = 0;
 };
 
 // One page of a batched gather: `page_bytes` bytes from src to dst. Either side may be pinned
@@ -45,6 +50,9 @@ class Stream {
   virtual void CopyPages(absl::Span<const PageCopy> copies, size_t page_bytes) = 0;
   // An event marking everything enqueued so far.
   virtual std::shared_ptr<Event> Record() = 0;
+  // Record, for an event that also keeps when the stream reached it (Event::SecondsSince): on a
+  // GPU a timing event, costlier than Record's, so only where a duration is wanted.
+  virtual std::shared_ptr<Event> RecordTimed() = 0;
   // Work enqueued after this call starts only once `event` (of any stream) is done.
   virtual void Wait(const std::shared_ptr<Event>& event) = 0;
   // Blocks the calling thread until everything enqueued so far has completed.

@@ -1,6 +1,7 @@
 #include "engine/cpu/cpu_stream.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -38,7 +39,23 @@ void CpuEvent::Rearm() {
 void CpuEvent::Complete() {
   std::lock_guard<std::mutex> lock(mu_);
   done_ = true;
+  done_at_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   cv_.notify_all();
+}
+
+std::optional<double> CpuEvent::SecondsSince(const Event& earlier) const {
+  const auto* e = dynamic_cast<const CpuEvent*>(&earlier);
+  CHECK(e != nullptr) << "a CPU event can only be timed against a CPU event";
+  double from = 0;
+  {
+    std::lock_guard<std::mutex> lock(e->mu_);
+    if (!e->done_) return std::nullopt;
+    from = e->done_at_;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!done_) return std::nullopt;
+  return done_at_ - from;
 }
 
 void CpuComputeStream::CopyPages(absl::Span<const PageCopy> copies, size_t page_bytes) {
@@ -52,6 +69,14 @@ CpuComputeStream::CpuComputeStream(BackendCounters* counters)
 
 std::shared_ptr<Event> CpuComputeStream::Record() {
   return done_;  // everything enqueued has run already
+}
+
+std::shared_ptr<Event> CpuComputeStream::RecordTimed() {
+  std::shared_ptr<CpuEvent> event =
+      timed_.Next([this] { return std::make_shared<CpuEvent>(counters_); });
+  event->Rearm();
+  event->Complete();
+  return event;
 }
 
 void CpuComputeStream::Wait(const std::shared_ptr<Event>& event) {

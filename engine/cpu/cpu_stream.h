@@ -30,6 +30,7 @@ class CpuEvent : public Event {
   explicit CpuEvent(BackendCounters* counters) : counters_(counters) {}
   bool Done() const override;
   void Synchronize() override;
+  std::optional<double> SecondsSince(const Event& earlier) const override;
   // A stream's wait: blocks its executor until done, uncounted.
   void WaitUntilDone() const;
   void Complete();
@@ -41,6 +42,7 @@ class CpuEvent : public Event {
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool done_ = false;
+  double done_at_ = 0;  // steady_clock seconds at Complete
 };
 
 class CpuComputeStream : public Stream {
@@ -49,6 +51,8 @@ class CpuComputeStream : public Stream {
   explicit CpuComputeStream(BackendCounters* counters);
   void CopyPages(absl::Span<const PageCopy> copies, size_t page_bytes) override;
   std::shared_ptr<Event> Record() override;
+  // A completed event stamped now (the stream's work has run at enqueue).
+  std::shared_ptr<Event> RecordTimed() override;
   void Wait(const std::shared_ptr<Event>& event) override;
   void Synchronize() override;
 
@@ -56,6 +60,7 @@ class CpuComputeStream : public Stream {
   BackendCounters* counters_;
   // What Record returns: one completed event, so a decode layer's Record does not allocate.
   std::shared_ptr<CpuEvent> done_;
+  EventRing<CpuEvent> timed_;  // RecordTimed's, reused
 };
 
 class CpuCopyStream : public Stream {
@@ -70,6 +75,8 @@ class CpuCopyStream : public Stream {
 
   void CopyPages(absl::Span<const PageCopy> copies, size_t page_bytes) override;
   std::shared_ptr<Event> Record() override;
+  // Record: a CpuEvent is stamped when the stream's thread completes it.
+  std::shared_ptr<Event> RecordTimed() override { return Record(); }
   void Wait(const std::shared_ptr<Event>& event) override;
   void Synchronize() override;
   absl::Status TakeError() override;

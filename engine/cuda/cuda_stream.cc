@@ -4,8 +4,18 @@
 
 namespace specula {
 
-CudaEvent::CudaEvent(std::atomic<int64_t>* syncs) : syncs_(syncs) {
-  CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+CudaEvent::CudaEvent(std::atomic<int64_t>* syncs, bool timing) : syncs_(syncs), timing_(timing) {
+  CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+}
+
+std::optional<double> CudaEvent::SecondsSince(const Event& earlier) const {
+  const auto* e = dynamic_cast<const CudaEvent*>(&earlier);
+  CHECK(e != nullptr && e->timing_ && timing_) << "SecondsSince needs two timing CUDA events";
+  float ms = 0;
+  const cudaError_t status = cudaEventElapsedTime(&ms, e->event_, event_);
+  if (status == cudaErrorNotReady) return std::nullopt;
+  CUDA_CHECK(status);
+  return ms / 1e3;
 }
 
 void CudaEvent::RecordOn(cudaStream_t stream) { CUDA_CHECK(cudaEventRecord(event_, stream)); }
@@ -57,6 +67,13 @@ std::shared_ptr<Event> CudaStream::Record() {
   // call, so recording it again does not move that wait.
   std::shared_ptr<CudaEvent> event =
       events_.Next([this] { return std::make_shared<CudaEvent>(syncs_); });
+  event->RecordOn(stream_);
+  return event;
+}
+
+std::shared_ptr<Event> CudaStream::RecordTimed() {
+  std::shared_ptr<CudaEvent> event =
+      timed_events_.Next([this] { return std::make_shared<CudaEvent>(syncs_, /*timing=*/true); });
   event->RecordOn(stream_);
   return event;
 }

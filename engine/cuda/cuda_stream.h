@@ -17,14 +17,17 @@ namespace specula {
 
 class CudaEvent : public Event {
  public:
-  // Synchronize counts in `syncs` (the backend's host-sync counter; may be null).
-  explicit CudaEvent(std::atomic<int64_t>* syncs);
+  // Synchronize counts in `syncs` (the backend's host-sync counter; may be null). `timing`: a
+  // timing event (RecordTimed), which SecondsSince can read; others are created without timing.
+  explicit CudaEvent(std::atomic<int64_t>* syncs, bool timing = false);
   ~CudaEvent() override;
   CudaEvent(const CudaEvent&) = delete;
   CudaEvent& operator=(const CudaEvent&) = delete;
 
   bool Done() const override;
   void Synchronize() override;
+  // cudaEventElapsedTime; both must be timing events.
+  std::optional<double> SecondsSince(const Event& earlier) const override;
   // Marks the current end of `stream` (again: events are reused, EventRing).
   void RecordOn(cudaStream_t stream);
   cudaEvent_t raw() const { return event_; }
@@ -32,6 +35,7 @@ class CudaEvent : public Event {
  private:
   cudaEvent_t event_ = nullptr;
   std::atomic<int64_t>* syncs_;
+  bool timing_;
 };
 
 class CudaStream : public Stream {
@@ -45,6 +49,7 @@ class CudaStream : public Stream {
 
   void CopyPages(absl::Span<const PageCopy> copies, size_t page_bytes) override;
   std::shared_ptr<Event> Record() override;
+  std::shared_ptr<Event> RecordTimed() override;
   void Wait(const std::shared_ptr<Event>& event) override;
   void Synchronize() override;
   cudaStream_t raw() const { return stream_; }
@@ -53,6 +58,7 @@ class CudaStream : public Stream {
   cudaStream_t stream_ = nullptr;
   std::atomic<int64_t>* syncs_;
   EventRing<CudaEvent> events_;  // Record: no cudaEventCreate per layer and step
+  EventRing<CudaEvent> timed_events_;  // RecordTimed's timing events
   // CopyPages' argument arrays, reused (a stream is used by one thread at a time).
   std::vector<void*> dsts_;
   std::vector<const void*> srcs_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -131,10 +132,12 @@ void PagePrefetcher::AwaitLayer(int32_t layer) {
 
 void PagePrefetcher::WaitOnCompute(const std::shared_ptr<Event>& event) {
   if (event == nullptr || event->Done()) return;
-  // A stall on a CPU, where Wait blocks the engine thread; device time on a GPU.
-  const double t0 = MonotonicSeconds();
-  backend_.compute_stream().Wait(event);
-  stall_seconds_ += MonotonicSeconds() - t0;
+  // Timed on the compute stream's own clock: on a CPU the engine thread blocks in Wait, on a GPU
+  // the stream stands still while the host goes on.
+  Stream& compute = backend_.compute_stream();
+  std::shared_ptr<Event> before = compute.RecordTimed();
+  compute.Wait(event);
+  timed_waits_.push_back({std::move(before), compute.RecordTimed()});
 }
 
 void PagePrefetcher::EndStep() {
@@ -175,9 +178,17 @@ void PagePrefetcher::Poll() {
 }
 
 double PagePrefetcher::TakeStallSeconds() {
-  const double s = stall_seconds_;
-  stall_seconds_ = 0;
-  return s;
+  double seconds = 0;
+  // Called after the step's synchronization, so its waits are read; one the stream has not
+  // passed (none, in the engine) is kept for the next call.
+  auto read = [&](const TimedWait& w) {
+    const std::optional<double> s = w.after->SecondsSince(*w.before);
+    if (s.has_value()) seconds += *s;
+    return s.has_value();
+  };
+  timed_waits_.erase(std::remove_if(timed_waits_.begin(), timed_waits_.end(), read),
+                     timed_waits_.end());
+  return seconds;
 }
 
 void PagePrefetcher::TakeLatencies(std::vector<double>* out) {

@@ -70,11 +70,11 @@ class PagePrefetcher {
   // may never turn ready); cleared by the call.
   absl::Status TakeCopyError();
 
-  // Host time the compute stream waited for copies, and the enqueue-to-landed time of each
-  // page of the gathers seen done since the last call (one sample per page moved; the time is
-  // from the host's enqueue, so an upper bound at the resolution of a layer). On a GPU the host
-  // does not wait on a stream's Wait, so the stall there is device time this does not see
-  // (docs/SPARSE_KV.md).
+  // The time the compute stream stood still waiting for copies, since the last call (each wait
+  // timed by two of the stream's timed events: engine-thread time on a CPU, device time on a
+  // GPU; read once the stream has passed them, after the step's synchronization), and the
+  // enqueue-to-landed time of each page of the gathers seen done (one sample per page moved;
+  // from the host's enqueue, so an upper bound at the resolution of a layer).
   double TakeStallSeconds();
   void TakeLatencies(std::vector<double>* out);
 
@@ -99,9 +99,11 @@ class PagePrefetcher {
 
   Kind& kind(StagingKind k) { return kinds_[static_cast<int>(k)]; }
   void Poll();
-  // Makes the compute stream wait for `event` (null: nothing to wait for); host time spent
-  // blocked is stall time.
+  // Makes the compute stream wait for `event` (null or done: nothing to wait for), timed.
   void WaitOnCompute(const std::shared_ptr<Event>& event);
+  struct TimedWait {
+    std::shared_ptr<Event> before, after;  // the compute stream's timed events around a wait
+  };
 
   Backend& backend_;
   int32_t layers_;
@@ -118,7 +120,7 @@ class PagePrefetcher {
   std::vector<std::shared_ptr<Event>> latest_;
   std::vector<std::shared_ptr<Event>> earlier_;
   std::vector<double> latencies_;
-  double stall_seconds_ = 0;
+  std::vector<TimedWait> timed_waits_;  // not yet read (TakeStallSeconds)
 };
 
 // Seconds on a monotonic clock (steady_clock).

@@ -636,6 +636,40 @@ TEST_F(CudaBackendTest, CopyStreamGatherIsOrderedByItsEvent) {
   EXPECT_EQ(std::memcmp(host.data(), back.data(), kPages * kPage), 0);
 }
 
+// The decode stall on a GPU (PagePrefetcher::TakeStallSeconds): the compute stream's timed events
+// around its wait for a copy measure how long it stood still, about the copy's own time on its
+// stream, since the compute stream had nothing else to do; a wait for a landed copy costs ~0.
+TEST_F(CudaBackendTest, TimedEventsMeasureTheComputeStreamsWaitForACopy) {
+  constexpr size_t kPage = 1 << 20, kPages = 256;  // 256 MiB: milliseconds over the bus
+  DeviceBuffer host = gpu_->AllocatePinnedHost(kPages * kPage).value();
+  DeviceBuffer slots = gpu_->Allocate(kPages * kPage).value();
+  std::vector<PageCopy> in;
+  for (size_t p = 0; p < kPages; ++p) {
+    in.push_back({slots.as<char>() + p * kPage, host.as<char>() + p * kPage});
+  }
+  std::unique_ptr<Stream> copy = gpu_->CreateStream();
+  Stream& compute = gpu_->compute_stream();
+  gpu_->Synchronize();
+  const std::shared_ptr<Event> copy_start = copy->RecordTimed();
+  copy->CopyPages(in, kPage);
+  const std::shared_ptr<Event> landed = copy->RecordTimed();
+  const std::shared_ptr<Event> before = compute.RecordTimed();
+  compute.Wait(landed);
+  const std::shared_ptr<Event> after = compute.RecordTimed();
+  gpu_->Synchronize();
+  const double copy_seconds = landed->SecondsSince(*copy_start).value();
+  const double stall = after->SecondsSince(*before).value();
+  EXPECT_GT(copy_seconds, 1e-3);
+  EXPECT_GT(stall, 0.5 * copy_seconds);
+  EXPECT_LT(stall, copy_seconds + 1e-3);
+
+  const std::shared_ptr<Event> again = compute.RecordTimed();
+  compute.Wait(landed);
+  const std::shared_ptr<Event> done = compute.RecordTimed();
+  gpu_->Synchronize();
+  EXPECT_LT(done->SecondsSince(*again).value(), 1e-4);
+}
+
 // Weights reach the GPU without an fp32 host copy: each checkpoint tensor is converted in pinned
 // staging. A small staging budget makes a weight take many chunks through both alternating
 // buffers; a default one fills a large chunk on several threads. Matrices arrive as bf16 of the

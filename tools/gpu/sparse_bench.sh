@@ -6,9 +6,9 @@
 # the context (every page resident, selection still run: item 2's <= 1.1x) and at a 12.5% budget
 # under miss_policy defer (corrections 0.75, the default, and 0) and fetch. For each sparse run,
 # the counters' change over it from /metrics: pages hit / missed / late / corrected, bytes
-# copied ahead and read at use, the host's stall, and the engine thread's wait for the device
-# (where defer's stream waits show on a GPU; these sums include the warm-up and the prefills,
-# so compare them between runs, not as decode-only figures). CUDA graphs are off in every run:
+# copied ahead and read at use, the stall (the device's, from timing events around its waits;
+# first GPU reading) and the engine thread's wait for the device (these sums include the
+# warm-up and the prefills, so compare them between runs, not as decode-only figures). CUDA graphs are off in every run:
 # only dense steps are ever recorded, which would favour the dense baseline. About 4 minutes.
 set -uo pipefail
 report=$1

@@ -95,6 +95,48 @@ TEST(CpuStreamTest, TheComputeStreamWaitingOnAnEventDoesNotRunAheadOfIt) {
   EXPECT_EQ(p.c, p.a);
 }
 
+// The compute stream's timed events around a wait measure how long it stood still (the decode
+// stall the prefetcher reports): at least the copy's hold, and ~0 when the copy has landed.
+TEST(CpuStreamTest, TimedEventsMeasureHowLongTheComputeStreamStoodStillForACopy) {
+  CopyGate gate;
+  gate.Close(milliseconds(200));
+  CpuCopyStream copy(nullptr, [&] { gate.Enter(); });
+  CpuBackend backend(1);
+  Stream& compute = backend.compute_stream();
+  Pages p;
+  copy.CopyPages(One(p.b, p.a), kPage);
+  const std::shared_ptr<Event> landed = copy.Record();
+  const std::shared_ptr<Event> before = compute.RecordTimed();
+  compute.Wait(landed);
+  const std::shared_ptr<Event> after = compute.RecordTimed();
+  EXPECT_GE(gate.held(), 1);
+  ASSERT_TRUE(after->SecondsSince(*before).has_value());
+  // The hold is 200 ms from when the copy thread reached it, before `before` was recorded.
+  EXPECT_GE(*after->SecondsSince(*before), 0.15);
+  EXPECT_LT(*after->SecondsSince(*before), 30);
+
+  const std::shared_ptr<Event> again = compute.RecordTimed();
+  compute.Wait(landed);  // landed already: no stall
+  EXPECT_LT(*compute.RecordTimed()->SecondsSince(*again), 0.1);
+}
+
+// A copy stream's timed events are stamped when its thread reaches them: unknown until both are.
+TEST(CpuStreamTest, ACopyStreamsTimedEventsAreReadOnlyOnceBothAreDone) {
+  CopyGate gate;
+  gate.Close(seconds(30));
+  CpuCopyStream copy(nullptr, [&] { gate.Enter(); });
+  Pages p;
+  const std::shared_ptr<Event> start = copy.RecordTimed();
+  copy.CopyPages(One(p.b, p.a), kPage);
+  const std::shared_ptr<Event> end = copy.RecordTimed();
+  ASSERT_TRUE(gate.WaitForHeld(1, seconds(30)));
+  EXPECT_FALSE(end->SecondsSince(*start).has_value());
+  gate.Open();
+  end->Synchronize();
+  ASSERT_TRUE(end->SecondsSince(*start).has_value());
+  EXPECT_GE(*end->SecondsSince(*start), 0);
+}
+
 TEST(CpuStreamTest, DestroyingAStreamFinishesWhatWasEnqueued) {
   CopyGate gate;
   gate.Close(milliseconds(100));

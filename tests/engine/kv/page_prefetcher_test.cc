@@ -112,6 +112,7 @@ class LaggingComputeBackend : public GatedCopyBackend {
       pending_.push_back(std::make_shared<CpuEvent>(nullptr));
       return pending_.back();
     }
+    std::shared_ptr<Event> RecordTimed() override { return real_.RecordTimed(); }
     void Wait(const std::shared_ptr<Event>& e) override { real_.Wait(e); }
     void Synchronize() override { real_.Synchronize(); }
     void CatchUp() {
