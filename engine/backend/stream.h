@@ -28,9 +28,10 @@ class Event {
   virtual bool Done() const = 0;
   // Blocks the calling thread until Done().
   virtual void Synchronize() = 0;
-  // For two events of one stream, both from RecordTimed: the seconds from `earlier` to this one
-  // on the stream's own clock (how long the stream took between them, a wait included); nullopt
-  // while either is not done. Never blocks.
+  // For two events from RecordTimed (of one stream, or of two streams of one backend): the
+  // seconds from `earlier` to this one on the device's clock (how long a stream took between
+  // them, a wait included); nullopt while either is not done. Never blocks. An event from
+  // Record is refused (a CHECK): a GPU's are made without timing.
   virtual std::optional<double> SecondsSince(const Event& earlier) const = 0;
 };
 

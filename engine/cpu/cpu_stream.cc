@@ -46,7 +46,7 @@ void CpuEvent::Complete() {
 
 std::optional<double> CpuEvent::SecondsSince(const Event& earlier) const {
   const auto* e = dynamic_cast<const CpuEvent*>(&earlier);
-  CHECK(e != nullptr) << "a CPU event can only be timed against a CPU event";
+  CHECK(e != nullptr && e->timed_ && timed_) << "SecondsSince needs two timed CPU events";
   double from = 0;
   {
     std::lock_guard<std::mutex> lock(e->mu_);
@@ -73,9 +73,8 @@ std::shared_ptr<Event> CpuComputeStream::Record() {
 
 std::shared_ptr<Event> CpuComputeStream::RecordTimed() {
   std::shared_ptr<CpuEvent> event =
-      timed_.Next([this] { return std::make_shared<CpuEvent>(counters_); });
-  event->Rearm();
-  event->Complete();
+      timed_.Next([this] { return std::make_shared<CpuEvent>(counters_, /*timed=*/true); });
+  event->Complete();  // stamped now: what was enqueued before has run
   return event;
 }
 
@@ -191,7 +190,7 @@ absl::Status CpuCopyStream::TakeError() {
 
 std::shared_ptr<Event> CpuCopyStream::Record() {
   std::shared_ptr<CpuEvent> event =
-      events_.Next([this] { return std::make_shared<CpuEvent>(counters_); });
+      events_.Next([this] { return std::make_shared<CpuEvent>(counters_, /*timed=*/true); });
   event->Rearm();
   Work work;
   work.kind = Work::Kind::kComplete;

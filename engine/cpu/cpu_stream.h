@@ -1,6 +1,7 @@
 // The CPU backend's streams and events (semantics in engine/backend/stream.h).
-// - CpuEvent: a flag set when its stream reaches it. Its Synchronize is a host synchronization
-//   and is counted; a stream waiting on it is not.
+// - CpuEvent: a flag set when its stream reaches it, with the time it was set (a timed event's
+//   SecondsSince). Its Synchronize is a host synchronization and is counted; a stream waiting on
+//   it is not.
 // - CpuComputeStream: the engine thread is the executor of the compute stream, so work runs at
 //   enqueue time, which is one legal schedule of an in-order stream. Wait(event) therefore blocks
 //   the caller until the event is done: compute never runs ahead of a copy it was ordered after.
@@ -27,7 +28,9 @@ struct BackendCounters;
 class CpuEvent : public Event {
  public:
   // Synchronize counts in `counters` (the backend's; may be null; must outlive the event).
-  explicit CpuEvent(BackendCounters* counters) : counters_(counters) {}
+  // `timed`: from RecordTimed, so SecondsSince may read it (as a CUDA timing event).
+  explicit CpuEvent(BackendCounters* counters, bool timed = false)
+      : counters_(counters), timed_(timed) {}
   bool Done() const override;
   void Synchronize() override;
   std::optional<double> SecondsSince(const Event& earlier) const override;
@@ -39,6 +42,7 @@ class CpuEvent : public Event {
 
  private:
   BackendCounters* counters_;
+  const bool timed_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool done_ = false;
@@ -75,7 +79,7 @@ class CpuCopyStream : public Stream {
 
   void CopyPages(absl::Span<const PageCopy> copies, size_t page_bytes) override;
   std::shared_ptr<Event> Record() override;
-  // Record: a CpuEvent is stamped when the stream's thread completes it.
+  // Every event of this stream is timed: stamped when the stream's thread completes it.
   std::shared_ptr<Event> RecordTimed() override { return Record(); }
   void Wait(const std::shared_ptr<Event>& event) override;
   void Synchronize() override;

@@ -20,6 +20,10 @@ constexpr size_t kMaxLatencySamples = 65536;
 constexpr size_t kReservedLatencySamples = 2048;
 // Gathers whose landing is tracked at once; more in flight go untimed.
 constexpr int32_t kTrackedGathers = 1024;
+// Compute-stream waits a step can enqueue per layer, a bound: a staging buffer's earlier gather
+// per kind (Staging), two AwaitEarlierSteps (the resolve and a cross_layer prediction), and
+// AwaitLayer.
+constexpr int32_t kWaitsPerLayer = kStagingKinds + 3;
 }  // namespace
 
 PagePrefetcher::PagePrefetcher(Backend& backend, int32_t streams, int32_t layers, size_t page_bytes)
@@ -35,6 +39,13 @@ PagePrefetcher::PagePrefetcher(Backend& backend, int32_t streams, int32_t layers
   CHECK(pinned.ok()) << pinned.status();  // 4 KiB
   gathered_pages_ = std::move(*pinned);
   for (int32_t i = kTrackedGathers - 1; i >= 0; --i) free_slots_.push_back(i);
+  // A steady decode step allocates nothing: room for a step's timed waits, and as many timed
+  // events made on the compute stream now (its ring reuses them once let go).
+  const size_t waits = static_cast<size_t>(kWaitsPerLayer) * layers;
+  timed_waits_.reserve(waits);
+  std::vector<std::shared_ptr<Event>> made;
+  made.reserve(2 * waits);
+  for (size_t i = 0; i < 2 * waits; ++i) made.push_back(backend.compute_stream().RecordTimed());
 }
 
 PagePrefetcher::~PagePrefetcher() { Drain(); }

@@ -111,13 +111,14 @@ TEST(CpuStreamTest, TimedEventsMeasureHowLongTheComputeStreamStoodStillForACopy)
   const std::shared_ptr<Event> after = compute.RecordTimed();
   EXPECT_GE(gate.held(), 1);
   ASSERT_TRUE(after->SecondsSince(*before).has_value());
-  // The hold is 200 ms from when the copy thread reached it, before `before` was recorded.
-  EXPECT_GE(*after->SecondsSince(*before), 0.15);
-  EXPECT_LT(*after->SecondsSince(*before), 30);
+  // The hold is 200 ms from when the copy thread reached the gate: at most a moment before
+  // `before` was recorded (or after it, which makes the wait longer still).
+  EXPECT_GE(after->SecondsSince(*before).value(), 0.15);
+  EXPECT_LT(after->SecondsSince(*before).value(), 30);
 
   const std::shared_ptr<Event> again = compute.RecordTimed();
   compute.Wait(landed);  // landed already: no stall
-  EXPECT_LT(*compute.RecordTimed()->SecondsSince(*again), 0.1);
+  EXPECT_LT(compute.RecordTimed()->SecondsSince(*again).value(), 0.1);
 }
 
 // A copy stream's timed events are stamped when its thread reaches them: unknown until both are.
@@ -135,6 +136,16 @@ TEST(CpuStreamTest, ACopyStreamsTimedEventsAreReadOnlyOnceBothAreDone) {
   end->Synchronize();
   ASSERT_TRUE(end->SecondsSince(*start).has_value());
   EXPECT_GE(*end->SecondsSince(*start), 0);
+}
+
+// A duration read from an event of Record would be wrong on the CPU and abort on a GPU (its events
+// have no timing): refused on the CPU too, so CPU tests catch it.
+TEST(CpuStreamTest, OnlyTimedEventsAreTimed) {
+  CpuBackend backend(1);
+  Stream& compute = backend.compute_stream();
+  const std::shared_ptr<Event> timed = compute.RecordTimed();
+  EXPECT_DEATH((void)compute.Record()->SecondsSince(*timed), "two timed");
+  EXPECT_DEATH((void)timed->SecondsSince(*compute.Record()), "two timed");
 }
 
 TEST(CpuStreamTest, DestroyingAStreamFinishesWhatWasEnqueued) {
