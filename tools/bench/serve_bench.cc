@@ -127,17 +127,19 @@ std::vector<std::string> SessionIds(const ServeBenchOptions& o) {
   return ids;
 }
 
-// The sessions' first turns (o.session_suffix_len > 0): every prompt with max_tokens 1, `batch`
-// at a time (as the measured run), so the measured second turns find their KV cached. Not
-// measured; every one must succeed.
-absl::Status FirstTurns(pb::Specula::Stub* stub, const ServeBenchOptions& o, int32_t vocab,
+// The sessions' first turns (o.session_suffix_len > 0): each measured prompt without its new
+// tokens, under its session, with max_tokens 1, `batch` at a time (as the measured run), so the
+// measured second turns find their KV cached. Not measured; every one must succeed.
+absl::Status FirstTurns(pb::Specula::Stub* stub, const ServeBenchOptions& o, const LoadPlan& plan,
                         int32_t batch) {
   LoadPlan first;
-  first.prompts = RandomPrompts(o.num_prompts, o.input_len, vocab, o.seed);
+  for (const std::vector<int32_t>& prompt : plan.prompts) {
+    first.prompts.emplace_back(prompt.begin(), prompt.end() - o.session_suffix_len);
+  }
   first.output_len = 1;
   first.max_concurrency = batch;
   first.timeout_seconds = o.timeout_seconds;
-  first.session_ids = SessionIds(o);
+  first.session_ids = plan.session_ids;
   const LoadResult r = RunLoad(stub, first);
   int64_t tokens = 0;
   for (const RequestRecord& record : r.records) {
@@ -218,10 +220,10 @@ int RunServeBench(const ServeBenchOptions& o) {
   std::unique_ptr<pb::Specula::Stub> stub = pb::Specula::NewStub(channel);
 
   if (o.warmup > 0) Warmup(stub.get(), o, vocab, batch);
-  if (o.session_suffix_len > 0) {
-    if (absl::Status s = FirstTurns(stub.get(), o, vocab, batch); !s.ok()) return Fail(s);
-  }
   const LoadPlan plan = MeasuredPlan(o, vocab);
+  if (o.session_suffix_len > 0) {
+    if (absl::Status s = FirstTurns(stub.get(), o, plan, batch); !s.ok()) return Fail(s);
+  }
   std::map<std::string, double> server_cpu_before;
   if (o.server_pid > 0) {
     absl::StatusOr<std::map<std::string, double>> cpu = ThreadCpuByName(o.server_pid);
