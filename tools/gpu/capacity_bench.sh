@@ -34,23 +34,13 @@ short=${SHORT:-4096}
 port=50193
 metrics_port=50194
 
-counters() {  # "name{labels} value" per line for the families the report reads
-  python3 - "$metrics_port" <<'PY'
-import sys, urllib.request
-text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=10).read().decode()
-keep = ("specula_step_seconds_total", "specula_step_decoded_tokens_total", "specula_steps_total",
-        "specula_generation_tokens_total", "specula_prefetch_hits_total",
-        "specula_prefetch_misses_total", "specula_prefetch_late_total",
-        "specula_prefetch_corrections_total", "specula_prefetch_bytes_total",
-        "specula_decode_fetch_bytes_total", "specula_decode_stall_seconds_total",
-        "specula_preemptions_total", "specula_step_device_wait_seconds_sum")
-for line in text.splitlines():
-    parts = line.rsplit(" ", 1)  # a label value may hold spaces; the value does not
-    if len(parts) == 2 and not line.startswith("#") and parts[0].split("{")[0] in keep:
-        name = parts[0].split("{")[0]
-        kind = parts[0].split('kind="')[1].split('"')[0] if 'kind="' in parts[0] else ""
-        print(f"{name}:{kind}" if kind else name, parts[1])
-PY
+counters() {  # "name[:kind] value" per line for the families the report reads
+  metric_values "$metrics_port" specula_step_seconds_total specula_step_decoded_tokens_total \
+    specula_steps_total specula_generation_tokens_total specula_prefetch_hits_total \
+    specula_prefetch_misses_total specula_prefetch_late_total \
+    specula_prefetch_corrections_total specula_prefetch_bytes_total \
+    specula_decode_fetch_bytes_total specula_decode_stall_seconds_total \
+    specula_preemptions_total specula_step_device_wait_seconds_sum
 }
 summary() {  # summary BEFORE AFTER: the run's decode phase and sparse counters, from the deltas
   python3 - "$1" "$2" <<'PY'

@@ -45,6 +45,24 @@ start_server() {
   return 1
 }
 
+# metric_values PORT FAMILY...: "name value" per sample of those families from the server's
+# /metrics on PORT. A sample with a `kind` label is named name:kind; other labels are dropped
+# (the request families' constant `model`).
+metric_values() {
+  python3 - "$@" <<'PY'
+import sys, urllib.request
+port, keep = sys.argv[1], set(sys.argv[2:])
+text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+for line in text.splitlines():
+    parts = line.rsplit(" ", 1)  # a label value may hold spaces; the value does not
+    if line.startswith("#") or len(parts) != 2 or parts[0].split("{")[0] not in keep:
+        continue
+    name = parts[0].split("{")[0]
+    kind = parts[0].split('kind="')[1].split('"')[0] if 'kind="' in parts[0] else ""
+    print(f"{name}:{kind}" if kind else name, parts[1])
+PY
+}
+
 # make_1b_model DIR LOG: a random-weight Llama-3.2-1B-shaped bf16 checkpoint in DIR (kept when
 # already there), make-tiny-model's output in LOG.
 make_1b_model() {

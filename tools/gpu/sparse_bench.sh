@@ -26,20 +26,11 @@ model=${MODEL:-/tmp/specula-1b}
 port=50191
 metrics_port=50192
 counters() {  # the sparse and step counters, "name value" per line, from /metrics
-  python3 - "$metrics_port" <<'PY'
-import sys, urllib.request
-text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=10).read().decode()
-keep = ("specula_prefetch_hits_total", "specula_prefetch_misses_total",
-        "specula_prefetch_late_total", "specula_prefetch_corrections_total",
-        "specula_prefetch_bytes_total", "specula_decode_fetch_bytes_total",
-        "specula_decode_stall_seconds_total", "specula_step_device_wait_seconds_sum",
-        "specula_step_duration_seconds_sum", "specula_generation_tokens_total")
-for line in text.splitlines():
-    parts = line.split()
-    name = parts[0].split("{")[0] if parts else ""  # generation tokens carry a model label
-    if len(parts) == 2 and name in keep:
-        print(name, parts[1])
-PY
+  metric_values "$metrics_port" specula_prefetch_hits_total specula_prefetch_misses_total \
+    specula_prefetch_late_total specula_prefetch_corrections_total specula_prefetch_bytes_total \
+    specula_decode_fetch_bytes_total specula_decode_stall_seconds_total \
+    specula_step_device_wait_seconds_sum specula_step_duration_seconds_sum \
+    specula_generation_tokens_total
 }
 delta() {  # delta BEFORE AFTER: each counter's change, one line
   python3 - "$1" "$2" <<'PY'
