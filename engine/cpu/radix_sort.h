@@ -1,0 +1,18 @@
+// A stable LSD radix sort of 64-bit keys by a range of their bits, for the CPU backend's sparse
+// bookkeeping: orderings of a few hundred keys a layer per step, where std::sort's comparisons
+// and mispredicted branches cost more than two or three counting passes.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace specula {
+
+// Sorts `keys` ascending by bits [lo_bit, hi_bit) alone (0 <= lo_bit < hi_bit <= 64); keys equal
+// in those bits keep their order. Eight bits a pass; a pass whose digit every key shares is
+// skipped, so keys that differ only in low bits cost one or two passes. `scratch` is resized to
+// keys.size() (reserve it to keep a steady step from allocating).
+void RadixSortByBits(std::vector<uint64_t>& keys, int lo_bit, int hi_bit,
+                     std::vector<uint64_t>& scratch);
+
+}  // namespace specula
