@@ -26,6 +26,9 @@ uint64_t RankKey(float score, int32_t index) {
   return (static_cast<uint64_t>(bits) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(index));
 }
 
+// Below this many pages SortPageSet compares: marking costs a pass over the whole range.
+constexpr size_t kMarkedSortMinPages = 64;
+
 // Each thread's ranking keys, reserved to their floor on first use.
 std::vector<uint64_t>& ThreadKeys() {
   thread_local std::vector<uint64_t> keys = [] {
@@ -34,6 +37,16 @@ std::vector<uint64_t>& ThreadKeys() {
     return k;
   }();
   return keys;
+}
+
+// Each thread's SortPageSet marks, reserved to their floor on first use.
+std::vector<uint8_t>& ThreadMarks() {
+  thread_local std::vector<uint8_t> marks = [] {
+    std::vector<uint8_t> m;
+    ReserveScratch(m, 1);
+    return m;
+  }();
+  return marks;
 }
 
 int32_t IndexOf(uint64_t key) { return static_cast<int32_t>(0xFFFFFFFFu - (key & 0xFFFFFFFFu)); }
@@ -60,7 +73,34 @@ void PartitionTopPages(absl::Span<const float> scores, int32_t first, int32_t k,
   for (size_t i = 0; i < take; ++i) (*out)[i] = IndexOf(keys[i]);
 }
 
-void ReserveTopPagesScratch() { (void)ThreadKeys(); }
+void ReserveTopPagesScratch() {
+  (void)ThreadKeys();
+  (void)ThreadMarks();
+}
+
+void SortPageSet(std::vector<int32_t>& pages, int32_t begin, int32_t end) {
+  CHECK_LE(begin, end);
+  if (pages.size() < kMarkedSortMinPages) {
+    std::sort(pages.begin(), pages.end());
+    CHECK(pages.empty() || (pages.front() >= begin && pages.back() < end &&
+                            std::adjacent_find(pages.begin(), pages.end()) == pages.end()))
+        << "pages to sort must be distinct and in [" << begin << ", " << end << ")";
+    return;
+  }
+  std::vector<uint8_t>& marks = ThreadMarks();
+  const size_t span = static_cast<size_t>(end - begin);
+  ReserveScratch(marks, span);
+  marks.assign(span, 0);
+  for (int32_t p : pages) {
+    CHECK(p >= begin && p < end && marks[p - begin] == 0)
+        << "pages to sort must be distinct and in [" << begin << ", " << end << "): " << p;
+    marks[p - begin] = 1;
+  }
+  size_t n = 0;
+  for (int32_t p = begin; p < end; ++p) {
+    if (marks[p - begin] != 0) pages[n++] = p;
+  }
+}
 
 void RankTopPages(absl::Span<const float> scores, int32_t k, std::vector<int32_t>* out) {
   PartitionTopPages(scores, 0, k, out);

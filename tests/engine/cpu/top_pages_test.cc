@@ -99,5 +99,32 @@ TEST(TopPagesTest, InfinitiesAndNanRankSanely) {
   EXPECT_EQ(out, (std::vector<int32_t>{0, 1, 2, 3, 5}));
 }
 
+// Both ways of sorting a page set (compared below kMarkedSortMinPages, marked from it) give
+// std::sort's order, across the threshold and for sets filling their range.
+TEST(TopPagesTest, SortPageSetSortsSmallAndLargeSets) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int32_t begin = static_cast<int32_t>(rng() % 5);
+    const int32_t span = 1 + static_cast<int32_t>(rng() % 400);
+    std::vector<int32_t> all(span);
+    std::iota(all.begin(), all.end(), begin);
+    std::shuffle(all.begin(), all.end(), rng);
+    std::vector<int32_t> pages(all.begin(), all.begin() + rng() % (span + 1));
+    std::vector<int32_t> expected = pages;
+    std::sort(expected.begin(), expected.end());
+    SortPageSet(pages, begin, begin + span);
+    ASSERT_EQ(pages, expected) << "trial " << trial << " size " << expected.size();
+  }
+}
+
+TEST(TopPagesDeathTest, SortPageSetRefusesDuplicatesAndStrays) {
+  std::vector<int32_t> large(100);
+  std::iota(large.begin(), large.end(), 10);
+  large[50] = 12;
+  EXPECT_DEATH(SortPageSet(large, 10, 200), "distinct");
+  std::vector<int32_t> small = {3, 9};
+  EXPECT_DEATH(SortPageSet(small, 0, 5), "distinct");
+}
+
 }  // namespace
 }  // namespace specula
