@@ -12,26 +12,41 @@
 #include "engine/common/check.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/dot.h"
+#include "engine/cpu/radix_sort.h"
 #include "engine/cpu/scratch.h"
 #include "engine/cpu/top_pages.h"
 
 namespace specula {
 namespace {
 
+// Handing a loop to the thread pool costs tens of microseconds (a futex wake and a context
+// switch, more on a small VM), about what scoring or selecting one (row, KV head) costs at a
+// 16K context. So scoring and selection spread their lists over threads only in chunks of at
+// least this much work (measured on a 2-vCPU VM: ~12 µs per 2^16 multiply-adds of quest bounds,
+// ~20 µs to select from 1,024 candidates).
+constexpr int64_t kScoreMultiplyAddsPerChunk = int64_t{1} << 18;
+constexpr int64_t kSelectCandidatesPerChunk = 4096;
+
+// ParallelFor's min_chunk for items of `work_per_item` each.
+int64_t ItemsPerChunk(int64_t work_per_chunk, int64_t work_per_item) {
+  return std::max<int64_t>(1, work_per_chunk / std::max<int64_t>(1, work_per_item));
+}
+
 // Each thread's selection scratch, reserved to its floor when the thread first selects, whatever
 // it selects first (a mode, a victim search, a ranking): a later step never grows it, whichever
 // of them a thread happens to meet first.
 struct SelectScratch {
-  std::vector<std::pair<uint64_t, int32_t>> order;  // NextVictim
-  std::vector<int32_t> staged;                      // StageTop's ranking
-  std::vector<int32_t> ranked, selected, missed;    // Resolve
-  std::vector<int32_t> corrective;                  // Resolve under defer
+  std::vector<uint64_t> victims, radix;           // NextVictim
+  std::vector<int32_t> staged;                    // StageTop's ranking
+  std::vector<int32_t> ranked, selected, missed;  // Resolve
+  std::vector<int32_t> corrective;                // Resolve under defer
 };
 
 SelectScratch& ThreadSelectScratch() {
   thread_local SelectScratch scratch = [] {
     SelectScratch s;
-    ReserveScratch(s.order, 1);
+    ReserveScratch(s.victims, 1);
+    ReserveScratch(s.radix, 1);
     ReserveScratch(s.staged, 1);
     ReserveScratch(s.ranked, 1);
     ReserveScratch(s.selected, 1);
@@ -73,27 +88,32 @@ struct HeadState : SparseHead {
   // The victims in claim order, computed once per operation from the slots as they are then
   // (as the CUDA kernel snapshots them): a claimed slot's new stamp is at least `evict_before`
   // and a touched one's too, so neither is eligible again, and the slots left keep their order.
-  // A slot seen loading is never taken, even if its copy lands meanwhile.
+  // A slot seen loading is never taken, even if its copy lands meanwhile. The snapshot's keys
+  // (free slots, then ready ones by stamp; by index within each) are made in index order, so a
+  // stable radix sort on the bits above the index orders them: the stamps of a cache's slots
+  // are recent steps, whose high bytes agree, so two or three counting passes.
   int32_t NextVictim(uint32_t evict_before) {
-    std::vector<std::pair<uint64_t, int32_t>>& order = ThreadSelectScratch().order;
+    SelectScratch& scratch = ThreadSelectScratch();
+    std::vector<uint64_t>& order = scratch.victims;
     if (!victims_built_) {
+      CHECK_LT(seq.cache_slots, kVictimSlotLimit) << "the slot index is the key's low 24 bits";
       order.clear();
       for (int32_t j = 0; j < seq.cache_slots; ++j) {
         const int32_t s = LoadState(&state[j]);
         if (s == kSlotFree) {
-          order.emplace_back(static_cast<uint64_t>(j), j);
+          order.push_back(static_cast<uint64_t>(j));
         } else if (s == kSlotReady && stamp[j] < evict_before) {
-          order.emplace_back((uint64_t{1} << 62) | (uint64_t{stamp[j]} << 24) | j, j);
+          order.push_back((uint64_t{1} << 62) | (uint64_t{stamp[j]} << 24) | j);
         }
       }
-      std::sort(order.begin(), order.end());
+      RadixSortByBits(order, /*lo_bit=*/24, /*hi_bit=*/63, scratch.radix);
       victims_built_ = true;
       victims_evict_before_ = evict_before;
       next_victim_ = 0;
     }
     CHECK_EQ(victims_evict_before_, evict_before) << "one eviction bound per operation";
     while (next_victim_ < order.size()) {
-      const int32_t j = order[next_victim_++].second;
+      const int32_t j = static_cast<int32_t>(order[next_victim_++] & (kVictimSlotLimit - 1));
       // Touched since (wanted by this operation): no longer a victim.
       if (LoadState(&state[j]) == kSlotFree || stamp[j] < evict_before) return j;
     }
@@ -107,6 +127,7 @@ struct HeadState : SparseHead {
   }
 
  private:
+  static constexpr int32_t kVictimSlotLimit = 1 << 24;
   bool victims_built_ = false;
   uint32_t victims_evict_before_ = 0;
   size_t next_victim_ = 0;
@@ -177,25 +198,38 @@ void SummarizeKeys(const T* page, int32_t tokens, int32_t hd, float* summary) {
   }
 }
 
-// Quest's bound for one page, the max over the GQA group's heads of Σ_c max(q_c·min_c, q_c·max_c),
-// summed in 8 lanes (the tail of a head_dim not a multiple of 8 added last) so the compiler
-// vectorizes it: scoring reads every candidate page at every layer.
-float QuestScore(const float* queries, int32_t group, int32_t hd, const float* summary) {
-  const float* mn = summary;
-  const float* mx = summary + hd;
-  float best = -std::numeric_limits<float>::infinity();
-  const int32_t vec = hd / 8 * 8;
+// Quest's bound for one page, the max over the GQA group's heads of Σ_c max(q_c·min_c, q_c·max_c).
+// Per channel that max is exactly min(q_c,0)·min_c + max(q_c,0)·max_c (one of the two products
+// is ±0), so with the group's queries split once per (row, head) by SplitQuestQueries, the bound
+// is one dot product of length 2·head_dim with the summary [min | max]. In 8 lanes added as a
+// tree, GCC vectorizes it at -O2 (the max form stayed scalar): scoring reads every candidate page
+// at every layer.
+void SplitQuestQueries(const float* queries, int32_t group, int32_t hd, std::vector<float>* out) {
+  out->resize(static_cast<size_t>(group) * 2 * hd);
   for (int32_t g = 0; g < group; ++g) {
     const float* q = queries + static_cast<size_t>(g) * hd;
+    float* neg = out->data() + static_cast<size_t>(g) * 2 * hd;
+    float* pos = neg + hd;
+    for (int32_t c = 0; c < hd; ++c) {
+      neg[c] = std::min(q[c], 0.0f);
+      pos[c] = std::max(q[c], 0.0f);
+    }
+  }
+}
+
+float QuestScore(const float* split, int32_t group, int32_t hd, const float* summary) {
+  float best = -std::numeric_limits<float>::infinity();
+  const int32_t n = 2 * hd;
+  const int32_t vec = n / 8 * 8;
+  for (int32_t g = 0; g < group; ++g) {
+    const float* q = split + static_cast<size_t>(g) * n;
     float lane[8] = {};
     for (int32_t c = 0; c < vec; c += 8) {
-      for (int32_t i = 0; i < 8; ++i) {
-        lane[i] += std::max(q[c + i] * mn[c + i], q[c + i] * mx[c + i]);
-      }
+      for (int32_t i = 0; i < 8; ++i) lane[i] += q[c + i] * summary[c + i];
     }
     float bound =
         ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-    for (int32_t c = vec; c < hd; ++c) bound += std::max(q[c] * mn[c], q[c] * mx[c]);
+    for (int32_t c = vec; c < n; ++c) bound += q[c] * summary[c];
     best = std::max(best, bound);
   }
   return best;
@@ -362,8 +396,9 @@ void Resolve(const SelectList& l) {
                  &ranked, K > 0 ? K : B);
   selected.assign(ranked.begin(), ranked.begin() + std::min<size_t>(B, ranked.size()));
   corrective.assign(ranked.begin(), ranked.begin() + std::min<size_t>(K, ranked.size()));
-  std::sort(selected.begin(), selected.end());
-  std::sort(corrective.begin(), corrective.end());
+  const int32_t S = row.seq.sink_pages;
+  SortPageSet(selected, S, S + row.candidates);
+  SortPageSet(corrective, S, S + row.candidates);
   for (int32_t p : selected) l.hs.Touch(p, use);  // staging below cannot evict them
   WriteAttendList(l, selected, corrective, &missed);
   bool room = true;
@@ -383,8 +418,15 @@ void CpuBackend::ScorePages(const Mat& q, const SparseScoreArgs& a) {
   const int32_t hd = a.host_pool.head_dim;
   const int32_t group = a.num_heads / a.num_kv_heads;
   CHECK(a.scoring == PageScoring::kExact || a.summaries != nullptr);
+  const int64_t per_page = static_cast<int64_t>(group) * hd *
+                           (a.scoring == PageScoring::kQuest ? 2 : a.host_pool.page_size);
   pool_.ParallelFor(
-      static_cast<int64_t>(rows.size()) * a.num_kv_heads, 1, [&](int64_t begin, int64_t end) {
+      static_cast<int64_t>(rows.size()) * a.num_kv_heads,
+      ItemsPerChunk(kScoreMultiplyAddsPerChunk, per_page * a.max_candidates),
+      [&](int64_t begin, int64_t end) {
+        // Each thread's, kept across calls (floor-sized: a steady step allocates nothing here).
+        thread_local std::vector<float> split;
+        ReserveScratch(split, static_cast<size_t>(group) * 2 * hd);
         for (int64_t task = begin; task < end; ++task) {
           const SparseRowPlan& row = rows[task / a.num_kv_heads];
           const int32_t h = static_cast<int32_t>(task % a.num_kv_heads);
@@ -393,11 +435,12 @@ void CpuBackend::ScorePages(const Mat& q, const SparseScoreArgs& a) {
           const float* queries =
               q.row(row.q_row - a.q_first_row) + static_cast<int64_t>(h) * group * hd;
           float* out = scores.data() + row.score_begin + static_cast<int64_t>(h) * row.candidates;
+          if (a.scoring == PageScoring::kQuest) SplitQuestQueries(queries, group, hd, &split);
           for (int32_t i = 0; i < row.candidates; ++i) {
             const int32_t page = hs.host_pages[row.seq.sink_pages + i];
             if (a.scoring == PageScoring::kQuest) {
-              out[i] =
-                  QuestScore(queries, group, hd, a.summaries + static_cast<size_t>(page) * 2 * hd);
+              out[i] = QuestScore(split.data(), group, hd,
+                                  a.summaries + static_cast<size_t>(page) * 2 * hd);
             } else {
               out[i] = VisitDType(a.host_pool.dtype, [&](auto tag) {
                 using T = decltype(tag);
@@ -425,8 +468,11 @@ void CpuBackend::SelectPages(const SparseSelectArgs& a) {
     buffers.copy_count = Host(a.staging.copy_count);
   }
   const int32_t kv_heads = a.num_kv_heads;
+  int32_t max_candidates = 0;
+  for (const SparseRowPlan& row : rows) max_candidates = std::max(max_candidates, row.candidates);
   pool_.ParallelFor(
-      static_cast<int64_t>(rows.size()) * kv_heads, 1, [&](int64_t begin, int64_t end) {
+      static_cast<int64_t>(rows.size()) * kv_heads,
+      ItemsPerChunk(kSelectCandidatesPerChunk, max_candidates), [&](int64_t begin, int64_t end) {
         (void)ThreadSelectScratch();  // reserved on this thread's first selection of any kind
         for (int64_t list = begin; list < end; ++list) {
           const SparseRowPlan& row = rows[list / kv_heads];

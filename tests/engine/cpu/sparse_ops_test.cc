@@ -337,6 +337,20 @@ TEST_F(SelectTest, ResolveClassifiesListsAndStagesWithoutEvictingTheStepsPages) 
   EXPECT_EQ(o.counters[kSparseCounterCount + kCounterMissed], 3);
 }
 
+// With no free slot, claims take the least recently stamped ready slot first, ties to the lower
+// index. The stamps 255 and 257 differ in their second byte against their first, so a victim
+// order built from the low byte alone (or unstably) claims other slots.
+TEST_F(SelectTest, ClaimsEvictTheLeastRecentStampFirstAndTiesByIndex) {
+  SetSlot(0, 2, 5, kSlotReady, UseStamp(128));  // 257
+  SetSlot(0, 3, 4, kSlotReady, UseStamp(127));  // 255: the oldest
+  SetSlot(0, 4, 6, kSlotReady, UseStamp(128));  // 257, after slot 2
+  const Outcome o = Resolve(/*defer=*/false, /*stage_ranked=*/true, /*step=*/200);
+  // Staged in rank order: the miss 3, then 11 and 12; slot 0 (page 7, used now) and slot 1 (its
+  // copy in flight) are never victims.
+  ASSERT_EQ(o.copies[0].size(), 3u);
+  EXPECT_THAT(world_.Read(0, 0).slot_page, ElementsAre(7, 9, 11, 3, 12));
+}
+
 TEST_F(SelectTest, DeferAttendsALatePageFromItsSlotAndLeavesAMissOutForTheNextStep) {
   const Outcome o = Resolve(/*defer=*/true, /*stage_ranked=*/false);
   // 3 (no slot) is left out; 7 (a hit) and 9 (late: its copy in flight, which the caller waits
