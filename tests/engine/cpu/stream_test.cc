@@ -2,8 +2,11 @@
 // that fails if the rule is broken. Copy streams are held at a CopyGate, so "not yet" is a state
 // the test controls instead of a race it hopes to win.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -146,6 +149,20 @@ TEST(CpuStreamTest, OnlyTimedEventsAreTimed) {
   const std::shared_ptr<Event> timed = compute.RecordTimed();
   EXPECT_DEATH((void)compute.Record()->SecondsSince(*timed), "two timed");
   EXPECT_DEATH((void)timed->SecondsSince(*compute.Record()), "two timed");
+}
+
+// A copy stream's thread runs below its creator's priority (10 nice levels, at most 19), so
+// waking it does not preempt the compute threads (engine/cpu/cpu_stream.cc).
+TEST(CpuStreamTest, TheCopyThreadRunsBelowItsCreatorsPriority) {
+  errno = 0;
+  const int creator = getpriority(PRIO_PROCESS, static_cast<id_t>(gettid()));
+  ASSERT_EQ(errno, 0);
+  int copier = creator;
+  CpuCopyStream stream(nullptr, [&] { copier = getpriority(PRIO_PROCESS, 0); });
+  Pages p;
+  stream.CopyPages(One(p.b, p.a), kPage);
+  stream.Synchronize();  // orders the hook's write before this read
+  EXPECT_EQ(copier, std::min(19, creator + 10));
 }
 
 TEST(CpuStreamTest, DestroyingAStreamFinishesWhatWasEnqueued) {
