@@ -21,9 +21,9 @@ namespace {
 
 // Handing a loop to the thread pool costs tens of microseconds (a futex wake and a context
 // switch, more on a small VM), about what scoring or selecting one (row, KV head) costs at a
-// 16K context. So scoring and selection spread their lists over threads only in chunks of at
-// least this much work (measured on a 2-vCPU VM: ~12 µs per 2^16 multiply-adds of quest bounds,
-// ~20 µs to select from 1,024 candidates).
+// 16K context. So scoring and selection spread their lists over threads only in chunks of
+// roughly this much work (ThreadPool::ParallelFor's min_chunk; measured on a 2-vCPU VM: ~12 µs
+// per 2^16 multiply-adds of quest bounds, ~20 µs to select from 1,024 candidates).
 constexpr int64_t kScoreMultiplyAddsPerChunk = int64_t{1} << 18;
 constexpr int64_t kSelectCandidatesPerChunk = 4096;
 
@@ -199,11 +199,12 @@ void SummarizeKeys(const T* page, int32_t tokens, int32_t hd, float* summary) {
 }
 
 // Quest's bound for one page, the max over the GQA group's heads of Σ_c max(q_c·min_c, q_c·max_c).
-// Per channel that max is exactly min(q_c,0)·min_c + max(q_c,0)·max_c (one of the two products
-// is ±0), so with the group's queries split once per (row, head) by SplitQuestQueries, the bound
-// is one dot product of length 2·head_dim with the summary [min | max]. In 8 lanes added as a
-// tree, GCC vectorizes it at -O2 (the max form stayed scalar): scoring reads every candidate page
-// at every layer.
+// Per channel that max is exactly min(q_c,0)·min_c + max(q_c,0)·max_c for finite keys (one of
+// the two products is ±0; an infinite key would give 0·inf = NaN here, but it already makes
+// attention's own scores non-finite), so with the group's queries split once per (row, head) by
+// SplitQuestQueries, the bound is one dot product of length 2·head_dim with the summary [min |
+// max]. In 8 lanes added as a tree, GCC vectorizes it at -O2 (the max form stayed scalar): scoring
+// reads every candidate page at every layer.
 void SplitQuestQueries(const float* queries, int32_t group, int32_t hd, std::vector<float>* out) {
   out->resize(static_cast<size_t>(group) * 2 * hd);
   for (int32_t g = 0; g < group; ++g) {

@@ -11,7 +11,9 @@ void RadixSortByBits(std::vector<uint64_t>& keys, int lo_bit, int hi_bit,
                      std::vector<uint64_t>& scratch) {
   CHECK(0 <= lo_bit && lo_bit < hi_bit && hi_bit <= 64)
       << "bits [" << lo_bit << ", " << hi_bit << ")";
+  CHECK(&keys != &scratch) << "the scratch must be another vector";
   const size_t n = keys.size();
+  CHECK_LT(n, size_t{1} << 32) << "bucket counts are 32-bit";
   if (n < 2) return;
   scratch.resize(n);
   for (int shift = lo_bit; shift < hi_bit; shift += 8) {

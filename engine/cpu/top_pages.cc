@@ -26,8 +26,10 @@ uint64_t RankKey(float score, int32_t index) {
   return (static_cast<uint64_t>(bits) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(index));
 }
 
-// Below this many pages SortPageSet compares: marking costs a pass over the whole range.
+// SortPageSet compares below this many pages, or when the set fills less than 1/kMarkedSortSpan
+// of its range: marking costs a pass over the whole range.
 constexpr size_t kMarkedSortMinPages = 64;
+constexpr size_t kMarkedSortSpan = 16;
 
 // Each thread's ranking keys, reserved to their floor on first use.
 std::vector<uint64_t>& ThreadKeys() {
@@ -80,7 +82,8 @@ void ReserveTopPagesScratch() {
 
 void SortPageSet(std::vector<int32_t>& pages, int32_t begin, int32_t end) {
   CHECK_LE(begin, end);
-  if (pages.size() < kMarkedSortMinPages) {
+  const size_t span = static_cast<size_t>(end - begin);
+  if (pages.size() < kMarkedSortMinPages || pages.size() * kMarkedSortSpan < span) {
     std::sort(pages.begin(), pages.end());
     CHECK(pages.empty() || (pages.front() >= begin && pages.back() < end &&
                             std::adjacent_find(pages.begin(), pages.end()) == pages.end()))
@@ -88,7 +91,6 @@ void SortPageSet(std::vector<int32_t>& pages, int32_t begin, int32_t end) {
     return;
   }
   std::vector<uint8_t>& marks = ThreadMarks();
-  const size_t span = static_cast<size_t>(end - begin);
   ReserveScratch(marks, span);
   marks.assign(span, 0);
   for (int32_t p : pages) {

@@ -28,10 +28,10 @@ void PartitionTopPages(absl::Span<const float> scores, int32_t first, int32_t k,
 // reads the chosen pages in position order.
 void SelectTopPages(absl::Span<const float> scores, int32_t k, std::vector<int32_t>* out);
 
-// Sorts `pages`, distinct indices within [begin, end), ascending. Large sets are marked and read
-// back in O(end - begin) (a 50% budget selects half the candidates: sorting them by comparison
-// cost several times more); a few pages are compared. A duplicate or an index out of range is a
-// CHECK failure.
+// Sorts `pages`, distinct indices within [begin, end), ascending. Sets that fill a sixteenth of
+// the range or more are marked and read back in O(end - begin) (a 50% budget selects half the
+// candidates: sorting them by comparison cost several times more); smaller ones are compared. A
+// duplicate or an index out of range is a CHECK failure.
 void SortPageSet(std::vector<int32_t>& pages, int32_t begin, int32_t end);
 
 }  // namespace specula

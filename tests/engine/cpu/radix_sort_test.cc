@@ -51,11 +51,12 @@ TEST(RadixSortTest, AHighDigitOutranksTheLowOnes) {
   EXPECT_EQ(keys, (std::vector<uint64_t>{0x001, 0x0FF, 0x101, 0x1FF, 0x200}));
 }
 
-TEST(RadixSortDeathTest, ABitRangeOutsideTheKeyIsRefused) {
+TEST(RadixSortDeathTest, ABitRangeOutsideTheKeyOrAnAliasedScratchIsRefused) {
   std::vector<uint64_t> keys = {2, 1};
   std::vector<uint64_t> scratch;
   EXPECT_DEATH(RadixSortByBits(keys, 8, 65, scratch), "bits");
   EXPECT_DEATH(RadixSortByBits(keys, 8, 8, scratch), "bits");
+  EXPECT_DEATH(RadixSortByBits(keys, 0, 8, keys), "another vector");
 }
 
 }  // namespace

@@ -110,8 +110,8 @@ TEST(SparseOpsTest, QuestUpperBoundsExact) {
         const std::vector<float> exact = s.Scores(q, PageScoring::kExact);
         ASSERT_EQ(quest.size(), 32u);
         for (size_t i = 0; i < quest.size(); ++i) {
-          // The same products summed in the same order; the slack only guards against a
-          // compiler contracting one loop into FMAs and not the other.
+          // Per channel the bound's term is at least q·k's; the slack covers the two sums'
+          // different orders (8 lanes and a tree against Dot's 16 lanes in a row).
           ASSERT_GE(quest[i], exact[i] - 1e-4f * (1.0f + std::fabs(exact[i])))
               << "seed " << seed << " group " << group << " page " << i;
         }
@@ -349,6 +349,16 @@ TEST_F(SelectTest, ClaimsEvictTheLeastRecentStampFirstAndTiesByIndex) {
   // copy in flight) are never victims.
   ASSERT_EQ(o.copies[0].size(), 3u);
   EXPECT_THAT(world_.Read(0, 0).slot_page, ElementsAre(7, 9, 11, 3, 12));
+}
+
+// A free slot goes before any ready one, even one stamped 0 (a prediction for step 0): the
+// victim keys' flag bit, not the stamp, orders the two kinds.
+TEST_F(SelectTest, ClaimsTakeFreeSlotsBeforeAReadySlotStampedZero) {
+  SetSlot(0, 2, 5, kSlotReady, PredictStamp(0));
+  const Outcome o = Resolve(/*defer=*/false, /*stage_ranked=*/true);
+  ASSERT_EQ(o.copies[0].size(), 3u);
+  // Free slots 3 and 4 take the miss 3 and then 11; slot 2 (page 5) goes last, to 12.
+  EXPECT_THAT(world_.Read(0, 0).slot_page, ElementsAre(7, 9, 12, 3, 11));
 }
 
 TEST_F(SelectTest, DeferAttendsALatePageFromItsSlotAndLeavesAMissOutForTheNextStep) {
