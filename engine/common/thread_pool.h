@@ -23,8 +23,8 @@ class ThreadPool {
   int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
 
   // Calls fn(begin, end) on disjoint ranges covering [0, n), in parallel, and returns when all
-  // are done. At most ⌈n / min_chunk⌉ ranges (and one per thread), so a loop of fewer than
-  // 2 × min_chunk items stays on one thread; a range may hold fewer than min_chunk items.
+  // are done. At most ⌈n / min_chunk⌉ ranges (and one per thread), so a loop of at most
+  // min_chunk items stays on one thread; a range may hold fewer than min_chunk items.
   // Not reentrant: one ParallelFor at a time per pool (the engine thread owns it). `fn` is taken
   // by reference, never copied: a lambda with many captures costs no allocation per call.
   void ParallelFor(int64_t n, int64_t min_chunk, absl::FunctionRef<void(int64_t, int64_t)> fn);
