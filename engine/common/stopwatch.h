@@ -1,9 +1,15 @@
-// Seconds on the monotonic clock between calls to Lap (the first counts from construction).
+// The monotonic clock in seconds: a reading (MonotonicSeconds) and the time between calls to
+// Lap (Stopwatch; the first counts from construction).
 #pragma once
 
 #include <chrono>
 
 namespace specula {
+
+// Seconds on a monotonic clock (steady_clock), for differences between two readings.
+inline double MonotonicSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 class Stopwatch {
  public:

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -13,6 +12,7 @@
 #include "engine/backend/backend.h"
 #include "engine/common/check.h"
 #include "engine/common/fault_injection.h"
+#include "engine/common/stopwatch.h"
 
 namespace specula {
 namespace {
@@ -65,8 +65,7 @@ void CpuEvent::Rearm() {
 void CpuEvent::Complete() {
   std::lock_guard<std::mutex> lock(mu_);
   done_ = true;
-  done_at_ =
-      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  done_at_ = MonotonicSeconds();
   cv_.notify_all();
 }
 

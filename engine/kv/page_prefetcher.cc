@@ -1,18 +1,14 @@
 #include "engine/kv/page_prefetcher.h"
 
 #include <algorithm>
-#include <chrono>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_format.h"
 #include "engine/common/check.h"
+#include "engine/common/stopwatch.h"
 
 namespace specula {
-
-double MonotonicSeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 namespace {
 constexpr size_t kMaxLatencySamples = 65536;

@@ -123,7 +123,4 @@ class PagePrefetcher {
   std::vector<TimedWait> timed_waits_;  // not yet read (TakeStallSeconds)
 };
 
-// Seconds on a monotonic clock (steady_clock).
-double MonotonicSeconds();
-
 }  // namespace specula

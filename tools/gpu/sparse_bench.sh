@@ -8,8 +8,9 @@
 # the counters' change over it from /metrics: pages hit / missed / late / corrected, bytes
 # copied ahead and read at use, the stall (the device's, from timing events around its waits;
 # first GPU reading) and the engine thread's wait for the device (these sums include the
-# warm-up and the prefills, so compare them between runs, not as decode-only figures). CUDA graphs are off in every run:
-# only dense steps are ever recorded, which would favour the dense baseline. About 4 minutes.
+# warm-up and the prefills, so compare them between runs, not as decode-only figures). CUDA
+# graphs are off in every run: only dense steps are ever recorded, which would favour the dense
+# baseline. About 4 minutes.
 set -uo pipefail
 report=$1
 contexts=${2:-"8192 32768"}
