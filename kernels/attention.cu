@@ -6,6 +6,7 @@
 #include "kernels/attention_lists.cuh"
 #include "kernels/attention_merge.cuh"
 #include "kernels/attention_vector.cuh"
+#include "kernels/dependent_launch.cuh"
 #include "kernels/device_math.cuh"
 
 namespace specula::kernels {
@@ -101,8 +102,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   MergeWarpsAndWrite</*kLog2=*/false>(p, partials, row, head0, heads, splits);
 }
 
-// grid rows * num_heads, head_dim threads (rounded up to a warp).
+// grid rows * num_heads, head_dim threads (rounded up to a warp). The output projection after it
+// (a dependent launch at batch 1) may start loading its weights at once.
 __global__ void CombineSplitsKernel(AttentionCommon p, int32_t splits) {
+  AllowDependentLaunch();
   const int64_t rh = blockIdx.x;  // row * num_heads + head
   const int c = threadIdx.x;
   if (c >= p.head_dim) return;

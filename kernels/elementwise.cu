@@ -1,3 +1,4 @@
+#include "kernels/dependent_launch.cuh"
 #include "kernels/device_math.cuh"
 #include "kernels/elementwise.h"
 
@@ -29,8 +30,10 @@ __device__ float InverseRms(double sum, int64_t cols, float eps, double* partial
 
 // One block per vector (a row, or one head of a row). With a residual, the sum x + residual is
 // written back to x before the norm reads it; each thread reads and writes the same columns, so
-// y may alias x or the residual.
+// y may alias x or the residual. A decode step's norm is one block: the GEMM after it (a
+// dependent launch) may start loading its weights at once.
 __global__ void __launch_bounds__(kThreads) RmsNormKernel(RmsNormParams p) {
+  AllowDependentLaunch();
   __shared__ double partial[kThreads / 32];
   const int64_t cols = p.x.cols;
   const int64_t vectors = p.x.rows * p.heads;
@@ -94,7 +97,9 @@ __global__ void RopeKernel(RopeParams p) {
   });
 }
 
+// Before the down projection: that GEMM (a dependent launch) may start loading its weights.
 __global__ void SwiGluKernel(SwiGluParams p) {
+  AllowDependentLaunch();
   const int64_t n = p.out.cols;
   ForEachCell(p.out.rows, n, [&](int64_t r, int64_t c) {
     const float g = p.gate_up.data[r * p.gate_up.stride + c];

@@ -1,7 +1,9 @@
 // y = x · Wᵀ (+ bias) for one row of x: a batch-1 decode step's GEMMs, which read every weight
 // once and so are bound by HBM bandwidth, not arithmetic. One warp per output column reads its
-// bf16 weight row with 16-byte loads, 4 in flight per lane, against x read in fp32 as it is (no
-// bf16 copy of x to make first, as cuBLAS needs; more exact too); fp32 accumulation.
+// bf16 weight row with 16-byte loads, 8 in flight per lane, against x read in fp32 as it is (no
+// bf16 copy of x to make first, as cuBLAS needs; more exact too); fp32 accumulation. On sm_90 it
+// is a programmatic dependent launch (kernels/dependent_launch.cuh): its first weight loads
+// overlap the end of the kernel that makes x.
 //
 // One row only, by measurement (H200, docs/BENCHMARKS.md 2026-11-27): with more rows each 16
 // bytes of weights cost 32 bytes of x loads per row from L1, which then sets the pace (8 rows:

@@ -246,6 +246,64 @@ TEST_F(CudaBackendTest, GemmMatchesTheCpuWithinBf16InputRounding) {
   }
 }
 
+// The one-row GEMM is a dependent launch: it may start while the kernel ahead of it (here the
+// norm that writes its x, which lets it start at once) still runs. It must wait for that kernel
+// before it reads x, and before it writes y, which here overwrites the start of the norm's input.
+// The norm is one block looping over a 64K-column row (it reads its input twice), and each round
+// normalizes a different input into the same x, so a GEMM that read x early would see the round
+// before's x (or the first round's zeros), and one that wrote y early would change what the norm
+// reads. 27 columns: the last block has idle warps. Launched as issued, then replayed from a
+// recording (a CUDA graph, where the dependent launch is an edge of its own kind). On a GPU
+// before sm_90 the launch is an ordinary one and this passes trivially.
+TEST_F(CudaBackendTest, OneRowGemmReadsTheXTheKernelAheadWrote) {
+  constexpr int64_t kIn = 65536, kOut = 27;
+  const std::vector<float> w = RoundedToBf16(RandomVector(kOut * kIn, 40));
+  const std::vector<float> norm = RandomVector(kIn, 41), bias = RandomVector(kOut, 42);
+  Weight cw = cpu_.UploadWeight(w.data(), kOut, kIn).value();
+  Weight gw = gpu_->UploadWeight(w.data(), kOut, kIn).value();
+  Weight cb = cpu_.UploadWeight(bias.data(), 1, kOut).value();
+  Weight gb = gpu_->UploadWeight(bias.data(), 1, kOut).value();
+  Weight cpu_norm = cpu_.UploadWeight(norm.data(), 1, kIn).value();
+  Weight gpu_norm = gpu_->UploadWeight(norm.data(), 1, kIn).value();
+  Twin x = Zeros(kIn * 4), input = Zeros(kIn * 4);
+  auto step = [&](int i) {
+    Mat xm = Of(i == 0 ? x.cpu : x.gpu, 1, kIn);
+    Mat ym = Of(i == 0 ? input.cpu : input.gpu, 1, kOut);  // y over the norm's input
+    side(i).RmsNorm(Of(i == 0 ? input.cpu : input.gpu, 1, kIn), i == 0 ? cpu_norm : gpu_norm, 1e-6f,
+                    &xm);
+    side(i).Gemm(xm, i == 0 ? cw : gw, i == 0 ? cb : gb, &ym);
+  };
+  auto fill = [&](int round) {
+    const std::vector<float> values = RandomVector(kIn, 43 + round);
+    std::memcpy(input.cpu.data(), values.data(), kIn * 4);
+    gpu_->CopyToDevice(input.gpu.data(), values.data(), kIn * 4);
+  };
+  auto expect_equal_sides = [&](const std::string& what) {
+    ExpectClose(x, 1e-5, 1e-6, what + ": the norm's output");
+    const std::vector<float> xs = ReadCpu(x), g = ReadGpu(input), c = ReadCpu(input);
+    for (int64_t o = 0; o < kOut; ++o) {
+      double magnitude = std::abs(bias[o]);
+      for (int64_t i = 0; i < kIn; ++i) magnitude += std::abs(xs[i] * w[o * kIn + i]);
+      // fp32 sums in another order, and the norms' last-bit differences in x
+      EXPECT_NEAR(g[o], c[o], magnitude * std::ldexp(1.0, -14) + 1e-5) << what << " " << o;
+    }
+  };
+  for (int round = 0; round < 4; ++round) {
+    fill(round);
+    step(0);
+    step(1);
+    expect_equal_sides(absl::StrCat("launched, round ", round));
+  }
+  std::unique_ptr<RecordedOps> recorded = gpu_->Record([&] { step(1); });
+  ASSERT_NE(recorded, nullptr);
+  for (int round = 4; round < 8; ++round) {
+    fill(round);
+    step(0);
+    ASSERT_TRUE(recorded->Replay());
+    expect_equal_sides(absl::StrCat("replayed, round ", round));
+  }
+}
+
 // Paged KV of one layer on both backends, written through WriteKv from the same fp32 K/V.
 struct KvSetup {
   int32_t kv_heads, head_dim, page_size;
