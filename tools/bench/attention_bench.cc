@@ -15,6 +15,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/common/ceil_div.h"
+#include "tools/bench/decode_gemm_bench.h"
 
 namespace specula {
 namespace {
@@ -309,7 +310,11 @@ int RunAttentionBench(const AttentionBenchOptions& o) {
     const int status = RunPrefillTable(b, o);
     if (status != 0) return status;
   }
-  return o.decode_shapes.empty() ? 0 : RunDecodeTable(b, o);
+  if (!o.decode_shapes.empty()) {
+    const int status = RunDecodeTable(b, o);
+    if (status != 0) return status;
+  }
+  return o.gemm_models.empty() ? 0 : RunDecodeGemmTable(b, o.gemm_models, o.repeats);
 }
 
 }  // namespace specula

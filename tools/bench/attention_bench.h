@@ -7,7 +7,7 @@
 // heads FLOPs per (row, key) pair a row attends to). Then decode: for each (batch, context) shape,
 // one query row per sequence over its `context` keys, cycling through enough copies of the KV that
 // L2 holds none of it; reports the median time per layer and the KV bytes read per second, to set
-// against the card's copy bandwidth.
+// against the card's copy bandwidth. Last, the decode GEMM table (tools/bench/decode_gemm_bench.h).
 #pragma once
 
 #include <string>
@@ -30,6 +30,8 @@ struct AttentionBenchOptions {
   // (batch, context) of the decode table; empty skips it.
   std::vector<std::pair<int, int>> decode_shapes = {{1, 1024}, {1, 8192},  {1, 32768},
                                                     {8, 4096}, {32, 4096}, {64, 1024}};
+  // Model shapes of the decode GEMM table (tools/bench/decode_gemm_bench.h); empty skips it.
+  std::vector<std::string> gemm_models = {"1b", "8b"};
 };
 
 // Prints a Markdown table to stdout; returns a process exit code.

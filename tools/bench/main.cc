@@ -11,7 +11,7 @@
 //       [--user-tokens 64] [--tool-tokens 64] [--output-tokens 32] [--think-ms 0]
 //       [--modes none,prefix,session]
 //   specula-bench attention [--device cuda] [--contexts 1024,8192,32768] [--head-dims 64,128]
-//       [--chunk-rows 512] [--prefill=false] [--decode-shapes 1x1024,32x4096]
+//       [--chunk-rows 512] [--prefill=false] [--decode-shapes 1x1024,32x4096] [--gemm-models 1b]
 // Flags may be spelled with dashes or underscores.
 #include <algorithm>
 #include <cmath>
@@ -28,8 +28,9 @@
 #include "absl/strings/str_split.h"
 #include "tools/bench/agent_bench.h"
 #include "tools/bench/attention_bench.h"
-#include "tools/bench/cpu_bench.h"
 #include "tools/bench/constrained_bench.h"
+#include "tools/bench/cpu_bench.h"
+#include "tools/bench/decode_gemm_bench.h"
 #include "tools/bench/grammar_bench.h"
 #include "tools/bench/sampling_bench.h"
 #include "tools/bench/serve_bench.h"
@@ -125,6 +126,9 @@ ABSL_FLAG(bool, prefill, true, "attention: time the prefill kernels");
 ABSL_FLAG(std::vector<std::string>, decode_shapes,
           std::vector<std::string>({"1x1024", "1x8192", "1x32768", "8x4096", "32x4096", "64x1024"}),
           "attention: decode shapes BATCHxCONTEXT (one query row per sequence); empty: none");
+ABSL_FLAG(std::vector<std::string>, gemm_models, std::vector<std::string>({"1b", "8b"}),
+          "attention: model shapes of the decode GEMM table (1b: Llama-3.2-1B's projections, "
+          "8b: Llama-3.1-8B's); empty: none");
 
 // sampling
 ABSL_FLAG(int64_t, vocab, 128256, "sampling: tokens per row of logits");
@@ -157,7 +161,8 @@ constexpr char kUsage[] =
     "  serve      a running server over gRPC (--server HOST:PORT, --concurrency, --request-rate)\n"
     "  sparse     sparse vs dense decode and retrieval (--contexts, --budgets, --tbt-contexts)\n"
     "  agent      multi-turn agent traffic (--conversations, --turns, --modes)\n"
-    "  attention  attention kernels (--device, --contexts, --head-dims, --decode-shapes)\n"
+    "  attention  attention kernels and decode GEMMs (--device, --contexts, --decode-shapes, "
+    "--gemm-models)\n"
     "  sampling   sampling on the device vs on the host (--device, --vocab, --sampling-rows)\n"
     "  grammar    structured outputs: schema compile and token mask times (--tokenizer-dir, "
     "--schemas)\n"
@@ -293,6 +298,13 @@ int RunAttention() {
       return 2;
     }
     o.decode_shapes.emplace_back(batch, context);
+  }
+  o.gemm_models = absl::GetFlag(FLAGS_gemm_models);
+  for (const std::string& model : o.gemm_models) {
+    if (!specula::DecodeGemmModelKnown(model)) {
+      std::cerr << "specula-bench: --gemm-models: unknown model shape '" << model << "' (1b, 8b)\n";
+      return 2;
+    }
   }
   return specula::RunAttentionBench(o);
 }

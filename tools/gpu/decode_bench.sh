@@ -82,3 +82,6 @@ serve() {  # serve LABEL ARGS...: one specula-bench serve run, its key lines, th
 } 2>&1 | tee "$report/decode.md"
 kill -TERM $pid
 wait $pid
+# A step that could not be recorded runs as issued: slower, and a figure of graphs off.
+echo "cuda_graph_not_recorded warnings: $(grep -c cuda_graph_not_recorded "$report/server.log")" |
+  tee -a "$report/decode.md"

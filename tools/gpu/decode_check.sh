@@ -5,15 +5,16 @@
 #     generation tests, against the CPU backend;
 #   - compute-sanitizer memcheck on the decode attention and normalization tests, and on the
 #     CUDA-graph replay test;
-#   - specula-bench attention's decode table, then tools/gpu/decode_bench.sh.
+#   - specula-bench attention's decode tables (attention, then the one-row GEMMs), then
+#     tools/gpu/decode_bench.sh.
 source "$(dirname "$0")/begin.sh" "$1" "$2"
 step kernels timeout 150 "$bundle/bin/cuda_backend_test" --gtest_filter='-*TileKernel*'
 step generate timeout 60 "$bundle/bin/cuda_generate_test"
 step memcheck timeout 90 compute-sanitizer --tool memcheck --error-exitcode 1 \
   "$bundle/bin/cuda_backend_test" \
-  --gtest_filter='*CudaKvTest*BF16_d64_g4*:*CudaKvTest*F32_d96_g12*:*RmsNorm*:*FusedNorms*'
+  --gtest_filter='*CudaKvTest*BF16_d64_g4*:*CudaKvTest*F32_d96_g12*:*RmsNorm*:*FusedNorms*:*OneRowGemm*'
 step memcheck_graphs timeout 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
   "$bundle/bin/cuda_generate_test" --gtest_filter='*CudaGraph*'
-timeout 90 "$bundle/bin/specula-bench" attention --device cuda --prefill=false 2>&1 |
+timeout 120 "$bundle/bin/specula-bench" attention --device cuda --prefill=false 2>&1 |
   tee "$report/attention.md"
 timeout 120 "$here/decode_bench.sh" "$report/decode"
