@@ -58,9 +58,11 @@ __device__ __forceinline__ void AttendPage(const T* page, int32_t tokens, int32_
 }
 
 // grid (rows * num_kv_heads, splits, head chunks), kWarps * 32 threads.
+// Like every kernel of this file, a dependent launch (dependent_launch.cuh).
 template <typename Lists, typename T, int kPerLane>
 __global__ void __launch_bounds__(kWarps * 32)
     AttentionKernel(AttentionCommon p, Lists lists, int32_t splits) {
+  AfterPriorGrids();
   constexpr int kMaxDim = 32 * kPerLane;
   __shared__ WarpPartials<kWarps, kMaxGroup, kMaxDim> partials;
 
@@ -103,9 +105,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // grid rows * num_heads, head_dim threads (rounded up to a warp). The output projection after it
-// (a dependent launch at batch 1) may start loading its weights at once.
+// may start loading its weights as soon as it has started.
 __global__ void CombineSplitsKernel(AttentionCommon p, int32_t splits) {
-  AllowDependentLaunch();
+  AfterPriorGrids();
   const int64_t rh = blockIdx.x;  // row * num_heads + head
   const int c = threadIdx.x;
   if (c >= p.head_dim) return;
@@ -144,17 +146,23 @@ cudaError_t LaunchRowKernel(const AttentionCommon& p, const Lists& lists, cudaSt
   const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(p.rows) * p.num_kv_heads),
                   static_cast<unsigned>(splits), chunks);
   const int32_t hd = p.head_dim;
+  const dim3 block(kWarps * 32);
+  cudaError_t launched;
   if (hd <= 32) {
-    AttentionKernel<Lists, T, 1><<<grid, kWarps * 32, 0, stream>>>(p, lists, splits);
+    launched =
+        LaunchDependent<AttentionKernel<Lists, T, 1>>(grid, block, 0, stream, p, lists, splits);
   } else if (hd <= 64) {
-    AttentionKernel<Lists, T, 2><<<grid, kWarps * 32, 0, stream>>>(p, lists, splits);
+    launched =
+        LaunchDependent<AttentionKernel<Lists, T, 2>>(grid, block, 0, stream, p, lists, splits);
   } else if (hd <= 128) {
-    AttentionKernel<Lists, T, 4><<<grid, kWarps * 32, 0, stream>>>(p, lists, splits);
+    launched =
+        LaunchDependent<AttentionKernel<Lists, T, 4>>(grid, block, 0, stream, p, lists, splits);
   } else {
-    AttentionKernel<Lists, T, 8><<<grid, kWarps * 32, 0, stream>>>(p, lists, splits);
+    launched =
+        LaunchDependent<AttentionKernel<Lists, T, 8>>(grid, block, 0, stream, p, lists, splits);
   }
-  if (splits > 1) return CombineAttentionSplits(p, splits, stream);
-  return LaunchStatus();
+  if (launched != cudaSuccess || splits == 1) return launched;
+  return CombineAttentionSplits(p, splits, stream);
 }
 
 // Splits for the vector kernel: the most that still fit one wave of `resident` blocks (a second,
@@ -192,9 +200,10 @@ cudaError_t LaunchVector(const AttentionCommon& p, const Lists& lists, cudaStrea
                          static_cast<int64_t>(blocks_per_sm) * p.sm_count);
   const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(p.rows) * p.num_kv_heads),
                   static_cast<unsigned>(splits), chunks);
-  kernel<<<grid, kThreads, 0, stream>>>(p, lists, splits);
-  if (splits > 1) return CombineAttentionSplits(p, splits, stream);
-  return LaunchStatus();
+  const cudaError_t launched =
+      LaunchDependent<kernel>(grid, dim3(kThreads), 0, stream, p, lists, splits);
+  if (launched != cudaSuccess || splits == 1) return launched;
+  return CombineAttentionSplits(p, splits, stream);
 }
 
 template <typename Lists, typename T, int L>
@@ -252,9 +261,9 @@ cudaError_t Launch(const AttentionCommon& p, const Lists& lists, const void* hos
 cudaError_t CombineAttentionSplits(const AttentionCommon& p, int32_t splits,
                                    cudaStream_t stream) {
   const int threads = (p.head_dim + 31) / 32 * 32;
-  CombineSplitsKernel<<<static_cast<unsigned>(static_cast<int64_t>(p.rows) * p.num_heads), threads,
-                        0, stream>>>(p, splits);
-  return LaunchStatus();
+  return LaunchDependent<CombineSplitsKernel>(
+      dim3(static_cast<unsigned>(static_cast<int64_t>(p.rows) * p.num_heads)), dim3(threads), 0,
+      stream, p, splits);
 }
 
 size_t AttentionScratchFloats(int32_t rows, int32_t num_heads, int32_t head_dim, int32_t splits) {

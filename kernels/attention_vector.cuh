@@ -28,6 +28,7 @@
 #include "kernels/attention.h"
 #include "kernels/attention_lists.cuh"
 #include "kernels/attention_merge.cuh"
+#include "kernels/dependent_launch.cuh"
 #include "kernels/device_math.cuh"
 
 namespace specula::kernels::vector_attention {
@@ -188,6 +189,7 @@ __device__ __forceinline__ Step<T> NextStep(Step<T> step, WarpEntries<Lists>& en
 template <typename Lists, typename T, int L, int G>
 __global__ void __launch_bounds__(kWarps * 32)
     VectorAttentionKernel(AttentionCommon p, Lists lists, int32_t splits) {
+  AfterPriorGrids();  // a dependent launch (dependent_launch.cuh)
   constexpr int kV = kVec<T>, kDim = L * kV, kStep = 32 / L * kLoads<G>;
   __shared__ WarpPartials<kWarps, G, kDim> partials;
 

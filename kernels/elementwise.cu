@@ -7,8 +7,13 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// Every kernel here is a dependent launch (dependent_launch.cuh) that starts with
+// AfterPriorGrids: a decode step is a chain of small kernels, and each one's launch overlaps the
+// one ahead of it.
+
 template <typename T>
 __global__ void EmbedKernel(EmbedParams p) {
+  AfterPriorGrids();
   const T* table = static_cast<const T*>(p.table);
   ForEachCell(p.out.rows, p.out.cols, [&](int64_t r, int64_t c) {
     const int64_t id = p.ids[r];
@@ -30,10 +35,10 @@ __device__ float InverseRms(double sum, int64_t cols, float eps, double* partial
 
 // One block per vector (a row, or one head of a row). With a residual, the sum x + residual is
 // written back to x before the norm reads it; each thread reads and writes the same columns, so
-// y may alias x or the residual. A decode step's norm is one block: the GEMM after it (a
-// dependent launch) may start loading its weights at once.
+// y may alias x or the residual. A decode step's norm is one block: the GEMM after it may start
+// loading its weights as soon as the norm has started.
 __global__ void __launch_bounds__(kThreads) RmsNormKernel(RmsNormParams p) {
-  AllowDependentLaunch();
+  AfterPriorGrids();
   __shared__ double partial[kThreads / 32];
   const int64_t cols = p.x.cols;
   const int64_t vectors = p.x.rows * p.heads;
@@ -83,6 +88,7 @@ __global__ void __launch_bounds__(kThreads) RmsNormKernel(RmsNormParams p) {
 }
 
 __global__ void RopeKernel(RopeParams p) {
+  AfterPriorGrids();
   const int32_t half = p.head_dim / 2;
   ForEachCell(p.x.rows, static_cast<int64_t>(p.num_heads) * half, [&](int64_t t, int64_t hi) {
     const int64_t h = hi / half;
@@ -97,9 +103,8 @@ __global__ void RopeKernel(RopeParams p) {
   });
 }
 
-// Before the down projection: that GEMM (a dependent launch) may start loading its weights.
 __global__ void SwiGluKernel(SwiGluParams p) {
-  AllowDependentLaunch();
+  AfterPriorGrids();
   const int64_t n = p.out.cols;
   ForEachCell(p.out.rows, n, [&](int64_t r, int64_t c) {
     const float g = p.gate_up.data[r * p.gate_up.stride + c];
@@ -109,23 +114,27 @@ __global__ void SwiGluKernel(SwiGluParams p) {
 }
 
 __global__ void AddKernel(AddParams p) {
+  AfterPriorGrids();
   ForEachCell(p.x.rows, p.x.cols, [&](int64_t r, int64_t c) {
     p.x.data[r * p.x.stride + c] += p.y.data[r * p.y.stride + c];
   });
 }
 
 __global__ void AddBiasKernel(AddBiasParams p) {
+  AfterPriorGrids();
   ForEachCell(p.y.rows, p.y.cols,
               [&](int64_t r, int64_t c) { p.y.data[r * p.y.stride + c] += p.bias[c]; });
 }
 
 __global__ void GatherRowsKernel(GatherRowsParams p) {
+  AfterPriorGrids();
   ForEachCell(p.out.rows, p.out.cols, [&](int64_t r, int64_t c) {
     p.out.data[r * p.out.stride + c] = p.src.data[p.rows[r] * p.src.stride + c];
   });
 }
 
 __global__ void ToBf16Kernel(ToBf16Params p) {
+  AfterPriorGrids();
   auto* out = static_cast<__nv_bfloat16*>(p.out);
   ForEachCell(p.x.rows, p.x.cols, [&](int64_t r, int64_t c) {
     out[r * p.x.cols + c] = __float2bfloat16_rn(p.x.data[r * p.x.stride + c]);
@@ -133,19 +142,18 @@ __global__ void ToBf16Kernel(ToBf16Params p) {
 }
 
 // Launches a ForEachCell kernel over rows x cols cells; nothing for an empty problem.
-template <typename Params>
-cudaError_t LaunchOverCells(void (*kernel)(Params), const Params& p, int64_t rows, int64_t cols,
-                            cudaStream_t stream) {
+template <auto kKernel, typename Params>
+cudaError_t LaunchOverCells(const Params& p, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  kernel<<<GridFor(rows * cols, kThreads), kThreads, 0, stream>>>(p);
-  return LaunchStatus();
+  return LaunchDependent<kKernel>(dim3(GridFor(rows * cols, kThreads)), dim3(kThreads), 0, stream,
+                                  p);
 }
 
 }  // namespace
 
 cudaError_t Embed(const EmbedParams& p, cudaStream_t stream) {
   return VisitStorageType(p.table_dtype, [&](auto tag) {
-    return LaunchOverCells(EmbedKernel<decltype(tag)>, p, p.out.rows, p.out.cols, stream);
+    return LaunchOverCells<EmbedKernel<decltype(tag)>>(p, p.out.rows, p.out.cols, stream);
   });
 }
 
@@ -155,33 +163,32 @@ cudaError_t RmsNorm(const RmsNormParams& p, cudaStream_t stream) {
   const int64_t vectors = p.x.rows * p.heads;
   if (vectors == 0) return cudaSuccess;
   const unsigned blocks = static_cast<unsigned>(vectors < 65535 ? vectors : 65535);
-  RmsNormKernel<<<blocks, kThreads, 0, stream>>>(p);
-  return LaunchStatus();
+  return LaunchDependent<RmsNormKernel>(dim3(blocks), dim3(kThreads), 0, stream, p);
 }
 
 cudaError_t Rope(const RopeParams& p, cudaStream_t stream) {
-  return LaunchOverCells(RopeKernel, p, p.x.rows,
-                         static_cast<int64_t>(p.num_heads) * (p.head_dim / 2), stream);
+  return LaunchOverCells<RopeKernel>(p, p.x.rows,
+                                     static_cast<int64_t>(p.num_heads) * (p.head_dim / 2), stream);
 }
 
 cudaError_t SwiGlu(const SwiGluParams& p, cudaStream_t stream) {
-  return LaunchOverCells(SwiGluKernel, p, p.out.rows, p.out.cols, stream);
+  return LaunchOverCells<SwiGluKernel>(p, p.out.rows, p.out.cols, stream);
 }
 
 cudaError_t Add(const AddParams& p, cudaStream_t stream) {
-  return LaunchOverCells(AddKernel, p, p.x.rows, p.x.cols, stream);
+  return LaunchOverCells<AddKernel>(p, p.x.rows, p.x.cols, stream);
 }
 
 cudaError_t AddBias(const AddBiasParams& p, cudaStream_t stream) {
-  return LaunchOverCells(AddBiasKernel, p, p.y.rows, p.y.cols, stream);
+  return LaunchOverCells<AddBiasKernel>(p, p.y.rows, p.y.cols, stream);
 }
 
 cudaError_t GatherRows(const GatherRowsParams& p, cudaStream_t stream) {
-  return LaunchOverCells(GatherRowsKernel, p, p.out.rows, p.out.cols, stream);
+  return LaunchOverCells<GatherRowsKernel>(p, p.out.rows, p.out.cols, stream);
 }
 
 cudaError_t ToBf16(const ToBf16Params& p, cudaStream_t stream) {
-  return LaunchOverCells(ToBf16Kernel, p, p.x.rows, p.x.cols, stream);
+  return LaunchOverCells<ToBf16Kernel>(p, p.x.rows, p.x.cols, stream);
 }
 
 }  // namespace specula::kernels

@@ -1,3 +1,4 @@
+#include "kernels/dependent_launch.cuh"
 #include "kernels/device_math.cuh"
 #include "kernels/kv_write.h"
 
@@ -6,8 +7,10 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// A dependent launch (dependent_launch.cuh), as the other kernels of a decode step.
 template <typename T>
 __global__ void WriteKvKernel(KvWriteParams p) {
+  AfterPriorGrids();
   const int64_t width = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
   const int64_t page_elems = 2 * static_cast<int64_t>(p.page_size) * p.head_dim;
   T* base = static_cast<T*>(p.base);
@@ -28,9 +31,9 @@ __global__ void WriteKvKernel(KvWriteParams p) {
 cudaError_t WriteKv(const KvWriteParams& p, cudaStream_t stream) {
   if (p.k.rows == 0) return cudaSuccess;
   return VisitStorageType(p.dtype, [&](auto tag) {
-    WriteKvKernel<decltype(tag)>
-        <<<GridFor(p.k.rows * p.num_kv_heads * p.head_dim, kThreads), kThreads, 0, stream>>>(p);
-    return LaunchStatus();
+    return LaunchDependent<WriteKvKernel<decltype(tag)>>(
+        dim3(GridFor(p.k.rows * p.num_kv_heads * p.head_dim, kThreads)), dim3(kThreads), 0, stream,
+        p);
   });
 }
 

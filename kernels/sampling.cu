@@ -15,6 +15,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "kernels/dependent_launch.cuh"
 #include "kernels/device_math.cuh"
 #include "kernels/sampling.h"
 
@@ -440,7 +441,10 @@ __device__ void WriteLogprobs(Row row, const RowSampling& rs, int32_t token, flo
   }
 }
 
+// Both kernels here are dependent launches (dependent_launch.cuh): the last of a decode step's
+// chain of small kernels.
 __global__ void __launch_bounds__(kThreads) SampleRowsKernel(SampleRowsParams p) {
+  AfterPriorGrids();
   __shared__ Shared s;
   const Row row{p.logits + blockIdx.x * p.stride, static_cast<int32_t>(p.vocab)};
   const RowSampling rs = p.sampling[blockIdx.x];
@@ -467,6 +471,7 @@ __global__ void __launch_bounds__(kThreads) SampleRowsKernel(SampleRowsParams p)
 }
 
 __global__ void __launch_bounds__(kThreads) MaskLogitsKernel(MaskLogitsParams p) {
+  AfterPriorGrids();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (t >= p.vocab) return;
   const int64_t words = (p.vocab + 31) / 32;
@@ -483,15 +488,14 @@ cudaError_t MaskLogits(const MaskLogitsParams& p, cudaStream_t stream) {
   if (p.masked_rows > 65535 || p.vocab > INT_MAX) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((p.vocab + kThreads - 1) / kThreads),
                   static_cast<unsigned>(p.masked_rows));
-  MaskLogitsKernel<<<grid, kThreads, 0, stream>>>(p);
-  return LaunchStatus();
+  return LaunchDependent<MaskLogitsKernel>(grid, dim3(kThreads), 0, stream, p);
 }
 
 cudaError_t SampleRows(const SampleRowsParams& p, cudaStream_t stream) {
   if (p.rows == 0) return cudaSuccess;
   if (p.vocab > (int64_t{1} << 24) || p.rows > INT_MAX) return cudaErrorInvalidValue;
-  SampleRowsKernel<<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(p);
-  return LaunchStatus();
+  return LaunchDependent<SampleRowsKernel>(dim3(static_cast<unsigned>(p.rows)), dim3(kThreads), 0,
+                                           stream, p);
 }
 
 }  // namespace specula::kernels

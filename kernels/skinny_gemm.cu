@@ -76,13 +76,8 @@ bool SkinnyGemmSupports(const SkinnyGemmParams& p) {
 cudaError_t SkinnyGemm(const SkinnyGemmParams& p, cudaStream_t stream) {
   if (!SkinnyGemmSupports(p)) return cudaErrorInvalidValue;
   if (p.out == 0) return cudaSuccess;
-  static const bool dependent = CompiledWithGridDependencyControl(SkinnyGemmKernel);
-  const cudaError_t launched =
-      LaunchDependent(dependent, SkinnyGemmKernel,
-                      dim3(static_cast<unsigned>(CeilDiv(p.out, kWarps))), dim3(kWarps * 32),
-                      stream, p);
-  const cudaError_t last = LaunchStatus();  // read (and cleared) either way
-  return launched != cudaSuccess ? launched : last;
+  return LaunchDependent<SkinnyGemmKernel>(dim3(static_cast<unsigned>(CeilDiv(p.out, kWarps))),
+                                           dim3(kWarps * 32), 0, stream, p);
 }
 
 }  // namespace specula::kernels
