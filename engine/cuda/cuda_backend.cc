@@ -16,6 +16,7 @@
 #include "engine/cuda/cuda_weight_uploader.h"
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
+#include "kernels/few_row_gemm.h"
 #include "kernels/kv_write.h"
 #include "kernels/prefill_attention.h"
 #include "kernels/sampling.h"
@@ -250,19 +251,39 @@ void CudaBackend::Gemm(const Mat& x, const Weight& w, const Weight& bias, Mat* y
   CHECK(w.dtype == DType::kBF16) << "GEMM weights are bf16 on the CUDA backend";
   if (x.rows == 0) return;
   CHECK(bias.empty() || bias.dtype == DType::kF32);
-  // Batch-1 decode: the bandwidth-bound kernel, fp32 x read as it is, bias added in it.
-  kernels::SkinnyGemmParams skinny;
-  skinny.x = x.data;
-  skinny.w = w.buffer.data();
-  skinny.bias = bias.empty() ? nullptr : bias.buffer.as<float>();
-  skinny.y = y->data;
-  skinny.m = static_cast<int32_t>(x.rows);
-  skinny.in = static_cast<int32_t>(w.in);
-  skinny.out = static_cast<int32_t>(w.out);
-  if (kernels::SkinnyGemmSupports(skinny)) {
-    CheckLaunch(kernels::SkinnyGemm(skinny, stream()), "SkinnyGemm");
-    return;
+  const float* bias_data = bias.empty() ? nullptr : bias.buffer.as<float>();
+  if (GemmOneRow(x, w, bias_data, y)) return;
+  const void* x_bf16 = Bf16GemmInput(x);
+  if (GemmFewRows(x_bf16, w, bias_data, y)) return;
+  // Row-major y [m, out] is column-major yᵀ [out, m]: yᵀ = W · xᵀ, with W row-major [out, in]
+  // read as column-major [in, out] and transposed.
+  const float alpha = 1.0f, beta = 0.0f;
+  CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.out),
+                            static_cast<int>(x.rows), static_cast<int>(w.in), &alpha,
+                            w.buffer.data(), CUDA_R_16BF, static_cast<int>(w.in), x_bf16,
+                            CUDA_R_16BF, static_cast<int>(x.cols), &beta, y->data, CUDA_R_32F,
+                            static_cast<int>(y->stride), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  if (bias_data != nullptr) {
+    CheckLaunch(kernels::AddBias({ToRows(*y), bias_data}, stream()), "AddBias");
   }
+}
+
+// Batch-1 decode: the bandwidth-bound kernel, fp32 x read as it is, bias added in it.
+bool CudaBackend::GemmOneRow(const Mat& x, const Weight& w, const float* bias, Mat* y) {
+  kernels::SkinnyGemmParams p;
+  p.x = x.data;
+  p.w = w.buffer.data();
+  p.bias = bias;
+  p.y = y->data;
+  p.m = static_cast<int32_t>(x.rows);
+  p.in = static_cast<int32_t>(w.in);
+  p.out = static_cast<int32_t>(w.out);
+  if (!kernels::SkinnyGemmSupports(p)) return false;
+  CheckLaunch(kernels::SkinnyGemm(p, stream()), "SkinnyGemm");
+  return true;
+}
+
+const void* CudaBackend::Bf16GemmInput(const Mat& x) {
   const size_t input_bytes = static_cast<size_t>(x.rows) * x.cols * sizeof(uint16_t);
   if (gemm_input_.bytes() < input_bytes) {
     // Freeing the old buffer (cudaFree) waits for the kernels that read it; a batch larger than
@@ -273,17 +294,25 @@ void CudaBackend::Gemm(const Mat& x, const Weight& w, const Weight& bias, Mat* y
     ++memory_generation_;
   }
   CheckLaunch(kernels::ToBf16({ToRows(x), gemm_input_.data()}, stream()), "ToBf16");
-  // Row-major y [m, out] is column-major yᵀ [out, m]: yᵀ = W · xᵀ, with W row-major [out, in]
-  // read as column-major [in, out] and transposed.
-  const float alpha = 1.0f, beta = 0.0f;
-  CUBLAS_CHECK(cublasGemmEx(
-      cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.out), static_cast<int>(x.rows),
-      static_cast<int>(w.in), &alpha, w.buffer.data(), CUDA_R_16BF, static_cast<int>(w.in),
-      gemm_input_.data(), CUDA_R_16BF, static_cast<int>(x.cols), &beta, y->data, CUDA_R_32F,
-      static_cast<int>(y->stride), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  if (!bias.empty()) {
-    CheckLaunch(kernels::AddBias({ToRows(*y), bias.buffer.as<float>()}, stream()), "AddBias");
-  }
+  return gemm_input_.data();
+}
+
+// Decode of 2-8 sequences: the tensor-core kernel that shares each weight load among the rows,
+// bias added in it.
+bool CudaBackend::GemmFewRows(const void* x_bf16, const Weight& w, const float* bias, Mat* y) {
+  kernels::FewRowGemmParams p;
+  p.x = x_bf16;
+  p.w = w.buffer.data();
+  p.bias = bias;
+  p.y = y->data;
+  p.y_stride = y->stride;
+  p.m = static_cast<int32_t>(y->rows);
+  p.in = static_cast<int32_t>(w.in);
+  p.out = static_cast<int32_t>(w.out);
+  p.sm_count = sm_count_;
+  if (!kernels::FewRowGemmSupports(p)) return false;
+  CheckLaunch(kernels::FewRowGemm(p, stream()), "FewRowGemm");
+  return true;
 }
 
 kernels::AttentionCommon CudaBackend::AttentionFor(const Mat& q, Mat* out, int32_t rows,

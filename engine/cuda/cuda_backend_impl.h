@@ -78,6 +78,12 @@ class CudaBackend : public Backend {
 
  private:
   cudaStream_t stream() const { return compute_->raw(); }
+  // Gemm's kernels by row count: one row (fp32 x), 2-8 rows (bf16 x), else cuBLAS. Each of the
+  // first two returns false, launching nothing, for a shape it does not serve.
+  bool GemmOneRow(const Mat& x, const Weight& w, const float* bias, Mat* y);
+  bool GemmFewRows(const void* x_bf16, const Weight& w, const float* bias, Mat* y);
+  // x converted to bf16 in gemm_input_ (grown to fit), packed rows of x.cols.
+  const void* Bf16GemmInput(const Mat& x);
   // PagedAttention of a batch with prefill chunks, on the tensor-core tile kernel.
   void TileAttention(const Mat& q, const AttentionBatch& batch, const KvLayerView& layer, Mat* out);
   // The kernels' common parameters: `rows` rows of q and out, over pages of `pool`.
@@ -89,7 +95,7 @@ class CudaBackend : public Backend {
   int32_t max_cache_slots_ = 0;  // kernels::MaxSelectCacheSlots() on this device
   std::unique_ptr<CudaStream> compute_;
   cublasHandle_t cublas_ = nullptr;
-  DeviceBuffer gemm_input_;  // x in bf16 for cuBLAS, grown to the largest GEMM input
+  DeviceBuffer gemm_input_;  // x in bf16 for GEMMs of 2+ rows, grown to the largest input
   uint64_t memory_generation_ = 0;
   DeviceBuffer attention_scratch_;
   DeviceBuffer cublas_workspace_;  // set explicitly, so recording a GEMM never allocates

@@ -314,7 +314,7 @@ int RunAttentionBench(const AttentionBenchOptions& o) {
     const int status = RunDecodeTable(b, o);
     if (status != 0) return status;
   }
-  return o.gemm_models.empty() ? 0 : RunDecodeGemmTable(b, o.gemm_models, o.repeats);
+  return o.gemm_models.empty() ? 0 : RunDecodeGemmTable(b, o.gemm_models, o.gemm_rows, o.repeats);
 }
 
 }  // namespace specula

@@ -32,6 +32,7 @@ struct AttentionBenchOptions {
                                                     {8, 4096}, {32, 4096}, {64, 1024}};
   // Model shapes of the decode GEMM table (tools/bench/decode_gemm_bench.h); empty skips it.
   std::vector<std::string> gemm_models = {"1b", "8b"};
+  std::vector<int> gemm_rows = {1, 8};  // rows of x in that table
 };
 
 // Prints a Markdown table to stdout; returns a process exit code.

@@ -72,20 +72,22 @@ absl::StatusOr<std::vector<Weight>> Upload(Backend& b, const Projection& p, int6
   return weights;
 }
 
-// One-row activations in backend memory, each wide enough for any projection of the model.
-constexpr int kActivationRows = 6;
+// Activations of `rows` rows in backend memory: kSlots matrices, each wide enough for any
+// projection of the model.
+constexpr int kSlots = 6;
 struct Activations {
   DeviceBuffer buffer;
-  int64_t width = 0;
-  Mat Row(int i, int64_t cols) const {
-    return Mat(static_cast<float*>(buffer.data()) + i * width, 1, cols);
+  int64_t rows = 0, width = 0;
+  Mat Slot(int i, int64_t cols) const {
+    return Mat(static_cast<float*>(buffer.data()) + i * rows * width, rows, cols, width);
   }
 };
 
-absl::StatusOr<Activations> MakeActivations(Backend& b, const ModelShape& m) {
+absl::StatusOr<Activations> MakeActivations(Backend& b, const ModelShape& m, int rows) {
   Activations a;
+  a.rows = rows;
   a.width = std::max(2 * m.intermediate, m.vocab);
-  const std::vector<float> values = RandomWeights(kActivationRows * a.width);
+  const std::vector<float> values = RandomWeights(kSlots * a.rows * a.width);
   auto buffer = b.Allocate(values.size() * sizeof(float));
   if (!buffer.ok()) return buffer.status();
   a.buffer = std::move(*buffer);
@@ -135,13 +137,13 @@ PassTime TimePass(Backend& b, const std::function<void()>& pass, int repeats) {
 }
 
 // in and out are 0 for a chain of several GEMMs; `calls` GEMMs (or layers) make one pass.
-void PrintRow(const char* model, const char* what, int64_t in, int64_t out, int64_t bytes,
-              int64_t calls, const PassTime& t) {
+void PrintRow(const char* model, int64_t rows, const char* what, int64_t in, int64_t out,
+              int64_t bytes, int64_t calls, const PassTime& t) {
   auto size = [](int64_t n) { return n == 0 ? std::string("—") : std::to_string(n); };
   const double us = t.ms * 1e3 / calls;
-  std::printf("| %s | %s | %s | %s | %.1f | %.2f | %.0f | %s |\n", model, what, size(in).c_str(),
-              size(out).c_str(), bytes / 1e6, us, bytes / (us * 1e-6) / 1e9,
-              t.replayed ? "yes" : "no");
+  std::printf("| %s | %lld | %s | %s | %s | %.1f | %.2f | %.0f | %s |\n", model,
+              static_cast<long long>(rows), what, size(in).c_str(), size(out).c_str(), bytes / 1e6,
+              us, bytes / (us * 1e-6) / 1e9, t.replayed ? "yes" : "no");
 }
 
 // Each projection's copies back to back (a GEMM's first weight loads may overlap the one before).
@@ -150,14 +152,14 @@ absl::Status TimeProjections(Backend& b, const ModelShape& m, const Activations&
     const int64_t copies = std::max<int64_t>(1, CeilDiv(kBytesTouched, p.bytes()));
     auto weights = Upload(b, p, copies);
     if (!weights.ok()) return weights.status();
-    Mat x = a.Row(0, p.in), y = a.Row(1, p.out);
+    Mat x = a.Slot(0, p.in), y = a.Slot(1, p.out);
     const PassTime t = TimePass(
         b,
         [&] {
           for (const Weight& w : *weights) b.Gemm(x, w, Weight{}, &y);
         },
         repeats);
-    PrintRow(m.name, p.name, p.in, p.out, p.bytes(), copies, t);
+    PrintRow(m.name, a.rows, p.name, p.in, p.out, p.bytes(), copies, t);
   }
   return absl::OkStatus();
 }
@@ -181,9 +183,9 @@ absl::Status TimeLayerChain(Backend& b, const ModelShape& m, const Activations& 
   const std::vector<float> norm_values(static_cast<size_t>(m.hidden), 1.0f);
   auto norm = b.UploadWeight(norm_values.data(), 1, m.hidden);
   if (!norm.ok()) return norm.status();
-  Mat x = a.Row(0, m.hidden), h = a.Row(1, m.hidden), qkv = a.Row(2, layer[0].out);
-  Mat gate_up = a.Row(3, layer[2].out), act = a.Row(4, m.intermediate);
-  Mat attention_in = a.Row(3, 2 * m.hidden), attention_out = a.Row(5, m.hidden);
+  Mat x = a.Slot(0, m.hidden), h = a.Slot(1, m.hidden), qkv = a.Slot(2, layer[0].out);
+  Mat gate_up = a.Slot(3, layer[2].out), act = a.Slot(4, m.intermediate);
+  Mat attention_in = a.Slot(3, 2 * m.hidden), attention_out = a.Slot(5, m.hidden);
   const PassTime t = TimePass(
       b,
       [&] {
@@ -199,7 +201,7 @@ absl::Status TimeLayerChain(Backend& b, const ModelShape& m, const Activations& 
         }
       },
       repeats);
-  PrintRow(m.name, "layer chain", 0, 0, layer_bytes, copies, t);
+  PrintRow(m.name, a.rows, "layer chain", 0, 0, layer_bytes, copies, t);
   return absl::OkStatus();
 }
 
@@ -207,24 +209,28 @@ absl::Status TimeLayerChain(Backend& b, const ModelShape& m, const Activations& 
 
 bool DecodeGemmModelKnown(const std::string& name) { return FindModel(name) != nullptr; }
 
-int RunDecodeGemmTable(Backend& b, const std::vector<std::string>& models, int repeats) {
+int RunDecodeGemmTable(Backend& b, const std::vector<std::string>& models,
+                       const std::vector<int>& row_counts, int repeats) {
   std::printf(
-      "\nDecode GEMMs (one row; us a GEMM, or a layer for the chain): GB/s = weight bytes (bf16) "
-      "/ time\n\n| model | projection | in | out | weight MB | us | GB/s | graph |\n"
-      "|---|---|---|---|---|---|---|---|\n");
+      "\nDecode GEMMs (us a GEMM, or a layer for the chain): GB/s = weight bytes (bf16) / time\n\n"
+      "| model | rows | projection | in | out | weight MB | us | GB/s | graph |\n"
+      "|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& name : models) {
     const ModelShape* m = FindModel(name);
     if (m == nullptr) {
       std::cerr << "specula-bench: --gemm-models: unknown model shape '" << name << "' (1b, 8b)\n";
       return 1;
     }
-    auto activations = MakeActivations(b, *m);
-    absl::Status status = activations.status();
-    if (status.ok()) status = TimeProjections(b, *m, *activations, repeats);
-    if (status.ok()) status = TimeLayerChain(b, *m, *activations, repeats);
-    if (!status.ok()) {
-      std::cerr << "specula-bench: decode GEMMs of " << name << ": " << status << "\n";
-      return 1;
+    for (const int rows : row_counts) {
+      auto activations = MakeActivations(b, *m, rows);
+      absl::Status status = activations.status();
+      if (status.ok()) status = TimeProjections(b, *m, *activations, repeats);
+      if (status.ok()) status = TimeLayerChain(b, *m, *activations, repeats);
+      if (!status.ok()) {
+        std::cerr << "specula-bench: decode GEMMs of " << name << " at " << rows
+                  << " rows: " << status << "\n";
+        return 1;
+      }
     }
   }
   return 0;

@@ -1,6 +1,8 @@
-// `specula-bench attention`'s decode GEMM table: the one-row GEMMs of a batch-1 decode step, which
-// read every weight once and so are bound by memory bandwidth, not arithmetic. For each model
-// shape (the projections of Llama-3.2-1B and Llama-3.1-8B): each projection's copies back to back,
+// `specula-bench attention`'s decode GEMM table: the GEMMs of a decode step of a few rows (1: the
+// one-row kernel; 2-8: the few-row tensor-core kernel, after x's conversion to bf16), which read
+// every weight once and so are bound by memory bandwidth, not arithmetic. For each model shape
+// (the projections of Llama-3.2-1B and Llama-3.1-8B) and row count: each projection's copies back
+// to back,
 // then a layer's chain as the forward pass runs it (norm, qkv; o; norm, gate_up; SwiGLU, down:
 // the kernels ahead of each GEMM included, since a GEMM may overlap the end of the kernel ahead of
 // it). Each cycles through enough copies of its weights that L2 holds none of them, and is
@@ -21,6 +23,7 @@ namespace specula {
 bool DecodeGemmModelKnown(const std::string& name);
 
 // Prints the table to stdout; returns a process exit code.
-int RunDecodeGemmTable(Backend& backend, const std::vector<std::string>& models, int repeats);
+int RunDecodeGemmTable(Backend& backend, const std::vector<std::string>& models,
+                       const std::vector<int>& row_counts, int repeats);
 
 }  // namespace specula

@@ -129,6 +129,8 @@ ABSL_FLAG(std::vector<std::string>, decode_shapes,
 ABSL_FLAG(std::vector<std::string>, gemm_models, std::vector<std::string>({"1b", "8b"}),
           "attention: model shapes of the decode GEMM table (1b: Llama-3.2-1B's projections, "
           "8b: Llama-3.1-8B's); empty: none");
+ABSL_FLAG(std::vector<std::string>, gemm_rows, std::vector<std::string>({"1", "8"}),
+          "attention: rows of x in the decode GEMM table (1 to 64)");
 
 // sampling
 ABSL_FLAG(int64_t, vocab, 128256, "sampling: tokens per row of logits");
@@ -300,6 +302,15 @@ int RunAttention() {
     o.decode_shapes.emplace_back(batch, context);
   }
   o.gemm_models = absl::GetFlag(FLAGS_gemm_models);
+  std::vector<int> gemm_rows;
+  if (!ParseList("gemm-rows", absl::GetFlag(FLAGS_gemm_rows), &gemm_rows)) return 2;
+  for (const int rows : gemm_rows) {
+    if (rows < 1 || rows > 64) {
+      std::cerr << "specula-bench: --gemm-rows: want 1 to 64, got " << rows << "\n";
+      return 2;
+    }
+  }
+  o.gemm_rows = gemm_rows;
   for (const std::string& model : o.gemm_models) {
     if (!specula::DecodeGemmModelKnown(model)) {
       std::cerr << "specula-bench: --gemm-models: unknown model shape '" << model << "' (1b, 8b)\n";

@@ -12,7 +12,7 @@ step kernels timeout 150 "$bundle/bin/cuda_backend_test" --gtest_filter='-*TileK
 step generate timeout 60 "$bundle/bin/cuda_generate_test"
 step memcheck timeout 90 compute-sanitizer --tool memcheck --error-exitcode 1 \
   "$bundle/bin/cuda_backend_test" \
-  --gtest_filter='*CudaKvTest*BF16_d64_g4*:*CudaKvTest*F32_d96_g12*:*RmsNorm*:*FusedNorms*:*OneRowGemm*'
+  --gtest_filter='*CudaKvTest*BF16_d64_g4*:*CudaKvTest*F32_d96_g12*:*RmsNorm*:*FusedNorms*:*DecodeGemmsRead*:*GemmMatches*'
 step memcheck_graphs timeout 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
   "$bundle/bin/cuda_generate_test" --gtest_filter='*CudaGraph*'
 timeout 120 "$bundle/bin/specula-bench" attention --device cuda --prefill=false 2>&1 |
