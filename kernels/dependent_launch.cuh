@@ -11,6 +11,8 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/launch_policy.h"
+
 namespace specula::kernels {
 
 // Returns once every grid this one depends on has completed and its memory is visible; at once
@@ -53,8 +55,8 @@ bool CompiledWithGridDependencyControl(void (*kernel)(Params...)) {
 }
 
 // kKernel<<<grid, block, shared_bytes, stream>>>(args...), allowed to overlap the kernel ahead of
-// it in the stream when it was compiled to wait for it (decided once per kernel). The launch's
-// status, and the last error, read and cleared.
+// it in the stream when it was compiled to wait for it (decided once per kernel) and dependent
+// launches are on (launch_policy.h). The launch's status, and the last error, read and cleared.
 template <auto kKernel, typename... Args>
 cudaError_t LaunchDependent(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                             Args... args) {
@@ -68,7 +70,7 @@ cudaError_t LaunchDependent(dim3 grid, dim3 block, size_t shared_bytes, cudaStre
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = dependent ? 1 : 0;
+  config.numAttrs = dependent && DependentLaunches() ? 1 : 0;
   const cudaError_t launched = cudaLaunchKernelEx(&config, kKernel, args...);
   const cudaError_t last = cudaGetLastError();
   return launched != cudaSuccess ? launched : last;

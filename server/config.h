@@ -67,6 +67,7 @@ struct ModelSection {
   std::string name;  // the OpenAI API's model id; "" = the directory's name
   DeviceKind device = DeviceKind::kAuto;
   bool cuda_graphs = true;  // decode steps replayed as CUDA graphs (GPU only)
+  bool dependent_launches = true;         // kernels launched while the one ahead runs (GPU only)
   std::string chat_template;              // a Jinja template file; "" = tokenizer_config.json's
   std::string tool_call_parser = "auto";  // auto | none | hermes | llama3_json
   bool operator==(const ModelSection&) const = default;

@@ -166,6 +166,8 @@ std::vector<ConfigKey> ModelAndSchedulerKeys() {
        NoRule{}, "cpu | cuda | auto", "where the model runs; auto = a visible GPU, else the CPU"},
       {"model.cuda_graphs", [](C c) -> ConfigField { return &c.model.cuda_graphs; }, NoRule{}, "",
        "replay decode steps as CUDA graphs; false = launch each kernel"},
+      {"model.dependent_launches", [](C c) -> ConfigField { return &c.model.dependent_launches; },
+       NoRule{}, "", "launch each kernel while the one ahead runs (sm_90); false = after it"},
       {"model.chat_template", [](C c) -> ConfigField { return &c.model.chat_template; }, NoRule{},
        "", "a Jinja chat template file; \"\" = the tokenizer's"},
       {"model.tool_call_parser", [](C c) -> ConfigField { return &c.model.tool_call_parser; },

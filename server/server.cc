@@ -38,6 +38,7 @@ GeneratorOptions ToGeneratorOptions(const ServerConfig& c) {
   GeneratorOptions o;
   o.device = c.model.device;
   o.cuda_graphs = c.model.cuda_graphs;
+  o.dependent_launches = c.model.dependent_launches;
   o.page_size = c.kv_cache.page_size;
   o.kv_cache_tokens = c.kv_cache.capacity_tokens;
   o.kv_dtype = c.kv_cache.dtype;

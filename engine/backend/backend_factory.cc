@@ -10,9 +10,9 @@
 namespace specula {
 namespace {
 
-absl::StatusOr<std::unique_ptr<Backend>> Cuda() {
+absl::StatusOr<std::unique_ptr<Backend>> Cuda([[maybe_unused]] const BackendOptions& options) {
 #ifdef SPECULA_HAVE_CUDA
-  return CreateCudaBackend();
+  return CreateCudaBackend(options.dependent_launches);
 #else
   return absl::FailedPreconditionError(
       "model.device: cuda: this build has no CUDA backend (nvcc was not found when it was "
@@ -42,7 +42,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
       return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options.threads));
     case DeviceKind::kCuda:
       LogChoice(options, "cuda", "model.device is cuda");
-      return Cuda();
+      return Cuda(options);
     case DeviceKind::kAuto:
       break;
   }
@@ -51,7 +51,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
   const absl::Status gpu = CudaUsableForAuto();
   if (gpu.ok()) {
     LogChoice(options, "cuda", "a CUDA device is visible and this build has the CUDA backend");
-    return Cuda();
+    return Cuda(options);
   }
   LogChoice(options, "cpu", gpu.message());
   return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options.threads));

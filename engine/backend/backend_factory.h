@@ -14,6 +14,9 @@ namespace specula {
 struct BackendOptions {
   DeviceKind device = DeviceKind::kAuto;
   int threads = 0;  // CPU threads, 0 = all cores
+  // model.dependent_launches: on a GPU, each kernel of a step launched while the one ahead of it
+  // runs (programmatic dependent launch, sm_90); false launches each after the one ahead ends.
+  bool dependent_launches = true;
 };
 
 // kCuda fails with FAILED_PRECONDITION when this build has no CUDA backend or no GPU is usable

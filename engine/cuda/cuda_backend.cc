@@ -18,6 +18,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/few_row_gemm.h"
 #include "kernels/kv_write.h"
+#include "kernels/launch_policy.h"
 #include "kernels/prefill_attention.h"
 #include "kernels/sampling.h"
 #include "kernels/skinny_gemm.h"
@@ -434,10 +435,11 @@ absl::Status CudaDeviceVisible() {
       "no usable CUDA device (%s)", e == cudaSuccess ? "none visible" : cudaGetErrorString(e)));
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend() {
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(bool dependent_launches) {
   if (absl::Status visible = CudaDeviceVisible(); !visible.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("model.device: cuda: ", visible.message()));
   }
+  kernels::SetDependentLaunches(dependent_launches);
   auto backend = std::make_unique<cuda_internal::CudaBackend>();
   RETURN_IF_ERROR(backend->Init());
   return std::unique_ptr<Backend>(std::move(backend));

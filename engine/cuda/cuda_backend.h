@@ -18,7 +18,9 @@ namespace specula {
 // A backend on the first visible CUDA device (CUDA_VISIBLE_DEVICES picks which GPU that is):
 // every thread that touches the backend then uses device 0, the CUDA runtime's default, with no
 // per-thread cudaSetDevice to forget. FAILED_PRECONDITION when no device is usable.
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend();
+// `dependent_launches` (model.dependent_launches) sets the process's kernel launch policy
+// (kernels/launch_policy.h).
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(bool dependent_launches = true);
 
 // OK when the CUDA runtime sees at least one device; FAILED_PRECONDITION saying why not (no
 // driver, none visible, ...) otherwise. Creates no context.

@@ -72,6 +72,7 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const std::string& 
   BackendOptions backend;
   backend.device = options.device;
   backend.threads = options.threads;
+  backend.dependent_launches = options.dependent_launches;
   Stopwatch clock;
   ASSIGN_OR_RETURN(g->backend_, CreateBackend(backend));
   g->load_timings_.backend_seconds = clock.Lap();

@@ -51,6 +51,8 @@ struct GeneratorOptions {
   // model.cuda_graphs: decode steps recorded once and replayed as one launch where the backend
   // can record (a GPU); false runs every operation as it is enqueued.
   bool cuda_graphs = true;
+  // model.dependent_launches (BackendOptions).
+  bool dependent_launches = true;
   // KV reuse across requests: sessions always; requests without a session when
   // prefix_cache.cache_sessionless (kv_cache.prefix_cache).
   PrefixCacheOptions prefix_cache;

@@ -107,9 +107,10 @@ struct GraphRun {
   int replayed = 0;
 };
 
-absl::StatusOr<GraphRun> RunWithGraphs(bool graphs) {
+absl::StatusOr<GraphRun> RunWithGraphs(bool graphs, bool dependent_launches = true) {
   GeneratorOptions o = Options(DeviceKind::kCuda, false, SpeculationMode::kNone);
   o.cuda_graphs = graphs;
+  o.dependent_launches = dependent_launches;
   ASSIGN_OR_RETURN(std::unique_ptr<Generator> gen,
                    Generator::Create(TestModelDir("llama3-bf16"), o));
   if (gen->backend_name() != "cuda") return absl::UnavailableError("no CUDA backend");
@@ -143,16 +144,11 @@ absl::StatusOr<GraphRun> RunWithGraphs(bool graphs) {
   return run;
 }
 
-TEST(CudaGraphTest, ReplayedDecodeStepsEqualLaunchedOnes) {
-  absl::StatusOr<GraphRun> launched = RunWithGraphs(false);
-  if (!launched.ok()) GTEST_SKIP() << "no GPU: " << launched.status();
-  const GraphRun replayed = RunWithGraphs(true).value();
-  EXPECT_EQ(launched->replayed, 0);
-  // Recorded: one step per (rows, capacity) shape, a handful; the other decode steps replay.
-  EXPECT_GT(replayed.replayed, replayed.decode_steps - 8) << replayed.decode_steps;
-  ASSERT_EQ(launched->results.size(), replayed.results.size());
-  auto b = replayed.results.cbegin();
-  for (auto a = launched->results.cbegin(); a != launched->results.cend(); ++a, ++b) {
+// Identical tokens, logprobs and alternatives, request by request.
+void ExpectSameResults(const GraphRun& a_run, const GraphRun& b_run) {
+  ASSERT_EQ(a_run.results.size(), b_run.results.size());
+  auto b = b_run.results.cbegin();
+  for (auto a = a_run.results.cbegin(); a != a_run.results.cend(); ++a, ++b) {
     EXPECT_EQ(a->second.tokens, b->second.tokens) << "request " << a->first;
     ASSERT_EQ(a->second.logprobs.size(), b->second.logprobs.size());
     for (size_t t = 0; t < a->second.logprobs.size(); ++t) {
@@ -166,6 +162,27 @@ TEST(CudaGraphTest, ReplayedDecodeStepsEqualLaunchedOnes) {
       }
     }
   }
+}
+
+TEST(CudaGraphTest, ReplayedDecodeStepsEqualLaunchedOnes) {
+  absl::StatusOr<GraphRun> launched = RunWithGraphs(false);
+  if (!launched.ok()) GTEST_SKIP() << "no GPU: " << launched.status();
+  const GraphRun replayed = RunWithGraphs(true).value();
+  EXPECT_EQ(launched->replayed, 0);
+  // Recorded: one step per (rows, capacity) shape, a handful; the other decode steps replay.
+  EXPECT_GT(replayed.replayed, replayed.decode_steps - 8) << replayed.decode_steps;
+  ExpectSameResults(*launched, replayed);
+}
+
+// Kernels launched while the one ahead runs (model.dependent_launches, the default) give the bytes
+// of kernels launched after it, eager and replayed: each waits for its inputs, and the few-row
+// GEMM's reduction has a fixed order. The run's rows fall from 4 to 1, so the one-row and few-row
+// GEMMs both run.
+TEST(CudaGraphTest, DependentLaunchesGiveTheBytesOfOrdinaryOnes) {
+  absl::StatusOr<GraphRun> ordinary = RunWithGraphs(true, /*dependent_launches=*/false);
+  if (!ordinary.ok()) GTEST_SKIP() << "no GPU: " << ordinary.status();
+  ExpectSameResults(*ordinary, RunWithGraphs(true).value());
+  ExpectSameResults(*ordinary, RunWithGraphs(false).value());
 }
 
 }  // namespace

@@ -94,6 +94,7 @@ TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.model.path, "");
   EXPECT_EQ(c.model.device, DeviceKind::kAuto);
   EXPECT_TRUE(c.model.cuda_graphs);
+  EXPECT_TRUE(c.model.dependent_launches);
   EXPECT_EQ(c.scheduler.max_running_requests, 64);
   EXPECT_EQ(c.scheduler.max_waiting_requests, 1024);
   EXPECT_EQ(c.scheduler.prefill_chunk_tokens, 512);
@@ -167,6 +168,7 @@ model:
   path: /models/qwen3
   device: cpu
   cuda_graphs: false
+  dependent_launches: false
 scheduler:
   max_running_requests: 8
   max_waiting_requests: 0
@@ -225,6 +227,7 @@ sparse:
   EXPECT_EQ(c->model.path, "/models/qwen3");
   EXPECT_EQ(c->model.device, DeviceKind::kCpu);
   EXPECT_FALSE(c->model.cuda_graphs);
+  EXPECT_FALSE(c->model.dependent_launches);
   EXPECT_EQ(c->scheduler.max_running_requests, 8);
   EXPECT_EQ(c->scheduler.max_waiting_requests, 0);
   EXPECT_EQ(c->scheduler.prefill_chunk_tokens, 1);

@@ -300,6 +300,7 @@ int RunPrefillTable(Backend& b, const AttentionBenchOptions& o) {
 int RunAttentionBench(const AttentionBenchOptions& o) {
   BackendOptions bo;
   bo.device = o.device;
+  bo.dependent_launches = o.dependent_launches;
   auto backend = CreateBackend(bo);
   if (!backend.ok()) {
     std::cerr << "specula-bench: " << backend.status() << "\n";

@@ -33,6 +33,7 @@ struct AttentionBenchOptions {
   // Model shapes of the decode GEMM table (tools/bench/decode_gemm_bench.h); empty skips it.
   std::vector<std::string> gemm_models = {"1b", "8b"};
   std::vector<int> gemm_rows = {1, 8};  // rows of x in that table
+  bool dependent_launches = true;       // model.dependent_launches of the backend
 };
 
 // Prints a Markdown table to stdout; returns a process exit code.

@@ -131,6 +131,9 @@ ABSL_FLAG(std::vector<std::string>, gemm_models, std::vector<std::string>({"1b",
           "8b: Llama-3.1-8B's); empty: none");
 ABSL_FLAG(std::vector<std::string>, gemm_rows, std::vector<std::string>({"1", "8"}),
           "attention: rows of x in the decode GEMM table (1 to 64)");
+ABSL_FLAG(bool, dependent_launches, true,
+          "attention: model.dependent_launches of the backend (false: each kernel launched after "
+          "the one ahead ends)");
 
 // sampling
 ABSL_FLAG(int64_t, vocab, 128256, "sampling: tokens per row of logits");
@@ -311,6 +314,7 @@ int RunAttention() {
     }
   }
   o.gemm_rows = gemm_rows;
+  o.dependent_launches = absl::GetFlag(FLAGS_dependent_launches);
   for (const std::string& model : o.gemm_models) {
     if (!specula::DecodeGemmModelKnown(model)) {
       std::cerr << "specula-bench: --gemm-models: unknown model shape '" << model << "' (1b, 8b)\n";

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine after tools/gpu/check.sh unpacked the bundle in /tmp/specula-gpu:
-#   tools/gpu/decode_bench.sh REPORT_DIR [CUDA_GRAPHS]   (model.cuda_graphs, default true)
+#   tools/gpu/decode_bench.sh REPORT_DIR [CUDA_GRAPHS [DEPENDENT_LAUNCHES]]
+#   (model.cuda_graphs and model.dependent_launches, both default true)
 # Decode figures of issue 35 for a random-weight Llama-3.2-1B-shaped bf16 checkpoint, with the
 # card's copy bandwidth measured in the same call (the floor is weight + KV bytes over it):
 #   - batch-1 time per output token after 1K, 8K and 32K prompt tokens;
@@ -12,6 +13,7 @@
 set -uo pipefail
 report=$1
 cuda_graphs=${2:-true}
+dependent_launches=${3:-true}
 mkdir -p "$report"
 bundle=/tmp/specula-gpu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -38,7 +40,7 @@ PY
 port=50181
 metrics_port=50182
 cat >"$report/server.yaml" <<YAML
-model: {path: $model, device: cuda, cuda_graphs: $cuda_graphs}
+model: {path: $model, device: cuda, cuda_graphs: $cuda_graphs, dependent_launches: $dependent_launches}
 server: {listen: "127.0.0.1:$port", metrics_listen: "127.0.0.1:$metrics_port"}
 kv_cache: {capacity_tokens: 98304}
 scheduler: {max_running_requests: 64}
