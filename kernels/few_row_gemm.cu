@@ -11,12 +11,20 @@ constexpr int kWarps = 16;
 constexpr int kChunkK = 32;  // k a lane's 16-byte loads cover across its 4 lanes: two k16 steps
 constexpr int kUnroll = 2;   // chunks a warp loads before it multiplies any
 
-// One warp's loads for kUnroll chunks: per chunk and tile, rows g and g + 8 of W; per chunk, row
-// g of x (zeros past the rows, the columns, or the chunks).
-template <int kTiles>
+// A block's shape: kTiles tiles of 16 output columns (the MMA's M) by kRowTiles tiles of 8 rows
+// of x (its N).
+template <int kColumnTiles, int kXRowTiles>
+struct Shape {
+  static constexpr int kTiles = kColumnTiles;
+  static constexpr int kRowTiles = kXRowTiles;
+};
+
+// One warp's loads for kUnroll chunks: per chunk and column tile, rows g and g + 8 of W; per chunk
+// and row tile, row g of x (zeros past the rows, the columns, or the chunks).
+template <typename S>
 struct Loads {
-  uint4 w[kUnroll][kTiles][2];
-  uint4 x[kUnroll];
+  uint4 w[kUnroll][S::kTiles][2];
+  uint4 x[kUnroll][S::kRowTiles];
 };
 
 // d += a · b for one m16n8k16 tile: a row-major 16x16, b column-major 16x8, d fp32 16x8.
@@ -29,21 +37,23 @@ __device__ __forceinline__ void Mma(float (&d)[4], uint32_t a0, uint32_t a1, uin
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// Where a lane's data sits: its W rows (per tile, g and g + 8), its x row g, its 16 bytes t.
+// Where a lane's data sits: its W rows (per column tile, g and g + 8), its x rows (per row tile,
+// g), its 16 bytes t of each chunk.
+template <typename S>
 struct LaneMap {
-  const uint4* w_row[2][2];  // [tile][half]; null past the last column
-  const uint4* x_row;        // null past the last row
+  const uint4* w_row[S::kTiles][2];  // null past the last column
+  const uint4* x_row[S::kRowTiles];  // null past the last row
   int t;
 };
 
-template <int kTiles>
-__device__ __forceinline__ void LoadWeights(const LaneMap& l, int32_t c0, int32_t chunks,
-                                            Loads<kTiles>& ld) {
+template <typename S>
+__device__ __forceinline__ void LoadWeights(const LaneMap<S>& l, int32_t c0, int32_t chunks,
+                                            Loads<S>& ld) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const int32_t c = c0 + u * kWarps;
 #pragma unroll
-    for (int tile = 0; tile < kTiles; ++tile) {
+    for (int tile = 0; tile < S::kTiles; ++tile) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const uint4* row = l.w_row[tile][h];
@@ -54,77 +64,97 @@ __device__ __forceinline__ void LoadWeights(const LaneMap& l, int32_t c0, int32_
   }
 }
 
-template <int kTiles>
-__device__ __forceinline__ void LoadX(const LaneMap& l, int32_t c0, int32_t chunks,
-                                      Loads<kTiles>& ld) {
+template <typename S>
+__device__ __forceinline__ void LoadX(const LaneMap<S>& l, int32_t c0, int32_t chunks,
+                                      Loads<S>& ld) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const int32_t c = c0 + u * kWarps;
-    ld.x[u] = c < chunks && l.x_row != nullptr ? l.x_row[c * 4 + l.t] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int r = 0; r < S::kRowTiles; ++r) {
+      const uint4* row = l.x_row[r];
+      ld.x[u][r] = c < chunks && row != nullptr ? row[c * 4 + l.t] : make_uint4(0, 0, 0, 0);
+    }
   }
 }
 
 // Lane (g, t) holds k's 8t..8t+7 of the chunk: the first k16 step takes 8t+{0,1} as its slots
 // 2t+{0,1} and 8t+{2,3} as 2t+8+{0,1}; the second 8t+{4..7} likewise. The slot-to-k map depends
 // on the slot alone, and W and x use it alike, so the products are those of the chunk's k's.
-template <int kTiles>
-__device__ __forceinline__ void Multiply(const Loads<kTiles>& ld, float (&acc)[kTiles][4]) {
+template <typename S>
+__device__ __forceinline__ void Multiply(const Loads<S>& ld,
+                                         float (&acc)[S::kTiles][S::kRowTiles][4]) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
-    const uint4 x = ld.x[u];
 #pragma unroll
-    for (int tile = 0; tile < kTiles; ++tile) {
+    for (int tile = 0; tile < S::kTiles; ++tile) {
       const uint4 lo = ld.w[u][tile][0], hi = ld.w[u][tile][1];
-      Mma(acc[tile], lo.x, hi.x, lo.y, hi.y, x.x, x.y);
-      Mma(acc[tile], lo.z, hi.z, lo.w, hi.w, x.z, x.w);
+#pragma unroll
+      for (int r = 0; r < S::kRowTiles; ++r) {
+        const uint4 x = ld.x[u][r];
+        Mma(acc[tile][r], lo.x, hi.x, lo.y, hi.y, x.x, x.y);
+        Mma(acc[tile][r], lo.z, hi.z, lo.w, hi.w, x.z, x.w);
+      }
     }
   }
 }
 
 // Sums the warps' accumulators in warp order and writes y (+ bias). Accumulator element e of lane
-// (g, t) in a tile is output column g (+ 8 for e >= 2) of the tile, x row 2t + e % 2.
-template <int kTiles>
+// (g, t) in a (column, row) tile pair is output column g (+ 8 for e >= 2) of the column tile, x
+// row 2t + e % 2 of the row tile.
+template <typename S>
 __device__ __forceinline__ void ReduceAndStore(const FewRowGemmParams& p, int64_t o0,
-                                               const float (&acc)[kTiles][4]) {
-  __shared__ float4 partial[kWarps][kTiles][32];
+                                               const float (&acc)[S::kTiles][S::kRowTiles][4]) {
+  constexpr int kPairs = S::kTiles * S::kRowTiles;
+  static_assert(kPairs * 32 * 4 <= kWarps * 32, "one thread a sum");
+  __shared__ float4 partial[kWarps][kPairs][32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
-  for (int tile = 0; tile < kTiles; ++tile) {
-    partial[warp][tile][lane] = make_float4(acc[tile][0], acc[tile][1], acc[tile][2], acc[tile][3]);
+  for (int tile = 0; tile < S::kTiles; ++tile) {
+#pragma unroll
+    for (int r = 0; r < S::kRowTiles; ++r) {
+      const float(&a)[4] = acc[tile][r];
+      partial[warp][tile * S::kRowTiles + r][lane] = make_float4(a[0], a[1], a[2], a[3]);
+    }
   }
   __syncthreads();
   const int i = threadIdx.x;
-  if (i >= kTiles * 32 * 4) return;
-  const int tile = i / 128, l = (i / 4) % 32, e = i % 4;
+  if (i >= kPairs * 32 * 4) return;
+  const int pair = i / 128, l = (i / 4) % 32, e = i % 4;
   float sum = 0.0f;
-  for (int w = 0; w < kWarps; ++w) sum += reinterpret_cast<const float*>(&partial[w][tile][l])[e];
+  for (int w = 0; w < kWarps; ++w) sum += reinterpret_cast<const float*>(&partial[w][pair][l])[e];
+  const int tile = pair / S::kRowTiles, r = pair % S::kRowTiles;
   const int64_t o = o0 + 16 * tile + l / 4 + (e >= 2 ? 8 : 0);
-  const int32_t n = 2 * (l % 4) + e % 2;
+  const int32_t n = 8 * r + 2 * (l % 4) + e % 2;
   if (n < p.m && o < p.out) p.y[n * p.y_stride + o] = sum + (p.bias != nullptr ? p.bias[o] : 0.0f);
 }
 
 // grid ceil(out / (16 * kTiles)), kWarps warps; warp w takes the chunks w, w + kWarps, ... of the
 // block's column tiles.
-template <int kTiles>
+template <typename S>
 __global__ void __launch_bounds__(kWarps * 32) FewRowGemmKernel(FewRowGemmParams p) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4;
-  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * 16 * kTiles;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * 16 * S::kTiles;
   const int64_t row_chunks = p.in / 8;  // 16-byte chunks of a row
-  LaneMap l;
+  LaneMap<S> l;
   l.t = lane % 4;
   const auto* w = static_cast<const uint4*>(p.w);
 #pragma unroll
-  for (int tile = 0; tile < kTiles; ++tile) {
+  for (int tile = 0; tile < S::kTiles; ++tile) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int64_t o = o0 + 16 * tile + g + 8 * h;
       l.w_row[tile][h] = o < p.out ? w + o * row_chunks : nullptr;
     }
   }
-  l.x_row = g < p.m ? static_cast<const uint4*>(p.x) + g * row_chunks : nullptr;
+#pragma unroll
+  for (int r = 0; r < S::kRowTiles; ++r) {
+    const int n = 8 * r + g;
+    l.x_row[r] = n < p.m ? static_cast<const uint4*>(p.x) + n * row_chunks : nullptr;
+  }
   const int32_t chunks = p.in / kChunkK;
-  float acc[kTiles][4] = {};
-  Loads<kTiles> ld;
+  float acc[S::kTiles][S::kRowTiles][4] = {};
+  Loads<S> ld;
   // Weights never depend on the kernel ahead; x does.
   LoadWeights(l, warp, chunks, ld);
   AfterPriorGrids();
@@ -133,7 +163,13 @@ __global__ void __launch_bounds__(kWarps * 32) FewRowGemmKernel(FewRowGemmParams
     LoadX(l, c0, chunks, ld);
     Multiply(ld, acc);
   }
-  ReduceAndStore(p, o0, acc);
+  ReduceAndStore<S>(p, o0, acc);
+}
+
+template <typename S>
+cudaError_t Launch(const FewRowGemmParams& p, cudaStream_t stream) {
+  return LaunchDependent<FewRowGemmKernel<S>>(
+      dim3(static_cast<unsigned>(CeilDiv(p.out, 16 * S::kTiles))), dim3(kWarps * 32), 0, stream, p);
 }
 
 }  // namespace
@@ -144,18 +180,16 @@ bool FewRowGemmSupports(const FewRowGemmParams& p) {
 }
 
 // Two column tiles a block (each x load serving both) where that still makes two blocks an SM;
-// one where it would leave SMs idle (a 2048-column projection: 64 blocks of two tiles).
+// one where it would leave SMs idle (a 2048-column projection: 64 blocks of two tiles). Rows
+// past 8 take a second row tile (each weight load serving both), with one column tile.
 cudaError_t FewRowGemm(const FewRowGemmParams& p, cudaStream_t stream) {
   if (!FewRowGemmSupports(p)) return cudaErrorInvalidValue;
   if (p.out == 0) return cudaSuccess;
-  const int64_t wide_blocks = CeilDiv(p.out, 32);
-  const dim3 block(kWarps * 32);
-  if (wide_blocks >= 2 * static_cast<int64_t>(p.sm_count)) {
-    return LaunchDependent<FewRowGemmKernel<2>>(dim3(static_cast<unsigned>(wide_blocks)), block, 0,
-                                                stream, p);
+  if (p.m > 8) return Launch<Shape<1, 2>>(p, stream);
+  if (CeilDiv(p.out, 32) >= 2 * static_cast<int64_t>(p.sm_count)) {
+    return Launch<Shape<2, 1>>(p, stream);
   }
-  return LaunchDependent<FewRowGemmKernel<1>>(dim3(static_cast<unsigned>(CeilDiv(p.out, 16))),
-                                              block, 0, stream, p);
+  return Launch<Shape<1, 1>>(p, stream);
 }
 
 }  // namespace specula::kernels

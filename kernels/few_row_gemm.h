@@ -1,8 +1,9 @@
-// y = x · Wᵀ (+ bias) for 2 to 8 rows of x (decode steps of a few sequences) on the tensor cores.
+// y = x · Wᵀ (+ bias) for 2 to 16 rows of x (decode steps of a few sequences) on the tensor cores.
 // Like the one-row kernel (skinny_gemm.h) it reads every weight once, so bandwidth is what
 // matters; unlike it, each weight is used by every row, so the rows must share each weight load:
 // W is the MMA's A operand (16 output columns of a tile by 16 k) and xᵀ its B operand (k by the 8
-// rows, padded), m16n8k16 bf16 with fp32 accumulation ("swap A and B" for skinny GEMMs).
+// rows, padded; a second 8-row tile past 8 rows), m16n8k16 bf16 with fp32 accumulation ("swap A
+// and B" for skinny GEMMs).
 //
 // Each lane loads 16 contiguous bytes of a weight row and of an x row (8 k's) and uses them for
 // two k16 steps under one fixed permutation of k, the same for W and x, so no fragment shuffles
@@ -31,10 +32,10 @@ struct FewRowGemmParams {
   int32_t sm_count = 1;  // picks the columns a block takes
 };
 
-// The most rows the kernel serves (one n8 MMA tile).
-constexpr int32_t kFewRowGemmMaxRows = 8;
+// The most rows the kernel serves (two n8 MMA tiles).
+constexpr int32_t kFewRowGemmMaxRows = 16;
 
-// Whether the kernel serves the shape: 2..8 rows, `in` a multiple of 32, x and w 16-byte aligned.
+// Whether the kernel serves the shape: 2..16 rows, `in` a multiple of 32, x and w 16-byte aligned.
 bool FewRowGemmSupports(const FewRowGemmParams& p);
 
 cudaError_t FewRowGemm(const FewRowGemmParams& p, cudaStream_t stream);

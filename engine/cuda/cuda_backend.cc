@@ -298,7 +298,7 @@ const void* CudaBackend::Bf16GemmInput(const Mat& x) {
   return gemm_input_.data();
 }
 
-// Decode of 2-8 sequences: the tensor-core kernel that shares each weight load among the rows,
+// Decode of 2-16 sequences: the tensor-core kernel that shares each weight load among the rows,
 // bias added in it.
 bool CudaBackend::GemmFewRows(const void* x_bf16, const Weight& w, const float* bias, Mat* y) {
   kernels::FewRowGemmParams p;

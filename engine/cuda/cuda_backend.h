@@ -3,7 +3,7 @@
 //
 // Formats: weight matrices bf16 on the device (converted at upload; vectors such as norms and
 // biases stay fp32), activations fp32, GEMMs with fp32 accumulation (one row: fp32 x on the
-// skinny kernel; 2-8 rows: bf16 x on the few-row kernel; more: cuBLAS with bf16 inputs), KV pages
+// skinny kernel; 2-16 rows: bf16 x on the few-row kernel; more: cuBLAS with bf16 inputs), KV pages
 // in the view's dtype (bf16 by default). Semantics are the CPU backend's;
 // tests/cuda/ compares them operation by operation.
 #pragma once

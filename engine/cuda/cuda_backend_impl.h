@@ -78,7 +78,7 @@ class CudaBackend : public Backend {
 
  private:
   cudaStream_t stream() const { return compute_->raw(); }
-  // Gemm's kernels by row count: one row (fp32 x), 2-8 rows (bf16 x), else cuBLAS. Each of the
+  // Gemm's kernels by row count: one row (fp32 x), 2-16 rows (bf16 x), else cuBLAS. Each of the
   // first two returns false, launching nothing, for a shape it does not serve.
   bool GemmOneRow(const Mat& x, const Weight& w, const float* bias, Mat* y);
   bool GemmFewRows(const void* x_bf16, const Weight& w, const float* bias, Mat* y);

@@ -207,15 +207,15 @@ TEST_F(CudaBackendTest, FusedNormsMatchTheCompositionsTheyReplace) {
 
 // One row takes the skinny kernel: fp32 x, so it differs from the CPU only by the order of fp32
 // sums (bounded here by 2^-14 of the sum of |x||w|, far below bf16 rounding of x). More rows
-// multiply bf16 inputs (2-8 rows on the few-row tensor-core kernel when `in` is a multiple of 32,
-// else and beyond on cuBLAS): the activations are rounded to bf16 (relative error 2^-9), so each
-// output may differ from the fp32 product by about 2^-8 of the sum of |x||w| it adds up. Shapes:
-// a row of fewer 8-element chunks than lanes, one whose lanes take several rounds of loads, the
-// last partial (2056: cuBLAS from 2 rows); for the few-row kernel 160 columns in (warps idle past
-// 5 chunks of 32), 2048 (4 chunks a warp) and 1056 (a second round half full), 72 columns out (a
-// partial 16-column tile) and 16400 (two tiles a block on GPUs of up to 256 SMs, the last
-// partial); 1, 2, 5, 8 (the kernel's most), 9 and 67 rows. y has a guard row and guard columns
-// that must keep their zeros.
+// multiply bf16 inputs (2-16 rows on the few-row tensor-core kernel when `in` is a multiple of
+// 32, else and beyond on cuBLAS): the activations are rounded to bf16 (relative error 2^-9), so
+// each output may differ from the fp32 product by about 2^-8 of the sum of |x||w| it adds up.
+// Shapes: a row of fewer 8-element chunks than lanes, one whose lanes take several rounds of
+// loads, the last partial (2056: cuBLAS from 2 rows); for the few-row kernel 160 columns in
+// (warps idle past 5 chunks of 32), 2048 (4 chunks a warp) and 1056 (a second round half full),
+// 72 columns out (a partial 16-column tile) and 16400 (two tiles a block on GPUs of up to 256
+// SMs, the last partial). Rows: 1; 2, 5, 8 (one 8-row tile); 9, 16 (two, the kernel's most); 17
+// and 67 (cuBLAS). y has a guard row and guard columns that must keep their zeros.
 TEST_F(CudaBackendTest, GemmMatchesTheCpuWithinBf16InputRounding) {
   struct Shape {
     int64_t in, out;
@@ -229,7 +229,7 @@ TEST_F(CudaBackendTest, GemmMatchesTheCpuWithinBf16InputRounding) {
     Weight gw = gpu_->UploadWeight(w.data(), out, in).value();
     Weight cb = cpu_.UploadWeight(bias.data(), 1, out).value();
     Weight gb = gpu_->UploadWeight(bias.data(), 1, out).value();
-    for (int64_t m : {1, 2, 5, 8, 9, 67}) {
+    for (int64_t m : {1, 2, 5, 8, 9, 16, 17, 67}) {
       const std::vector<float> xh = RandomVector(m * (in + 8), 12 + m);
       Twin x = Make(xh);
       Twin y = Zeros((m + 1) * stride * 4);
@@ -284,7 +284,7 @@ TEST_F(CudaBackendTest, DecodeGemmsReadTheXTheKernelAheadWrote) {
   Weight gb = gpu_->UploadWeight(bias.data(), 1, kOut).value();
   Weight cpu_norm = cpu_.UploadWeight(norm.data(), 1, kIn).value();
   Weight gpu_norm = gpu_->UploadWeight(norm.data(), 1, kIn).value();
-  for (const int64_t rows : {1, 4}) {
+  for (const int64_t rows : {1, 4, 12}) {
     Twin x = Zeros(rows * kIn * 4), input = Zeros(rows * kIn * 4);
     auto step = [&](int i) {
       Mat xm = Of(i == 0 ? x.cpu : x.gpu, rows, kIn);

@@ -1,5 +1,5 @@
 // `specula-bench attention`'s decode GEMM table: the GEMMs of a decode step of a few rows (1: the
-// one-row kernel; 2-8: the few-row tensor-core kernel, after x's conversion to bf16), which read
+// one-row kernel; 2-16: the few-row tensor-core kernel, after x's conversion to bf16), which read
 // every weight once and so are bound by memory bandwidth, not arithmetic. For each model shape
 // (the projections of Llama-3.2-1B and Llama-3.1-8B) and row count: each projection's copies back
 // to back,
