@@ -1,4 +1,6 @@
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/launch_policy.h"
 
@@ -7,10 +9,20 @@ namespace {
 
 std::atomic<bool> dependent_launches{true};
 
+bool TurnedOffByEnvironment() {
+  static const bool off = [] {
+    const char* v = std::getenv("SPECULA_DEPENDENT_LAUNCHES");
+    return v != nullptr && std::strcmp(v, "0") == 0;
+  }();
+  return off;
+}
+
 }  // namespace
 
 void SetDependentLaunches(bool enabled) { dependent_launches.store(enabled); }
 
-bool DependentLaunches() { return dependent_launches.load(std::memory_order_relaxed); }
+bool DependentLaunches() {
+  return dependent_launches.load(std::memory_order_relaxed) && !TurnedOffByEnvironment();
+}
 
 }  // namespace specula::kernels
