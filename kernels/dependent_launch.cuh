@@ -11,6 +11,7 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/device_math.cuh"
 #include "kernels/launch_policy.h"
 
 namespace specula::kernels {
@@ -72,7 +73,7 @@ cudaError_t LaunchDependent(dim3 grid, dim3 block, size_t shared_bytes, cudaStre
   config.attrs = attribute;
   config.numAttrs = dependent && DependentLaunches() ? 1 : 0;
   const cudaError_t launched = cudaLaunchKernelEx(&config, kKernel, args...);
-  const cudaError_t last = cudaGetLastError();
+  const cudaError_t last = LaunchStatus();
   return launched != cudaSuccess ? launched : last;
 }
 

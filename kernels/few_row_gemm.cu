@@ -3,6 +3,7 @@
 #include "kernels/dependent_launch.cuh"
 #include "kernels/device_math.cuh"
 #include "kernels/few_row_gemm.h"
+#include "kernels/mma.cuh"
 
 namespace specula::kernels {
 namespace {
@@ -26,16 +27,6 @@ struct Loads {
   uint4 w[kUnroll][S::kTiles][2];
   uint4 x[kUnroll][S::kRowTiles];
 };
-
-// d += a · b for one m16n8k16 tile: a row-major 16x16, b column-major 16x8, d fp32 16x8.
-__device__ __forceinline__ void Mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                    uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // Where a lane's data sits: its W rows (per column tile, g and g + 8), its x rows (per row tile,
 // g), its 16 bytes t of each chunk.
@@ -92,8 +83,9 @@ __device__ __forceinline__ void Multiply(const Loads<S>& ld,
 #pragma unroll
       for (int r = 0; r < S::kRowTiles; ++r) {
         const uint4 x = ld.x[u][r];
-        Mma(acc[tile][r], lo.x, hi.x, lo.y, hi.y, x.x, x.y);
-        Mma(acc[tile][r], lo.z, hi.z, lo.w, hi.w, x.z, x.w);
+        const uint32_t first[4] = {lo.x, hi.x, lo.y, hi.y}, second[4] = {lo.z, hi.z, lo.w, hi.w};
+        Mma<__nv_bfloat16>(acc[tile][r], first, x.x, x.y);
+        Mma<__nv_bfloat16>(acc[tile][r], second, x.z, x.w);
       }
     }
   }
