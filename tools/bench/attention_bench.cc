@@ -9,6 +9,7 @@
 #include <iostream>
 #include <memory>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -16,21 +17,14 @@
 #include "engine/backend/backend_factory.h"
 #include "engine/common/ceil_div.h"
 #include "tools/bench/decode_gemm_bench.h"
+#include "tools/bench/random_values.h"
+#include "tools/bench/serve_stats.h"
 
 namespace specula {
 namespace {
 
 constexpr int kHeads = 32, kKvHeads = 8, kPageSize = 16;
 constexpr DType kKvDtype = DType::kBF16;
-
-std::vector<float> Random(size_t n, uint64_t seed) {
-  std::vector<float> v(n);
-  for (float& x : v) {
-    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<float>(static_cast<int32_t>(seed >> 33) % 2001) / 1000.0f - 1.0f;
-  }
-  return v;
-}
 
 // Backend memory holding `values`.
 template <typename T>
@@ -73,9 +67,10 @@ absl::StatusOr<Problem> MakeProblem(Backend& b, int head_dim, int keys) {
     write_offsets[t] = t % kPageSize;
   }
   const int64_t kv_width = static_cast<int64_t>(kKvHeads) * head_dim;
-  auto k = Upload(b, Random(keys * kv_width, 1)), v = Upload(b, Random(keys * kv_width, 2));
+  auto k = Upload(b, RandomValues(keys * kv_width, 1)),
+       v = Upload(b, RandomValues(keys * kv_width, 2));
   auto wb = Upload(b, write_blocks), wo = Upload(b, write_offsets);
-  auto blocks = Upload(b, table), q = Upload(b, Random(keys * p.width(), 3));
+  auto blocks = Upload(b, table), q = Upload(b, RandomValues(keys * p.width(), 3));
   auto out = b.Allocate(static_cast<size_t>(keys) * p.width() * sizeof(float));
   for (const auto* s : {&k, &v, &wb, &wo, &blocks, &q, &out}) {
     if (!s->ok()) return s->status();
@@ -133,9 +128,8 @@ absl::StatusOr<Timing> Time(Backend& b, const Problem& p, int rows, bool tiles, 
     ms.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
-  std::sort(ms.begin(), ms.end());
   Timing t;
-  t.ms = ms[ms.size() / 2];
+  t.ms = Median(std::move(ms));
   t.tflops = 4.0 * p.head_dim * kHeads * pairs / (t.ms * 1e-3) / 1e12;
   return t;
 }
@@ -173,7 +167,7 @@ absl::StatusOr<DecodeProblem> MakeDecodeProblem(Backend& b, int head_dim, int ba
   p.layer_bytes = int64_t{batch} * pages_per_seq * kKvHeads * shape.page_bytes();
   p.layers = static_cast<int>(std::max<int64_t>(1, CeilDiv(kDecodeBytesTouched, p.layer_bytes)));
   // Random bf16 in [-1, 1]: the top half of each float.
-  std::vector<float> values = Random(static_cast<size_t>(p.layer_bytes / 2), 4);
+  std::vector<float> values = RandomValues(static_cast<size_t>(p.layer_bytes / 2), 4);
   std::vector<uint16_t> bf16(values.size());
   for (size_t i = 0; i < values.size(); ++i) {
     uint32_t bits;
@@ -192,7 +186,7 @@ absl::StatusOr<DecodeProblem> MakeDecodeProblem(Backend& b, int head_dim, int ba
   std::iota(table.begin(), table.end(), 0);
   for (int r = 0; r < batch; ++r) begins[r] = r * pages_per_seq;
   auto blocks = Upload(b, table), row_keys = Upload(b, keys), row_begin = Upload(b, begins);
-  auto q = Upload(b, Random(static_cast<size_t>(batch) * kHeads * head_dim, 5));
+  auto q = Upload(b, RandomValues(static_cast<size_t>(batch) * kHeads * head_dim, 5));
   auto out = b.Allocate(static_cast<size_t>(batch) * kHeads * head_dim * sizeof(float));
   for (const auto* s : {&blocks, &row_keys, &row_begin, &q, &out}) {
     if (!s->ok()) return s->status();
@@ -237,8 +231,7 @@ double TimeDecode(Backend& b, const DecodeProblem& p, int repeats) {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
         p.layers);
   }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return Median(std::move(ms));
 }
 
 int RunDecodeTable(Backend& b, const AttentionBenchOptions& o) {

@@ -8,11 +8,14 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/common/ceil_div.h"
+#include "tools/bench/random_values.h"
+#include "tools/bench/serve_stats.h"
 
 namespace specula {
 namespace {
@@ -49,19 +52,12 @@ std::vector<Projection> ProjectionsOf(const ModelShape& m) {
           {"lm_head", m.hidden, m.vocab}};
 }
 
-std::vector<float> RandomWeights(int64_t n) {
-  std::vector<float> v(static_cast<size_t>(n));
-  uint64_t seed = 7;
-  for (float& x : v) {
-    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<float>(static_cast<int32_t>(seed >> 33) % 2001) / 64000.0f;
-  }
-  return v;
-}
+// Small values, so a layer chain replayed many times stays finite.
+constexpr float kValueScale = 1.0f / 64;
 
 // `copies` uploads of a projection's weights (the same values: only the addresses matter).
 absl::StatusOr<std::vector<Weight>> Upload(Backend& b, const Projection& p, int64_t copies) {
-  const std::vector<float> values = RandomWeights(p.in * p.out);
+  const std::vector<float> values = RandomValues(static_cast<size_t>(p.in * p.out), 7, kValueScale);
   std::vector<Weight> weights;
   for (int64_t i = 0; i < copies; ++i) {
     auto w = b.UploadWeight(values.data(), p.out, p.in);
@@ -87,7 +83,8 @@ absl::StatusOr<Activations> MakeActivations(Backend& b, const ModelShape& m, int
   Activations a;
   a.rows = rows;
   a.width = std::max(2 * m.intermediate, m.vocab);
-  const std::vector<float> values = RandomWeights(kSlots * a.rows * a.width);
+  const std::vector<float> values =
+      RandomValues(static_cast<size_t>(kSlots * a.rows * a.width), 7, kValueScale);
   auto buffer = b.Allocate(values.size() * sizeof(float));
   if (!buffer.ok()) return buffer.status();
   a.buffer = std::move(*buffer);
@@ -131,8 +128,7 @@ PassTime TimePass(Backend& b, const std::function<void()>& pass, int repeats) {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
         kPassesPerSample);
   }
-  std::sort(ms.begin(), ms.end());
-  t.ms = ms[ms.size() / 2];
+  t.ms = Median(std::move(ms));
   return t;
 }
 
